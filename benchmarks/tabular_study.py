@@ -399,7 +399,8 @@ def summarize(cfg: TabularConfig, runs: dict[str, dict[str, Any]], methods: list
                 key=lambda lr: (lambda c: (c["pass@1"][0] + c[top][0]) / 2)(cells[f"{method}|{num_prompts}|{lr:g}"]),
             )
             selected[f"{method}|{num_prompts}"] = best
-    return {"cells": cells, "selected_lr": selected}
+    return {"cells": cells, "selected_lr": selected,
+            "runs_seconds": [{"run": name, "seconds": r.get("seconds", 0.0)} for name, r in runs.items()]}
 
 
 def plot_regime_map(cfg: TabularConfig, summary: dict[str, Any], methods: list[str], out: Path) -> Path:
@@ -482,6 +483,72 @@ def plot_pass_at_k(cfg: TabularConfig, summary: dict[str, Any], methods: list[st
     return path
 
 
+MATCHED_PASS1_LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def matched_at_pass1(cfg: TabularConfig, runs: dict[str, dict[str, Any]], methods: list[str]) -> dict[str, Any]:
+    """Entropy, Pass@16 and hard-bucket Pass@16 at the moment a cell's seed-mean Pass@1 curve first reaches each
+    level (linear interpolation between logged points), averaged over the cells in which *every* method reaches it.
+    Compares methods at equal Pass@1 on the same cells, rather than at equal learning rate, which mixes learning speed
+    into the comparison. (An analysis added after the first results; it reads the same cached runs.)"""
+    keys = ("entropy", "pass@16", "hard/pass@16")
+
+    def crossing(method: str, num_prompts: int, lr: float, level: float) -> dict[str, float] | None:
+        rs = [runs[run_name(method, num_prompts, lr, s)]["curves"] for s in cfg.seeds]
+        mean = {k: [sum(r[k][i] for r in rs) / len(rs) for i in range(len(rs[0][k]))] for k in ("pass@1", *keys)}
+        p1 = mean["pass@1"]
+        for i in range(1, len(p1)):
+            if p1[i - 1] < level <= p1[i]:
+                w = (level - p1[i - 1]) / (p1[i] - p1[i - 1])
+                return {k: mean[k][i - 1] + w * (mean[k][i] - mean[k][i - 1]) for k in keys}
+        return None
+
+    out: dict[str, Any] = {m: {} for m in methods}
+    for level in MATCHED_PASS1_LEVELS:
+        common = []
+        for num_prompts in cfg.prompts_per_step:
+            for lr in cfg.learning_rates:
+                found = {m: crossing(m, num_prompts, lr, level) for m in methods}
+                if all(v is not None for v in found.values()):
+                    common.append(found)
+        for m in methods:
+            out[m][f"{level:g}"] = {"cells": len(common),
+                                    **{k: (sum(c[m][k] for c in common) / len(common) if common else None)
+                                       for k in keys}}
+    return out
+
+
+def plot_entropy_vs_pass1(cfg: TabularConfig, runs: dict[str, dict[str, Any]], methods: list[str], out: Path) -> Path:
+    """Every cell's seed-mean trajectory in the (Pass@1, entropy) and (Pass@1, hard Pass@16) planes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    colors = dict(zip(METHODS, ("C0", "C1", "C2", "C3")))
+    for method in methods:
+        for n, num_prompts in enumerate(cfg.prompts_per_step):
+            for lr in cfg.learning_rates:
+                rs = [runs[run_name(method, num_prompts, lr, s)]["curves"] for s in cfg.seeds]
+                mean = {k: [sum(r[k][i] for r in rs) / len(rs) for i in range(len(rs[0][k]))]
+                        for k in ("pass@1", "entropy", "hard/pass@16")}
+                label = METHOD_LABELS[method] if (n, lr) == (0, cfg.learning_rates[0]) else None
+                axes[0].plot(mean["pass@1"], mean["entropy"], color=colors[method], lw=0.8, alpha=0.7, label=label)
+                axes[1].plot(mean["pass@1"], mean["hard/pass@16"], color=colors[method], lw=0.8, alpha=0.7)
+    axes[0].set_xlabel("Pass@1")
+    axes[0].set_ylabel("mean entropy")
+    axes[1].set_xlabel("Pass@1")
+    axes[1].set_ylabel("hard-bucket Pass@16")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("trajectories of every (prompts, lr) cell, seed mean", fontsize=9)
+    fig.tight_layout()
+    path = out / "tabular_entropy_vs_pass1.png"
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
 def plot_proposition1(cfg: TabularConfig, prop1: dict[str, Any], methods: list[str], out: Path) -> Path:
     import matplotlib
 
@@ -510,7 +577,8 @@ def plot_proposition1(cfg: TabularConfig, prop1: dict[str, Any], methods: list[s
 
 
 def markdown(cfg: TabularConfig, summary: dict[str, Any], prop1: dict[str, Any], grads: dict[str, Any],
-             methods: list[str], skipped: list[str], machine: dict[str, Any], seconds: float) -> str:
+             methods: list[str], skipped: list[str], machine: dict[str, Any], seconds: float,
+             matched: dict[str, Any]) -> str:
     top = cfg.ks[-1]
     theta0, start_p = starting_logits(cfg)
     start = policy_metrics(theta0, start_p, cfg.ks)
@@ -551,6 +619,18 @@ def markdown(cfg: TabularConfig, summary: dict[str, Any], prop1: dict[str, Any],
             cells.append(f"lr {lr:g}: P@1 {c['pass@1'][0]:.3f}, P@{top} {c[f'pass@{top}'][0]:.3f}, "
                          f"H {c['entropy'][0]:.2f}")
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    lines += ["", "## At equal Pass@1 (first crossing of each cell's seed-mean curve; mean over the cells where every method "
+              "reaches the level)",
+              "", "| method | " + " | ".join(f"Pass@1 = {lv:g}: entropy / Pass@16 / hard Pass@16 (cells)"
+                                             for lv in MATCHED_PASS1_LEVELS) + " |",
+              "|---" * (len(MATCHED_PASS1_LEVELS) + 1) + "|"]
+    for m in methods:
+        cells = []
+        for lv in MATCHED_PASS1_LEVELS:
+            r = matched[m][f"{lv:g}"]
+            cells.append("not reached" if not r["cells"] else
+                         f"{r['entropy']:.2f} / {r['pass@16']:.3f} / {r['hard/pass@16']:.3f} ({r['cells']})")
+        lines.append(f"| {METHOD_LABELS[m]} | " + " | ".join(cells) + " |")
     lines += ["", "## Proposition 1 (natural-gradient step, per question)", "",
               "| policy | method | mean Cov(log pi, A) | mean Corr(log pi, A) | " + " | ".join(f"rel. error eta={e:g}" for e in cfg.prop1_etas)
               + " |", "|---" * (4 + len(cfg.prop1_etas)) + "|"]
@@ -569,8 +649,11 @@ def markdown(cfg: TabularConfig, summary: dict[str, Any], prop1: dict[str, Any],
         lines.append(f"| {METHOD_LABELS[m]} | {g['snr']:.3f} | {g['cosine_with_mean_reward_gradient']:.3f} | "
                      f"{g['cosine_of_mean_gradient']:.3f} | {share['hard']:.2f} / {share['medium']:.2f} / "
                      f"{share['easy']:.2f} |")
-    lines += ["", f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores (shared), load average at "
-              f"start {machine.get('load_average_at_start')}, torch {machine['torch']}; wall time {seconds:.0f} s."]
+    run_seconds = sum(r.get("seconds", 0.0) for r in summary.get("runs_seconds", []))
+    lines += ["", f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores (shared with other jobs), load "
+              f"average at start {machine.get('load_average_at_start')}, torch {machine['torch']}, one torch thread; "
+              f"this invocation took {seconds:.0f} s (cached runs are read, not rerun); the training runs themselves "
+              f"took {run_seconds:.0f} s in total when they ran."]
     return "\n".join(lines)
 
 
@@ -594,14 +677,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     grads = gradient_diagnostics(cfg, methods)
     seconds = time.perf_counter() - start
     figures = [plot_regime_map(cfg, summary, methods, out), plot_pass_at_k(cfg, summary, methods, out),
-               plot_proposition1(cfg, prop1, methods, out)]
-    text = markdown(cfg, summary, prop1, grads, methods, skipped, machine, seconds)
+               plot_proposition1(cfg, prop1, methods, out), plot_entropy_vs_pass1(cfg, runs, methods, out)]
+    matched = matched_at_pass1(cfg, runs, methods)
+    text = markdown(cfg, summary, prop1, grads, methods, skipped, machine, seconds, matched)
     prop1_small = {s: {m: {"mean_cov": r["mean_cov"], "mean_corr": r["mean_corr"], "etas": {e: {k: v for k, v in d.items()
                                                                   if k in ("max_abs_error", "relative_error")}
                                                               for e, d in r["etas"].items()}}
                        for m, r in pm.items()} for s, pm in prop1.items()}
     payload = {"config": asdict(cfg), "machine": machine, "wall_seconds": seconds, "methods": methods,
-               "not_run": skipped, **summary, "proposition1": prop1_small, "gradient_diagnostics": grads,
+               "not_run": skipped, **summary, "matched_at_pass1": matched, "proposition1": prop1_small, "gradient_diagnostics": grads,
                "figures": [f.name for f in figures]}
     write_results("tabular_study", payload, text, out)
     print(text)
