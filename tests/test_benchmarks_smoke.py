@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 
 import pytest
+import torch
 
 from benchmarks import advantage_throughput, overhead, toy_replication
 
@@ -59,3 +62,90 @@ def test_toy_task_reward_and_splits():
     splits = toy_replication.make_splits(cfg)
     assert not set(splits.test) & set(splits.train) and not set(splits.val) & set(splits.train)
     assert toy_replication.exact_match_reward([" 46", "47", "4 6"], ["46", "46", "46"]) == [1.0, 0.0, 0.0]
+
+
+def test_tabular_study_smoke_and_cache(tmp_path):
+    from benchmarks import tabular_study
+
+    payload = tabular_study.main(["--smoke", "--out", str(tmp_path)])
+    cfg = tabular_study.TabularConfig().scaled_down()
+    methods = payload["methods"]
+    assert {"grpo", "riskpo", "risk_seeking"} <= set(methods)
+    assert len(payload["cells"]) == len(methods) * len(cfg.prompts_per_step) * len(cfg.learning_rates)
+    for cell in payload["cells"].values():
+        curve = [cell[f"pass@{k}"][0] for k in cfg.ks]
+        assert all(0.0 <= p <= 1.0 for p in curve) and curve == sorted(curve)  # Pass@k never falls with k
+        assert math.isfinite(cell["entropy"][0]) and cell["entropy"][0] > 0
+    # Proposition 1 is a first-order identity: at a small step the prediction must match the measured change.
+    for per_method in payload["proposition1"].values():
+        for result in per_method.values():
+            assert result["etas"]["0.01"]["relative_error"] < 0.05
+    assert all(g["snr"] > 0 for g in payload["gradient_diagnostics"].values())
+    assert all((tmp_path / name).exists() for name in payload["figures"])
+
+    # A rerun reads finished runs from their JSON instead of training again: a marked cache entry shows up.
+    run = tmp_path / "runs" / f"{tabular_study.run_name('grpo', 10, 0.1, 0)}.json"
+    cached = json.loads(run.read_text())
+    cached["final"]["pass@1"] = 0.123456
+    run.write_text(json.dumps(cached))
+    again = tabular_study.main(["--smoke", "--out", str(tmp_path)])
+    assert again["cells"]["grpo|10|0.1"]["pass@1"][0] == pytest.approx(0.123456)
+
+
+def test_tabular_start_policy_spreads_difficulty():
+    from benchmarks import tabular_study
+
+    cfg = tabular_study.TabularConfig()
+    theta, start_p = tabular_study.starting_logits(cfg)
+    assert torch.allclose(torch.softmax(theta, dim=1)[:, 0], start_p)
+    assert start_p.min() < 0.01 and start_p.max() > 0.9  # some questions almost never solved at the start
+    advantage = tabular_study.AdvantageFn("grpo", cfg, seed=0)
+    adv = advantage(torch.tensor([1.0, 0, 0, 0, 1, 1, 0, 0] * 5, dtype=torch.float64))
+    assert torch.allclose(adv.view(-1, 8).sum(1), torch.zeros(5, dtype=torch.float64), atol=1e-9)
+
+
+@pytest.mark.slow
+def test_lm_study_smoke_and_cache(tmp_path):
+    from benchmarks import lm_study
+
+    payload = lm_study.main(["--smoke", "--out", str(tmp_path), "--workers", "1"])
+    cfg = lm_study.LMConfig().scaled_down()
+    methods = [m for m in lm_study.METHODS if lm_study.method_available(m)]
+    assert set(payload["chosen_lr"]) == set(methods) and not payload["not_finished"]
+    for method, row in payload["methods"].items():
+        assert row["seeds"] == list(cfg.test_seeds)
+        for bucket in ["all"] + [f"{d}digit" for d in cfg.digits]:
+            assert all(0.0 <= row[f"{bucket}/pass@{k}"][0] <= 1.0 for k in cfg.ks)
+    run = json.loads((tmp_path / "runs" / f"{lm_study.run_name('riskpo', 1e-4, 0)}.json").read_text())
+    assert len(run["curves"]["reward"]) == len(run["curves"]["lower_rvar"]) == cfg.generation_batches
+    assert len(run["curves"]["entropy"]) == cfg.generation_batches * cfg.updates_per_generation
+    assert run["curves"]["logprob_adv_corr"] and all(math.isfinite(v) for v in run["curves"]["logprob_adv_cov"])
+    assert (tmp_path / "lm_training_curves.png").exists() and (tmp_path / "lm_pass_at_k_by_difficulty.png").exists()
+
+    # A rerun trains nothing: every run is read back from its JSON.
+    stamps = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*.json")}
+    lm_study.main(["--smoke", "--out", str(tmp_path), "--workers", "1"])
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*.json")} == stamps
+
+
+def test_lm_study_task_and_configs(tmp_path):
+    from benchmarks import lm_study
+
+    cfg = lm_study.LMConfig()
+    splits = lm_study.make_splits(cfg)
+    for d in cfg.digits:
+        held_out = set(splits.val[d]) | set(splits.test[d])
+        assert not held_out & set(splits.train[d]) and not set(splits.val[d]) & set(splits.test[d])
+        assert all(len(str(a)) == len(str(b)) == d for a, b in splits.test[d])
+    assert not set(lm_study.sft_pairs(replace(cfg, split_seed=0), splits, 200)) & {
+        p for split in (splits.val, splits.test) for pairs in split.values() for p in pairs
+    }
+    # Identical compute: every method gets the same generation batch, updates and sampling.
+    configs = {m: lm_study.rl_config(m, 1e-4, 0, cfg, tmp_path) for m in lm_study.METHODS if lm_study.method_available(m)}
+    for args in configs.values():
+        assert args.steps_per_generation == cfg.updates_per_generation == 4
+        assert args.per_device_train_batch_size * args.steps_per_generation == 160 and args.temperature == 0.8
+    assert configs["grpo"].importance_sampling_level == "token" and configs["grpo"].loss_type == "dapo"
+    assert configs["gspo"].importance_sampling_level == configs["riskpo"].importance_sampling_level == "sequence"
+    assert configs["gspo"].loss_type == configs["riskpo"].loss_type == "grpo"
+    assert configs["risk_seeking"].risk_profile == "risk_seeking"
