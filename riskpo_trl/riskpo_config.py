@@ -11,10 +11,8 @@ import torch
 from transformers.utils import is_torch_bf16_gpu_available
 from trl import GRPOConfig
 
-from .risk import RISK_PROFILES
-
-QUANTILE_SOURCES = ("tracked", "batch", "group")
-ADVANTAGE_SCALINGS = ("none", "authors_code")
+from .estimator import QUANTILE_SOURCES
+from .risk import ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, RISK_PROFILES, advantage_variant
 
 
 @dataclass
@@ -41,8 +39,11 @@ class RiskPOConfig(GRPOConfig):
     Parameters of the risk measure:
         risk_alpha (`float`, defaults to `0.2`), risk_beta (`float`, defaults to `0.8`), risk_omega (`float`,
         defaults to `0.5`), bundle_size (`int`, defaults to `5`), risk_profile (`str`, defaults to `"mvar"`),
-        quantile_source (`str`, defaults to `"tracked"`), advantage_scaling (`str`, defaults to `"none"`), quantile_lr
-        (`float`, defaults to `0.1`), quantile_lr_decay (`float`, defaults to `0.0`): see each field's help.
+        quantile_source (`str`, defaults to `"tracked"`), advantage_scaling (`str`, defaults to `"none"`),
+        natural_baseline (`bool`, defaults to `True`), credit_assignment (`str`, defaults to `"uniform"`), bundling
+        (`str`, defaults to `"permutation"`), quantile_lr (`float`, defaults to `0.1`), quantile_lr_decay (`float`,
+        defaults to `0.0`): see each field's help. The non-default choices reproduce the authors' public code (see
+        `docs/algorithm.md`).
     """
 
     # Risk measure
@@ -83,10 +84,33 @@ class RiskPOConfig(GRPOConfig):
     )
     advantage_scaling: str = field(
         default="none",
-        metadata={"help": "'none' (the paper's MVaR advantage) or 'authors_code': the authors' public code's "
-                  "[omega*(-(q_a-R)^+/alpha) + g/(beta-alpha)]/(1+omega), divided by the std of the bundle group's "
-                  "scores (mvar only, risk_alpha > 0; that code uses omega=1.5).",
+        metadata={"help": "'none' (the paper's advantage) or 'authors_code', the authors' public code's scaling: for "
+                  "mvar [omega*(-(q_a-R)^+/alpha) + g/(beta-alpha)]/(1+omega) (needs risk_alpha > 0), for "
+                  "risk_seeking [omega*(R-q_b)^+/(1-beta) + g/(beta-alpha)]/(1+omega) (needs risk_beta < 1), each "
+                  "divided by the std of the bundle group's scores. Their scripts use omega=1.5 with "
+                  "quantile_source='group'.",
                   "choices": list(ADVANTAGE_SCALINGS)},
+    )
+    natural_baseline: bool = field(
+        default=True,
+        metadata={"help": "Keep the constant q_alpha - q_beta of the window g(R, q_alpha, q_beta) (the paper). False "
+                  "drops it, as the authors' DAPO script (natural_baseline_adv=False): most advantages become "
+                  "positive."},
+    )
+    credit_assignment: str = field(
+        default="uniform",
+        metadata={"help": "How a bundle's advantage reaches its members: 'uniform' (the paper: all the same), "
+                  "'score' (x0.5 for a rewarded member, x1.5 otherwise), 'std' (divided by the member's prompt's "
+                  "reward std over its G completions, std <= 1e-3 counts as 1; the authors' MATH scripts) or "
+                  "'sum_mean' (A x (r - prompt mean) / sum over the bundle of (r - prompt mean), A / B when that sum "
+                  "is ~0; the authors' DAPO script).",
+                  "choices": list(CREDIT_ASSIGNMENTS)},
+    )
+    bundling: str = field(
+        default="permutation",
+        metadata={"help": "'permutation' (the paper: an independent uniform permutation of each prompt's completions) "
+                  "or 'positional' (the authors' code: completion j of every prompt of a group forms bundle j).",
+                  "choices": list(BUNDLINGS)},
     )
     quantile_lr: float = field(
         default=0.1,
@@ -175,10 +199,23 @@ class RiskPOConfig(GRPOConfig):
             raise ValueError(
                 f"advantage_scaling={self.advantage_scaling!r} is unknown; choose one of {list(ADVANTAGE_SCALINGS)}."
             )
-        if self.advantage_scaling == "authors_code" and (self.risk_profile != "mvar" or self.risk_alpha <= 0):
+        variant = advantage_variant(self.advantage_scaling, self.risk_profile)
+        if not variant.levels_ok(self.risk_alpha, self.risk_beta):
             raise ValueError(
-                "advantage_scaling='authors_code' rescales the MVaR advantage by 1/risk_alpha: it needs "
-                f"risk_profile='mvar' and risk_alpha > 0 (got {self.risk_profile!r}, {self.risk_alpha})."
+                f"advantage_scaling={self.advantage_scaling!r} with risk_profile={self.risk_profile!r} needs "
+                f"{variant.levels_rule}; got risk_alpha={self.risk_alpha}, risk_beta={self.risk_beta}."
+            )
+        if self.credit_assignment not in CREDIT_ASSIGNMENTS:
+            raise ValueError(
+                f"credit_assignment={self.credit_assignment!r} is unknown; choose one of {list(CREDIT_ASSIGNMENTS)}."
+            )
+        if self.bundling not in BUNDLINGS:
+            raise ValueError(f"bundling={self.bundling!r} is unknown; choose one of {list(BUNDLINGS)}.")
+        if not self.natural_baseline and not variant.has_natural_baseline:
+            raise ValueError(
+                f"natural_baseline=False changes nothing for risk_profile={self.risk_profile!r} with "
+                f"advantage_scaling={self.advantage_scaling!r}: that advantage has no q_alpha - q_beta constant (its "
+                "excluded lower tail already gets 0). Leave natural_baseline at True."
             )
         if self.quantile_lr <= 0:
             raise ValueError(f"quantile_lr={self.quantile_lr} must be > 0 (the authors' code uses 0.1).")

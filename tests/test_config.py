@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -23,7 +24,8 @@ def test_defaults_are_the_papers_and_form_whole_bundle_groups(tmp_path):
 def test_every_risk_field_is_documented_for_the_cli():
     help_text = HfArgumentParser(RiskPOConfig).format_help()
     for name in ["risk_alpha", "risk_beta", "risk_omega", "bundle_size", "risk_profile", "quantile_source",
-                 "quantile_lr", "quantile_lr_decay"]:
+                 "quantile_lr", "quantile_lr_decay", "advantage_scaling", "natural_baseline", "credit_assignment",
+                 "bundling"]:
         assert f"--{name}" in help_text
     assert "Mixing weight omega" in help_text
 
@@ -42,12 +44,18 @@ def test_every_risk_field_is_documented_for_the_cli():
         ({"quantile_lr": 0.0}, "quantile_lr=0.0 must be > 0"),
         ({"multi_objective_aggregation": "normalize_then_sum"}, "leave it at 'sum_then_normalize'"),
         ({"advantage_scaling": "std"}, "advantage_scaling='std' is unknown"),
-        ({"advantage_scaling": "authors_code", "risk_alpha": 0.0}, "needs risk_profile='mvar' and risk_alpha > 0"),
-        ({"advantage_scaling": "authors_code", "risk_profile": "rvar"}, "needs risk_profile='mvar' and risk_alpha > 0"),
+        ({"advantage_scaling": "authors_code", "risk_alpha": 0.0}, "risk_profile='mvar' needs risk_alpha > 0"),
+        ({"advantage_scaling": "authors_code", "risk_profile": "risk_seeking", "risk_beta": 1.0},
+         "risk_profile='risk_seeking' needs risk_beta < 1"),
+        ({"advantage_scaling": "authors_code", "risk_profile": "rvar"},
+         "defined for risk_profile in ['mvar', 'risk_seeking'], not 'rvar'"),
+        ({"credit_assignment": "sum-mean"}, "credit_assignment='sum-mean' is unknown"),
+        ({"bundling": "random"}, "bundling='random' is unknown"),
+        ({"risk_profile": "risk_seeking", "natural_baseline": False}, "Leave natural_baseline at True"),
     ],
 )
 def test_bad_risk_fields_raise_naming_the_field(tmp_path, overrides, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         RiskPOConfig(output_dir=str(tmp_path), **overrides)
 
 
