@@ -50,7 +50,8 @@ def _check_layout(rewards: torch.Tensor, num_generations: int, bundle_size: int,
 
 
 def _score_bundles(rewards: torch.Tensor, slot: torch.Tensor, num_generations: int, bundle_size: int) -> Bundles:
-    """Score the bundles given each completion's slot (``slot[i, j]``: bundle slot of completion ``j`` of prompt ``i``).
+    """Score the bundles given each completion's slot (``slot[i, j]``: the bundle slot of completion ``j`` of prompt
+    ``i``).
 
     Unscorable (``NaN``) members do not count; a bundle's sum is rescaled to ``B / (scorable members)`` times itself so
     it stays on the scale of a full bundle, and a bundle without a scorable member scores ``NaN``."""
@@ -137,7 +138,9 @@ def _as_tensor(value: Quantile, like: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(value, dtype=like.dtype, device=like.device)
 
 
-def rvar_window(scores: torch.Tensor, q_low: Quantile, q_high: Quantile, natural_baseline: bool = True) -> torch.Tensor:
+def rvar_window(
+    scores: torch.Tensor, q_low: Quantile, q_high: Quantile, natural_baseline: bool = True
+) -> torch.Tensor:
     """``g(z, a, b) = (z - a)^+ - (z - b)^+ + a - b`` of Theorem 1: the score-function weight of
     ``(b_level - a_level) * RVaR_{a_level:b_level}``. It is ``a - b`` below ``a``, rises linearly in ``[a, b]`` and is
     ``0`` above ``b``. ``natural_baseline=False`` drops the constant ``a - b`` (then ``0`` below ``a`` and ``b - a``
@@ -242,7 +245,9 @@ def authors_code_mvar_advantage(
     authors' ``natural_baseline_adv=False``).
     """
     if not 0 < alpha < beta <= 1:
-        raise ValueError(f"The authors' MVaR scaling divides by alpha and beta - alpha; got alpha={alpha}, beta={beta}.")
+        raise ValueError(
+            f"The authors' MVaR scaling divides by alpha and beta - alpha; got alpha={alpha}, beta={beta}."
+        )
     lower_tail = -(_as_tensor(q_alpha, scores) - scores).clamp(min=0) / alpha
     window = rvar_window(scores, q_alpha, q_beta, natural_baseline) / (beta - alpha)
     return _divide_by_group_std((omega * lower_tail + window) / (1.0 + omega), scores, num_generations)
@@ -312,7 +317,9 @@ ADVANTAGE_VARIANTS: dict[tuple[str, str], AdvantageVariant] = {
     # (advantage_scaling, risk_profile): the paper's formulas ...
     ("none", "mvar"): AdvantageVariant(_paper_mvar, _any_levels, "0 <= alpha < beta <= 1", True, False),
     ("none", "rvar"): AdvantageVariant(_paper_rvar, _any_levels, "0 <= alpha < beta <= 1", True, False),
-    ("none", "risk_seeking"): AdvantageVariant(_paper_risk_seeking, _any_levels, "0 <= alpha < beta <= 1", False, False),
+    ("none", "risk_seeking"): AdvantageVariant(
+        _paper_risk_seeking, _any_levels, "0 <= alpha < beta <= 1", False, False
+    ),
     # ... and the authors' code's scaling (quantile levels in the denominators, then the group std).
     ("authors_code", "mvar"): AdvantageVariant(
         authors_code_mvar_advantage, lambda a, b: 0 < a < b <= 1, "risk_alpha > 0 (it divides by alpha)", True, True
@@ -522,7 +529,9 @@ def riskpo_advantages(
             raise ValueError(f"Unknown bundling {bundling!r}; choose one of {list(BUNDLINGS)}.")
         bundles = BUNDLINGS[bundling](rewards, num_generations, bundle_size, generator)
     if variant.group_std and levels is None:
-        raise ValueError(f"advantage_scaling={advantage_scaling!r} needs the quantile levels: pass levels=(alpha, beta).")
+        raise ValueError(
+            f"advantage_scaling={advantage_scaling!r} needs the quantile levels: pass levels=(alpha, beta)."
+        )
     alpha, beta = levels if levels is not None else (None, None)
     bundle_scores, bundle_ids = bundles
     bundle_adv = variant.fn(

@@ -14,6 +14,9 @@ from trl import GRPOConfig
 from .estimator import QUANTILE_SOURCES
 from .risk import ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, RISK_PROFILES, advantage_variant
 
+# The paper updates 4 times per generation batch (batch 512 prompts, mini-batches of 128).
+UPDATES_PER_GENERATION = 4
+
 
 @dataclass
 class RiskPOConfig(GRPOConfig):
@@ -42,8 +45,10 @@ class RiskPOConfig(GRPOConfig):
         quantile_source (`str`, defaults to `"tracked"`), advantage_scaling (`str`, defaults to `"none"`),
         natural_baseline (`bool`, defaults to `True`), credit_assignment (`str`, defaults to `"uniform"`), bundling
         (`str`, defaults to `"permutation"`), quantile_lr (`float`, defaults to `0.1`), quantile_lr_decay (`float`,
-        defaults to `0.0`): see each field's help. The non-default choices reproduce the authors' public code (see
-        `docs/algorithm.md`).
+        defaults to `0.0`), max_unscorable_batches (`int`, defaults to `3`): see each field's help. The non-default
+        advantage choices reproduce the authors' public code (see `docs/algorithm.md`).
+        steps_per_generation (`int`, defaults to `4 x gradient_accumulation_steps` unless it or generation_batch_size
+        is set): the paper's 4 optimizer updates per generation batch.
     """
 
     # Risk measure
@@ -112,6 +117,12 @@ class RiskPOConfig(GRPOConfig):
                   "or 'positional' (the authors' code: completion j of every prompt of a group forms bundle j).",
                   "choices": list(BUNDLINGS)},
     )
+    max_unscorable_batches: int = field(
+        default=3,
+        metadata={"help": "Stop with an error after this many consecutive training batches in which no completion "
+                  "could be scored (every reward function returned None): such a run trains on nothing. 0 never "
+                  "stops. The share of unscorable completions is logged as risk/frac_unscorable."},
+    )
     quantile_lr: float = field(
         default=0.1,
         metadata={"help": "Step size gamma of the quantile trackers, in units of the bundle score. The first batch "
@@ -152,7 +163,13 @@ class RiskPOConfig(GRPOConfig):
     )
     gradient_accumulation_steps: int = field(
         default=5,
-        metadata={"help": "Micro-batches accumulated per optimizer step; also the default steps_per_generation."},
+        metadata={"help": "Micro-batches accumulated per optimizer step (one mini-batch)."},
+    )
+    steps_per_generation: int | None = field(
+        default=None,
+        metadata={"help": "Micro-steps per generation batch. If neither it nor generation_batch_size is set: "
+                  f"{UPDATES_PER_GENERATION} x gradient_accumulation_steps, the paper's {UPDATES_PER_GENERATION} "
+                  "optimizer updates per generation batch (batch 512, mini-batch 128), so the clipped ratio acts."},
     )
     per_device_eval_batch_size: int = field(
         default=50,
@@ -172,7 +189,10 @@ class RiskPOConfig(GRPOConfig):
             # Without a backend, transformers sets up a single-process state under a CPU-only DeepSpeed launch while
             # DeepSpeed itself sees every rank, so batch sizes disagree. gloo gives both the real world size.
             self.ddp_backend = "gloo"
+        if self.steps_per_generation is None and self.generation_batch_size is None:
+            self.steps_per_generation = UPDATES_PER_GENERATION * self.gradient_accumulation_steps
         self._validate_risk_fields()
+        self._refuse_unsourced_combinations()
         super().__post_init__()
         self._validate_batch_layout()
 
@@ -217,6 +237,10 @@ class RiskPOConfig(GRPOConfig):
                 f"advantage_scaling={self.advantage_scaling!r}: that advantage has no q_alpha - q_beta constant (its "
                 "excluded lower tail already gets 0). Leave natural_baseline at True."
             )
+        if self.max_unscorable_batches < 0:
+            raise ValueError(
+                f"max_unscorable_batches={self.max_unscorable_batches} must be >= 0 (0 never stops the run)."
+            )
         if self.quantile_lr <= 0:
             raise ValueError(f"quantile_lr={self.quantile_lr} must be > 0 (the authors' code uses 0.1).")
         if self.quantile_lr_decay < 0:
@@ -231,6 +255,31 @@ class RiskPOConfig(GRPOConfig):
                 "RiskPO scores a bundle by the weighted sum of its members' raw rewards, so "
                 f"multi_objective_aggregation={self.multi_objective_aggregation!r} does not apply; leave it at "
                 "'sum_then_normalize'."
+            )
+
+    def _refuse_unsourced_combinations(self) -> None:
+        """Combinations neither the paper nor the authors' code uses, where the advantage's scale goes wrong."""
+        if self.advantage_scaling == "authors_code" and self.quantile_source != "group":
+            raise ValueError(
+                f"advantage_scaling='authors_code' with quantile_source={self.quantile_source!r}: that scaling "
+                "divides by each bundle group's score std, which is only on a sensible scale with the group's own "
+                "quantiles (with shared quantiles the failures of a group with one success get 2-3 times the "
+                "advantage of an all-zero group). Set quantile_source='group' (what the authors' code effectively "
+                "does), or advantage_scaling='none' for the paper's advantage."
+            )
+        if self.credit_assignment in ("std", "sum_mean") and self.advantage_scaling != "authors_code":
+            raise ValueError(
+                f"credit_assignment={self.credit_assignment!r} rescales members by their prompt's reward statistics, "
+                "which only the authors' scaling uses (their scripts: advantage_scaling='authors_code', "
+                "quantile_source='group'); with the paper's advantage it multiplies some prompts' advantages several "
+                "fold. Set advantage_scaling='authors_code' and quantile_source='group', or credit_assignment="
+                "'uniform' (the paper)."
+            )
+        if self.credit_assignment == "score" and self.advantage_scaling != "authors_code":
+            warnings.warn(
+                "credit_assignment='score' (x0.5 for rewarded members, x1.5 otherwise) comes from the authors' code "
+                "and none of their scripts uses it; with the paper's advantage it is an untested mix.",
+                stacklevel=3,
             )
 
     def _validate_batch_layout(self) -> None:

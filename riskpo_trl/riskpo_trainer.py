@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -18,6 +20,10 @@ from .risk import RiskPOBatch
 from .riskpo_config import RiskPOConfig
 
 RISK_STATE_FILE = "riskpo_state.json"
+
+# Keyword arguments GRPOTrainer passes to reward functions itself; every other one is read from a dataset column.
+TRL_REWARD_KWARGS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
+                               "environments"})
 
 
 class RiskPOTrainer(GRPOTrainer):
@@ -77,8 +83,13 @@ class RiskPOTrainer(GRPOTrainer):
                 f"RiskPOTrainer needs a RiskPOConfig, got {type(args).__name__}. Build one with "
                 "RiskPOConfig(**your_grpo_config.to_dict()) plus the risk fields you want."
             )
+        _check_dataset_columns(kwargs.get("train_dataset"), reward_funcs, "training")
+        eval_datasets = kwargs.get("eval_dataset")
+        for name, dataset in (eval_datasets.items() if isinstance(eval_datasets, dict) else [("", eval_datasets)]):
+            _check_dataset_columns(dataset, reward_funcs, f"evaluation{f' ({name})' if name else ''}")
         super().__init__(model, reward_funcs, args=args, **kwargs)
         self.risk_estimator = RiskEstimator.from_config(args)
+        self._unscorable_batches = 0  # consecutive training batches without a scorable completion
         self._eval_batches = 0
         self._last_rewards_per_func: torch.Tensor | None = None
         self.last_risk_batch: RiskPOBatch | None = None  # the latest batch's bundles, for inspection and tests
@@ -118,7 +129,24 @@ class RiskPOTrainer(GRPOTrainer):
         for name, value in self.risk_estimator.metrics(batch).items():
             self._metrics[mode][name].append(value)
         self.last_risk_batch = batch
+        if mode == "train":
+            self._stop_if_nothing_is_scorable(batch)
         return output
+
+    def _stop_if_nothing_is_scorable(self, batch: RiskPOBatch) -> None:
+        """A batch in which every reward function returned None for every completion trains on nothing (all
+        advantages 0); a few in a row mean the rewards cannot read this data, so stop rather than train silently."""
+        self._unscorable_batches = self._unscorable_batches + 1 if bool(batch.unscorable.all()) else 0
+        limit = self.args.max_unscorable_batches
+        if limit and self._unscorable_batches >= limit:
+            names = [getattr(f, "__name__", type(f).__name__) for f in self.reward_funcs]
+            raise RuntimeError(
+                f"No completion could be scored in the last {self._unscorable_batches} training batches: every reward "
+                f"function ({', '.join(names)}) returned None for every completion, so every advantage was 0. Check "
+                "that the reward functions fit the dataset (e.g. the format of the reference-answer column they read) "
+                "and the completions (e.g. max_completion_length long enough to reach an answer). Set "
+                "max_unscorable_batches=0 to keep training anyway."
+            )
 
     def _bundling_seed(self, mode: str) -> int:
         """Same on every rank and after a resume: derived from the seed, the step and the batch counter only."""
@@ -164,3 +192,46 @@ class RiskPOTrainer(GRPOTrainer):
             )
         with open(path) as f:
             self.risk_estimator.load_state_dict(json.load(f))
+
+
+def _reward_columns(reward_func: Any) -> list[str]:
+    """Dataset columns a reward function needs: an explicit ``required_columns`` attribute, else the parameters of its
+    signature that have no default and that GRPOTrainer does not pass itself."""
+    declared = getattr(reward_func, "required_columns", None)
+    if declared is not None:
+        return list(declared)
+    if not callable(reward_func) or isinstance(reward_func, str) or hasattr(reward_func, "config"):
+        return []  # a Hub id or a reward model: it reads the text only
+    try:
+        parameters = inspect.signature(reward_func).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [
+        p.name for p in parameters
+        if p.default is inspect.Parameter.empty and p.name not in TRL_REWARD_KWARGS
+        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+
+
+def _check_dataset_columns(dataset: Any, reward_funcs: Any, split: str) -> None:
+    """Fail at construction, naming the columns, rather than with a KeyError inside TRL at the first step."""
+    columns = getattr(dataset, "column_names", None)
+    if dataset is None or columns is None:  # no dataset, or a streaming one that does not know its columns
+        return
+    if "prompt" not in columns:
+        raise ValueError(
+            f"The {split} dataset has no 'prompt' column (its columns: {columns}). RiskPOTrainer, like GRPOTrainer, "
+            "reads each example's prompt from 'prompt': a string, or a list of chat messages [{'role': 'user', "
+            "'content': ...}]. Rename or build that column (e.g. dataset.rename_column('question', 'prompt'), or the "
+            "adapters in riskpo_trl.data)."
+        )
+    funcs: list[Callable] = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+    for func in funcs:
+        missing = [column for column in _reward_columns(func) if column not in columns]
+        if missing:
+            name = getattr(func, "__name__", type(func).__name__)
+            raise ValueError(
+                f"The reward function {name} reads the column(s) {missing}, which the {split} dataset lacks (its "
+                f"columns: {columns}). Add them to the dataset (e.g. the reference answer as 'solution'), or use a "
+                "reward function that fits it."
+            )

@@ -77,7 +77,8 @@ def test_quantile_sources():
     estimator = make(quantile_source="batch")
     estimator.step(binary_rewards(8, 4), generator=seeded(1), train=True)  # the tracker runs but is not used
     batch = estimator.step(rewards, generator=seeded(0), train=True)
-    assert [batch.q_alpha, batch.q_beta] == pytest.approx(empirical_quantiles(batch.bundle_scores, [0.2, 0.8]).tolist())
+    expected = empirical_quantiles(batch.bundle_scores, [0.2, 0.8]).tolist()
+    assert [batch.q_alpha, batch.q_beta] == pytest.approx(expected)
     metrics = estimator.metrics(batch)
     assert metrics["risk/tracked_q_alpha"] == pytest.approx(estimator.tracker.values[0].item())
     assert "risk/tracked_q_alpha" not in make().metrics(make().step(rewards, generator=seeded(0), train=True))
@@ -112,7 +113,8 @@ def test_state_round_trip_keeps_the_checkpoint_format():
 
 
 def test_from_config_reads_riskpo_fields_and_defaults_the_opt_ins(tmp_path):
-    config = RiskPOConfig(output_dir=str(tmp_path), credit_assignment="std", bundling="positional", risk_omega=1.0)
+    config = RiskPOConfig(output_dir=str(tmp_path), credit_assignment="std", bundling="positional", risk_omega=1.0,
+                          advantage_scaling="authors_code", quantile_source="group")
     estimator = RiskEstimator.from_config(config)
     assert (estimator.credit_assignment, estimator.bundling, estimator.omega) == ("std", "positional", 1.0)
     assert estimator.num_generations == 10 and estimator.bundle_size == 5
