@@ -11,11 +11,15 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
 
-from riskpo_trl import RiskEstimator, group_quantiles, positional_bundles, riskpo_advantages
+from riskpo_trl import RiskEstimator, RiskPOConfig, group_quantiles, positional_bundles, riskpo_advantages
+from riskpo_trl.scripts import train
+
+ROOT = Path(__file__).resolve().parents[1]
 
 EPS = 1e-6
 
@@ -25,6 +29,7 @@ class Script:
     """One public script's advantage switches (names as in the script) and batch layout."""
 
     name: str
+    recipe: str
     quantile_down: float
     quantile_up: float
     use_mixing_risk_measure: bool  # MVaR: w_mix * lower-tail CVaR term
@@ -37,9 +42,13 @@ class Script:
 
 
 SCRIPTS = [
-    Script("run_qwen2.5_1.5b_MVaR_dapomath.sh", 0.2, 0.8, True, False, 1.5, False, "sum-mean", 10, 5),
-    Script("run_qwen2.5_1.5b_MVaR_math.sh", 0.2, 0.9, True, False, 1.5, True, "std", 5, 5),
-    Script("run_qwen2.5_1.5b_risky_MVaR_math.sh", 0.2, 0.8, False, True, 1.5, True, "std", 5, 5),
+    Script("run_qwen2.5_1.5b_MVaR_dapomath.sh", "DeepSeek-R1-Distill-Qwen-1.5B/riskpo_authors/config_dapo_math.yaml",
+           0.2, 0.8, True, False, 1.5, False, "sum-mean", 10, 5),
+    Script("run_qwen2.5_1.5b_MVaR_math.sh", "Qwen2.5-1.5B-Instruct/riskpo_authors/config_math_gsm8k.yaml",
+           0.2, 0.9, True, False, 1.5, True, "std", 5, 5),
+    Script("run_qwen2.5_1.5b_risky_MVaR_math.sh",
+           "Qwen2.5-1.5B-Instruct/riskpo_authors/config_math_gsm8k_risk_seeking.yaml",
+           0.2, 0.8, False, True, 1.5, True, "std", 5, 5),
 ]
 
 
@@ -162,7 +171,7 @@ def test_the_estimator_with_the_scripts_fields_reproduces_it(script):
 
 @pytest.mark.parametrize("mode", ["uniform", "score"])
 def test_the_other_credit_modes_match_the_rules(mode):
-    script = Script("uniform/score", 0.2, 0.8, True, False, 1.5, True, mode, 5, 5)
+    script = Script("uniform/score", "", 0.2, 0.8, True, False, 1.5, True, mode, 5, 5)
     rewards = random_rewards(script, num_groups=2, signed=False, seed=7)
     bundles = positional_bundles(rewards, 5, 5)
     q = group_quantiles(bundles[0], 5, [0.2, 0.8])
@@ -181,3 +190,71 @@ def test_sum_mean_flips_signs_and_the_dapo_setting_gives_positive_advantages():
     uniform = torch.tensor(reference_advantages(rewards.tolist(), Script(**{**script.__dict__,
                                                                             "credit_assign_mode": "uniform"})))
     assert (dapo > 0).any() and (torch.sign(dapo) * torch.sign(uniform) < 0).any()
+
+
+def test_plus_minus_one_rewards_give_the_dapo_script_the_same_advantages_as_one_zero():
+    """Their DAPO-Math reward is +1/-1, math_verify's 1/0: for this script's switches the advantage is unchanged."""
+    script = SCRIPTS[0]
+    for seed in range(10):
+        zero_one = random_rewards(script, num_groups=2, signed=False, seed=seed)
+        assert reference_advantages(zero_one.tolist(), script) == pytest.approx(
+            reference_advantages((2 * zero_one - 1).tolist(), script), abs=1e-4
+        )
+
+
+# --- the recipes ---------------------------------------------------------------------------------------------------
+
+# Per script: (training processes it was run on, prompts per generation batch here, optimizer steps per batch, the
+# script's total_training_steps and save_freq in generation batches)
+LAYOUTS = {
+    "run_qwen2.5_1.5b_MVaR_dapomath.sh": (8, 480, 4, 500, 10),
+    "run_qwen2.5_1.5b_MVaR_math.sh": (4, 1040, 2, 200, 10),
+    "run_qwen2.5_1.5b_risky_MVaR_math.sh": (4, 1040, 2, 200, 10),
+}
+
+
+def parse_recipe(script: Script, *extra: str):
+    return train.parse_args(["--config", str(ROOT / "recipes" / script.recipe), "--bf16", "false", *extra])
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.name)
+def test_each_recipe_carries_its_scripts_settings(script):
+    script_args, args, model_args = parse_recipe(script)
+    assert script_args.trainer == "riskpo" and isinstance(args, RiskPOConfig)
+    for name, value in our_fields(script).items():
+        assert getattr(args, name) == value, name
+    # verl's loss: token-level ratio, token-mean per micro-batch, clip 0.2, dual clip at 3; no KL; verl's temperature
+    assert (args.importance_sampling_level, args.loss_type, args.epsilon, args.delta) == ("token", "bnpo", 0.2, 3.0)
+    assert (args.beta, args.temperature, args.top_p, args.learning_rate) == (0.0, 1.0, 1.0, 1e-6)
+    assert args.lr_scheduler_type == "constant" and args.weight_decay == 0.01
+    processes, prompts, updates, generation_batches, save_every = LAYOUTS[script.name]
+    per_generation = args.per_device_train_batch_size * processes * args.steps_per_generation
+    per_step = args.per_device_train_batch_size * processes * args.gradient_accumulation_steps
+    assert per_generation // args.num_generations == prompts and per_generation // per_step == updates
+    assert args.max_steps == generation_batches * updates and args.save_steps == save_every * updates
+    dapo = "dapo" in script.name
+    assert model_args.model_name_or_path == (
+        "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B" if dapo else "Qwen/Qwen2.5-1.5B-Instruct"
+    )
+    assert script_args.dataset_name == ("dapo_math" if dapo else "math_gsm8k")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.name)
+def test_each_recipe_trains_one_step_on_cpu(script, tiny_model_dir, tmp_path):
+    G, B = script.rollout_n, script.bundle_size
+    overrides = [
+        "--model_name_or_path", tiny_model_dir, "--dtype", "float32", "--attn_implementation", "eager",
+        "--dataset_name", "gsm8k", "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+        "--max_completion_length", "8", "--use_vllm", "false", "--use_cpu", "true", "--gradient_checkpointing",
+        "false", "--per_device_train_batch_size", str(G), "--gradient_accumulation_steps", "1",
+        "--steps_per_generation", str(B), "--max_steps", "1", "--save_strategy", "no", "--log_completions", "false",
+        "--output_dir", str(tmp_path / "run"),
+    ]
+    trainer = train.main(*parse_recipe(script, *overrides))
+    assert trainer.state.global_step == 1
+    batch = trainer.last_risk_batch
+    # the authors' positional pairing: completion j of each of the group's B prompts forms bundle j
+    assert batch.bundle_ids.tolist() == [j for _ in range(B) for j in range(G)]
+    assert not torch.isnan(batch.advantages).any()
+    assert math.isfinite(next(e["loss"] for e in trainer.state.log_history if "loss" in e))
