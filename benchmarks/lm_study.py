@@ -515,6 +515,148 @@ def select_lrs(cfg: LMConfig, out_dir: Path, methods: list[str]) -> dict[str, fl
     return chosen
 
 
+# --- gradient diagnostics ----------------------------------------------------------------------------------------
+
+
+def advantage_for(method: str, rewards: torch.Tensor, cfg: LMConfig, tracker, generator) -> torch.Tensor:
+    """Each method's advantage on one generation batch, through the library's code (GRPO: TRL's group formula)."""
+    from riskpo_trl.risk import group_quantiles, permutation_bundles, riskpo_advantages
+
+    g = cfg.num_generations
+    if method in ("grpo", "gspo"):
+        grouped = rewards.view(-1, g)
+        return ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)).reshape(-1)
+    bundles = permutation_bundles(rewards, g, cfg.bundle_size, generator)
+    levels = (0.2, 0.8)
+    extra: dict[str, Any] = {}
+    if method == "riskpo_authors":
+        q_alpha, q_beta = group_quantiles(bundles[0], g, list(levels)).unbind(dim=1)
+        extra = {k: v for k, v in AUTHORS_FIELDS.items() if k not in ("quantile_source", "risk_omega")}
+        extra["levels"] = levels
+        omega, profile = AUTHORS_FIELDS["risk_omega"], "mvar"
+    else:
+        q_alpha, q_beta = tracker.update(bundles[0]).tolist()
+        omega, profile = 0.5, ("risk_seeking" if method == "risk_seeking" else "mvar")
+    return riskpo_advantages(rewards, num_generations=g, bundle_size=cfg.bundle_size, q_alpha=q_alpha, q_beta=q_beta,
+                             omega=omega, risk_profile=profile, bundles=bundles, **extra).advantages
+
+
+def _answer_loglik_gradient(model, tokenizer, batch, params, temperature: float) -> torch.Tensor:
+    """Gradient of the mean length-normalised log-likelihood of the correct answers (with EOS) to ``batch``'s
+    prompts, at the sampling temperature: the direction in which every right answer becomes likelier."""
+    seqs, prompt_lens = [], []
+    for _, a, b in batch:
+        prompt_ids = tokenizer(prompt_of(a, b), add_special_tokens=False)["input_ids"]
+        answer_ids = tokenizer(str(a + b), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        seqs.append(prompt_ids + answer_ids)
+        prompt_lens.append(len(prompt_ids))
+    width = max(len(x) for x in seqs)
+    input_ids = torch.tensor([x + [tokenizer.pad_token_id] * (width - len(x)) for x in seqs])
+    attention = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in seqs])
+    logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1].float() / temperature
+    token_logp = torch.log_softmax(logits, -1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    action = (torch.arange(1, width).unsqueeze(0) >= torch.tensor(prompt_lens).unsqueeze(1)) & (attention[:, 1:] == 1)
+    loglik = ((token_logp * action).sum(1) / action.sum(1)).mean()
+    return torch.cat([x.reshape(-1) for x in torch.autograd.grad(loglik, params)])
+
+
+def gradient_diagnostics(cfg: LMConfig, out_dir: Path, methods: list[str], num_batches: int = 32) -> dict[str, Any]:
+    """At the SFT start, on the *same* sampled generation batches for every method (paired): the signal-to-noise
+    ratio of the batch policy gradient (sequence-level score function, length-normalised log-prob, as GSPO/RiskPO's
+    loss at ratio 1), the cosine of each method's mean gradient with GRPO's and with the gradient of the log-likelihood
+    of the correct answers to the same prompts (the direction that makes right answers likelier; a negative cosine
+    means the update makes them less likely), the fraction of completions with a positive advantage and with a
+    negative one, and the share of total |advantage| that lands on each difficulty bucket. Cached in
+    ``gradient_diagnostics.json``."""
+    path = out_dir / "gradient_diagnostics.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from riskpo_trl.evaluation.generation import SamplingSettings, TransformersBackend
+    from riskpo_trl.quantile_tracker import QuantileTracker
+
+    sft_dir = out_dir / "models" / "sft"
+    tokenizer = AutoTokenizer.from_pretrained(sft_dir)
+    model = AutoModelForCausalLM.from_pretrained(sft_dir)
+    model.generation_config.top_k = None
+    backend = TransformersBackend(model, tokenizer, batch_size=64)
+    settings = SamplingSettings(num_samples=cfg.num_generations, temperature=cfg.temperature, top_p=1.0,
+                                max_new_tokens=cfg.max_completion_length)
+    splits = make_splits(cfg)
+    pool = [(d, a, b) for d, pairs in splits.train.items() for a, b in pairs]
+    rng = random.Random(99)
+    torch.manual_seed(99)
+    trackers = {m: QuantileTracker((0.2, 0.8), lr=0.1) for m in methods}
+    generators = {m: torch.Generator().manual_seed(7) for m in methods}
+    grads: dict[str, list[torch.Tensor]] = {m: [] for m in methods}
+    truth_grads: list[torch.Tensor] = []
+    signs = {m: {"positive": 0, "negative": 0, "total": 0} for m in methods}
+    mass = {m: {f"{d}digit": 0.0 for d in cfg.digits} for m in methods}
+    params = [p for p in model.parameters() if p.requires_grad]
+    eos = tokenizer.eos_token_id
+    for _ in range(num_batches):
+        batch = rng.sample(pool, cfg.prompts_per_generation)
+        prompts = [prompt_of(a, b) for _, a, b in batch]
+        samples = backend.generate(prompts, settings)
+        rewards, seqs, prompt_lens, buckets = [], [], [], []
+        for (d, a, b), prompt, group in zip(batch, prompts, samples):
+            prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            for sample in group:
+                ids = tokenizer(sample.text, add_special_tokens=False)["input_ids"]
+                if sample.num_tokens > len(ids):  # the completion ended with EOS: it is part of the action
+                    ids = ids + [eos]
+                seqs.append(prompt_ids + ids)
+                prompt_lens.append(len(prompt_ids))
+                rewards.append(float(sample.text.strip() == str(a + b)))
+                buckets.append(f"{d}digit")
+        width = max(len(x) for x in seqs)
+        input_ids = torch.tensor([x + [tokenizer.pad_token_id] * (width - len(x)) for x in seqs])
+        attention = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in seqs])
+        model.train()
+        logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1].float() / cfg.temperature
+        token_logp = torch.log_softmax(logits, -1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        positions = torch.arange(1, width).unsqueeze(0)
+        action = (positions >= torch.tensor(prompt_lens).unsqueeze(1)) & (attention[:, 1:] == 1)
+        seq_logp = (token_logp * action).sum(1) / action.sum(1).clamp(min=1)
+        reward_t = torch.tensor(rewards)
+        truth_grads.append(_answer_loglik_gradient(model, tokenizer, batch, params, cfg.temperature))
+        for m in methods:
+            adv = advantage_for(m, reward_t, cfg, trackers[m], generators[m]).float()
+            signs[m]["positive"] += int((adv > 0).sum())
+            signs[m]["negative"] += int((adv < 0).sum())
+            signs[m]["total"] += adv.numel()
+            for bucket, value in zip(buckets, adv.abs().tolist()):
+                mass[m][bucket] += value
+            grad = torch.autograd.grad((adv * seq_logp).mean(), params, retain_graph=True)
+            grads[m].append(torch.cat([x.reshape(-1) for x in grad]))
+    out: dict[str, Any] = {"num_batches": num_batches, "methods": {}}
+    grpo_mean = torch.stack(grads["grpo"]).mean(0) if "grpo" in grads else None
+    truth = torch.stack(truth_grads).mean(0)
+    for m in methods:
+        g = torch.stack(grads[m])
+        mean = g.mean(0)
+        noise = (g - mean).pow(2).sum(1).mean()
+        total = sum(mass[m].values()) or 1.0
+        out["methods"][m] = {
+            "snr": (mean.pow(2).sum() / noise.clamp(min=1e-30)).item(),
+            "cosine_of_mean_gradient_with_grpo": (
+                torch.nn.functional.cosine_similarity(mean, grpo_mean, dim=0).item() if grpo_mean is not None else None
+            ),
+            "cosine_of_mean_gradient_with_answer_loglik": torch.nn.functional.cosine_similarity(
+                mean, truth, dim=0
+            ).item(),
+            "mean_batch_cosine_with_answer_loglik": torch.nn.functional.cosine_similarity(
+                g, torch.stack(truth_grads), dim=1
+            ).nan_to_num(0.0).mean().item(),
+            "fraction_positive_advantage": signs[m]["positive"] / max(1, signs[m]["total"]),
+            "fraction_negative_advantage": signs[m]["negative"] / max(1, signs[m]["total"]),
+            "abs_advantage_share_by_bucket": {b: v / total for b, v in mass[m].items()},
+        }
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    return out
+
+
 # --- report ------------------------------------------------------------------------------------------------------
 
 
@@ -567,7 +709,8 @@ def summarize(cfg: LMConfig, out_dir: Path, methods: list[str]) -> dict[str, Any
 
 
 def _markdown(cfg: LMConfig, sft: dict[str, Any], summary: dict[str, Any], methods: list[str], skipped: list[str],
-              missing: list[str], machine: dict[str, Any], wall: float | None) -> str:
+              missing: list[str], machine: dict[str, Any], wall: float | None,
+              diagnostics: dict[str, Any] | None = None) -> str:
     top = cfg.ks[-1]
     ks_shown = [k for k in (1, 2, 4, 8, 16) if k in cfg.ks]
     buckets = [f"{d}digit" for d in cfg.digits]
@@ -614,6 +757,18 @@ def _markdown(cfg: LMConfig, sft: dict[str, Any], summary: dict[str, Any], metho
         lines.append(f"| {METHOD_LABELS[g['method']]} | {g['lr']:g} | {g['val_pass@1']:.3f} | "
                      f"{g[f'val_pass@{top}']:.3f} | {g['selection_score']:.3f} | {chosen} | {g['test_pass@1']:.3f} | "
                      f"{g['train_seconds']:.0f} |")
+    if diagnostics:
+        lines += ["", f"## Gradient noise at the SFT start ({diagnostics['num_batches']} paired generation batches)", "",
+                  "| method | SNR of batch gradient | cos(mean gradient, GRPO's) | cos(mean gradient, grad log-lik of "
+                  "right answers) | mean batch cos with it | A > 0 / A < 0 | share of abs(A): " + " / ".join(buckets)
+                  + " |", "|---|---|---|---|---|---|---|"]
+        for m, d in diagnostics["methods"].items():
+            cos = d["cosine_of_mean_gradient_with_grpo"]
+            lines.append(f"| {METHOD_LABELS[m]} | {d['snr']:.4f} | {'' if cos is None else f'{cos:.3f}'} | "
+                         f"{d['cosine_of_mean_gradient_with_answer_loglik']:+.3f} | "
+                         f"{d['mean_batch_cosine_with_answer_loglik']:+.3f} | {d['fraction_positive_advantage']:.2f} / "
+                         f"{d['fraction_negative_advantage']:.2f} | "
+                         + " / ".join(f"{d['abs_advantage_share_by_bucket'][b]:.2f}" for b in buckets) + " |")
     lines += ["", f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores shared with other jobs, load "
               f"average at report time {machine.get('load_average_at_start')}, torch {machine['torch']}, trl "
               f"{machine['trl']}." + (f" Wall time of this invocation: {wall / 60:.1f} min." if wall else "")]
@@ -690,9 +845,12 @@ def report(cfg: LMConfig, out_dir: Path, methods: list[str], skipped: list[str],
     missing = sorted(expected - set(summary["runs"]))
     missing += [f"{m} (test seeds: lr not chosen yet)" for m in methods if m not in summary["chosen_lr"]]
     machine = machine_info()
-    text = _markdown(cfg, sft, summary, methods, skipped, missing, machine, wall)
+    diagnostics_path = out_dir / "gradient_diagnostics.json"
+    diagnostics = json.loads(diagnostics_path.read_text()) if diagnostics_path.exists() else None
+    text = _markdown(cfg, sft, summary, methods, skipped, missing, machine, wall, diagnostics)
     payload = {"config": asdict(cfg), "selection_criterion": SELECTION_CRITERION, "machine": machine,
                "wall_seconds": wall, "not_run": skipped, "not_finished": missing, "sft": sft,
+               "gradient_diagnostics": diagnostics,
                **{k: v for k, v in summary.items() if k != "runs"}}
     write_results("lm_study", payload, text, out_dir)
     if summary["methods"]:
@@ -713,6 +871,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workers", type=int, default=2, help="Parallel RL runs, one torch thread each.")
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--report-only", action="store_true", help="Only tables and figures from finished runs.")
+    parser.add_argument("--skip-diagnostics", action="store_true",
+                        help="Do not measure the gradient noise of each advantage at the SFT start.")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     datasets.disable_progress_bars()
@@ -732,6 +892,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         seed_jobs = [(m, lr, s, cfg, out) for s in cfg.test_seeds for m, lr in chosen.items()]
         for line in run_jobs(seed_jobs, args.workers):
             print("[seeds]", line, flush=True)
+        if not args.skip_diagnostics:
+            gradient_diagnostics(cfg, out, [m for m in methods if m != "gspo"],  # GSPO's advantage is GRPO's
+                                 num_batches=3 if args.smoke else 32)
     return report(cfg, out, methods, skipped, time.perf_counter() - start)
 
 

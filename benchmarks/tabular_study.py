@@ -14,8 +14,9 @@ Every method samples the same batches (same seeds: ``P`` questions without repla
 one advantage per sampled answer and takes one Adam step on ``-mean(A * log pi(y|x))``. Only the advantage differs:
 
 - ``grpo``: TRL's group advantage ``(r - mean_G) / (std_G + 1e-4)``;
-- ``riskpo``: the paper's MVaR advantage with the project's code (``permutation_bundles``, ``QuantileTracker``,
-  ``riskpo_advantages``), alpha 0.2, beta 0.8, omega 0.5, B 5, tracked quantiles (tracker lr 0.1);
+- ``riskpo``: the paper's MVaR advantage with the project's code (``RiskEstimator``: ``permutation_bundles``, a
+  ``QuantileTracker`` step, ``riskpo_advantages``), alpha 0.2, beta 0.8, omega 0.5, B 5, tracked quantiles (tracker
+  lr 0.1);
 - ``risk_seeking``: the same with ``risk_profile="risk_seeking"``;
 - ``riskpo_authors``: the authors' DAPO-script advantage (``advantage_scaling="authors_code"``, quantiles of each
   bundle group, ``natural_baseline=False``, ``credit_assignment="sum_mean"``, omega 1.5). It runs only when
@@ -49,8 +50,8 @@ from typing import Any
 import torch
 
 from benchmarks._common import RESULTS_DIR, machine_info, mean_std, write_results
-from riskpo_trl.quantile_tracker import QuantileTracker
-from riskpo_trl.risk import group_quantiles, permutation_bundles, riskpo_advantages
+from riskpo_trl.estimator import RiskEstimator
+from riskpo_trl.risk import riskpo_advantages
 
 METHODS = ("grpo", "riskpo", "risk_seeking", "riskpo_authors")
 METHOD_LABELS = {
@@ -64,6 +65,7 @@ AUTHORS_KEYWORDS = {
     "natural_baseline": False,
     "credit_assignment": "sum_mean",
 }
+AUTHORS_ESTIMATOR = {**AUTHORS_KEYWORDS, "quantile_source": "group"}
 BUCKETS = {"hard": (0.0, 0.05), "medium": (0.05, 0.5), "easy": (0.5, 1.0)}  # by the starting P(correct)
 
 
@@ -154,7 +156,10 @@ def policy_metrics(theta: torch.Tensor, start_p: torch.Tensor, ks: tuple[int, ..
 
 
 class AdvantageFn:
-    """One method's advantage for a flat batch of ``P * G`` binary rewards, with its state (the trackers)."""
+    """One method's advantage for a flat batch of ``P * G`` binary rewards, with its state (the trackers).
+
+    The RiskPO variants go through the library's :class:`~riskpo_trl.estimator.RiskEstimator`, the same object the
+    trainer calls once per generation batch (bundling, tracker step, quantiles, advantage, credit rule)."""
 
     def __init__(self, method: str, cfg: TabularConfig, seed: int) -> None:
         if method not in METHODS:
@@ -162,37 +167,27 @@ class AdvantageFn:
         if method == "riskpo_authors" and not authors_advantage_available():
             raise RuntimeError("riskpo_advantages lacks the authors'-code keywords " + ", ".join(AUTHORS_KEYWORDS))
         self.method, self.cfg = method, cfg
-        self.tracker = QuantileTracker((cfg.risk_alpha, cfg.risk_beta), lr=cfg.quantile_lr)
         self.generator = torch.Generator().manual_seed(10_000 + seed)  # bundling draws, same for every method
+        self.estimator = None
+        if method != "grpo":
+            extra = AUTHORS_ESTIMATOR if method == "riskpo_authors" else {}
+            self.estimator = RiskEstimator(
+                num_generations=cfg.num_generations,
+                bundle_size=cfg.bundle_size,
+                alpha=cfg.risk_alpha,
+                beta=cfg.risk_beta,
+                omega=cfg.authors_omega if method == "riskpo_authors" else cfg.risk_omega,
+                risk_profile="risk_seeking" if method == "risk_seeking" else "mvar",
+                quantile_lr=cfg.quantile_lr,
+                **extra,
+            )
 
     def __call__(self, rewards: torch.Tensor) -> torch.Tensor:
-        cfg, G = self.cfg, self.cfg.num_generations
-        if self.method == "grpo":
-            grouped = rewards.view(-1, G)
+        if self.estimator is None:  # GRPO: TRL's group advantage
+            grouped = rewards.view(-1, self.cfg.num_generations)
             mean, std = grouped.mean(dim=1, keepdim=True), grouped.std(dim=1, keepdim=True)
             return ((grouped - mean) / (std + 1e-4)).reshape(-1)
-        bundles = permutation_bundles(rewards, G, cfg.bundle_size, self.generator)
-        levels = [cfg.risk_alpha, cfg.risk_beta]
-        if self.method == "riskpo_authors":  # quantiles of each bundle group, as the authors' code takes them
-            q_alpha, q_beta = group_quantiles(bundles[0], G, levels).unbind(dim=1)
-            extra = {**AUTHORS_KEYWORDS, "levels": tuple(levels)}
-            omega, profile = cfg.authors_omega, "mvar"
-        else:
-            q_alpha, q_beta = self.tracker.update(bundles[0]).tolist()
-            extra, omega = {}, cfg.risk_omega
-            profile = "mvar" if self.method == "riskpo" else "risk_seeking"
-        batch = riskpo_advantages(
-            rewards,
-            num_generations=G,
-            bundle_size=cfg.bundle_size,
-            q_alpha=q_alpha,
-            q_beta=q_beta,
-            omega=omega,
-            risk_profile=profile,
-            bundles=bundles,
-            **extra,
-        )
-        return batch.advantages.to(torch.float64)
+        return self.estimator.step(rewards, generator=self.generator, train=True).advantages.to(torch.float64)
 
 
 def sample_batch(

@@ -121,6 +121,10 @@ def test_lm_study_smoke_and_cache(tmp_path):
     assert len(run["curves"]["entropy"]) == cfg.generation_batches * cfg.updates_per_generation
     assert run["curves"]["logprob_adv_corr"] and all(math.isfinite(v) for v in run["curves"]["logprob_adv_cov"])
     assert (tmp_path / "lm_training_curves.png").exists() and (tmp_path / "lm_pass_at_k_by_difficulty.png").exists()
+    diagnostics = payload["gradient_diagnostics"]["methods"]
+    assert set(diagnostics) == set(methods) - {"gspo"}  # GSPO's advantage is GRPO's
+    assert all(math.isfinite(d["snr"]) and 0 <= d["fraction_positive_advantage"] <= 1 for d in diagnostics.values())
+    assert diagnostics["riskpo"]["fraction_positive_advantage"] == 0.0  # the paper's MVaR advantage is never > 0
 
     # A rerun trains nothing: every run is read back from its JSON.
     stamps = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*.json")}
