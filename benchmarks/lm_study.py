@@ -623,8 +623,9 @@ def gradient_diagnostics(cfg: LMConfig, out_dir: Path, methods: list[str], num_b
         truth_grads.append(_answer_loglik_gradient(model, tokenizer, batch, params, cfg.temperature))
         for m in methods:
             adv = advantage_for(m, reward_t, cfg, trackers[m], generators[m]).float()
-            signs[m]["positive"] += int((adv > 0).sum())
-            signs[m]["negative"] += int((adv < 0).sum())
+            # A tolerance: the paper's MVaR formula cancels to ~1e-17, not exactly 0, above q_beta.
+            signs[m]["positive"] += int((adv > 1e-6).sum())
+            signs[m]["negative"] += int((adv < -1e-6).sum())
             signs[m]["total"] += adv.numel()
             for bucket, value in zip(buckets, adv.abs().tolist()):
                 mass[m][bucket] += value
