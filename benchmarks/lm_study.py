@@ -872,12 +872,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workers", type=int, default=2, help="Parallel RL runs, one torch thread each.")
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--report-only", action="store_true", help="Only tables and figures from finished runs.")
+    parser.add_argument("--extra-lrs", nargs="+", type=float, default=[],
+                        help="Add learning rates to the grid (a post hoc extension; use a separate --out so the "
+                             "pre-registered selection stays as it was).")
     parser.add_argument("--skip-diagnostics", action="store_true",
                         help="Do not measure the gradient noise of each advantage at the SFT start.")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     datasets.disable_progress_bars()
     cfg = LMConfig().scaled_down() if args.smoke else LMConfig()
+    if args.extra_lrs:
+        cfg = replace(cfg, learning_rates=tuple(sorted(set(cfg.learning_rates) | set(args.extra_lrs))))
     out = args.out or RESULTS_DIR / ("lm-smoke" if args.smoke else "lm")
     out.mkdir(parents=True, exist_ok=True)
     methods = [m for m in args.methods if method_available(m)]
