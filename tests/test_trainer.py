@@ -269,8 +269,8 @@ def never_scorable_reward(completions, **kwargs):
 
 @pytest.mark.slow
 def test_a_run_whose_rewards_never_score_stops_with_an_error(tiny_model_dir, tmp_path):
-    trainer = make_trainer(tiny_model_dir, tiny_config(tmp_path, max_steps=5, max_unscorable_batches=2),
-                           reward=never_scorable_reward)
+    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=never_scorable_reward, train_dataset=make_prompt_dataset(),
+                            args=tiny_config(tmp_path, max_steps=5, max_unscorable_batches=2))
     with pytest.raises(RuntimeError, match="No completion could be scored in the last 2 training batches"):
         trainer.train()
     assert trainer.state.global_step == 1  # stopped while preparing the second batch
