@@ -69,8 +69,9 @@ class RiskPOTrainer(GRPOTrainer):
             args = RiskPOConfig(f"{model_name.split('/')[-1]}-RiskPO")
         elif not isinstance(args, RiskPOConfig):
             raise TypeError(
-                f"RiskPOTrainer needs a RiskPOConfig, got {type(args).__name__}. Build one with "
-                "RiskPOConfig(**your_grpo_config.to_dict()) plus the risk fields you want."
+                f"RiskPOTrainer needs a RiskPOConfig, got {type(args).__name__}. Convert it with "
+                "RiskPOConfig.from_grpo_config(your_config, bundle_size=..., ...): it keeps every setting and adds the "
+                "risk fields you pass."
             )
         super().__init__(model, reward_funcs, args=args, **kwargs)
         self.quantile_tracker = QuantileTracker(
