@@ -12,6 +12,7 @@ import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
+from .model_card import save_model_card
 from .quantile_tracker import QuantileTracker
 from .risk import RiskPOBatch, empirical_quantiles, group_quantiles, permutation_bundles, riskpo_advantages
 from .riskpo_config import RiskPOConfig
@@ -162,6 +163,19 @@ class RiskPOTrainer(GRPOTrainer):
         logged.extend(batch.advantages.tolist())
         self._logs["extra"]["bundle"].extend(batch.bundle_ids.tolist())
         self._logs["extra"]["bundle_score"].extend(batch.bundle_scores[batch.bundle_ids].tolist())
+
+    # --- model card ----------------------------------------------------------------------------------------------
+
+    def create_model_card(
+        self,
+        model_name: str | None = None,
+        dataset_name: str | list[str] | None = None,
+        tags: str | list[str] | None = None,
+        dataset_files: list[str] | None = None,
+    ) -> None:
+        """The card of `riskpo_trl.model_card`: the run's own name, the base model only when it is a Hub id, the Hub
+        datasets given (``dataset_files`` for local ones) and the risk settings."""
+        save_model_card(self, model_name=model_name, datasets=dataset_name, dataset_files=dataset_files, tags=tags)
 
     # --- checkpointing -------------------------------------------------------------------------------------------
 
