@@ -9,15 +9,20 @@ import textwrap
 from typing import Any
 
 import torch
+from transformers.trainer_callback import ProgressCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
+from .console import CompactLogCallback, silence_known_warnings
 from .model_card import save_model_card
 from .quantile_tracker import QuantileTracker
 from .risk import RiskPOBatch, empirical_quantiles, group_quantiles, permutation_bundles, riskpo_advantages
 from .riskpo_config import RiskPOConfig
 
 RISK_STATE_FILE = "riskpo_state.json"
+
+# Before any config or model is built: the warnings fire there.
+silence_known_warnings()
 
 
 class RiskPOTrainer(GRPOTrainer):
@@ -71,10 +76,12 @@ class RiskPOTrainer(GRPOTrainer):
         elif not isinstance(args, RiskPOConfig):
             raise TypeError(
                 f"RiskPOTrainer needs a RiskPOConfig, got {type(args).__name__}. Convert it with "
-                "RiskPOConfig.from_grpo_config(your_config, bundle_size=..., ...): it keeps every setting and adds the "
-                "risk fields you pass."
+                "RiskPOConfig.from_grpo_config(your_config, bundle_size=..., ...): it keeps every setting and adds "
+                "the risk fields you pass."
             )
         super().__init__(model, reward_funcs, args=args, **kwargs)
+        if self.pop_callback(ProgressCallback) is not None:  # tqdm on (disable_tqdm False): one line per log
+            self.add_callback(CompactLogCallback)
         self.quantile_tracker = QuantileTracker(
             [args.risk_alpha, args.risk_beta], lr=args.quantile_lr, lr_decay=args.quantile_lr_decay
         )
