@@ -1,13 +1,12 @@
 """A readable console for training runs: the known warning walls that no user can act on are silenced, and each
-logging step prints one compact line with the risk metrics instead of the full metrics dict."""
+logging step prints one compact line with the risk metrics instead of the full metrics dict (the callback is in
+`console_callback`; this module stays light, for entry points to call before their heavy imports)."""
 
 from __future__ import annotations
 
 import logging
 import warnings
 from typing import Any
-
-from transformers.trainer_callback import ProgressCallback
 
 # TRL's GRPOConfig defaults `gradient_checkpointing=True` and its generation context calls
 # `gradient_checkpointing_disable/enable`; transformers 5 deprecates those names, so every run (not the user's code)
@@ -47,10 +46,11 @@ def silence_known_warnings() -> None:
 
 
 def compact_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
-    """``[step 3/6] loss 0.09 | reward 0.5 | ... | q_alpha 0.02 ...`` for a log holding risk metrics, else None.
-    Evaluation logs (``eval_`` prefix) get an ``eval`` line."""
-    prefix = "eval_" if any(key.startswith("eval_risk/") for key in logs) else ""
-    if not prefix and not any(key.startswith("risk/") for key in logs):
+    """``[step 3/6] loss 0.09, reward 0.5, len 15 | risk: q_alpha 0.02, ... | lr 5e-05`` for a training or evaluation
+    log of a GRPO-family trainer (it has ``reward``), else None (the run summary). Evaluation logs (``eval_`` prefix)
+    get an ``eval`` line; a baseline's line has no risk part."""
+    prefix = "eval_" if "eval_reward" in logs else ""
+    if not prefix and "reward" not in logs:
         return None
     groups = []
     for title, metrics in COMPACT_METRICS:
@@ -63,15 +63,3 @@ def compact_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | N
 
 def _format(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
-
-
-class CompactLogCallback(ProgressCallback):
-    """tqdm progress bars as usual, but a step's metrics print as one compact line (the full set still goes to
-    ``report_to`` and ``trainer_state.json``). Logs without risk metrics (the run summary) print as before."""
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        line = compact_log_line(logs or {}, state.global_step, state.max_steps)
-        if line is None or self.training_bar is None:
-            return super().on_log(args, state, control, logs=logs, **kwargs)
-        if state.is_world_process_zero:
-            self.training_bar.write(line)

@@ -9,11 +9,11 @@ import textwrap
 from typing import Any
 
 import torch
-from transformers.trainer_callback import ProgressCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from .console import CompactLogCallback, silence_known_warnings
+from .console import silence_known_warnings
+from .console_callback import use_compact_log
 from .model_card import save_model_card
 from .quantile_tracker import QuantileTracker
 from .risk import RiskPOBatch, empirical_quantiles, group_quantiles, permutation_bundles, riskpo_advantages
@@ -80,8 +80,7 @@ class RiskPOTrainer(GRPOTrainer):
                 "the risk fields you pass."
             )
         super().__init__(model, reward_funcs, args=args, **kwargs)
-        if self.pop_callback(ProgressCallback) is not None:  # tqdm on (disable_tqdm False): one line per log
-            self.add_callback(CompactLogCallback)
+        use_compact_log(self)
         self.quantile_tracker = QuantileTracker(
             [args.risk_alpha, args.risk_beta], lr=args.quantile_lr, lr_decay=args.quantile_lr_decay
         )

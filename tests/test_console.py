@@ -21,9 +21,11 @@ def test_compact_line_shows_the_risk_metrics_and_skips_empty_ones():
     assert compact_log_line(logs, 2, 6) == (
         "[step 2/6] loss 0.09, reward 0.5 | risk: q_alpha 0.02, q_beta 0.08 | lr 5e-05"
     )
-    evaluation = {"eval_loss": 0.1, "eval_risk/mvar": -0.5}
-    assert compact_log_line(evaluation, 4, 6) == "[eval step 4/6] loss 0.1 | risk: mvar -0.5"
+    evaluation = {"eval_loss": 0.1, "eval_reward": 0.5, "eval_risk/mvar": -0.5}
+    assert compact_log_line(evaluation, 4, 6) == "[eval step 4/6] loss 0.1, reward 0.5 | risk: mvar -0.5"
     assert compact_log_line({"train_runtime": 3.0}, 6, 6) is None  # the run summary prints as before
+    baseline = {"loss": 0.1, "reward": 0.25, "learning_rate": 1e-4}
+    assert compact_log_line(baseline, 1, 6) == "[step 1/6] loss 0.1, reward 0.25 | lr 0.0001"
 
 
 def test_only_the_known_warnings_are_silenced():
@@ -49,10 +51,10 @@ def test_only_the_known_warnings_are_silenced():
 
 
 @pytest.mark.slow
-def test_tiny_run_console_has_the_risk_line_and_no_warning_walls(tiny_model_dir, tmp_path):
+def test_tiny_run_console_has_the_risk_line_no_warning_walls_and_an_honest_card(tiny_model_dir, tmp_path):
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
     command = [
-        sys.executable, os.path.join(ROOT, "examples", "train_riskpo.py"),
+        sys.executable, "-m", "riskpo_trl.scripts.train",
         "--config", os.path.join(ROOT, "recipes", "tiny", "riskpo", "config_tiny_arithmetic.yaml"),
         "--dataset_files", os.path.join(ROOT, "examples", "data", "tiny_arithmetic.jsonl"),
         "--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "tiny-run"),
@@ -66,3 +68,7 @@ def test_tiny_run_console_has_the_risk_line_and_no_warning_walls(tiny_model_dir,
     assert "'risk/q_alpha'" not in output  # the step's metrics dict is replaced by the line
     assert "Setting accelerator to CPU" not in output
     assert "gradient_checkpointing" not in output
+    # The script's card: the run's own name, no Hub ids for a local model and a local file.
+    card = (tmp_path / "tiny-run" / "README.md").read_text()
+    assert "# Model Card for tiny-run" in card and "None" not in card
+    assert "openai/gsm8k" not in card and "`tiny_arithmetic.jsonl`" in card
