@@ -23,10 +23,11 @@ def converted_config_kwargs(source: Any, target_class: type, overrides: dict[str
     """Keyword arguments that rebuild ``source`` (a built TrainingArguments/GRPOConfig) as ``target_class``.
 
     Values are read from the attributes, not from ``to_dict()``, which masks tokens (``hub_token``) and flattens
-    nested configs. ``generation_batch_size`` / ``steps_per_generation`` are a pair GRPOConfig derives one from the
-    other, and it refuses both: ``steps_per_generation`` is kept when it differs from ``gradient_accumulation_steps``
-    (the user chose the generation batch), both are dropped otherwise or when ``overrides`` names either, so they are
-    derived again from the final batch fields. ``overrides`` win over the source's values.
+    nested configs. Of the pair ``generation_batch_size`` / ``steps_per_generation``, which GRPOConfig derives from each
+    other and refuses both of, ``steps_per_generation`` carries over, so the source's generation schedule stays (GRPO's
+    default is one generation batch per optimizer step, not RiskPOConfig's four); with the source's default relation
+    (``steps_per_generation == gradient_accumulation_steps``) a new ``gradient_accumulation_steps`` moves it along.
+    ``overrides`` win over the source's values; naming either field of the pair replaces both.
     """
     target_fields = init_field_names(target_class)
     unknown = sorted(set(overrides) - target_fields)
@@ -46,9 +47,11 @@ def converted_config_kwargs(source: Any, target_class: type, overrides: dict[str
         if old in kwargs and new in kwargs and kwargs[old] is not None and kwargs[old] == kwargs[new]:
             kwargs.pop(old)
     kwargs.pop("generation_batch_size", None)
-    steps = kwargs.pop("steps_per_generation", None)
-    chosen = steps is not None and steps != getattr(source, "gradient_accumulation_steps", None)
-    if chosen and not {"generation_batch_size", "steps_per_generation"} & set(overrides):
-        kwargs["steps_per_generation"] = steps
+    if {"generation_batch_size", "steps_per_generation"} & set(overrides):
+        kwargs.pop("steps_per_generation", None)
+    elif "gradient_accumulation_steps" in overrides and kwargs.get("steps_per_generation") == getattr(
+        source, "gradient_accumulation_steps", None
+    ):
+        kwargs["steps_per_generation"] = overrides["gradient_accumulation_steps"]
     kwargs.update(overrides)
     return kwargs

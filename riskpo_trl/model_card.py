@@ -41,6 +41,7 @@ TRAINING_SETTINGS = (
     ("importance sampling level", "importance_sampling_level"),
     ("clip epsilon", "epsilon"),
     ("KL coefficient", "beta"),
+    ("micro-steps per generation batch", "steps_per_generation"),
     ("learning rate", "learning_rate"),
 )
 

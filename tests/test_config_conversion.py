@@ -45,6 +45,14 @@ def test_batch_fields_are_derived_again_from_the_new_layout(tmp_path):
     assert (config.steps_per_generation, config.generation_batch_size) == (2, 8)
 
 
+def test_grpo_generation_schedule_carries_over_not_the_papers(tmp_path):
+    # RiskPOConfig's own default is 4 updates per generation batch; a converted GRPO config keeps GRPO's one.
+    assert RiskPOConfig(**{**grpo_config(tmp_path).to_dict(), "hub_token": None, "bundle_size": 4,
+                           "generation_batch_size": None, "steps_per_generation": None}).steps_per_generation == 8
+    config = RiskPOConfig.from_grpo_config(grpo_config(tmp_path), gradient_accumulation_steps=4, bundle_size=4)
+    assert (config.steps_per_generation, config.generation_batch_size) == (4, 32)
+
+
 def test_a_chosen_generation_batch_carries_over(tmp_path):
     source = grpo_config(tmp_path, generation_batch_size=32)  # steps_per_generation 4, not the default 2
     assert RiskPOConfig.from_grpo_config(source, bundle_size=4).generation_batch_size == 32
