@@ -74,7 +74,8 @@ def settings_table(args: Any) -> str:
     for label, name in (*RISK_SETTINGS, *TRAINING_SETTINGS):
         value = getattr(args, name, missing)
         if value is not missing:
-            default = f"`{defaults[name]}`" if name in defaults else ""
+            default = defaults.get(name)
+            default = f"`{default}`" if default is not None else "derived" if name in defaults else ""
             rows.append(f"| {label} | `{name}={value}` | {default} |")
     return "\n".join(rows)
 

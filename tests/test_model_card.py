@@ -39,6 +39,8 @@ def test_local_run_card_names_the_output_dir_and_no_hub_ids(tiny_model_dir, tmp_
     assert "| omega (extra weight of the lower tail) | `risk_omega=1.0` | `0.5` |" in body
     assert "| B (prompts per bundle) | `bundle_size=4` | `5` |" in body
     assert "`risk_beta=0.8`" in body and "`quantile_source=tracked`" in body
+    for name in ("natural_baseline", "credit_assignment", "bundling", "advantage_scaling"):  # the opt-ins
+        assert f"`{name}={getattr(trainer.args, name)}`" in body
     assert "2510.00911" in body and "ren2025riskpo" in body
     assert "- riskpo" in header and "- trl" in header
 
