@@ -10,7 +10,7 @@ from types import ModuleType, SimpleNamespace
 import pytest
 import torch
 
-from riskpo_trl.evaluation.evaluator import EvalConfig, evaluate
+from riskpo_trl.evaluation import EvalConfig, evaluate
 from riskpo_trl.evaluation.generation import SamplingSettings, TransformersBackend, _completion_mask
 from riskpo_trl.tiny_model import build_tiny_model
 
