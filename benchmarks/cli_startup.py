@@ -16,12 +16,23 @@ import statistics
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 from benchmarks._common import RESULTS_DIR, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def console_scripts(pyproject: Path) -> dict[str, str]:
+    """``[project.scripts]`` of ``pyproject.toml`` (name -> "module:function"); tomllib needs Python 3.11."""
+    scripts, in_section = {}, False
+    for line in pyproject.read_text().splitlines():
+        if line.startswith("["):
+            in_section = line.strip() == "[project.scripts]"
+        elif in_section and "=" in line:
+            name, target = line.split("=", 1)
+            scripts[name.strip()] = target.strip().strip('"')
+    return scripts
 
 
 def entry_point_command(target: str, name: str) -> list[str]:
@@ -45,7 +56,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default=str(RESULTS_DIR))
     args = parser.parse_args(argv)
 
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    scripts = console_scripts(ROOT / "pyproject.toml")
     load_before = [round(x, 2) for x in os.getloadavg()]
     commands = {"python -c pass (interpreter only)": [sys.executable, "-c", "pass"]}
     commands |= {f"{name} --help": entry_point_command(target, name) for name, target in sorted(scripts.items())}

@@ -5,13 +5,26 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CONSOLE_SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+
+
+def console_scripts(pyproject: Path) -> dict[str, str]:
+    """``[project.scripts]`` of ``pyproject.toml`` (name -> "module:function"); tomllib needs Python 3.11."""
+    scripts, in_section = {}, False
+    for line in pyproject.read_text().splitlines():
+        if line.startswith("["):
+            in_section = line.strip() == "[project.scripts]"
+        elif in_section and "=" in line:
+            name, target = line.split("=", 1)
+            scripts[name.strip()] = target.strip().strip('"')
+    return scripts
+
+
+CONSOLE_SCRIPTS = console_scripts(ROOT / "pyproject.toml")
 HEAVY_MODULES = ("torch", "transformers", "trl", "datasets", "accelerate")
 # Options each script's --help must list.
 EXPECTED_OPTIONS = {

@@ -190,7 +190,9 @@ def test_vllm_backend_without_vllm_says_how_to_install(tiny_model_dir):
 
 def test_code_benchmark_is_graded_by_running_the_programs_in_the_sandbox(tmp_path):
     prompts = [row["prompt"][-1]["content"] for row in load_benchmark("livecodebench_v5", data_files=TINY_ARCHER_CODE)]
-    answers = {prompt: [fenced(solution), fenced("print(0)")] for prompt, solution in zip(prompts, TINY_ARCHER_SOLUTIONS)}
+    answers = {
+        prompt: [fenced(solution), fenced("print(0)")] for prompt, solution in zip(prompts, TINY_ARCHER_SOLUTIONS)
+    }
     config = EvalConfig(model="scripted", benchmarks=[f"livecodebench_v5={TINY_ARCHER_CODE}"], num_samples=2,
                         output_dir=str(tmp_path), code_sandbox='{"max_workers": 2}')
     results = evaluate(config, backend=ScriptedBackend(answers), progress=False)

@@ -43,8 +43,13 @@ class TransformersBackend:
 
     @classmethod
     def from_pretrained(cls, model_name_or_path: str, adapter: str | None = None, batch_size: int = 8, **model_kwargs):
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
-        from transformers import AutoTokenizer
+        from transformers import (
+            AutoConfig,
+            AutoModelForCausalLM,
+            AutoModelForImageTextToText,
+            AutoProcessor,
+            AutoTokenizer,
+        )
 
         processor = None
         if hasattr(AutoConfig.from_pretrained(model_name_or_path), "vision_config"):  # e.g. the Geometry3K track
@@ -116,7 +121,9 @@ class TransformersBackend:
         if settings.return_logprobs:
             if images is not None:
                 raise ValueError("return_logprobs is only supported for text-only prompts.")
-            mean_logprobs = self._mean_logprobs(sequences, inputs["attention_mask"], completion_mask, settings.num_samples)
+            mean_logprobs = self._mean_logprobs(
+                sequences, inputs["attention_mask"], completion_mask, settings.num_samples
+            )
         texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
         lengths = completion_mask.sum(dim=1).tolist()
         samples = [

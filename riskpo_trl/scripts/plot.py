@@ -13,7 +13,9 @@ from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="riskpo-plot", description="Draw RiskPO/GRPO training and evaluation figures.")
+    parser = argparse.ArgumentParser(
+        prog="riskpo-plot", description="Draw RiskPO/GRPO training and evaluation figures."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     curves = commands.add_parser("curves", help="Training curves of one or more runs, overlaid, plus Pass@k curves.")
     curves.add_argument("runs", nargs="+", help="[NAME=]output_dir or [NAME=]trainer_state.json, one per run.")
