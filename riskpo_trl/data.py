@@ -250,8 +250,14 @@ class DatasetUnavailableError(RuntimeError):
 
 
 def _load_spec(
-    spec: DatasetSpec | LoaderSpec, name: str, split: str | None, data_files: str | Sequence[str] | None
+    spec: DatasetSpec | LoaderSpec,
+    name: str,
+    split: str | None,
+    data_files: str | Sequence[str] | None,
+    local_form: str = "data_files=PATH",
 ) -> Dataset:
+    """Load a registered dataset; ``local_form`` is how the caller's user names local files instead (for the error
+    raised when the Hub cannot be reached)."""
     try:
         if isinstance(spec, LoaderSpec):
             return spec.load(split or spec.split, data_files)
@@ -259,12 +265,11 @@ def _load_spec(
     except ConnectionError as error:  # what `datasets` raises offline, after its retries without a network
         if data_files is not None:
             raise
+        retries = "" if datasets.config.HF_HUB_OFFLINE else " Without a network, set HF_HUB_OFFLINE=1 to fail at once."
         raise DatasetUnavailableError(
             f"{name!r} ({spec.hub_id} on the Hugging Face Hub) is not available offline: it is not in the local "
             f"datasets cache and the Hub cannot be reached ({error}). Read local JSON/JSONL/Parquet files in its Hub "
-            f"schema instead: `riskpo-eval --benchmarks {name}=PATH` for a benchmark, `dataset_files: [PATH]` "
-            "(`--dataset_files PATH`) for a training set; or load it once where the Hub is reachable. Without a "
-            "network, set HF_HUB_OFFLINE=1 to skip the download retries."
+            f"schema instead: {local_form}.{retries}"
         ) from None
     return adapt_dataset(raw, spec, name)
 
@@ -297,7 +302,8 @@ def load_train_dataset(
         dataset = concatenate_datasets(parts).shuffle(seed=seed).flatten_indices()
     else:
         spec = _lookup(TRAIN_DATASETS, name, "training dataset", extra=TRAIN_MIXTURES)
-        dataset = _load_spec(spec, name, split, data_files)
+        local_form = "`dataset_files: [PATH]` in the recipe (`--dataset_files PATH`)"
+        dataset = _load_spec(spec, name, split, data_files, local_form)
     return dataset.select(range(min(limit, len(dataset)))) if limit is not None else dataset
 
 
@@ -307,5 +313,6 @@ def load_benchmark(
     """An evaluation set from :data:`BENCHMARKS`: math ones with columns problem, answer, prompt and solution (=
     answer), the code and multi-modal ones in their loader's columns."""
     spec = _lookup(BENCHMARKS, name, "benchmark")
-    dataset = _load_spec(spec, name, split, data_files)
+    local_form = f"`riskpo-eval --benchmarks {name}=PATH` (`load_benchmark({name!r}, data_files=PATH)`)"
+    dataset = _load_spec(spec, name, split, data_files, local_form)
     return dataset.select(range(min(limit, len(dataset)))) if limit is not None else dataset
