@@ -9,21 +9,26 @@ from typing import Any
 __version__ = "0.1.0"
 
 _RISK_NAMES = (
+    "ADVANTAGE_VARIANTS",
+    "BUNDLINGS",
+    "CREDIT_ASSIGNMENTS",
     "RISK_PROFILES",
     "RiskPOBatch",
     "authors_code_mvar_advantage",
+    "authors_code_risk_seeking_advantage",
     "empirical_quantiles",
     "group_quantiles",
     "mvar_advantage",
     "mvar_objective",
     "permutation_bundles",
+    "positional_bundles",
     "risk_seeking_advantage",
     "riskpo_advantages",
     "rvar_advantage",
     "rvar_window",
 )
 
-__all__ = ["QuantileTracker", "RiskPOConfig", "RiskPOTrainer", *_RISK_NAMES]
+__all__ = sorted(["QuantileTracker", "RiskEstimator", "RiskPOConfig", "RiskPOTrainer", *_RISK_NAMES])
 
 
 def __getattr__(name: str) -> Any:
@@ -31,6 +36,10 @@ def __getattr__(name: str) -> Any:
         from . import risk
 
         return getattr(risk, name)
+    if name == "RiskEstimator":
+        from .estimator import RiskEstimator
+
+        return RiskEstimator
     if name == "QuantileTracker":
         from .quantile_tracker import QuantileTracker
 
