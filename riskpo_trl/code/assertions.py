@@ -25,7 +25,7 @@ _COMPARE_OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.G
 _NEGATED = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<", "in": "not in", "not in": "in",
             "is": "is not", "is not": "is", "truthy": "falsy", "falsy": "truthy"}
 _SINGLETONS = (None, True, False)
-MAX_OBSERVED_CHARS = 256 * 1024 * 1024  # beyond any real output; the report's own cap is lower by default
+MAX_OBSERVED_CHARS = 16 * 1024 * 1024  # a returned value or assertion record beyond this fails (none real comes close)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ for that uid through a private mount namespace that holds bind mounts of it, set
 
 from __future__ import annotations
 
+import atexit
 import glob
 import os
 import re
@@ -141,6 +142,7 @@ class BwrapLauncher:
         self.binds, self.links, self.hidden = interpreter_mounts()
         self._stage: dict[str, str] = {}  # bind source -> its reachable copy in the staging mount namespace
         self._holder: subprocess.Popen | None = None
+        self.stage_dir: str | None = None
         self._lock = threading.Lock()
         if self.as_root:
             private = [path for path in self.binds if not _enterable_by_others(path)]
@@ -168,15 +170,18 @@ class BwrapLauncher:
         self._holder = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", "\n".join(script)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/")
+        self.stage_dir = stage
+        atexit.register(self.close)
         ready = self._holder.stdout.readline()
         if ready.strip() != b"ready":
             error = self._holder.stderr.read().decode(errors="replace")[-1000:]
             raise SandboxUnavailableError(f"Could not stage the interpreter for the sandbox uid: {error}")
-        self.stage_dir = stage
 
-    def command(self, argv: list[str], slot: int, disk_bytes: int) -> tuple[list[str], dict]:
-        """(command, Popen keyword arguments) that run ``argv`` in a new sandbox for worker ``slot``."""
-        bwrap = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+    def command(self, argv: list[str], slot: int, disk_bytes: int, info_fd: int | None = None) -> tuple[list[str], dict]:
+        """(command, Popen keyword arguments) that run ``argv`` in a new sandbox for worker ``slot``. With ``info_fd``
+        (an inherited pipe), bwrap writes ``{"child-pid": ...}`` there: the host pid of the sandbox's PID 1."""
+        info = ["--info-fd", str(info_fd)] if info_fd is not None else []
+        bwrap = [self.bwrap, *info, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
                  "--cap-drop", "ALL",
                  "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "sandbox",
                  "--proc", "/proc", "--dev", "/dev"]
@@ -202,11 +207,12 @@ class BwrapLauncher:
         return bwrap, {"user": uid, "group": uid, "extra_groups": []}
 
     def close(self) -> None:
-        if self._holder is not None and self._holder.poll() is None:
-            self._holder.stdin.close()
-            self._holder.wait(timeout=5)
-        if getattr(self, "stage_dir", None):
-            try:
+        """End the staging namespace (also at exit); the empty host directory it was mounted on is removed."""
+        try:
+            if self._holder is not None and self._holder.poll() is None:
+                self._holder.stdin.close()
+                self._holder.wait(timeout=5)
+            if self.stage_dir is not None:
                 os.rmdir(self.stage_dir)
-            except OSError:
-                pass
+        except (OSError, subprocess.SubprocessError):
+            pass

@@ -193,10 +193,11 @@ class Sandbox:
                 "audit_guard": self.audit_guard, **asdict(self.limits)}
         argv = [sys.executable if isolation.mode == "none" else os.path.realpath(sys.executable), *_PYTHON_FLAGS,
                 "-c", HARNESS_SOURCE]
-        workdir = None
+        workdir, info = None, None
         if isolation.mode == "bwrap":
-            command, options = _launcher(isolation.bwrap).command(argv, slot, self.limits.disk_mb << 20)
-            options["cwd"] = "/"
+            info, info_write = os.pipe()
+            command, options = _launcher(isolation.bwrap).command(argv, slot, self.limits.disk_mb << 20, info_write)
+            options.update(cwd="/", pass_fds=(info_write,))
         else:
             workdir = tempfile.mkdtemp(prefix="riskpo-sandbox-")
             command, options = argv, {"cwd": workdir, "start_new_session": True,
@@ -208,22 +209,31 @@ class Sandbox:
                 spec_file.write(json.dumps(spec).encode())
                 spec_file.flush()
                 with open(f"/proc/self/fd/{spec_file.fileno()}", "rb") as stdin:
-                    report, error = self._execute(command, options, stdin)
+                    report, error = self._execute(command, options, stdin, len(inputs), info)
             if report is None:
                 return ExecutionResult([], error or "no report from the sandbox", time.monotonic() - start)
             return ExecutionResult(report["outputs"], error or report["error"], time.monotonic() - start)
         finally:
+            for fd in (info, *options.get("pass_fds", ())):
+                if fd is not None:
+                    os.close(fd)
             if workdir is not None:
                 remove_tree(workdir)
 
-    def _execute(self, command: list[str], options: dict, stdin) -> tuple[dict | None, str | None]:
-        """Start the sandbox, read its report up to the cap until the total timeout, then SIGKILL it (the PID
-        namespace dies with it)."""
+    def _execute(self, command: list[str], options: dict, stdin, n_tests: int,
+                 info: int | None) -> tuple[dict | None, str | None]:
+        """Start the sandbox, read its report up to the cap until the total timeout, then SIGKILL it: its PID 1 (the
+        kernel then kills every process of its PID namespace) and bwrap."""
         limit = 2 * self.limits.max_output_bytes + (1 << 20)
+        deadline = time.monotonic() + self.limits.total_timeout_s
         process = subprocess.Popen(command, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, **options)
-        error = None
+        for fd in options.pop("pass_fds", ()):
+            os.close(fd)  # bwrap holds the write end now; EOF on ``info`` once it has written the child pid
+        error, init_pidfd = None, None
         try:
-            data, error = _read_capped(process.stdout, limit, time.monotonic() + self.limits.total_timeout_s)
+            if info is not None:
+                init_pidfd = _namespace_init(info, process, deadline)
+            data, error = _read_capped(process.stdout, limit, deadline)
             if error is None:
                 try:
                     process.wait(timeout=max(0.1, self.limits.total_timeout_s / 10))
@@ -232,10 +242,10 @@ class Sandbox:
                 if process.returncode not in (0, None):
                     error = f"sandbox exited with {_describe_status(process.returncode)}"
         finally:
-            _kill(process, new_session=options.get("start_new_session", False))
+            _kill(process, init_pidfd, new_session=options.get("start_new_session", False))
         if error is not None:
             return None, error
-        return _parse_report(data, limit), None
+        return _parse_report(data, limit, n_tests), None
 
 
 def _read_capped(stream, limit: int, deadline: float) -> tuple[bytes, str | None]:
@@ -258,9 +268,48 @@ def _read_capped(stream, limit: int, deadline: float) -> tuple[bytes, str | None
         chunks.append(chunk)
 
 
-def _kill(process: subprocess.Popen, new_session: bool) -> None:
-    """SIGKILL the sandbox, also after a normal exit. Under bwrap, its init process (PID 1 of the sandbox's PID
-    namespace) dies with bwrap (``--die-with-parent``), and the kernel then kills every process of the namespace."""
+def _namespace_init(info: int, process: subprocess.Popen, deadline: float) -> int | None:
+    """A pidfd of the sandbox's PID 1, from the ``{"child-pid": N}`` bwrap writes to ``info`` right after starting it.
+
+    The pidfd is taken only while N is still bwrap's child (checked after opening), so a reused pid is never killed.
+    """
+    data = b""
+    while time.monotonic() < deadline and len(data) < 4096:
+        ready, _, _ = select.select([info], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(info, 4096) if ready else b""
+        if not chunk:
+            break
+        data += chunk
+    try:
+        child = int(json.loads(data)["child-pid"])
+        pidfd = os.pidfd_open(child)
+    except (ValueError, KeyError, TypeError, OSError):
+        return None  # bwrap failed before starting the sandbox; killing bwrap is all there is to do
+    try:
+        with open(f"/proc/{child}/status") as status:
+            parent = next(int(line.split()[1]) for line in status if line.startswith("PPid:"))
+    except (OSError, StopIteration, ValueError):
+        parent = None
+    if parent != process.pid:
+        os.close(pidfd)
+        return None
+    return pidfd
+
+
+def _kill(process: subprocess.Popen, init_pidfd: int | None, new_session: bool) -> None:
+    """SIGKILL the sandbox, also after a normal exit. Under bwrap, its PID 1 is killed directly (and also dies with
+    bwrap through ``--die-with-parent``); the kernel then kills every process left in the sandbox's PID namespace,
+    whatever session or parent-death signal they set."""
+    if init_pidfd is not None:
+        try:
+            signal.pidfd_send_signal(init_pidfd, signal.SIGKILL)
+            # PID 1 exits only once the kernel has ended every other process of the namespace: wait for that
+            if not select.select([init_pidfd], [], [], 10)[0]:
+                logger.warning("The sandbox's PID 1 did not exit within 10 s of SIGKILL.")
+        except OSError:
+            pass
+        finally:
+            os.close(init_pidfd)
     try:
         if new_session:
             os.killpg(process.pid, signal.SIGKILL)
@@ -285,13 +334,13 @@ def _describe_status(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
-def _parse_report(data: bytes, limit: int) -> dict | None:
+def _parse_report(data: bytes, limit: int, n_tests: int) -> dict | None:
     """The runner's last report line if it is well-formed (outputs: list of str, error: str or None)."""
     lines = data.decode("utf-8", errors="replace").strip().splitlines()
     if not lines:
         return None
-    try:
-        report = bounded_json.loads(lines[-1], max_bytes=limit, max_depth=4)
+    try:  # a real report is {"outputs": [one string per test], "error": string or null}: little outside strings
+        report = bounded_json.loads(lines[-1], max_bytes=limit, max_depth=2, max_structure=64 + 4 * n_tests)
     except ValueError:
         return None
     if not isinstance(report, dict) or not isinstance(report.get("outputs"), list):
