@@ -25,7 +25,7 @@ from riskpo_trl.code.sandbox import Sandbox, SandboxLimits
 from riskpo_trl.code.testspec import TestSpec
 
 LIMITS = SandboxLimits(test_timeout_s=2.0, total_timeout_s=4.0, cpu_time_s=3, memory_mb=512,
-                       max_output_bytes=1 << 20, disk_mb=16, max_processes=8)
+                       max_output_bytes=1 << 20, disk_mb=16, max_processes=8, max_files=2000)
 SECRET_VAR = "RISKPO_FAKE_API_TOKEN"
 
 # The attack on the runner itself: its deny tables are globals of __main__, so one line empties them. Every escape
@@ -352,16 +352,6 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
             if written >= 256 << 20:
                 print(3)
             """),
-        "file flood": textwrap.dedent("""
-            import os, time
-            start, made = time.monotonic(), 0
-            while made < 50_000 and time.monotonic() - start < 1.5:
-                try:
-                    open(f"f{made}", "w").close()
-                    made += 1
-                except OSError:
-                    break
-            """),
         "deep directory tree": textwrap.dedent("""
             import os
             for _ in range(1500):
@@ -407,6 +397,27 @@ def test_escape_attempts_fail_and_leave_nothing_behind(guard, trainer_stand_in, 
     assert trainer_stand_in.poll() is None
     time.sleep(0.5)
     assert _processes_with(token) == [] and os.listdir(tmp_path) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="max_files is enforced when the trainer runs as root (see the docs)")
+def test_file_flood_stops_at_max_files():
+    program = textwrap.dedent("""
+        import time
+        start, made = time.monotonic(), 0
+        while made < 50_000 and time.monotonic() - start < 3:
+            try:
+                open(f"f{made}", "w").close()
+                made += 1
+            except OSError:
+                break
+        print(3 if made >= 5000 else made)
+        """)
+    spec = TestSpec("stdin", [""], ["3"]).to_json()
+    for guard in (True, False):
+        sandbox = Sandbox(LIMITS, max_workers=1, audit_guard=guard)
+        assert CodeReward(sandbox=sandbox)([as_completion(program)], [spec]) == [0.0]
+        made = int(sandbox.run(program, [""]).outputs[0])
+        assert LIMITS.max_files - 10 <= made < LIMITS.max_files  # the runner's stdin/stdout files take two
 
 
 def _output_attack_specs() -> list[tuple[str, str, str]]:

@@ -8,14 +8,16 @@ the package itself) is mounted.
 
 Run as root (CI, many cluster containers), the sandbox also leaves root on the host: bwrap starts as an unprivileged
 uid per worker slot, so the sandbox's uid maps to that uid and not to root (RLIMIT_NPROC then applies; for root it
-does not). An interpreter under a directory other users cannot enter (a pyenv install in ``/root``) is made reachable
-for that uid through a private mount namespace that holds bind mounts of it, set up once per process.
+does not). bwrap then starts inside a private mount namespace, set up once per process, that holds bind mounts of an
+interpreter under a directory other users cannot enter (a pyenv install in ``/root``) and, per run, a tmpfs capped in
+bytes and in files (``nr_inodes``, which bwrap's own ``--size`` tmpfs cannot cap) as the working directory.
 """
 
 from __future__ import annotations
 
 import atexit
 import glob
+import itertools
 import os
 import re
 import shlex
@@ -144,20 +146,19 @@ class BwrapLauncher:
         self._holder: subprocess.Popen | None = None
         self.stage_dir: str | None = None
         self._lock = threading.Lock()
+        self._runs = itertools.count()
         if self.as_root:
-            private = [path for path in self.binds if not _enterable_by_others(path)]
-            if private:
-                self._start_holder(private)
+            self._start_holder([path for path in self.binds if not _enterable_by_others(path)])
 
     def _start_holder(self, private: list[str]) -> None:
-        """A private mount namespace where ``private`` directories are also bind-mounted under a directory every
-        uid can enter; sandboxes start in it, so an unprivileged uid can bind them. It lives while this process does
-        (the holder waits on a pipe from us)."""
-        for tool in ("unshare", "nsenter", "mount"):
+        """A private mount namespace (root only) where ``private`` directories are also bind-mounted under a directory
+        every uid can enter, and where each run gets a tmpfs capped in bytes *and* files; sandboxes start in it. It
+        lives while this process does (the holder waits on a pipe from us), and its mounts die with it."""
+        for tool in ("unshare", "nsenter", "mount", "umount"):
             if shutil.which(tool) is None:
                 raise SandboxUnavailableError(
-                    f"Running as root with the interpreter under a private directory ({private[0]}) needs util-linux's "
-                    f"`{tool}` to stage it for the sandbox uid; install util-linux (or mount).")
+                    f"Running the code sandbox as root needs util-linux's `{tool}` (to start bwrap as an unprivileged "
+                    "uid and to cap its working directory); install util-linux and mount.")
         stage = tempfile.mkdtemp(prefix="riskpo-sandbox-stage-")
         os.chmod(stage, 0o755)
         script = ["set -e", f"mount -t tmpfs -o mode=0755,size=1m riskpo-stage {shlex.quote(stage)}"]
@@ -177,12 +178,42 @@ class BwrapLauncher:
             error = self._holder.stderr.read().decode(errors="replace")[-1000:]
             raise SandboxUnavailableError(f"Could not stage the interpreter for the sandbox uid: {error}")
 
-    def command(self, argv: list[str], slot: int, disk_bytes: int, info_fd: int | None = None) -> tuple[list[str], dict]:
+    def _in_holder(self, script: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", "--", "sh", "-c", script],
+                              capture_output=True, timeout=30, cwd="/")
+
+    def mount_workdir(self, slot: int, disk_bytes: int, max_files: int) -> str | None:
+        """As root: a fresh tmpfs of ``disk_bytes`` and ``max_files`` inodes for one run of ``slot``, owned by its
+        uid, in the holder's namespace (the path to bind; unique per run, so concurrent runs never share one). None
+        elsewhere: bwrap's own tmpfs caps bytes only."""
+        if self._holder is None:
+            return None
+        uid = SANDBOX_UID_BASE + slot
+        with self._lock:
+            path = f"{self.stage_dir}/work{next(self._runs)}"
+        options = f"size={disk_bytes},nr_inodes={max_files},uid={uid},gid={uid},mode=0700,nosuid,nodev"
+        done = self._in_holder(f"mkdir {path} && mount -t tmpfs -o {options} riskpo-work {path}")
+        if done.returncode != 0:
+            raise SandboxUnavailableError(
+                f"Could not mount the sandbox's working directory: {done.stderr.decode(errors='replace')[-500:]}")
+        return path
+
+    def unmount_workdir(self, path: str | None) -> None:
+        """Free a working directory from `mount_workdir` (never raises; the holder's end frees any left)."""
+        if path is not None:
+            try:
+                self._in_holder(f"umount -l {path}; rmdir {path}")
+            except (OSError, subprocess.SubprocessError):
+                pass
+
+    def command(self, argv: list[str], slot: int, disk_bytes: int, info_fd: int | None = None,
+                workdir: str | None = None) -> tuple[list[str], dict]:
         """(command, Popen keyword arguments) that run ``argv`` in a new sandbox for worker ``slot``. With ``info_fd``
-        (an inherited pipe), bwrap writes ``{"child-pid": ...}`` there: the host pid of the sandbox's PID 1."""
+        (an inherited pipe), bwrap writes ``{"child-pid": ...}`` there: the host pid of the sandbox's PID 1. With
+        ``workdir`` (from `mount_workdir`), that tmpfs is the working directory; else a new one of ``disk_bytes``."""
         info = ["--info-fd", str(info_fd)] if info_fd is not None else []
-        bwrap = [self.bwrap, *info, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-                 "--cap-drop", "ALL",
+        bwrap = [self.bwrap, *info, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+                 "--new-session", "--cap-drop", "ALL",
                  "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "sandbox",
                  "--proc", "/proc", "--dev", "/dev"]
         for path in self.binds:
@@ -193,7 +224,8 @@ class BwrapLauncher:
             bwrap += ["--symlink", target, link]
         # bwrap's own root and /dev are writable tmpfs without a size cap: the working directory is the only
         # writable place left once they are read-only (remount-ro is not recursive, so WORKDIR stays writable)
-        bwrap += ["--size", str(disk_bytes), "--tmpfs", WORKDIR, "--remount-ro", "/dev", "--remount-ro", "/",
+        bwrap += ["--bind", workdir, WORKDIR] if workdir else ["--size", str(disk_bytes), "--tmpfs", WORKDIR]
+        bwrap += ["--remount-ro", "/dev", "--remount-ro", "/",
                   "--chdir", WORKDIR,
                   "--clearenv", "--setenv", "HOME", WORKDIR, "--setenv", "TMPDIR", WORKDIR,
                   "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
@@ -201,7 +233,7 @@ class BwrapLauncher:
         if not self.as_root:
             return bwrap, {}
         uid = SANDBOX_UID_BASE + slot
-        if self._holder is not None:
+        if self._holder is not None:  # always the case as root
             return ["nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", f"--setuid={uid}", f"--setgid={uid}",
                     "--", *bwrap], {}
         return bwrap, {"user": uid, "group": uid, "extra_groups": []}

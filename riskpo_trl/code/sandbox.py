@@ -51,6 +51,7 @@ class SandboxLimits:
     max_open_files: int = 64  # RLIMIT_NOFILE
     max_processes: int = 16  # RLIMIT_NPROC headroom (threads count) inside the sandbox
     disk_mb: int = 128  # size of the tmpfs working directory: all files the program writes, together
+    max_files: int = 10_000  # files and directories in it (enforced when the trainer runs as root; see the docs)
 
     def __post_init__(self):
         for name, value in asdict(self).items():
@@ -101,11 +102,14 @@ def detect_isolation() -> Isolation:
     """
     bwrap = _find_bwrap()
     launcher = _launcher(bwrap)
-    command, options = launcher.command([sys.executable, *_PYTHON_FLAGS, "-c", "pass"], slot=0, disk_bytes=1 << 20)
+    workdir = launcher.mount_workdir(0, 1 << 20, 64)
+    command, options = launcher.command([sys.executable, *_PYTHON_FLAGS, "-c", "pass"], 0, 1 << 20, workdir=workdir)
     try:
         probe = subprocess.run(command, capture_output=True, timeout=60, cwd="/", **options)
     except (OSError, subprocess.SubprocessError) as exc:
         raise SandboxUnavailableError(f"Starting bwrap failed: {exc}. {INSTALL_HINT}") from exc
+    finally:
+        launcher.unmount_workdir(workdir)
     if probe.returncode != 0:
         stderr = probe.stderr.decode(errors="replace").strip()[-800:]
         raise SandboxUnavailableError(
@@ -193,10 +197,12 @@ class Sandbox:
                 "audit_guard": self.audit_guard, **asdict(self.limits)}
         argv = [sys.executable if isolation.mode == "none" else os.path.realpath(sys.executable), *_PYTHON_FLAGS,
                 "-c", HARNESS_SOURCE]
-        workdir, info = None, None
+        workdir, info, launcher, capped_dir = None, None, None, None
         if isolation.mode == "bwrap":
+            launcher = _launcher(isolation.bwrap)
+            capped_dir = launcher.mount_workdir(slot, self.limits.disk_mb << 20, self.limits.max_files)
             info, info_write = os.pipe()
-            command, options = _launcher(isolation.bwrap).command(argv, slot, self.limits.disk_mb << 20, info_write)
+            command, options = launcher.command(argv, slot, self.limits.disk_mb << 20, info_write, capped_dir)
             options.update(cwd="/", pass_fds=(info_write,))
         else:
             workdir = tempfile.mkdtemp(prefix="riskpo-sandbox-")
@@ -219,6 +225,8 @@ class Sandbox:
                     os.close(fd)
             if workdir is not None:
                 remove_tree(workdir)
+            if launcher is not None:
+                launcher.unmount_workdir(capped_dir)
 
     def _execute(self, command: list[str], options: dict, stdin, n_tests: int,
                  info: int | None) -> tuple[dict | None, str | None]:
