@@ -250,7 +250,14 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
                 except OSError:
                     pass
             """),
-        "sethostname": "import socket\ntry:\n    socket.sethostname('riskpo-pwned')\n    print(3)\nexcept OSError:\n    pass",
+        "sethostname": textwrap.dedent("""
+            import socket
+            try:
+                socket.sethostname("riskpo-pwned")
+                print(3)
+            except OSError:
+                pass
+            """),
         "nsenter into the trainer's network namespace": DISARM + textwrap.dedent(f"""
             import ctypes, os, socket, subprocess
             libc = ctypes.CDLL(None, use_errno=True)

@@ -23,8 +23,8 @@ def nesting_depth(text: str, stop_above: int | None = None) -> int:
     """The deepest ``[``/``{`` nesting of ``text``, ignoring brackets inside JSON strings; for unbalanced text an upper
     bound. With ``stop_above``, stops as soon as the depth is known to exceed it.
 
-    Each pass deletes every innermost ``()`` pair (C-speed ``str.replace``), so the passes a balanced text takes are its
-    depth: a few passes over short skeletons for real values, and at most ``stop_above + 1`` for hostile ones.
+    Each pass deletes every innermost ``()`` pair (C-speed ``str.replace``), so the passes a balanced text takes are
+    its depth: a few passes over short skeletons for real values, and at most ``stop_above + 1`` for hostile ones.
     """
     skeleton = _STRING.sub("", text).translate(_SKELETON)  # anything else left is invalid JSON: it only adds depth
     limit = len(skeleton) if stop_above is None else stop_above

@@ -99,7 +99,8 @@ def interpreter_mounts() -> tuple[list[str], list[tuple[str, str]], list[str]]:
     stdlib = {os.path.realpath(sysconfig.get_path(name, vars={"base": sys.base_prefix,
                                                               "platbase": sys.base_exec_prefix}))
               for name in ("stdlib", "platstdlib")}
-    extensions = sorted(path for directory in stdlib for path in glob.glob(os.path.join(directory, "lib-dynload", "*.so")))
+    extensions = sorted(path for directory in stdlib
+                        for path in glob.glob(os.path.join(directory, "lib-dynload", "*.so")))
     libraries = _ldd_libraries([executable, *extensions])
     needed = {executable, *libraries}
     directories = {os.path.dirname(os.path.realpath(path)) for path in needed} | stdlib

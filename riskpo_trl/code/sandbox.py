@@ -2,8 +2,8 @@
 
 The boundary is the operating system (`riskpo_trl.code.bwrap`): new user/PID/network/IPC/UTS/cgroup namespaces, no
 capabilities, an unprivileged uid (also on the host when the trainer runs as root), a private ``/proc``, a root
-filesystem of read-only binds of the interpreter only, and a size-limited tmpfs as the writable working directory,
-``HOME`` and ``TMPDIR``. Inside it the runner (`riskpo_trl.code._harness`) adds resource limits (CPU, memory, file
+filesystem of read-only binds of the interpreter only, and a tmpfs capped in bytes (and, as root, in files) as the
+writable working directory, ``HOME`` and ``TMPDIR``. Inside it the runner (`riskpo_trl.code._harness`) adds resource limits (CPU, memory, file
 size, open files, processes), a per-test timer and, as defence in depth only, an audit hook. The whole sandbox (its
 PID namespace) is SIGKILLed when the run ends or its wall-clock cap passes.
 
@@ -138,7 +138,8 @@ class Sandbox:
         max_workers: concurrent runs. Default `default_max_workers()`: this machine's cores shared among the training
             processes on it.
         isolation: "bwrap" (default: bubblewrap, probed on first use; raises `SandboxUnavailableError` if it does
-            not work here) or "none": no OS isolation, for trusted code in tests only (warned about on every run).
+            not work here) or "none": no OS isolation, for trusted code in tests only (`check` warns, and
+            `CodeReward` calls it on every batch).
         audit_guard: install the runner's audit hook (defence in depth). False only to test that the OS layer holds
             on its own.
     """
