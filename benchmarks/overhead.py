@@ -114,6 +114,7 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
         "num_generations": args.num_generations,
         "per_device_train_batch_size": args.num_generations * num_prompts_per_step,
         "gradient_accumulation_steps": 1,
+        "steps_per_generation": 1,  # one update per generation batch for both trainers (RiskPOConfig's default is 4)
         "max_completion_length": args.max_completion_length,
         "temperature": 1.0,
         "beta": 0.0,

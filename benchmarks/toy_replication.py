@@ -295,6 +295,7 @@ def rl_config(method: str, seed: int, cfg: ToyConfig, output_dir: Path):
         "num_generations": cfg.num_generations,
         "per_device_train_batch_size": cfg.num_generations * cfg.prompts_per_step,
         "gradient_accumulation_steps": 1,
+        "steps_per_generation": 1,  # one update per generation batch for every method (RiskPOConfig's default is 4)
         "max_completion_length": cfg.max_completion_length,
         "temperature": cfg.temperature,
         "top_k": 0,

@@ -11,10 +11,11 @@ import torch
 from transformers.utils import is_torch_bf16_gpu_available
 from trl import GRPOConfig
 
-from .risk import RISK_PROFILES
+from .estimator import QUANTILE_SOURCES
+from .risk import ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, RISK_PROFILES, advantage_variant
 
-QUANTILE_SOURCES = ("tracked", "batch", "group")
-ADVANTAGE_SCALINGS = ("none", "authors_code")
+# The paper updates 4 times per generation batch (batch 512 prompts, mini-batches of 128).
+UPDATES_PER_GENERATION = 4
 
 
 @dataclass
@@ -41,8 +42,13 @@ class RiskPOConfig(GRPOConfig):
     Parameters of the risk measure:
         risk_alpha (`float`, defaults to `0.2`), risk_beta (`float`, defaults to `0.8`), risk_omega (`float`,
         defaults to `0.5`), bundle_size (`int`, defaults to `5`), risk_profile (`str`, defaults to `"mvar"`),
-        quantile_source (`str`, defaults to `"tracked"`), advantage_scaling (`str`, defaults to `"none"`), quantile_lr
-        (`float`, defaults to `0.1`), quantile_lr_decay (`float`, defaults to `0.0`): see each field's help.
+        quantile_source (`str`, defaults to `"tracked"`), advantage_scaling (`str`, defaults to `"none"`),
+        natural_baseline (`bool`, defaults to `True`), credit_assignment (`str`, defaults to `"uniform"`), bundling
+        (`str`, defaults to `"permutation"`), quantile_lr (`float`, defaults to `0.1`), quantile_lr_decay (`float`,
+        defaults to `0.0`), max_unscorable_batches (`int`, defaults to `3`): see each field's help. The non-default
+        advantage choices reproduce the authors' public code (see `docs/algorithm.md`).
+        steps_per_generation (`int`, defaults to `4 x gradient_accumulation_steps` unless it or generation_batch_size
+        is set): the paper's 4 optimizer updates per generation batch.
     """
 
     # Risk measure
@@ -83,10 +89,39 @@ class RiskPOConfig(GRPOConfig):
     )
     advantage_scaling: str = field(
         default="none",
-        metadata={"help": "'none' (the paper's MVaR advantage) or 'authors_code': the authors' public code's "
-                  "[omega*(-(q_a-R)^+/alpha) + g/(beta-alpha)]/(1+omega), divided by the std of the bundle group's "
-                  "scores (mvar only, risk_alpha > 0; that code uses omega=1.5).",
+        metadata={"help": "'none' (the paper's advantage) or 'authors_code', the authors' public code's scaling: for "
+                  "mvar [omega*(-(q_a-R)^+/alpha) + g/(beta-alpha)]/(1+omega) (needs risk_alpha > 0), for "
+                  "risk_seeking [omega*(R-q_b)^+/(1-beta) + g/(beta-alpha)]/(1+omega) (needs risk_beta < 1), each "
+                  "divided by the std of the bundle group's scores. Their scripts use omega=1.5 with "
+                  "quantile_source='group'.",
                   "choices": list(ADVANTAGE_SCALINGS)},
+    )
+    natural_baseline: bool = field(
+        default=True,
+        metadata={"help": "Keep the constant q_alpha - q_beta of the window g(R, q_alpha, q_beta) (the paper). False "
+                  "drops it, as the authors' DAPO script (natural_baseline_adv=False): most advantages become "
+                  "positive."},
+    )
+    credit_assignment: str = field(
+        default="uniform",
+        metadata={"help": "How a bundle's advantage reaches its members: 'uniform' (the paper: all the same), "
+                  "'score' (x0.5 for a rewarded member, x1.5 otherwise), 'std' (divided by the member's prompt's "
+                  "reward std over its G completions, std <= 1e-3 counts as 1; the authors' MATH scripts) or "
+                  "'sum_mean' (A x (r - prompt mean) / sum over the bundle of (r - prompt mean), A / B when that sum "
+                  "is ~0; the authors' DAPO script).",
+                  "choices": list(CREDIT_ASSIGNMENTS)},
+    )
+    bundling: str = field(
+        default="permutation",
+        metadata={"help": "'permutation' (the paper: an independent uniform permutation of each prompt's completions) "
+                  "or 'positional' (the authors' code: completion j of every prompt of a group forms bundle j).",
+                  "choices": list(BUNDLINGS)},
+    )
+    max_unscorable_batches: int = field(
+        default=3,
+        metadata={"help": "Stop with an error after this many consecutive training batches in which no completion "
+                  "could be scored (every reward function returned None): such a run trains on nothing. 0 never "
+                  "stops. The share of unscorable completions is logged as risk/frac_unscorable."},
     )
     quantile_lr: float = field(
         default=0.1,
@@ -128,7 +163,13 @@ class RiskPOConfig(GRPOConfig):
     )
     gradient_accumulation_steps: int = field(
         default=5,
-        metadata={"help": "Micro-batches accumulated per optimizer step; also the default steps_per_generation."},
+        metadata={"help": "Micro-batches accumulated per optimizer step (one mini-batch)."},
+    )
+    steps_per_generation: int | None = field(
+        default=None,
+        metadata={"help": "Micro-steps per generation batch. If neither it nor generation_batch_size is set: "
+                  f"{UPDATES_PER_GENERATION} x gradient_accumulation_steps, the paper's {UPDATES_PER_GENERATION} "
+                  "optimizer updates per generation batch (batch 512, mini-batch 128), so the clipped ratio acts."},
     )
     per_device_eval_batch_size: int = field(
         default=50,
@@ -148,7 +189,10 @@ class RiskPOConfig(GRPOConfig):
             # Without a backend, transformers sets up a single-process state under a CPU-only DeepSpeed launch while
             # DeepSpeed itself sees every rank, so batch sizes disagree. gloo gives both the real world size.
             self.ddp_backend = "gloo"
+        if self.steps_per_generation is None and self.generation_batch_size is None:
+            self.steps_per_generation = UPDATES_PER_GENERATION * self.gradient_accumulation_steps
         self._validate_risk_fields()
+        self._refuse_unsourced_combinations()
         super().__post_init__()
         self._validate_batch_layout()
 
@@ -175,10 +219,27 @@ class RiskPOConfig(GRPOConfig):
             raise ValueError(
                 f"advantage_scaling={self.advantage_scaling!r} is unknown; choose one of {list(ADVANTAGE_SCALINGS)}."
             )
-        if self.advantage_scaling == "authors_code" and (self.risk_profile != "mvar" or self.risk_alpha <= 0):
+        variant = advantage_variant(self.advantage_scaling, self.risk_profile)
+        if not variant.levels_ok(self.risk_alpha, self.risk_beta):
             raise ValueError(
-                "advantage_scaling='authors_code' rescales the MVaR advantage by 1/risk_alpha: it needs "
-                f"risk_profile='mvar' and risk_alpha > 0 (got {self.risk_profile!r}, {self.risk_alpha})."
+                f"advantage_scaling={self.advantage_scaling!r} with risk_profile={self.risk_profile!r} needs "
+                f"{variant.levels_rule}; got risk_alpha={self.risk_alpha}, risk_beta={self.risk_beta}."
+            )
+        if self.credit_assignment not in CREDIT_ASSIGNMENTS:
+            raise ValueError(
+                f"credit_assignment={self.credit_assignment!r} is unknown; choose one of {list(CREDIT_ASSIGNMENTS)}."
+            )
+        if self.bundling not in BUNDLINGS:
+            raise ValueError(f"bundling={self.bundling!r} is unknown; choose one of {list(BUNDLINGS)}.")
+        if not self.natural_baseline and not variant.has_natural_baseline:
+            raise ValueError(
+                f"natural_baseline=False changes nothing for risk_profile={self.risk_profile!r} with "
+                f"advantage_scaling={self.advantage_scaling!r}: that advantage has no q_alpha - q_beta constant (its "
+                "excluded lower tail already gets 0). Leave natural_baseline at True."
+            )
+        if self.max_unscorable_batches < 0:
+            raise ValueError(
+                f"max_unscorable_batches={self.max_unscorable_batches} must be >= 0 (0 never stops the run)."
             )
         if self.quantile_lr <= 0:
             raise ValueError(f"quantile_lr={self.quantile_lr} must be > 0 (the authors' code uses 0.1).")
@@ -194,6 +255,31 @@ class RiskPOConfig(GRPOConfig):
                 "RiskPO scores a bundle by the weighted sum of its members' raw rewards, so "
                 f"multi_objective_aggregation={self.multi_objective_aggregation!r} does not apply; leave it at "
                 "'sum_then_normalize'."
+            )
+
+    def _refuse_unsourced_combinations(self) -> None:
+        """Combinations neither the paper nor the authors' code uses, where the advantage's scale goes wrong."""
+        if self.advantage_scaling == "authors_code" and self.quantile_source != "group":
+            raise ValueError(
+                f"advantage_scaling='authors_code' with quantile_source={self.quantile_source!r}: that scaling "
+                "divides by each bundle group's score std, which is only on a sensible scale with the group's own "
+                "quantiles (with shared quantiles the failures of a group with one success get 2-3 times the "
+                "advantage of an all-zero group). Set quantile_source='group' (what the authors' code effectively "
+                "does), or advantage_scaling='none' for the paper's advantage."
+            )
+        if self.credit_assignment in ("std", "sum_mean") and self.advantage_scaling != "authors_code":
+            raise ValueError(
+                f"credit_assignment={self.credit_assignment!r} rescales members by their prompt's reward statistics, "
+                "which only the authors' scaling uses (their scripts: advantage_scaling='authors_code', "
+                "quantile_source='group'); with the paper's advantage it multiplies some prompts' advantages several "
+                "fold. Set advantage_scaling='authors_code' and quantile_source='group', or credit_assignment="
+                "'uniform' (the paper)."
+            )
+        if self.credit_assignment == "score" and self.advantage_scaling != "authors_code":
+            warnings.warn(
+                "credit_assignment='score' (x0.5 for rewarded members, x1.5 otherwise) comes from the authors' code "
+                "and none of their scripts uses it; with the paper's advantage it is an untested mix.",
+                stacklevel=3,
             )
 
     def _validate_batch_layout(self) -> None:

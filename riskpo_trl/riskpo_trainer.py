@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
+from .estimator import RiskEstimator
 from .quantile_tracker import QuantileTracker
-from .risk import RiskPOBatch, empirical_quantiles, group_quantiles, permutation_bundles, riskpo_advantages
+from .risk import RiskPOBatch
 from .riskpo_config import RiskPOConfig
 
 RISK_STATE_FILE = "riskpo_state.json"
+
+# Keyword arguments GRPOTrainer passes to reward functions itself; every other one is read from a dataset column.
+TRL_REWARD_KWARGS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
+                               "environments"})
 
 
 class RiskPOTrainer(GRPOTrainer):
@@ -24,24 +31,28 @@ class RiskPOTrainer(GRPOTrainer):
     Trainer for Risk-based Policy Optimization (RiskPO).
 
     RiskPO (https://huggingface.co/papers/2510.00911) is a GRPO variant that optimises a risk measure of the reward
-    distribution instead of its mean. What differs from [`~trl.GRPOTrainer`] is the advantage only:
+    distribution instead of its mean. What differs from [`~trl.GRPOTrainer`] is the advantage only, computed by one
+    [`~riskpo_trl.estimator.RiskEstimator`] call per generation batch (gathered over all processes):
 
-    1. the generation batch (gathered over all processes) is cut into groups of ``bundle_size`` prompts; each prompt's
-       completions are shuffled by an independent uniform permutation and matched into ``num_generations`` bundles
-       whose summed reward is the bundle score;
+    1. the batch is cut into groups of ``bundle_size`` prompts; each prompt's completions are shuffled by an
+       independent uniform permutation and matched into ``num_generations`` bundles whose summed reward is the bundle
+       score;
     2. trackers of the ``risk_alpha`` / ``risk_beta`` quantiles of bundle scores take one stochastic-approximation
        step on the batch (never on evaluation batches);
     3. every completion gets its bundle's MVaR advantage (or the ``risk_profile`` chosen), computed with the
        quantiles after that step, and each process keeps its own slice.
+
+    This class only connects that step to TRL: it captures the gathered rewards, seeds the bundling identically on
+    every rank (and after a resume), slices the advantages, logs, and saves/restores the estimator's state.
 
     The loss is inherited unchanged: with the config's defaults (``importance_sampling_level="sequence"``,
     ``loss_type="grpo"``) TRL's `_compute_loss` is exactly the paper's clipped objective (eq. ``mvar_obj``), the
     clipped ``min(s * A, clip(s, 1 - eps, 1 + eps) * A)`` with ``s = (pi / pi_old) ** (1 / |y|)``, averaged over
     sequences; `tests/test_loss.py` checks this against a direct implementation. The trackers are saved in every
     checkpoint (``riskpo_state.json``) and restored on resume. Per generation batch the trainer logs ``risk/q_alpha``,
-    ``risk/q_beta``, ``risk/bundle_score_mean``, ``risk/mvar``, ``risk/lower_rvar``, ``risk/frac_zero_advantage`` and
-    a few more next to GRPO's metrics, and the completions table shows RiskPO's advantages and each completion's
-    bundle.
+    ``risk/q_beta``, ``risk/bundle_score_mean``, ``risk/mvar``, ``risk/lower_rvar``, ``risk/frac_zero_advantage``,
+    ``risk/frac_unscorable`` and a few more next to GRPO's metrics, and the completions table shows RiskPO's
+    advantages and each completion's bundle.
 
     Unscorable completions (every reward function returned ``None``) get advantage 0 and do not count in their
     bundle's score, which is rescaled to the size of a full bundle; see [`permutation_bundles`].
@@ -72,13 +83,21 @@ class RiskPOTrainer(GRPOTrainer):
                 f"RiskPOTrainer needs a RiskPOConfig, got {type(args).__name__}. Build one with "
                 "RiskPOConfig(**your_grpo_config.to_dict()) plus the risk fields you want."
             )
+        _check_dataset_columns(kwargs.get("train_dataset"), reward_funcs, "training")
+        eval_datasets = kwargs.get("eval_dataset")
+        for name, dataset in (eval_datasets.items() if isinstance(eval_datasets, dict) else [("", eval_datasets)]):
+            _check_dataset_columns(dataset, reward_funcs, f"evaluation{f' ({name})' if name else ''}")
         super().__init__(model, reward_funcs, args=args, **kwargs)
-        self.quantile_tracker = QuantileTracker(
-            [args.risk_alpha, args.risk_beta], lr=args.quantile_lr, lr_decay=args.quantile_lr_decay
-        )
+        self.risk_estimator = RiskEstimator.from_config(args)
+        self._unscorable_batches = 0  # consecutive training batches without a scorable completion
         self._eval_batches = 0
         self._last_rewards_per_func: torch.Tensor | None = None
         self.last_risk_batch: RiskPOBatch | None = None  # the latest batch's bundles, for inspection and tests
+
+    @property
+    def quantile_tracker(self) -> QuantileTracker:
+        """The quantile trackers (owned by ``risk_estimator``)."""
+        return self.risk_estimator.tracker
 
     # --- advantages --------------------------------------------------------------------------------------------
 
@@ -96,52 +115,38 @@ class RiskPOTrainer(GRPOTrainer):
         rewards = (rewards_per_func * weights).nansum(dim=1)
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # unscorable: no reward function answered
 
-        batch = self._risk_step(rewards.float().cpu(), mode)
+        batch = self.risk_estimator.step(
+            rewards.float().cpu(),
+            generator=torch.Generator().manual_seed(self._bundling_seed(mode)),
+            train=mode == "train",
+            num_generations=self.num_generations if mode == "train" else self.num_generations_eval,
+        )
         local_count = output["advantages"].shape[0]
         start = self.accelerator.process_index * local_count
         output["advantages"] = batch.advantages[start : start + local_count].to(output["advantages"].device)
 
         self._replace_logged_advantages(batch)
-        metrics = batch.metrics(self.args.risk_omega)
-        if self.args.quantile_source != "tracked" and self.quantile_tracker.initialized:
-            # The advantages used other quantiles; still show where the trackers are.
-            metrics["risk/tracked_q_alpha"], metrics["risk/tracked_q_beta"] = self.quantile_tracker.values.tolist()
-        for name, value in metrics.items():
+        for name, value in self.risk_estimator.metrics(batch).items():
             self._metrics[mode][name].append(value)
         self.last_risk_batch = batch
+        if mode == "train":
+            self._stop_if_nothing_is_scorable(batch)
         return output
 
-    def _risk_step(self, rewards: torch.Tensor, mode: str) -> RiskPOBatch:
-        """Bundle the gathered batch, step the trackers (training only) and compute every completion's advantage."""
-        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        generator = torch.Generator().manual_seed(self._bundling_seed(mode))
-        # The last evaluation batch can hold fewer prompts than a whole number of bundle groups.
-        bundles = permutation_bundles(
-            rewards, num_generations, self.args.bundle_size, generator, allow_partial_group=mode == "eval"
-        )
-        bundle_scores = bundles[0]
-        if mode == "train":
-            self.quantile_tracker.update(bundle_scores)
-        levels = [self.args.risk_alpha, self.args.risk_beta]
-        if self.args.quantile_source == "group":
-            q_alpha, q_beta = group_quantiles(bundle_scores, num_generations, levels).unbind(dim=1)
-        elif self.args.quantile_source == "batch" or not self.quantile_tracker.initialized:
-            # Evaluation before any training batch has no tracked quantiles yet: use the batch's own.
-            q_alpha, q_beta = empirical_quantiles(bundle_scores, levels).tolist()
-        else:
-            q_alpha, q_beta = self.quantile_tracker.values.tolist()
-        return riskpo_advantages(
-            rewards,
-            num_generations=num_generations,
-            bundle_size=self.args.bundle_size,
-            q_alpha=q_alpha,
-            q_beta=q_beta,
-            omega=self.args.risk_omega,
-            risk_profile=self.args.risk_profile,
-            bundles=bundles,
-            advantage_scaling=self.args.advantage_scaling,
-            levels=(self.args.risk_alpha, self.args.risk_beta),
-        )
+    def _stop_if_nothing_is_scorable(self, batch: RiskPOBatch) -> None:
+        """A batch in which every reward function returned None for every completion trains on nothing (all
+        advantages 0); a few in a row mean the rewards cannot read this data, so stop rather than train silently."""
+        self._unscorable_batches = self._unscorable_batches + 1 if bool(batch.unscorable.all()) else 0
+        limit = self.args.max_unscorable_batches
+        if limit and self._unscorable_batches >= limit:
+            names = [getattr(f, "__name__", type(f).__name__) for f in self.reward_funcs]
+            raise RuntimeError(
+                f"No completion could be scored in the last {self._unscorable_batches} training batches: every reward "
+                f"function ({', '.join(names)}) returned None for every completion, so every advantage was 0. Check "
+                "that the reward functions fit the dataset (e.g. the format of the reference-answer column they read) "
+                "and the completions (e.g. max_completion_length long enough to reach an answer). Set "
+                "max_unscorable_batches=0 to keep training anyway."
+            )
 
     def _bundling_seed(self, mode: str) -> int:
         """Same on every rank and after a resume: derived from the seed, the step and the batch counter only."""
@@ -169,7 +174,7 @@ class RiskPOTrainer(GRPOTrainer):
         # Hub, so a checkpoint that exists (locally or pushed) always carries the trackers.
         super()._save_optimizer_and_scheduler(output_dir)
         if self.args.should_save:
-            state = {"quantile_tracker": self.quantile_tracker.state_dict()}
+            state = self.risk_estimator.state_dict()
             path = os.path.join(output_dir, RISK_STATE_FILE)
             with open(path + ".tmp", "w") as f:
                 json.dump(state, f, indent=2)
@@ -186,4 +191,47 @@ class RiskPOTrainer(GRPOTrainer):
                 "checkpoint written by RiskPOTrainer, or start a fresh run."
             )
         with open(path) as f:
-            self.quantile_tracker.load_state_dict(json.load(f)["quantile_tracker"])
+            self.risk_estimator.load_state_dict(json.load(f))
+
+
+def _reward_columns(reward_func: Any) -> list[str]:
+    """Dataset columns a reward function needs: an explicit ``required_columns`` attribute, else the parameters of its
+    signature that have no default and that GRPOTrainer does not pass itself."""
+    declared = getattr(reward_func, "required_columns", None)
+    if declared is not None:
+        return list(declared)
+    if not callable(reward_func) or isinstance(reward_func, str) or hasattr(reward_func, "config"):
+        return []  # a Hub id or a reward model: it reads the text only
+    try:
+        parameters = inspect.signature(reward_func).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [
+        p.name for p in parameters
+        if p.default is inspect.Parameter.empty and p.name not in TRL_REWARD_KWARGS
+        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+
+
+def _check_dataset_columns(dataset: Any, reward_funcs: Any, split: str) -> None:
+    """Fail at construction, naming the columns, rather than with a KeyError inside TRL at the first step."""
+    columns = getattr(dataset, "column_names", None)
+    if dataset is None or columns is None:  # no dataset, or a streaming one that does not know its columns
+        return
+    if "prompt" not in columns:
+        raise ValueError(
+            f"The {split} dataset has no 'prompt' column (its columns: {columns}). RiskPOTrainer, like GRPOTrainer, "
+            "reads each example's prompt from 'prompt': a string, or a list of chat messages [{'role': 'user', "
+            "'content': ...}]. Rename or build that column (e.g. dataset.rename_column('question', 'prompt'), or the "
+            "adapters in riskpo_trl.data)."
+        )
+    funcs: list[Callable] = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+    for func in funcs:
+        missing = [column for column in _reward_columns(func) if column not in columns]
+        if missing:
+            name = getattr(func, "__name__", type(func).__name__)
+            raise ValueError(
+                f"The reward function {name} reads the column(s) {missing}, which the {split} dataset lacks (its "
+                f"columns: {columns}). Add them to the dataset (e.g. the reference answer as 'solution'), or use a "
+                "reward function that fits it."
+            )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -23,7 +24,8 @@ def test_defaults_are_the_papers_and_form_whole_bundle_groups(tmp_path):
 def test_every_risk_field_is_documented_for_the_cli():
     help_text = HfArgumentParser(RiskPOConfig).format_help()
     for name in ["risk_alpha", "risk_beta", "risk_omega", "bundle_size", "risk_profile", "quantile_source",
-                 "quantile_lr", "quantile_lr_decay"]:
+                 "quantile_lr", "quantile_lr_decay", "advantage_scaling", "natural_baseline", "credit_assignment",
+                 "bundling"]:
         assert f"--{name}" in help_text
     assert "Mixing weight omega" in help_text
 
@@ -42,19 +44,25 @@ def test_every_risk_field_is_documented_for_the_cli():
         ({"quantile_lr": 0.0}, "quantile_lr=0.0 must be > 0"),
         ({"multi_objective_aggregation": "normalize_then_sum"}, "leave it at 'sum_then_normalize'"),
         ({"advantage_scaling": "std"}, "advantage_scaling='std' is unknown"),
-        ({"advantage_scaling": "authors_code", "risk_alpha": 0.0}, "needs risk_profile='mvar' and risk_alpha > 0"),
-        ({"advantage_scaling": "authors_code", "risk_profile": "rvar"}, "needs risk_profile='mvar' and risk_alpha > 0"),
+        ({"advantage_scaling": "authors_code", "risk_alpha": 0.0}, "risk_profile='mvar' needs risk_alpha > 0"),
+        ({"advantage_scaling": "authors_code", "risk_profile": "risk_seeking", "risk_beta": 1.0},
+         "risk_profile='risk_seeking' needs risk_beta < 1"),
+        ({"advantage_scaling": "authors_code", "risk_profile": "rvar"},
+         "defined for risk_profile in ['mvar', 'risk_seeking'], not 'rvar'"),
+        ({"credit_assignment": "sum-mean"}, "credit_assignment='sum-mean' is unknown"),
+        ({"bundling": "random"}, "bundling='random' is unknown"),
+        ({"risk_profile": "risk_seeking", "natural_baseline": False}, "Leave natural_baseline at True"),
     ],
 )
 def test_bad_risk_fields_raise_naming_the_field(tmp_path, overrides, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         RiskPOConfig(output_dir=str(tmp_path), **overrides)
 
 
 def test_prompts_not_divisible_by_bundle_size_says_which_sizes_work(tmp_path):
     with pytest.raises(ValueError) as error:
         # 8 x 1 process x 5 steps = 40 completions = 4 prompts of 10: not bundles of 5
-        RiskPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8)
+        RiskPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, steps_per_generation=5)
     text = str(error.value)
     assert "4 prompts" in text and "bundle_size=5" in text
     assert "multiple of num_generations * bundle_size = 50 (50, 100, 150" in text
@@ -78,3 +86,45 @@ def test_checkpoints_off_generation_boundaries_warn(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         RiskPOConfig(output_dir=str(tmp_path), save_steps=4, steps_per_generation=10)
+
+
+def test_default_schedule_takes_four_optimizer_steps_per_generation_batch(tmp_path):
+    config = RiskPOConfig(output_dir=str(tmp_path))
+    assert config.steps_per_generation == 4 * config.gradient_accumulation_steps == 20
+    assert config.generation_batch_size // config.num_generations == 20  # 4 groups of B=5 prompts on one process
+    config = RiskPOConfig(output_dir=str(tmp_path), gradient_accumulation_steps=2, per_device_train_batch_size=25)
+    assert config.steps_per_generation == 8
+    # What the user sets wins, either way of saying it.
+    assert RiskPOConfig(output_dir=str(tmp_path), steps_per_generation=5).steps_per_generation == 5
+    assert RiskPOConfig(output_dir=str(tmp_path), generation_batch_size=100).steps_per_generation == 10
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # default save_steps falls on generation boundaries
+        RiskPOConfig(output_dir=str(tmp_path), save_steps=4)
+    with pytest.warns(UserWarning, match="do not fall on generation batch boundaries"):
+        RiskPOConfig(output_dir=str(tmp_path), save_steps=2)  # 10 micro-steps against a batch every 20
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fix"),
+    [
+        ({"advantage_scaling": "authors_code", "risk_omega": 1.5}, "Set quantile_source='group'"),
+        ({"advantage_scaling": "authors_code", "quantile_source": "batch"}, "Set quantile_source='group'"),
+        ({"credit_assignment": "std"}, "Set advantage_scaling='authors_code' and quantile_source='group'"),
+        ({"credit_assignment": "sum_mean", "quantile_source": "group"}, "Set advantage_scaling='authors_code'"),
+    ],
+)
+def test_combinations_neither_source_uses_are_refused_with_the_fix(tmp_path, overrides, fix):
+    with pytest.raises(ValueError, match=re.escape(fix)):
+        RiskPOConfig(output_dir=str(tmp_path), **overrides)
+
+
+def test_the_authors_combinations_are_accepted(tmp_path):
+    for profile, beta, credit, natural in [("mvar", 0.8, "sum_mean", False), ("mvar", 0.9, "std", True),
+                                           ("risk_seeking", 0.8, "std", True), ("mvar", 0.8, "score", True)]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)
+            RiskPOConfig(output_dir=str(tmp_path), advantage_scaling="authors_code", quantile_source="group",
+                         risk_profile=profile, risk_beta=beta, credit_assignment=credit, natural_baseline=natural,
+                         risk_omega=1.5, bundling="positional")
+    with pytest.warns(UserWarning, match="credit_assignment='score'"):
+        RiskPOConfig(output_dir=str(tmp_path), credit_assignment="score")

@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from script_loader import ROOT
+ROOT = Path(__file__).resolve().parents[1]
 
 SINGLE_NODE = ROOT / "examples/launch/launch_single_node.sh"
 SLURM = ROOT / "examples/launch/slurm_riskpo.sh"
@@ -38,6 +39,7 @@ def test_single_node_splits_gpus_between_server_and_training():
     assert (flag(cmd["vllm"], "--tensor_parallel_size"), flag(cmd["vllm"], "--data_parallel_size")) == ("1", "2")
     assert cmd["train"][:2] == ["env", "CUDA_VISIBLE_DEVICES=2,3,4,5,6,7"]
     assert flag(cmd["train"], "--num_processes") == "6"
+    assert flag(cmd["train"], "-m") == "riskpo_trl.scripts.train"  # the package's entry point, not a file path
     assert flag(cmd["train"], "--config_file") == "recipes/accelerate_configs/zero3.yaml"
     assert flag(cmd["train"], "--vllm_server_port") == "8123" and flag(cmd["vllm"], "--port") == "8123"
     assert cmd["train"][-2:] == ["--gradient_accumulation_steps", "40"]

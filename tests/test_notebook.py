@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from script_loader import ROOT
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow

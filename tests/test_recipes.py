@@ -8,20 +8,21 @@ from pathlib import Path
 import pytest
 import yaml
 from accelerate.commands.config.config_args import load_config_from_file
-from trl import GRPOConfig
 
 from riskpo_trl import RiskPOConfig
+from riskpo_trl.scripts import train
+from riskpo_trl.trainers import get_trainer_classes
 
-from script_loader import ROOT, load_script
-
-train_script = load_script("examples/train_riskpo.py")
+ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted(p for p in (ROOT / "recipes").rglob("config_*.yaml"))
 ACCELERATE_CONFIGS = sorted((ROOT / "recipes" / "accelerate_configs").glob("*.yaml"))
-PAPER_RECIPES = [p for p in RECIPES if "tiny" not in p.parts]
+# riskpo_authors/ mirrors the authors' public scripts, not the paper (tests/test_authors_scripts.py checks those).
+PAPER_RECIPES = [p for p in RECIPES if "tiny" not in p.parts and "riskpo_authors" not in p.parts]
 
 
 def parse(path: Path, *extra: str):
-    return train_script.make_parser().parse_args_and_config(["--config", str(path), *extra])
+    # The paper recipes leave bf16 to the config: GRPOConfig makes it True, which only a bf16 accelerator accepts.
+    return train.parse_args(["--config", str(path), "--bf16", "false", *extra])
 
 
 def recipe_id(path: Path) -> str:
@@ -47,16 +48,11 @@ def test_recipe_parses_and_sets_vllm_mode(path):
         # e.g. checkpoints that would fall inside a generation batch and not resume exactly
         warnings.filterwarnings("error", message="Checkpoints every", category=UserWarning)
         script_args, training_args, model_args = parse(path)
-    assert isinstance(training_args, RiskPOConfig)
+    # Each recipe is parsed into its own trainer's config class, not a RiskPOConfig copied into another one.
+    config_class, _ = get_trainer_classes(script_args.trainer)
+    assert type(training_args) is config_class
+    assert (script_args.trainer == "riskpo") == isinstance(training_args, RiskPOConfig)
     assert model_args.model_name_or_path == raw["model_name_or_path"]
-    if script_args.trainer != "riskpo":  # the baseline config builds too
-        config_class = GRPOConfig
-        if script_args.trainer == "gmpo":
-            from trl.experimental.gmpo import GMPOConfig as config_class
-        baseline = train_script.baseline_config(training_args, config_class)
-        assert type(baseline) is config_class
-        assert baseline.loss_type == training_args.loss_type
-        assert baseline.steps_per_generation == training_args.steps_per_generation
 
 
 @pytest.mark.parametrize("path", PAPER_RECIPES, ids=recipe_id)
@@ -71,7 +67,8 @@ def test_paper_recipes_use_the_papers_hyperparameters(path):
     completions_per_generation = args.per_device_train_batch_size * processes * args.steps_per_generation
     assert completions_per_generation // args.num_generations == 480
     assert completions_per_generation // completions_per_step == 4
-    assert (completions_per_generation // args.num_generations) % args.bundle_size == 0
+    # Baselines keep RiskPO's batch (a multiple of its bundle size B=5), so every method sees the same prompts.
+    assert (completions_per_generation // args.num_generations) % getattr(args, "bundle_size", 5) == 0
 
 
 def test_command_line_overrides_recipe():
@@ -80,13 +77,67 @@ def test_command_line_overrides_recipe():
     assert (args.bundle_size, args.risk_omega) == (2, 0.25)
 
 
+TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
+
+
+def write_recipe(tmp_path: Path, drop: tuple[str, ...] = (), **changes) -> Path:
+    recipe = {k: v for k, v in yaml.safe_load(TINY_RECIPE.read_text()).items() if k not in drop}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump({**recipe, **changes}))
+    return path
+
+
 def test_unknown_recipe_key_is_named(tmp_path):
-    recipe = yaml.safe_load((ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml").read_text())
-    recipe["risk_omgea"] = 0.5
-    path = tmp_path / "typo.yaml"
-    path.write_text(yaml.safe_dump(recipe))
     with pytest.raises(ValueError, match="risk_omgea"):
+        parse(write_recipe(tmp_path, risk_omgea=0.5))
+
+
+def test_misspelled_field_is_reported_first_with_the_closest_name(tmp_path):
+    # bundel_size: 2 leaves bundle_size at its default 5, which RiskPOConfig would reject first (2 prompts per
+    # generation batch are not a multiple of 5) if the unknown name were not checked before the config's validation.
+    path = write_recipe(tmp_path, drop=("bundle_size",), bundel_size=2)
+    with pytest.raises(ValueError, match=r"bundel_size \(did you mean bundle_size\?\)"):
         parse(path)
+
+
+def test_misspelled_command_line_option_is_named_with_the_closest_name():
+    with pytest.raises(ValueError, match=r"--risk_omgea \(did you mean risk_omega\?\)"):
+        parse(TINY_RECIPE, "--risk_omgea", "0.5")
+
+
+def test_risk_field_in_a_baseline_recipe_is_named_as_such(tmp_path):
+    with pytest.raises(ValueError, match=r"bundle_size \(a RiskPOConfig field; trainer 'grpo' does not take it\)"):
+        parse(write_recipe(tmp_path, trainer="grpo"))
+
+
+RISK_FIELDS = ("risk_alpha", "risk_beta", "risk_omega", "bundle_size")
+
+
+@pytest.mark.parametrize("trainer", ["grpo", "gmpo"])
+def test_baseline_without_loss_fields_gets_its_own_configs_defaults(tmp_path, trainer):
+    """A baseline recipe that does not set the loss/sampling fields runs with its config's defaults, not RiskPO's."""
+    loss_fields = ("importance_sampling_level", "temperature", "loss_type", "num_generations",
+                   "per_device_train_batch_size")
+    path = write_recipe(tmp_path, drop=(*RISK_FIELDS, *loss_fields, "trainer"), num_generations=4)
+    script_args, args, _ = parse(path, "--trainer", trainer)
+    config_class, _ = get_trainer_classes(trainer)
+    assert script_args.trainer == trainer and type(args) is config_class
+    for name in ("importance_sampling_level", "temperature", "loss_type", "per_device_train_batch_size"):
+        assert getattr(args, name) == config_class.__dataclass_fields__[name].default, name
+    # The test means something: RiskPO's defaults differ on these fields.
+    riskpo = RiskPOConfig(num_generations=4, per_device_train_batch_size=8, bundle_size=2)
+    assert (riskpo.importance_sampling_level, riskpo.temperature) != (args.importance_sampling_level, args.temperature)
+
+
+def test_baseline_takes_grpo_options_riskpo_rejects(tmp_path):
+    path = write_recipe(tmp_path, drop=RISK_FIELDS, trainer="grpo", multi_objective_aggregation="normalize_then_sum")
+    _, args, _ = parse(path)
+    assert args.multi_objective_aggregation == "normalize_then_sum"
+
+
+def test_trainer_on_the_command_line_wins_over_the_recipe(tmp_path):
+    _, args, _ = parse(write_recipe(tmp_path, drop=RISK_FIELDS, trainer="riskpo"), "--trainer=grpo")
+    assert not isinstance(args, RiskPOConfig)
 
 
 @pytest.mark.parametrize(

@@ -9,16 +9,21 @@ import pytest
 import torch
 
 from riskpo_trl import (
+    ADVANTAGE_VARIANTS,
+    BUNDLINGS,
     RISK_PROFILES,
     authors_code_mvar_advantage,
+    authors_code_risk_seeking_advantage,
     empirical_quantiles,
     group_quantiles,
     mvar_advantage,
     mvar_objective,
     permutation_bundles,
+    positional_bundles,
     risk_seeking_advantage,
     riskpo_advantages,
     rvar_advantage,
+    rvar_window,
 )
 
 CHI2_CRITICAL_P001 = {5: 20.515, 35: 66.619}  # chi-square quantiles at 1 - 0.001
@@ -240,3 +245,69 @@ def test_authors_code_scaling_is_a_convex_mix_divided_by_the_group_std():
     assert torch.equal(adv[4:], torch.zeros(4, dtype=torch.float64))  # constant group: unscaled, and at q_beta+ -> 0
     with pytest.raises(ValueError, match="alpha"):
         authors_code_mvar_advantage(scores, qa, qb, mix, alpha=0.0, beta=beta, num_generations=4)
+
+
+# --- registries and the authors' switches ---------------------------------------------------------------------------
+
+
+def test_positional_bundles_pair_completion_j_of_every_prompt():
+    G, B = 3, 2
+    rewards = torch.arange(4 * G, dtype=torch.float32)  # 4 prompts
+    scores, ids = positional_bundles(rewards, G, B)
+    assert ids.tolist() == [0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5]
+    assert scores.tolist() == [0 + 3, 1 + 4, 2 + 5, 6 + 9, 7 + 10, 8 + 11]
+    assert torch.equal(BUNDLINGS["positional"](rewards, G, B)[1], ids)
+    with pytest.raises(ValueError, match="not a multiple"):
+        positional_bundles(rewards[: 3 * G], G, B)
+
+
+def test_every_advantage_variant_is_reachable_by_name_and_unknown_pairs_are_refused():
+    z = torch.linspace(0, 5, 12, dtype=torch.float64)
+    for (scaling, profile), variant in ADVANTAGE_VARIANTS.items():
+        batch = riskpo_advantages(z.repeat_interleave(2).float(), num_generations=4, bundle_size=1, q_alpha=1.0,
+                                  q_beta=3.0, omega=0.5, risk_profile=profile, advantage_scaling=scaling,
+                                  levels=(0.2, 0.8), bundling="positional")
+        direct = variant.fn(batch.bundle_scores.double(), 1.0, 3.0, 0.5, alpha=0.2, beta=0.8, num_generations=4,
+                            natural_baseline=True)
+        assert torch.allclose(batch.advantages, direct[batch.bundle_ids].float()), (scaling, profile)
+    with pytest.raises(ValueError, match="not 'rvar'"):
+        riskpo_advantages(z, num_generations=4, bundle_size=1, q_alpha=1.0, q_beta=3.0, omega=0.5,
+                          risk_profile="rvar", advantage_scaling="authors_code", levels=(0.2, 0.8))
+    with pytest.raises(ValueError, match="levels"):
+        riskpo_advantages(z, num_generations=4, bundle_size=1, q_alpha=1.0, q_beta=3.0, omega=0.5,
+                          advantage_scaling="authors_code")
+    with pytest.raises(ValueError, match="credit_assignment"):
+        riskpo_advantages(z, num_generations=4, bundle_size=1, q_alpha=1.0, q_beta=3.0, omega=0.5,
+                          credit_assignment="sum-mean")
+
+
+def test_natural_baseline_false_drops_the_window_constant():
+    z = torch.linspace(-2, 6, 81, dtype=torch.float64)
+    qa, qb = 1.0, 3.0
+    for fn in (mvar_advantage, rvar_advantage):
+        assert torch.allclose(fn(z, qa, qb, 0.5, natural_baseline=False), fn(z, qa, qb, 0.5) - (qa - qb))
+    window = rvar_window(z, qa, qb, natural_baseline=False)
+    assert (window >= 0).all() and (window[z <= qa] == 0).all() and (window[z >= qb] == qb - qa).all()
+
+
+def test_authors_risk_seeking_scaling():
+    scores = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0, 5.0], dtype=torch.float64)
+    qa, qb, alpha, beta, u = 1.0, 3.0, 0.2, 0.8, 1.5
+    adv = authors_code_risk_seeking_advantage(scores, qa, qb, u, alpha=alpha, beta=beta, num_generations=6)
+    upper = (scores - qb).clamp(min=0) / (1 - beta)
+    window = ((scores - qa).clamp(min=0) - (scores - qb).clamp(min=0) + qa - qb) / (beta - alpha)
+    assert torch.allclose(adv, (u * upper + window) / (1 + u) / scores.std())
+    with pytest.raises(ValueError, match="1 - beta"):
+        authors_code_risk_seeking_advantage(scores, qa, qb, u, alpha=alpha, beta=1.0, num_generations=6)
+
+
+def test_metrics_leave_out_empty_tails_and_count_unscorable_completions():
+    # Binary rewards, B = 1: every score is 0 or 1 and q_beta = 1, so nothing lies above q_beta.
+    rewards = torch.tensor([0.0, 1.0, 1.0, float("nan"), 1.0, 0.0, 1.0, 1.0])
+    batch = riskpo_advantages(rewards, num_generations=4, bundle_size=1, q_alpha=0.0, q_beta=1.0, omega=0.5,
+                              generator=torch.Generator().manual_seed(0))
+    metrics = batch.metrics(omega=0.5)
+    assert "risk/upper_rvar" not in metrics
+    assert metrics["risk/lower_rvar"] == pytest.approx(0.0)
+    assert metrics["risk/frac_unscorable"] == pytest.approx(1 / 8)
+    assert all(math.isfinite(v) for k, v in metrics.items() if k != "risk/bundle_score_std")

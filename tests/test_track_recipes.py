@@ -13,9 +13,9 @@ from riskpo_trl.data import BENCHMARKS, TRAIN_DATASETS
 from riskpo_trl.multimodal import geometry_accuracy_reward
 from riskpo_trl.rewards import get_reward_funcs
 
-from script_loader import ROOT, load_script
+from riskpo_trl.scripts import train
 
-train_script = load_script("examples/train_riskpo.py")
+ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
 CODE_RECIPES = sorted(RECIPES.glob("*/*/config_archer_code.yaml"))
 GEOMETRY_RECIPES = sorted(RECIPES.glob("*/*/config_geometry3k.yaml"))
@@ -23,7 +23,8 @@ TRACK_RECIPES = CODE_RECIPES + GEOMETRY_RECIPES
 
 
 def parse(path: Path, *extra: str):
-    return train_script.make_parser().parse_args_and_config(["--config", str(path), *extra])
+    # The paper recipes leave bf16 to the config: GRPOConfig makes it True, which only a bf16 accelerator accepts.
+    return train.parse_args(["--config", str(path), "--bf16", "false", *extra])
 
 
 def recipe_id(path: Path) -> str:
@@ -49,11 +50,11 @@ def test_every_track_has_riskpo_and_baseline_recipes():
 def test_code_recipe_selects_archer_livecodebench_and_the_sandboxed_reward(path):
     raw = yaml.safe_load(path.read_text())
     script_args, training_args, model_args = parse(path)
-    assert isinstance(training_args, RiskPOConfig)
+    assert isinstance(training_args, RiskPOConfig) == (script_args.trainer == "riskpo")
     assert model_args.model_name_or_path == "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
     assert TRAIN_DATASETS[script_args.dataset_name].hub_id == "wizardII/ArcherCodeR-Dataset"
     assert script_args.eval_benchmark == "livecodebench_v5" and script_args.eval_benchmark in BENCHMARKS
-    [reward] = get_reward_funcs(script_args.reward_funcs, script_args.reward_settings)
+    [reward] = script_args.reward_functions  # what the trainer gets
     assert isinstance(reward, CodeReward)
     sandbox_settings = dict(raw["code_sandbox"])
     assert reward.sandbox.max_workers == sandbox_settings.pop("max_workers")

@@ -1,4 +1,4 @@
-"""The code and Geometry3K tracks through examples/train_riskpo.py: registry wiring, local files, tiny CPU runs."""
+"""The code and Geometry3K tracks through riskpo_trl.scripts.train: registry wiring, local files, tiny CPU runs."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from transformers import AutoProcessor
 from riskpo_trl.code import CodeReward, code_reward_from_settings
 from riskpo_trl.data import load_benchmark, load_train_dataset
 
-from script_loader import ROOT, load_script
+from riskpo_trl.scripts import train
 
-train_script = load_script("examples/train_riskpo.py")
+ROOT = Path(__file__).resolve().parents[1]
 CODE_RECIPE = ROOT / "recipes/DeepSeek-R1-Distill-Qwen-1.5B/riskpo/config_archer_code.yaml"
 GEOMETRY_RECIPE = ROOT / "recipes/Qwen2.5-VL-3B-Instruct/riskpo/config_geometry3k.yaml"
 # The paper recipes, shrunk to one CPU step: no vLLM server, no wandb, no bf16, 5 prompts x 2 completions.
@@ -85,8 +85,8 @@ def geometry3k_parquet(path: Path, count: int) -> Path:
 
 
 def run(recipe: Path, *overrides: str):
-    args = train_script.make_parser().parse_args_and_config(["--config", str(recipe), *CPU_OVERRIDES, *overrides])
-    return train_script.main(*args)
+    args = train.parse_args(["--config", str(recipe), *CPU_OVERRIDES, *overrides])
+    return train.main(*args)
 
 
 # --- registry wiring (no training) ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""End-to-end runs of examples/train_riskpo.py on the tiny CPU recipe: resume after a kill, reload, model card."""
+"""End-to-end runs of riskpo_trl.scripts.train on the tiny CPU recipe: resume after a kill, reload, model card."""
 
 from __future__ import annotations
 
@@ -9,16 +9,17 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from riskpo_trl.plots import find_trainer_state, load_run
-from script_loader import ROOT, load_script
+from riskpo_trl.scripts import train
 
-train_script = load_script("examples/train_riskpo.py")
+ROOT = Path(__file__).resolve().parents[1]
 TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
+TINY_GRPO_RECIPE = ROOT / "recipes/tiny/grpo/config_tiny_arithmetic.yaml"
 
 
-def run(tmp_path: Path, *overrides: str):
-    args = train_script.make_parser().parse_args_and_config(
+def run(tmp_path: Path, *overrides: str, recipe: Path = TINY_RECIPE):
+    args = train.parse_args(
         [
-            "--config", str(TINY_RECIPE),
+            "--config", str(recipe),
             "--model_name_or_path", str(tmp_path / "tiny-model"),
             "--output_dir", str(tmp_path / "run"),
             "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
@@ -26,7 +27,7 @@ def run(tmp_path: Path, *overrides: str):
             *overrides,
         ]
     )
-    return train_script.main(*args)
+    return train.main(*args)
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,8 @@ def test_output_reloads_and_card_names_riskpo(resumed_run):
 
 @pytest.mark.slow
 def test_grpo_baseline_trains_through_the_same_script(tmp_path):
-    trainer = run(tmp_path, "--trainer", "grpo", "--loss_type", "dr_grpo", "--max_steps", "1", "--save_strategy", "no")
+    trainer = run(tmp_path, "--loss_type", "dr_grpo", "--max_steps", "1", "--save_strategy", "no",
+                  recipe=TINY_GRPO_RECIPE)
     assert type(trainer).__name__ == "GRPOTrainer"
     assert trainer.args.loss_type == "dr_grpo" and not hasattr(trainer.args, "bundle_size")
     assert trainer.state.global_step == 1

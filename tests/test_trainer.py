@@ -23,16 +23,18 @@ from riskpo_trl.riskpo_trainer import RISK_STATE_FILE
 
 from conftest import contains_digit_reward, make_prompt_dataset
 
-RISK_METRICS = ["risk/q_alpha", "risk/q_beta", "risk/bundle_score_mean", "risk/mvar", "risk/lower_rvar",
+RISK_METRICS = ["risk/q_alpha", "risk/q_beta", "risk/bundle_score_mean", "risk/mvar", "risk/frac_unscorable",
                 "risk/frac_zero_advantage"]
 
 
 def tiny_config(output_dir, **overrides) -> RiskPOConfig:
+    """A short run: one generation batch per optimizer step (the paper's 4 updates per batch is tested apart)."""
     settings = dict(
         output_dir=str(output_dir), max_steps=3, max_completion_length=16, logging_steps=1, report_to="none",
         save_strategy="no", learning_rate=1e-3, gradient_checkpointing=False, seed=7,
     )
     settings.update(overrides)
+    settings.setdefault("steps_per_generation", settings.get("gradient_accumulation_steps", 5))
     return RiskPOConfig(**settings)
 
 
@@ -115,13 +117,14 @@ def test_training_logs_risk_metrics_and_feeds_riskpo_advantages(tiny_model_dir, 
 
 
 @pytest.mark.slow
-def test_default_config_trains_on_one_process(tiny_model_dir, tmp_path):
-    args = RiskPOConfig(output_dir=str(tmp_path))
+def test_default_config_trains_on_one_process_with_four_updates_per_generation_batch(tiny_model_dir, tmp_path):
+    args = RiskPOConfig(output_dir=str(tmp_path), num_train_epochs=1, max_completion_length=32)
     trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=contains_digit_reward, args=args,
-                            train_dataset=make_prompt_dataset(num_prompts=5))
+                            train_dataset=make_prompt_dataset(num_prompts=20))
     trainer.train()
-    assert trainer.state.global_step == 3  # 5 prompts = one generation batch per epoch, 3 epochs
-    assert trainer.quantile_tracker.num_updates == 3
+    # 20 prompts = one generation batch (4 x 5 micro-batches of 10 completions), taken in 4 optimizer steps
+    assert trainer.state.global_step == 4
+    assert trainer.quantile_tracker.num_updates == 1
 
 
 @pytest.mark.slow
@@ -238,3 +241,39 @@ def test_rejects_a_plain_grpo_config(tiny_model_dir, tmp_path):
                       args=GRPOConfig(output_dir=str(tmp_path), bf16=False, num_generations=2,
                                       per_device_train_batch_size=2),
                       train_dataset=make_prompt_dataset())
+
+
+def test_dataset_columns_are_checked_before_the_model_loads(tmp_path):
+    from datasets import Dataset
+
+    from riskpo_trl.rewards import math_verify_reward
+
+    args = tiny_config(tmp_path)
+    no_prompt = Dataset.from_list([{"question": "1 + 1", "solution": "2"}] * 5)
+    # The model path does not exist: the dataset error must come first, before anything is loaded.
+    with pytest.raises(ValueError, match=r"training dataset has no 'prompt' column \(its columns: \['question', "):
+        RiskPOTrainer(str(tmp_path / "no-model"), reward_funcs=contains_digit_reward, args=args,
+                      train_dataset=no_prompt)
+    no_solution = make_prompt_dataset().remove_columns("solution")
+    with pytest.raises(ValueError, match=r"math_verify_reward reads the column\(s\) \['solution'\]"):
+        RiskPOTrainer(str(tmp_path / "no-model"), reward_funcs=[contains_digit_reward, math_verify_reward],
+                      args=args, train_dataset=no_solution)
+    with pytest.raises(ValueError, match=r"evaluation \(held_out\) dataset has no 'prompt' column"):
+        RiskPOTrainer(str(tmp_path / "no-model"), reward_funcs=contains_digit_reward, args=args,
+                      train_dataset=make_prompt_dataset(), eval_dataset={"held_out": no_prompt})
+
+
+def never_scorable_reward(completions, **kwargs):
+    return [None] * len(completions)
+
+
+@pytest.mark.slow
+def test_a_run_whose_rewards_never_score_stops_with_an_error(tiny_model_dir, tmp_path):
+    trainer = make_trainer(tiny_model_dir, tiny_config(tmp_path, max_steps=5, max_unscorable_batches=2),
+                           reward=never_scorable_reward)
+    with pytest.raises(RuntimeError, match="No completion could be scored in the last 2 training batches"):
+        trainer.train()
+    assert trainer.state.global_step == 1  # stopped while preparing the second batch
+    logged = [entry for entry in trainer.state.log_history if "risk/frac_unscorable" in entry]
+    assert logged and logged[0]["risk/frac_unscorable"] == 1.0
+    assert "risk/upper_rvar" not in logged[0] and "risk/lower_rvar" not in logged[0]  # no bundle scored at all

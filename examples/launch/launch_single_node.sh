@@ -57,7 +57,7 @@ fi
 SERVE_CMD=(env "CUDA_VISIBLE_DEVICES=$VLLM_GPUS" trl vllm-serve --model "$MODEL" --tensor_parallel_size "$TP"
            --data_parallel_size "$DP" --host 0.0.0.0 --port "$PORT")
 TRAIN_CMD=(env "CUDA_VISIBLE_DEVICES=$TRAIN_GPUS" accelerate launch --config_file "$ACCELERATE_CONFIG"
-           --num_processes "$NUM_TRAIN" examples/train_riskpo.py --config "$CONFIG"
+           --num_processes "$NUM_TRAIN" -m riskpo_trl.scripts.train --config "$CONFIG"
            --vllm_mode server --vllm_server_host 127.0.0.1 --vllm_server_port "$PORT" ${EXTRA[@]+"${EXTRA[@]}"})
 
 if (( DRY_RUN )); then

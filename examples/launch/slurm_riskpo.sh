@@ -73,7 +73,7 @@ SERVE_CMD=(trl vllm-serve --model "$MODEL" --tensor_parallel_size "$TP" --data_p
 TRAIN_CMD=(accelerate launch --config_file "$ACCELERATE_CONFIG" --num_machines "$NUM_MACHINES"
            --num_processes "$NUM_PROCESSES" --machine_rank '$SLURM_NODEID' --main_process_ip "$MAIN_NODE"
            --main_process_port "$MAIN_PORT" --rdzv_backend static
-           examples/train_riskpo.py --config "$CONFIG" --vllm_mode server --vllm_server_host "$VLLM_NODE"
+           -m riskpo_trl.scripts.train --config "$CONFIG" --vllm_mode server --vllm_server_host "$VLLM_NODE"
            --vllm_server_port "$PORT" ${EXTRA[@]+"${EXTRA[@]}"})
 
 if (( DRY_RUN )); then

@@ -27,8 +27,8 @@ def main() -> None:
     cli = parser.parse_args()
     args = RiskPOConfig(
         output_dir=cli.output_dir, max_steps=3, max_completion_length=12, per_device_train_batch_size=10,
-        gradient_accumulation_steps=5, logging_steps=1, report_to="none", save_strategy="steps", save_steps=2,
-        gradient_checkpointing=False, learning_rate=1e-3, seed=11,
+        gradient_accumulation_steps=5, steps_per_generation=5, logging_steps=1, report_to="none",
+        save_strategy="steps", save_steps=2, gradient_checkpointing=False, learning_rate=1e-3, seed=11,
     )
     trainer = RiskPOTrainer(cli.model_dir, reward_funcs=contains_digit_reward, args=args,
                             train_dataset=make_prompt_dataset(num_prompts=20))

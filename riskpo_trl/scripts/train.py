@@ -1,0 +1,290 @@
+"""Train a model with RiskPO (or a GRPO-family baseline on identical settings) on math, code or Geometry3K.
+
+Every option comes from a YAML recipe and/or the command line (command line wins), through TRL's parser:
+
+    riskpo-train --config recipes/tiny/riskpo/config_tiny_arithmetic.yaml      # CPU smoke run, tiny random model
+
+    accelerate launch --config_file recipes/accelerate_configs/zero3.yaml -m riskpo_trl.scripts.train \
+        --config recipes/DeepSeek-R1-Distill-Qwen-1.5B/riskpo/config_dapo_math.yaml
+
+``trainer:`` (recipe or ``--trainer``) is read first and picks the config class the rest is parsed into
+(:data:`riskpo_trl.trainers.TRAINERS`): a GRPO baseline gets ``GRPOConfig``'s own defaults, RiskPO gets
+``RiskPOConfig``'s. A field the chosen config does not have is reported by name before anything else is checked.
+
+A run restarts from the last checkpoint in ``output_dir`` by itself; at the end the model, the tokenizer and the
+model card are saved there, and pushed to the Hub when ``push_to_hub`` is set.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..trainers import TRAINERS, check_trainer_name, closest_name, get_trainer_classes
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TRAINER = "riskpo"
+
+
+@dataclass
+class RiskPOScriptArguments:
+    """What to train on and with which trainer; the optimisation itself is configured by the trainer's config."""
+
+    trainer: str = field(
+        default=DEFAULT_TRAINER,
+        metadata={"help": "'riskpo' (RiskPOTrainer), 'grpo' (trl.GRPOTrainer: GRPO, Dr. GRPO, DAPO, ... through "
+                  "loss_type) or 'gmpo' (trl.experimental.gmpo.GMPOTrainer). Picks the config class the recipe is "
+                  "parsed into, so a baseline gets its own config's defaults.",
+                  "choices": list(TRAINERS)},
+    )
+    dataset_name: str = field(
+        default="dapo_math",
+        metadata={"help": "Training set adapter (riskpo_trl.data.TRAIN_DATASETS or TRAIN_MIXTURES)."},
+    )
+    dataset_split: str = field(default="train", metadata={"help": "Split of the training set."})
+    dataset_files: list[str] | None = field(
+        default=None,
+        metadata={"help": "Local JSON/JSONL/Parquet files in dataset_name's Hub schema, read instead of the Hub."},
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Keep only the first N training rows (of a mixture: after a seeded shuffle)."}
+    )
+    eval_benchmark: str | None = field(
+        default=None,
+        metadata={"help": "Benchmark evaluated during training when eval_strategy is not 'no' "
+                  "(riskpo_trl.data.BENCHMARKS)."},
+    )
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N benchmark rows."})
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["math_verify"],
+        metadata={"help": "Reward functions by name, summed with reward_weights (riskpo_trl.rewards.REWARD_FUNCS "
+                  "and REWARD_BUILDERS)."},
+    )
+    code_sandbox: dict | str | None = field(
+        default=None,
+        metadata={"help": "Settings of the 'code' reward: max_workers and riskpo_trl.code.SandboxLimits fields "
+                  "(a YAML mapping in a recipe, a JSON object on the command line)."},
+    )
+    build_tiny_model: bool = field(
+        default=False,
+        metadata={"help": "If model_name_or_path does not exist, build a tiny random Qwen2 model there first "
+                  "(CPU smoke runs and tests; nothing is downloaded)."},
+    )
+    build_tiny_vlm: bool = field(
+        default=False,
+        metadata={"help": "Like build_tiny_model, with a tiny random LLaVA vision-language model and its processor "
+                  "(CPU smoke runs of the Geometry3K track)."},
+    )
+
+    def __post_init__(self):
+        from ..data import BENCHMARKS, TRAIN_DATASETS, TRAIN_MIXTURES
+
+        # Fail at start-up, before any model or dataset is loaded, on names that do not exist.
+        check_trainer_name(self.trainer)
+        datasets = [*TRAIN_DATASETS, *TRAIN_MIXTURES]
+        if self.dataset_name not in datasets:
+            raise ValueError(
+                f"dataset_name={self.dataset_name!r} is unknown{closest_name(self.dataset_name, datasets)}; "
+                f"choose one of {sorted(datasets)}."
+            )
+        if self.eval_benchmark is not None and self.eval_benchmark not in BENCHMARKS:
+            raise ValueError(
+                f"eval_benchmark={self.eval_benchmark!r} is unknown{closest_name(self.eval_benchmark, BENCHMARKS)}; "
+                f"choose one of {sorted(BENCHMARKS)}."
+            )
+        if isinstance(self.code_sandbox, str):  # from the command line
+            self.code_sandbox = json.loads(self.code_sandbox)
+        if self.build_tiny_model and self.build_tiny_vlm:
+            raise ValueError("Set at most one of build_tiny_model and build_tiny_vlm.")
+        self.reward_functions  # built here, once: raises naming an unknown reward or setting
+
+    @property
+    def reward_settings(self) -> dict[str, dict]:
+        """Settings of the rewards built from recipe blocks (riskpo_trl.rewards.REWARD_BUILDERS)."""
+        if self.code_sandbox is None:
+            return {}
+        if "code" not in self.reward_funcs:
+            logger.warning("code_sandbox is set but reward_funcs has no 'code' reward; it is ignored.")
+            return {}
+        return {"code": self.code_sandbox}
+
+    @functools.cached_property
+    def reward_functions(self) -> list:
+        """The reward functions the trainer gets, built from ``reward_funcs`` and ``reward_settings``."""
+        from ..rewards import get_reward_funcs
+
+        return get_reward_funcs(self.reward_funcs, self.reward_settings)
+
+
+def make_parser(config_class: type | None = None):
+    """TRL's parser over the script arguments, ``config_class`` (default: RiskPOConfig) and ``ModelConfig``."""
+    from trl import ModelConfig, TrlParser
+
+    if config_class is None:
+        config_class, _ = get_trainer_classes(DEFAULT_TRAINER)
+    return TrlParser((RiskPOScriptArguments, config_class, ModelConfig))
+
+
+def _option_value(argv: Sequence[str], name: str) -> str | None:
+    """The last value given to ``--name`` on the command line (argparse keeps the last), or None."""
+    value = None
+    for i, token in enumerate(argv):
+        if token == f"--{name}" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif token.startswith(f"--{name}="):
+            value = token.split("=", 1)[1]
+    return value
+
+
+def _read_recipe(argv: Sequence[str]) -> dict[str, Any]:
+    path = _option_value(argv, "config")
+    if path is None:
+        return {}
+    import yaml
+
+    with open(path) as file:
+        recipe = yaml.safe_load(file)
+    if not isinstance(recipe, dict):
+        raise ValueError(f"The recipe {path} must be a YAML mapping of field names to values.")
+    return recipe
+
+
+def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trainer: str, config_class: type) -> None:
+    """Report fields the chosen trainer's parser does not know, by name with the closest valid one, before any
+    config's own validation runs (a typo must not surface as a confusing error about another field)."""
+    known_fields = {action.dest for action in parser._actions} - {"help"}
+    known_options = {option for action in parser._actions for option in action.option_strings} | {"--config"}
+    unknown = [(key, key, known_fields) for key in recipe if key != "env" and key not in known_fields]
+    unknown += [
+        (token.split("=", 1)[0], token.split("=", 1)[0].lstrip("-"), {o.lstrip("-") for o in known_options})
+        for token in argv
+        if token.startswith("--") and token.split("=", 1)[0] not in known_options
+    ]
+    if not unknown:
+        return
+    riskpo_fields = set()
+    if trainer != DEFAULT_TRAINER:
+        riskpo_config, _ = get_trainer_classes(DEFAULT_TRAINER)
+        riskpo_fields = set(riskpo_config.__dataclass_fields__)
+    problems = []
+    for shown, name, choices in unknown:
+        if name in riskpo_fields:
+            problems.append(f"{shown} (a RiskPOConfig field; trainer {trainer!r} does not take it)")
+        else:
+            problems.append(f"{shown}{closest_name(name, choices)}")
+    raise ValueError(
+        f"Unknown field(s) for trainer {trainer!r} ({config_class.__name__}, the script arguments and ModelConfig): "
+        f"{'; '.join(problems)}. Fix or remove them."
+    )
+
+
+def parse_args(argv: Sequence[str] | None = None):
+    """``(script_args, training_args, model_args)`` from ``--config`` and the command line.
+
+    ``trainer`` is read first (the command line wins over the recipe) and the rest is parsed into that trainer's
+    config class. Unknown fields are reported before any validation.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    recipe = _read_recipe(argv)
+    trainer = _option_value(argv, "trainer") or recipe.get("trainer", DEFAULT_TRAINER)
+    check_trainer_name(trainer)
+    config_class, _ = get_trainer_classes(trainer)
+    parser = make_parser(config_class)
+    _check_field_names(parser, recipe, argv, trainer, config_class)
+    return parser.parse_args_and_config(argv)
+
+
+def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args):
+    """The trainer ``script_args.trainer`` names, on the recipe's model, data and rewards."""
+    from accelerate import PartialState
+    from trl import get_peft_config, get_quantization_config
+
+    from ..data import load_benchmark, load_train_dataset
+
+    _, trainer_class = get_trainer_classes(script_args.trainer)
+
+    if script_args.build_tiny_model or script_args.build_tiny_vlm:
+        if script_args.build_tiny_model:
+            from ..tiny_model import build_tiny_model as build
+        else:
+            from ..multimodal.tiny_vlm import build_tiny_vlm as build
+        with PartialState().local_main_process_first():
+            if not os.path.isdir(model_args.model_name_or_path):
+                build(model_args.model_name_or_path)
+
+    training_args.model_init_kwargs = {
+        "revision": model_args.model_revision,
+        "trust_remote_code": training_args.trust_remote_code,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": model_args.dtype,
+        **(training_args.model_init_kwargs or {}),
+    }
+
+    train_dataset = load_train_dataset(
+        script_args.dataset_name,
+        script_args.dataset_split,
+        script_args.dataset_files,
+        script_args.max_train_samples,
+        seed=training_args.seed,  # which rows of a mixture max_train_samples keeps
+    )
+    eval_dataset = None
+    if script_args.eval_benchmark is not None and training_args.eval_strategy != "no":
+        eval_dataset = load_benchmark(script_args.eval_benchmark, limit=script_args.max_eval_samples)
+
+    # Given a model id, the trainer loads its processing class: the tokenizer, or for a vision-language model (the
+    # Geometry3K track) its processor, and then takes TRL's VLM path for the `images` column.
+    # The trainer places a quantized model itself (device_map=None under distributed training), which is what
+    # get_kbit_device_map did in older TRL scripts; trl 1.16 no longer ships that helper.
+    return trainer_class(
+        model=model_args.model_name_or_path,
+        reward_funcs=script_args.reward_functions,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        peft_config=get_peft_config(model_args),
+        quantization_config=get_quantization_config(model_args),
+    )
+
+
+def main(script_args: RiskPOScriptArguments, training_args, model_args):
+    """Build the trainer, train (resuming from the last checkpoint in ``output_dir``), save model, state and card."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from ..data import TRAIN_DATASETS
+
+    trainer = build_trainer(script_args, training_args, model_args)
+
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint is None and os.path.isdir(training_args.output_dir):
+        checkpoint = get_last_checkpoint(training_args.output_dir)  # a killed run picks up where it stopped
+    if checkpoint is not None:
+        trainer.accelerator.print(f"Resuming from {checkpoint}.")
+    trainer.train(resume_from_checkpoint=checkpoint)
+    # trainer_state.json (the log history `riskpo-plot` reads) lands in output_dir even with save_strategy "no".
+    trainer.save_state()
+
+    trainer.save_model(training_args.output_dir)
+    spec = TRAIN_DATASETS.get(script_args.dataset_name)
+    dataset_name = getattr(spec, "hub_id", None)
+    trainer.create_model_card(dataset_name=dataset_name)
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=dataset_name)
+    trainer.accelerator.print(f"Saved the model and its card to {training_args.output_dir}.")
+    trainer.end()  # close trackers and the process group
+    return trainer
+
+
+def cli(argv: Sequence[str] | None = None) -> None:
+    """The ``riskpo-train`` console script."""
+    main(*parse_args(argv))
+
+
+if __name__ == "__main__":
+    cli()
