@@ -131,9 +131,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name, value in medians.items():
         low, high = payload["p10_p90_ms"].get(name, [value, value])
         lines.append(f"| {name} | {value:.1f} ms | {low:.1f} - {high:.1f} ms |")
+    lines += ["", f"bwrap adds {medians['bwrap'] - medians['none']:+.1f} ms per program to the same runner without "
+                  "OS isolation (`none`)."]
     if "previous" in medians:
-        lines += ["", f"bwrap costs {medians['bwrap'] - medians['previous']:+.1f} ms per program against the previous "
-                      f"sandbox ({baseline['commit'][:10]}: {baseline['isolation']})."]
+        lines += [f"Against the previous sandbox ({baseline['commit'][:10]}: {baseline['isolation']}): "
+                  f"{medians['bwrap'] - medians['previous']:+.1f} ms per program. The previous one started the "
+                  "interpreter with `-I -B` (site-packages and their `.pth` hooks imported), the current variants with "
+                  "`-I -S -B`: part of the difference is that, not the isolation."]
     elif "unavailable" in baseline:
         lines += ["", f"Previous sandbox not measured: {baseline['unavailable']}"]
     markdown = "\n".join(lines)
