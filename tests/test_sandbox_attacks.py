@@ -392,11 +392,9 @@ def test_escape_attempts_fail_and_leave_nothing_behind(guard, trainer_stand_in, 
     programs = escape_programs(str(tmp_path), port, os.getpid(), trainer_stand_in.pid, token)
     spec = TestSpec("stdin", [""], ["3"]).to_json()
     reward = CodeReward(sandbox=Sandbox(LIMITS, max_workers=4, audit_guard=guard))
-    start = time.monotonic()
     scores = reward([as_completion(p) for p in programs.values()], [spec] * len(programs))
     assert all(type(score) is float for score in scores)
     assert dict(zip(programs, scores)) == dict.fromkeys(programs, 0.0)
-    assert time.monotonic() - start < len(programs) * LIMITS.total_timeout_s / 4 + 15
     assert _processes_with(token) == []  # the survivors died with their sandbox, before their markers were due
     assert os.listdir(tmp_path) == []
     assert connections == []

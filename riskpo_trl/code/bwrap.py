@@ -103,7 +103,8 @@ def interpreter_mounts() -> tuple[list[str], list[tuple[str, str]], list[str]]:
                         for path in glob.glob(os.path.join(directory, "lib-dynload", "*.so")))
     libraries = _ldd_libraries([executable, *extensions])
     needed = {executable, *libraries}
-    directories = {os.path.dirname(os.path.realpath(path)) for path in needed} | stdlib
+    # the binary itself (not its directory: /usr/bin holds every tool), library directories, the standard library
+    directories = {executable} | {os.path.dirname(os.path.realpath(path)) for path in libraries} | stdlib
     links: list[tuple[str, str]] = []
     for path in sorted(needed):
         links.extend(_symlinks_along(path))

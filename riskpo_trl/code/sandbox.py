@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -88,8 +89,16 @@ class ExecutionResult:
         return self.error is None
 
 
-@functools.cache
+_PROBE_LOCK = threading.Lock()  # one launcher (and one staging namespace) per process, also when threads race
+
+
 def _launcher(bwrap: str) -> BwrapLauncher:
+    with _PROBE_LOCK:
+        return _cached_launcher(bwrap)
+
+
+@functools.cache
+def _cached_launcher(bwrap: str) -> BwrapLauncher:
     return BwrapLauncher(bwrap)
 
 
@@ -103,7 +112,8 @@ def detect_isolation() -> Isolation:
     bwrap = _find_bwrap()
     launcher = _launcher(bwrap)
     workdir = launcher.mount_workdir(0, 1 << 20, 64)
-    command, options = launcher.command([sys.executable, *_PYTHON_FLAGS, "-c", "pass"], 0, 1 << 20, workdir=workdir)
+    argv = [os.path.realpath(sys.executable), *_PYTHON_FLAGS, "-c", "pass"]
+    command, options = launcher.command(argv, 0, 1 << 20, workdir=workdir)
     try:
         probe = subprocess.run(command, capture_output=True, timeout=60, cwd="/", **options)
     except (OSError, subprocess.SubprocessError) as exc:
