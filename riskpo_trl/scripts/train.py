@@ -186,13 +186,45 @@ def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trai
     )
 
 
+HELP_EPILOG = """\
+Training options: every field of the trainer's config class, given in the recipe or as --name value:
+  riskpo  riskpo_trl.RiskPOConfig = trl.GRPOConfig + risk_alpha, risk_beta, risk_omega, bundle_size, risk_profile,
+          quantile_source, ... (docs/training.md)
+  grpo    trl.GRPOConfig (GRPO, Dr. GRPO, DAPO through loss_type)
+  gmpo    trl.experimental.gmpo.GMPOConfig
+and of trl.ModelConfig (model_name_or_path, dtype, use_peft, lora_r, load_in_4bit, ...).
+`riskpo-train --help-all [--trainer NAME]` lists them all (it loads transformers, which takes several seconds).
+"""
+
+
+def print_short_help() -> None:
+    """The script's own options and where the training options are described, without importing torch or TRL."""
+    import argparse
+
+    from .arguments import add_dataclass_arguments
+
+    parser = argparse.ArgumentParser(
+        prog="riskpo-train", description=__doc__.split("\n\n")[0], epilog=HELP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", help="YAML recipe (recipes/...); command-line options override its fields.")
+    add_dataclass_arguments(parser, RiskPOScriptArguments)
+    parser.print_help()
+
+
 def parse_args(argv: Sequence[str] | None = None):
     """``(script_args, training_args, model_args)`` from ``--config`` and the command line.
 
     ``trainer`` is read first (the command line wins over the recipe) and the rest is parsed into that trainer's
-    config class. Unknown fields are reported before any validation.
+    config class. Unknown fields are reported before any validation. ``--help`` prints the script's options at once,
+    ``--help-all`` every option of the chosen trainer's config.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        print_short_help()
+        raise SystemExit(0)
+    if "--help-all" in argv:
+        argv = [token if token != "--help-all" else "--help" for token in argv]
     recipe = _read_recipe(argv)
     trainer = _option_value(argv, "trainer") or recipe.get("trainer", DEFAULT_TRAINER)
     check_trainer_name(trainer)
