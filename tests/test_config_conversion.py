@@ -9,7 +9,7 @@ from trl import GRPOConfig
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 
-from conftest import contains_digit_reward, make_prompt_dataset
+from helpers import contains_digit_reward, make_prompt_dataset
 
 
 def grpo_config(tmp_path, **overrides) -> GRPOConfig:

@@ -7,7 +7,7 @@ import pytest
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.model_card import build_model_card, hub_id_or_none
 
-from conftest import contains_digit_reward, make_prompt_dataset
+from helpers import contains_digit_reward, make_prompt_dataset
 
 
 def make_trainer(model_dir, output_dir, **overrides) -> RiskPOTrainer:
