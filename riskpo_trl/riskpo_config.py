@@ -11,6 +11,7 @@ import torch
 from transformers.utils import is_torch_bf16_gpu_available
 from trl import GRPOConfig
 
+from .config_conversion import converted_config_kwargs
 from .estimator import QUANTILE_SOURCES
 from .risk import ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, RISK_PROFILES, advantage_variant
 
@@ -182,6 +183,16 @@ class RiskPOConfig(GRPOConfig):
         metadata={"help": "Whether to use bf16 mixed precision. If not set: True where a bf16-capable accelerator is "
                   "present (or use_cpu is set) and fp16 is off, else False."},
     )
+
+    @classmethod
+    def from_grpo_config(cls, grpo_config: GRPOConfig, **risk_fields) -> RiskPOConfig:
+        """A RiskPOConfig with every setting of ``grpo_config`` (tokens included) plus ``risk_fields``.
+
+        GRPO's own values carry over where they differ from the paper's defaults (e.g. ``num_generations=8``, one
+        generation batch per optimizer step), so pass ``bundle_size`` and any other field to change as
+        ``risk_fields``; see `converted_config_kwargs` for the generation batch.
+        """
+        return cls(**converted_config_kwargs(grpo_config, cls, risk_fields))
 
     def __post_init__(self):
         if self.bf16 is None:

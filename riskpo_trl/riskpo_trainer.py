@@ -14,12 +14,18 @@ import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
+from .console import silence_known_warnings
+from .console_callback import use_compact_log
 from .estimator import RiskEstimator
+from .model_card import save_model_card
 from .quantile_tracker import QuantileTracker
 from .risk import RiskPOBatch
 from .riskpo_config import RiskPOConfig
 
 RISK_STATE_FILE = "riskpo_state.json"
+
+# Before any config or model is built: the warnings fire there.
+silence_known_warnings()
 
 # Keyword arguments GRPOTrainer passes to reward functions itself; every other one is read from a dataset column.
 TRL_REWARD_KWARGS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
@@ -80,14 +86,16 @@ class RiskPOTrainer(GRPOTrainer):
             args = RiskPOConfig(f"{model_name.split('/')[-1]}-RiskPO")
         elif not isinstance(args, RiskPOConfig):
             raise TypeError(
-                f"RiskPOTrainer needs a RiskPOConfig, got {type(args).__name__}. Build one with "
-                "RiskPOConfig(**your_grpo_config.to_dict()) plus the risk fields you want."
+                f"RiskPOTrainer needs a RiskPOConfig, got {type(args).__name__}. Convert it with "
+                "RiskPOConfig.from_grpo_config(your_config, bundle_size=..., ...): it keeps every setting and adds "
+                "the risk fields you pass."
             )
         _check_dataset_columns(kwargs.get("train_dataset"), reward_funcs, "training")
         eval_datasets = kwargs.get("eval_dataset")
         for name, dataset in (eval_datasets.items() if isinstance(eval_datasets, dict) else [("", eval_datasets)]):
             _check_dataset_columns(dataset, reward_funcs, f"evaluation{f' ({name})' if name else ''}")
         super().__init__(model, reward_funcs, args=args, **kwargs)
+        use_compact_log(self)
         self.risk_estimator = RiskEstimator.from_config(args)
         self._unscorable_batches = 0  # consecutive training batches without a scorable completion
         self._eval_batches = 0
@@ -166,6 +174,19 @@ class RiskPOTrainer(GRPOTrainer):
         logged.extend(batch.advantages.tolist())
         self._logs["extra"]["bundle"].extend(batch.bundle_ids.tolist())
         self._logs["extra"]["bundle_score"].extend(batch.bundle_scores[batch.bundle_ids].tolist())
+
+    # --- model card ----------------------------------------------------------------------------------------------
+
+    def create_model_card(
+        self,
+        model_name: str | None = None,
+        dataset_name: str | list[str] | None = None,
+        tags: str | list[str] | None = None,
+        dataset_files: list[str] | None = None,
+    ) -> None:
+        """The card of `riskpo_trl.model_card`: the run's own name, the base model only when it is a Hub id, the Hub
+        datasets given (``dataset_files`` for local ones) and the risk settings."""
+        save_model_card(self, model_name=model_name, datasets=dataset_name, dataset_files=dataset_files, tags=tags)
 
     # --- checkpointing -------------------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from riskpo_trl import (
 )
 from riskpo_trl.riskpo_trainer import RISK_STATE_FILE
 
-from conftest import contains_digit_reward, make_prompt_dataset
+from helpers import contains_digit_reward, make_prompt_dataset
 
 RISK_METRICS = ["risk/q_alpha", "risk/q_beta", "risk/bundle_score_mean", "risk/mvar", "risk/frac_unscorable",
                 "risk/frac_zero_advantage"]
