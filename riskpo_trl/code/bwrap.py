@@ -9,8 +9,9 @@ the package itself) is mounted.
 Run as root (CI, many cluster containers), the sandbox also leaves root on the host: bwrap starts as an unprivileged
 uid per worker slot, so the sandbox's uid maps to that uid and not to root (RLIMIT_NPROC then applies; for root it
 does not). bwrap then starts inside a private mount namespace, set up once per process, that holds bind mounts of an
-interpreter under a directory other users cannot enter (a pyenv install in ``/root``) and, per run, a tmpfs capped in
-bytes and in files (``nr_inodes``, which bwrap's own ``--size`` tmpfs cannot cap) as the working directory.
+interpreter under a directory other users cannot enter (a pyenv install in root's home directory) and, per run, a
+tmpfs capped in bytes and in files (``nr_inodes``, which bwrap's own ``--size`` tmpfs cannot cap) as the working
+directory.
 """
 
 from __future__ import annotations
