@@ -233,13 +233,12 @@ class BwrapLauncher:
                   "--clearenv", "--setenv", "HOME", WORKDIR, "--setenv", "TMPDIR", WORKDIR,
                   "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
                   "--setenv", "PYTHONIOENCODING", "utf-8", "--", *argv]
-        if not self.as_root:
+        if self._holder is None:  # not root: bwrap runs as this user, whose uid the sandbox maps to
             return bwrap, {}
+        # root: enter the holder's mount namespace, drop to the slot's uid (and no groups), then start bwrap
         uid = SANDBOX_UID_BASE + slot
-        if self._holder is not None:  # always the case as root
-            return ["nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", f"--setuid={uid}", f"--setgid={uid}",
-                    "--", *bwrap], {}
-        return bwrap, {"user": uid, "group": uid, "extra_groups": []}
+        return ["nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", f"--setuid={uid}", f"--setgid={uid}",
+                "--", *bwrap], {}
 
     def close(self) -> None:
         """End the staging namespace (also at exit); the empty host directory it was mounted on is removed."""
