@@ -110,7 +110,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "warmup": args.warmup,
         "program": PROGRAM,
         "as_root": os.geteuid() == 0,
-        "python": sys.executable,
         "bwrap_isolation": sandboxes["bwrap"].isolation.describe(),
         "baseline": baseline,
         "median_ms": {name: round(value, 1) for name, value in medians.items()},

@@ -91,7 +91,7 @@ def forgery_programs(secret: str, dataset: str, trainer_pid: int, stand_in_pid: 
         "walk the filesystem for the dataset": textwrap.dedent(f"""
             import os
             seen = 0
-            for top in ("/", "/root", "/home", "/work", "/tmp", "/data"):
+            for top in ("/", "/home", "/root", "/data", "/mnt", "/srv", "/tmp"):
                 for root, dirs, files in os.walk(top):
                     for name in files:
                         seen += 1

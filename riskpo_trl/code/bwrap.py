@@ -9,8 +9,9 @@ the package itself) is mounted.
 Run as root (CI, many cluster containers), the sandbox also leaves root on the host: bwrap starts as an unprivileged
 uid per worker slot, so the sandbox's uid maps to that uid and not to root (RLIMIT_NPROC then applies; for root it
 does not). bwrap then starts inside a private mount namespace, set up once per process, that holds bind mounts of an
-interpreter under a directory other users cannot enter (a pyenv install in ``/root``) and, per run, a tmpfs capped in
-bytes and in files (``nr_inodes``, which bwrap's own ``--size`` tmpfs cannot cap) as the working directory.
+interpreter under a directory other users cannot enter (a pyenv install in root's home directory) and, per run, a
+tmpfs capped in bytes and in files (``nr_inodes``, which bwrap's own ``--size`` tmpfs cannot cap) as the working
+directory.
 """
 
 from __future__ import annotations
@@ -232,13 +233,12 @@ class BwrapLauncher:
                   "--clearenv", "--setenv", "HOME", WORKDIR, "--setenv", "TMPDIR", WORKDIR,
                   "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
                   "--setenv", "PYTHONIOENCODING", "utf-8", "--", *argv]
-        if not self.as_root:
+        if self._holder is None:  # not root: bwrap runs as this user, whose uid the sandbox maps to
             return bwrap, {}
+        # root: enter the holder's mount namespace, drop to the slot's uid (and no groups), then start bwrap
         uid = SANDBOX_UID_BASE + slot
-        if self._holder is not None:  # always the case as root
-            return ["nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", f"--setuid={uid}", f"--setgid={uid}",
-                    "--", *bwrap], {}
-        return bwrap, {"user": uid, "group": uid, "extra_groups": []}
+        return ["nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", f"--setuid={uid}", f"--setgid={uid}",
+                "--", *bwrap], {}
 
     def close(self) -> None:
         """End the staging namespace (also at exit); the empty host directory it was mounted on is removed."""
