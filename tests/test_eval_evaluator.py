@@ -250,7 +250,7 @@ def test_offline_hub_benchmark_fails_with_the_local_file_form(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "riskpo_trl.scripts.eval", "--model", str(tmp_path / "never-loaded"),
          "--benchmarks", "math500", "--output_dir", str(tmp_path / "out")],
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).parents[1],
     )
     assert result.returncode != 0
     assert "riskpo-eval: error: 'math500'" in result.stderr and "not available offline" in result.stderr

@@ -51,8 +51,11 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def run(recipe: Path, *overrides: str):
-    args = train.parse_args(["--config", str(recipe), *CPU_OVERRIDES, *overrides])
-    return train.main(*args)
+    script_args, training_args, model_args = train.parse_args(["--config", str(recipe), *CPU_OVERRIDES, *overrides])
+    trainer = train.main(script_args, training_args, model_args)
+    # The reward functions validated at parse time are the ones the trainer got: built once.
+    assert all(a is b for a, b in zip(trainer.reward_funcs, script_args.reward_functions, strict=True))
+    return trainer
 
 
 # --- registry wiring (no training) ----------------------------------------------------------------------------------
