@@ -30,13 +30,11 @@ from typing import Any
 import datasets
 from datasets import Dataset, Features, Value, concatenate_datasets
 
-from .rewards import last_boxed
+from .grading import last_boxed
+from .local_files import load_local_files
+from .prompts import PROMPT_TEMPLATE, make_prompt  # noqa: F401 (PROMPT_TEMPLATE: public here since the start)
 
 logger = logging.getLogger(__name__)
-
-# The standard Qwen2.5-Math / DeepSeek-R1-Distill instruction: reason, then box the answer. The paper does not print
-# its prompt template; this is the usual one for the models it trains, and the math rewards read the boxed answer.
-PROMPT_TEMPLATE = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 
 ADAPTED_COLUMNS = ("problem", "answer", "prompt", "solution")
 # Explicit types: a source column named like an output one (e.g. a numeric "answer") must not impose its type.
@@ -48,11 +46,6 @@ ADAPTED_FEATURES = Features(
         "solution": Value("string"),
     }
 )
-
-
-def make_prompt(problem: str) -> list[dict[str, str]]:
-    """The conversational prompt for one problem."""
-    return [{"role": "user", "content": PROMPT_TEMPLATE.format(problem=problem.strip())}]
 
 
 # --- answer extraction, one per schema ----------------------------------------------------------------------------
@@ -115,6 +108,7 @@ class DatasetSpec:
     get_answer: Callable[[Any], str] = answer_text
     config_name: str | None = None
     dedupe: bool = False  # drop repeated problems (keep the first)
+    kind: str = "math"  # how its completions are graded (riskpo_trl.evaluation.scorers)
 
     @property
     def required_columns(self) -> tuple[str, str]:
@@ -132,8 +126,10 @@ class LoaderSpec:
     hub_id: str
     split: str
     load: Callable[[str, str | Sequence[str] | None], Dataset]
+    kind: str  # how its completions are graded: "code" (tests in the sandbox), "geometry" (the math verifier)
 
 
+# The track loaders are imported on use: the multi-modal package pulls in torch and the VLM classes.
 def _archer_code(split: str, data_files: str | Sequence[str] | None) -> Dataset:
     from .code.data import load_archer_code
 
@@ -162,9 +158,9 @@ TRAIN_DATASETS: dict[str, DatasetSpec | LoaderSpec] = {
     # and the dataset card.
     "gsm8k": DatasetSpec("openai/gsm8k", "train", "question", "answer", get_answer=gsm8k_answer, config_name="main"),
     # Code track: ArcherCodeR's training file (Archer-6K), rows prompt + tests (riskpo_trl.code.data).
-    "archer_code": LoaderSpec("wizardII/ArcherCodeR-Dataset", "train", _archer_code),
+    "archer_code": LoaderSpec("wizardII/ArcherCodeR-Dataset", "train", _archer_code, kind="code"),
     # Multi-modal track: Geometry3K, rows prompt + images + solution (riskpo_trl.multimodal.geometry3k).
-    "geometry3k": LoaderSpec("hiyouga/geometry3k", "train", _geometry3k),
+    "geometry3k": LoaderSpec("hiyouga/geometry3k", "train", _geometry3k, kind="geometry"),
 }
 
 # The paper's second setting trains on MATH and GSM8K together.
@@ -194,8 +190,8 @@ BENCHMARKS: dict[str, DatasetSpec | LoaderSpec] = {
     "gsm8k": DatasetSpec("openai/gsm8k", "test", "question", "answer", get_answer=gsm8k_answer, config_name="main"),
     # LiveCodeBench v5 as ArcherCodeR ships it (test/livecodebench_v5.json): plain-JSON test cases, so nothing has to
     # be unpickled (the full release's compressed private tests need riskpo_trl.code.data.load_livecodebench).
-    "livecodebench_v5": LoaderSpec("wizardII/ArcherCodeR-Dataset", "test", _archer_code),
-    "geometry3k_test": LoaderSpec("hiyouga/geometry3k", "test", _geometry3k),
+    "livecodebench_v5": LoaderSpec("wizardII/ArcherCodeR-Dataset", "test", _archer_code, kind="code"),
+    "geometry3k_test": LoaderSpec("hiyouga/geometry3k", "test", _geometry3k, kind="geometry"),
 }
 
 # The paper's hard-level table, in its column order ("amc": the 83-problem set its appendix describes).
@@ -243,25 +239,39 @@ def adapt_dataset(dataset: Dataset, spec: DatasetSpec, name: str = "dataset") ->
     return adapted
 
 
-def load_local_files(data_files: str | Sequence[str]) -> Dataset:
-    """Local Parquet (by extension) or JSON/JSONL files as one dataset; Parquet keeps features such as images."""
-    first_file = data_files if isinstance(data_files, str) else data_files[0]
-    builder = "parquet" if str(first_file).endswith(".parquet") else "json"
-    return datasets.load_dataset(builder, data_files=data_files, split="train")
-
-
 def _load_raw(spec: DatasetSpec, split: str | None, data_files: str | Sequence[str] | None) -> Dataset:
     if data_files is not None:
         return load_local_files(data_files)
     return datasets.load_dataset(spec.hub_id, spec.config_name, split=split or spec.split)
 
 
+class DatasetUnavailableError(RuntimeError):
+    """A registered dataset is neither in the local cache nor reachable on the Hub (offline machine or no network)."""
+
+
 def _load_spec(
-    spec: DatasetSpec | LoaderSpec, name: str, split: str | None, data_files: str | Sequence[str] | None
+    spec: DatasetSpec | LoaderSpec,
+    name: str,
+    split: str | None,
+    data_files: str | Sequence[str] | None,
+    local_form: str = "data_files=PATH",
 ) -> Dataset:
-    if isinstance(spec, LoaderSpec):
-        return spec.load(split or spec.split, data_files)
-    return adapt_dataset(_load_raw(spec, split, data_files), spec, name)
+    """Load a registered dataset; ``local_form`` is how the caller's user names local files instead (for the error
+    raised when the Hub cannot be reached)."""
+    try:
+        if isinstance(spec, LoaderSpec):
+            return spec.load(split or spec.split, data_files)
+        raw = _load_raw(spec, split, data_files)
+    except ConnectionError as error:  # what `datasets` raises offline, after its retries without a network
+        if data_files is not None:
+            raise
+        retries = "" if datasets.config.HF_HUB_OFFLINE else " Without a network, set HF_HUB_OFFLINE=1 to fail at once."
+        raise DatasetUnavailableError(
+            f"{name!r} ({spec.hub_id} on the Hugging Face Hub) is not available offline: it is not in the local "
+            f"datasets cache and the Hub cannot be reached ({error}). Read local JSON/JSONL/Parquet files in its Hub "
+            f"schema instead: {local_form}.{retries}"
+        ) from None
+    return adapt_dataset(raw, spec, name)
 
 
 def _lookup(
@@ -292,7 +302,8 @@ def load_train_dataset(
         dataset = concatenate_datasets(parts).shuffle(seed=seed).flatten_indices()
     else:
         spec = _lookup(TRAIN_DATASETS, name, "training dataset", extra=TRAIN_MIXTURES)
-        dataset = _load_spec(spec, name, split, data_files)
+        local_form = "`dataset_files: [PATH]` in the recipe (`--dataset_files PATH`)"
+        dataset = _load_spec(spec, name, split, data_files, local_form)
     return dataset.select(range(min(limit, len(dataset)))) if limit is not None else dataset
 
 
@@ -302,5 +313,6 @@ def load_benchmark(
     """An evaluation set from :data:`BENCHMARKS`: math ones with columns problem, answer, prompt and solution (=
     answer), the code and multi-modal ones in their loader's columns."""
     spec = _lookup(BENCHMARKS, name, "benchmark")
-    dataset = _load_spec(spec, name, split, data_files)
+    local_form = f"`riskpo-eval --benchmarks {name}=PATH` (`load_benchmark({name!r}, data_files=PATH)`)"
+    dataset = _load_spec(spec, name, split, data_files, local_form)
     return dataset.select(range(min(limit, len(dataset)))) if limit is not None else dataset

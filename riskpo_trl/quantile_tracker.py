@@ -104,4 +104,7 @@ class QuantileTracker:
 
     def __repr__(self) -> str:
         values = None if self._values is None else [round(v, 4) for v in self._values.tolist()]
-        return f"QuantileTracker(levels={self.levels.tolist()}, values={values}, lr={self.lr}, updates={self.num_updates})"
+        return (
+            f"QuantileTracker(levels={self.levels.tolist()}, values={values}, lr={self.lr}, "
+            f"updates={self.num_updates})"
+        )

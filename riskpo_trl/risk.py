@@ -43,8 +43,8 @@ def _check_layout(rewards: torch.Tensor, num_generations: int, bundle_size: int,
     num_prompts = rewards.numel() // num_generations
     if num_prompts % bundle_size != 0 and not allow_partial_group:
         raise ValueError(
-            f"The batch holds {num_prompts} prompts, which is not a multiple of bundle_size={bundle_size}: every bundle "
-            "needs one completion from each of bundle_size distinct prompts."
+            f"The batch holds {num_prompts} prompts, which is not a multiple of bundle_size={bundle_size}: every "
+            "bundle needs one completion from each of bundle_size distinct prompts."
         )
     return num_prompts
 
@@ -160,8 +160,9 @@ def mvar_advantage(
     Its expectation against ``grad log pi`` is the gradient of
     ``J = (1 + omega) * alpha * RVaR_{0:alpha} + (beta - alpha) * RVaR_{alpha:beta}`` (eq. ``mvar`` with Theorem 1).
     ``A <= 0`` everywhere, ``A = 0`` above ``q_beta`` (the upper tail is excluded), the slope is ``1`` between the
-    quantiles and ``1 + omega`` below ``q_alpha``. ``omega = 0`` gives ``CVaR_beta = RVaR_{0:beta}``, ``-(q_beta - R_B)^+``.
-    ``natural_baseline=False`` drops ``g``'s constant ``q_alpha - q_beta`` (see :func:`rvar_window`).
+    quantiles and ``1 + omega`` below ``q_alpha``. ``omega = 0`` gives ``CVaR_beta = RVaR_{0:beta}``,
+    ``-(q_beta - R_B)^+``. ``natural_baseline=False`` drops ``g``'s constant ``q_alpha - q_beta`` (see
+    :func:`rvar_window`).
     """
     lower_tail = (_as_tensor(q_alpha, scores) - scores).clamp(min=0)
     return -(1.0 + omega) * lower_tail + rvar_window(scores, q_alpha, q_beta, natural_baseline)
@@ -355,18 +356,24 @@ def _prompt_rows(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     return rewards.to(torch.float64).view(-1, num_generations)
 
 
-def uniform_credit(advantages: torch.Tensor, rewards: torch.Tensor, bundle_ids: torch.Tensor, num_generations: int):
+def uniform_credit(
+    advantages: torch.Tensor, rewards: torch.Tensor, bundle_ids: torch.Tensor, num_generations: int
+) -> torch.Tensor:
     """Every member gets its bundle's advantage (the paper)."""
     return advantages
 
 
-def score_credit(advantages: torch.Tensor, rewards: torch.Tensor, bundle_ids: torch.Tensor, num_generations: int):
+def score_credit(
+    advantages: torch.Tensor, rewards: torch.Tensor, bundle_ids: torch.Tensor, num_generations: int
+) -> torch.Tensor:
     """The authors' ``'score'`` mode: half the bundle's advantage for a rewarded member (reward > 0), 1.5 times it
     otherwise."""
     return advantages * torch.where(rewards.to(advantages.dtype) > 0, 0.5, 1.5)
 
 
-def std_credit(advantages: torch.Tensor, rewards: torch.Tensor, bundle_ids: torch.Tensor, num_generations: int):
+def std_credit(
+    advantages: torch.Tensor, rewards: torch.Tensor, bundle_ids: torch.Tensor, num_generations: int
+) -> torch.Tensor:
     """The authors' ``'std'`` mode (both MATH scripts): divide by the member's prompt's reward std over its ``G``
     completions (ddof=1); a std <= 1e-3 counts as 1."""
     std = _nanstd_rows(_prompt_rows(rewards, num_generations))
@@ -374,7 +381,9 @@ def std_credit(advantages: torch.Tensor, rewards: torch.Tensor, bundle_ids: torc
     return advantages / std.to(advantages.dtype)
 
 
-def sum_mean_credit(advantages: torch.Tensor, rewards: torch.Tensor, bundle_ids: torch.Tensor, num_generations: int):
+def sum_mean_credit(
+    advantages: torch.Tensor, rewards: torch.Tensor, bundle_ids: torch.Tensor, num_generations: int
+) -> torch.Tensor:
     """The authors' ``'sum-mean'`` mode (DAPO script): member ``k`` of a bundle gets ``A * d_k / sum_bundle d``,
     ``d_k = r_k - mean`` (its prompt's mean reward over its ``G`` completions), or ``A / (members)`` where that sum is
     within 1e-6 of 0. Unscorable members have ``d = 0`` and do not count as members."""

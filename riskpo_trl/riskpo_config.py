@@ -11,6 +11,7 @@ import torch
 from transformers.utils import is_torch_bf16_gpu_available
 from trl import GRPOConfig
 
+from .config_conversion import converted_config_kwargs
 from .estimator import QUANTILE_SOURCES
 from .risk import ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, RISK_PROFILES, advantage_variant
 
@@ -64,20 +65,20 @@ class RiskPOConfig(GRPOConfig):
     )
     risk_omega: float = field(
         default=0.5,
-        metadata={"help": "Mixing weight omega >= 0 of MVaR: the lower tail is weighted by (1 + omega). 0 reduces MVaR "
-                  "to CVaR at level risk_beta."},
+        metadata={"help": "Mixing weight omega >= 0 of MVaR: the lower tail is weighted by (1 + omega). 0 reduces "
+                  "MVaR to CVaR at level risk_beta."},
     )
     bundle_size: int = field(
         default=5,
-        metadata={"help": "Prompts per bundle B. Each prompt's completions are randomly permuted and matched one-to-one "
-                  "with those of the other B - 1 prompts of its group; a bundle's score is the sum of its members' "
-                  "rewards. 1 disables bundling. Prompts per generation batch must be a multiple of it."},
+        metadata={"help": "Prompts per bundle B. Each prompt's completions are randomly permuted and matched "
+                  "one-to-one with those of the other B - 1 prompts of its group; a bundle's score is the sum of its "
+                  "members' rewards. 1 disables bundling. Prompts per generation batch must be a multiple of it."},
     )
     risk_profile: str = field(
         default="mvar",
-        metadata={"help": "Risk measure to optimise: 'mvar' (the paper's Mixed VaR, risk-averse), 'rvar' (RVaR between "
-                  "the alpha and beta quantiles alone; risk_alpha=0 gives CVaR) or 'risk_seeking' (the paper's "
-                  "ablation weighting the upper tail).", "choices": sorted(RISK_PROFILES)},
+        metadata={"help": "Risk measure to optimise: 'mvar' (the paper's Mixed VaR, risk-averse), 'rvar' (RVaR "
+                  "between the alpha and beta quantiles alone; risk_alpha=0 gives CVaR) or 'risk_seeking' (the "
+                  "paper's ablation weighting the upper tail).", "choices": sorted(RISK_PROFILES)},
     )
     quantile_source: str = field(
         default="tracked",
@@ -130,15 +131,16 @@ class RiskPOConfig(GRPOConfig):
     )
     quantile_lr_decay: float = field(
         default=0.0,
-        metadata={"help": "Decay exponent p of the tracker step, gamma_k = quantile_lr / k**p. 0 keeps it constant (the "
-                  "authors' code); a value in (0.5, 1] gives the classic decreasing stochastic-approximation steps."},
+        metadata={"help": "Decay exponent p of the tracker step, gamma_k = quantile_lr / k**p. 0 keeps it constant "
+                  "(the authors' code); a value in (0.5, 1] gives the classic decreasing stochastic-approximation "
+                  "steps."},
     )
 
     # GRPOConfig fields whose defaults follow the paper or fit the bundling
     num_generations: int | None = field(
         default=10,
-        metadata={"help": "Completions per prompt G (the paper uses 10). Each prompt contributes one completion to each "
-                  "of its group's G bundles."},
+        metadata={"help": "Completions per prompt G (the paper uses 10). Each prompt contributes one completion to "
+                  "each of its group's G bundles."},
     )
     temperature: float = field(default=0.8, metadata={"help": "Sampling temperature (the paper uses 0.8)."})
     epsilon: float = field(default=0.2, metadata={"help": "Clipping range of the sequence-level importance ratio."})
@@ -182,6 +184,16 @@ class RiskPOConfig(GRPOConfig):
                   "present (or use_cpu is set) and fp16 is off, else False."},
     )
 
+    @classmethod
+    def from_grpo_config(cls, grpo_config: GRPOConfig, **risk_fields) -> RiskPOConfig:
+        """A RiskPOConfig with every setting of ``grpo_config`` (tokens included) plus ``risk_fields``.
+
+        GRPO's own values carry over where they differ from the paper's defaults (e.g. ``num_generations=8``, one
+        generation batch per optimizer step), so pass ``bundle_size`` and any other field to change as
+        ``risk_fields``; see `converted_config_kwargs` for the generation batch.
+        """
+        return cls(**converted_config_kwargs(grpo_config, cls, risk_fields))
+
     def __post_init__(self):
         if self.bf16 is None:
             self.bf16 = not self.fp16 and (self.use_cpu or is_torch_bf16_gpu_available())
@@ -199,8 +211,8 @@ class RiskPOConfig(GRPOConfig):
     def _validate_risk_fields(self) -> None:
         if not (0.0 <= self.risk_alpha < self.risk_beta <= 1.0):
             raise ValueError(
-                f"risk_alpha={self.risk_alpha} and risk_beta={self.risk_beta} must satisfy 0 <= risk_alpha < risk_beta "
-                "<= 1 (the paper uses risk_alpha=0.2, risk_beta=0.8)."
+                f"risk_alpha={self.risk_alpha} and risk_beta={self.risk_beta} must satisfy 0 <= risk_alpha < "
+                "risk_beta <= 1 (the paper uses risk_alpha=0.2, risk_beta=0.8)."
             )
         if self.risk_omega < 0:
             raise ValueError(
@@ -247,8 +259,8 @@ class RiskPOConfig(GRPOConfig):
             raise ValueError(f"quantile_lr_decay={self.quantile_lr_decay} must be >= 0 (0 keeps the step constant).")
         if self.num_generations is None or self.num_generations < 2:
             raise ValueError(
-                f"num_generations={self.num_generations} must be >= 2: each prompt needs several completions to spread "
-                "over its bundles (the paper uses 10)."
+                f"num_generations={self.num_generations} must be >= 2: each prompt needs several completions to "
+                "spread over its bundles (the paper uses 10)."
             )
         if self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(

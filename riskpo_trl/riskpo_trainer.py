@@ -3,27 +3,28 @@
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 import textwrap
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
+from .console import silence_known_warnings
+from .console_callback import use_compact_log
+from .dataset_checks import check_dataset_columns
 from .estimator import RiskEstimator
+from .model_card import save_model_card
 from .quantile_tracker import QuantileTracker
 from .risk import RiskPOBatch
 from .riskpo_config import RiskPOConfig
 
 RISK_STATE_FILE = "riskpo_state.json"
 
-# Keyword arguments GRPOTrainer passes to reward functions itself; every other one is read from a dataset column.
-TRL_REWARD_KWARGS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
-                               "environments"})
+# Before any config or model is built: the warnings fire there.
+silence_known_warnings()
 
 
 class RiskPOTrainer(GRPOTrainer):
@@ -80,14 +81,13 @@ class RiskPOTrainer(GRPOTrainer):
             args = RiskPOConfig(f"{model_name.split('/')[-1]}-RiskPO")
         elif not isinstance(args, RiskPOConfig):
             raise TypeError(
-                f"RiskPOTrainer needs a RiskPOConfig, got {type(args).__name__}. Build one with "
-                "RiskPOConfig(**your_grpo_config.to_dict()) plus the risk fields you want."
+                f"RiskPOTrainer needs a RiskPOConfig, got {type(args).__name__}. Convert it with "
+                "RiskPOConfig.from_grpo_config(your_config, bundle_size=..., ...): it keeps every setting and adds "
+                "the risk fields you pass."
             )
-        _check_dataset_columns(kwargs.get("train_dataset"), reward_funcs, "training")
-        eval_datasets = kwargs.get("eval_dataset")
-        for name, dataset in (eval_datasets.items() if isinstance(eval_datasets, dict) else [("", eval_datasets)]):
-            _check_dataset_columns(dataset, reward_funcs, f"evaluation{f' ({name})' if name else ''}")
+        check_dataset_columns(kwargs.get("train_dataset"), kwargs.get("eval_dataset"), reward_funcs)
         super().__init__(model, reward_funcs, args=args, **kwargs)
+        use_compact_log(self)
         self.risk_estimator = RiskEstimator.from_config(args)
         self._unscorable_batches = 0  # consecutive training batches without a scorable completion
         self._eval_batches = 0
@@ -167,6 +167,19 @@ class RiskPOTrainer(GRPOTrainer):
         self._logs["extra"]["bundle"].extend(batch.bundle_ids.tolist())
         self._logs["extra"]["bundle_score"].extend(batch.bundle_scores[batch.bundle_ids].tolist())
 
+    # --- model card ----------------------------------------------------------------------------------------------
+
+    def create_model_card(
+        self,
+        model_name: str | None = None,
+        dataset_name: str | list[str] | None = None,
+        tags: str | list[str] | None = None,
+        dataset_files: list[str] | None = None,
+    ) -> None:
+        """The card of `riskpo_trl.model_card`: the run's own name, the base model only when it is a Hub id, the Hub
+        datasets given (``dataset_files`` for local ones) and the risk settings."""
+        save_model_card(self, model_name=model_name, datasets=dataset_name, dataset_files=dataset_files, tags=tags)
+
     # --- checkpointing -------------------------------------------------------------------------------------------
 
     def _save_optimizer_and_scheduler(self, output_dir):
@@ -192,46 +205,3 @@ class RiskPOTrainer(GRPOTrainer):
             )
         with open(path) as f:
             self.risk_estimator.load_state_dict(json.load(f))
-
-
-def _reward_columns(reward_func: Any) -> list[str]:
-    """Dataset columns a reward function needs: an explicit ``required_columns`` attribute, else the parameters of its
-    signature that have no default and that GRPOTrainer does not pass itself."""
-    declared = getattr(reward_func, "required_columns", None)
-    if declared is not None:
-        return list(declared)
-    if not callable(reward_func) or isinstance(reward_func, str) or hasattr(reward_func, "config"):
-        return []  # a Hub id or a reward model: it reads the text only
-    try:
-        parameters = inspect.signature(reward_func).parameters.values()
-    except (TypeError, ValueError):
-        return []
-    return [
-        p.name for p in parameters
-        if p.default is inspect.Parameter.empty and p.name not in TRL_REWARD_KWARGS
-        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    ]
-
-
-def _check_dataset_columns(dataset: Any, reward_funcs: Any, split: str) -> None:
-    """Fail at construction, naming the columns, rather than with a KeyError inside TRL at the first step."""
-    columns = getattr(dataset, "column_names", None)
-    if dataset is None or columns is None:  # no dataset, or a streaming one that does not know its columns
-        return
-    if "prompt" not in columns:
-        raise ValueError(
-            f"The {split} dataset has no 'prompt' column (its columns: {columns}). RiskPOTrainer, like GRPOTrainer, "
-            "reads each example's prompt from 'prompt': a string, or a list of chat messages [{'role': 'user', "
-            "'content': ...}]. Rename or build that column (e.g. dataset.rename_column('question', 'prompt'), or the "
-            "adapters in riskpo_trl.data)."
-        )
-    funcs: list[Callable] = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
-    for func in funcs:
-        missing = [column for column in _reward_columns(func) if column not in columns]
-        if missing:
-            name = getattr(func, "__name__", type(func).__name__)
-            raise ValueError(
-                f"The reward function {name} reads the column(s) {missing}, which the {split} dataset lacks (its "
-                f"columns: {columns}). Add them to the dataset (e.g. the reference answer as 'solution'), or use a "
-                "reward function that fits it."
-            )

@@ -15,7 +15,7 @@ from riskpo_trl.code.data import (
     decode_livecodebench_tests,
     livecodebench_to_riskpo,
 )
-from riskpo_trl.code.evaluation import code_pass_at_k, correct_counts
+from riskpo_trl.evaluation.code_metrics import code_pass_at_k, correct_counts
 from riskpo_trl.evaluation.metrics import pass_at_k
 from riskpo_trl.code.reward import CodeReward
 from riskpo_trl.code.sandbox import Sandbox, SandboxLimits

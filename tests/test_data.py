@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 
+import datasets
 import pytest
 from datasets import Dataset
 
-from riskpo_trl import data
 from riskpo_trl.data import (
     ADAPTED_COLUMNS,
     BENCHMARKS,
-    DatasetSpec,
     DAPO_INSTRUCTION_PREFIX,
     DAPO_INSTRUCTION_SUFFIX,
+    DatasetSpec,
+    DatasetUnavailableError,
     HARD_MATH_BENCHMARKS,
     PROMPT_TEMPLATE,
     TRAIN_DATASETS,
@@ -134,19 +135,21 @@ def test_loaders_read_local_files_in_the_hub_schema(tmp_path):
 
 
 def test_limited_mixture_draws_from_every_part(monkeypatch):
-    # MATH and GSM8K made up in their schemas; _load_spec stands in for the Hub download of each part.
+    # MATH and GSM8K made up in their schemas, served in place of the Hub download of each part.
     parts = {
-        "math": [{"problem": f"m{i}", "level": "1", "type": "t", "solution": f"\\boxed{{{i}}}"} for i in range(50)],
-        "gsm8k": [{"question": f"g{i}", "answer": f"#### {i}"} for i in range(50)],
+        "DigitalLearningGmbH/MATH-lighteval": [
+            {"problem": f"m{i}", "level": "1", "type": "t", "solution": f"\\boxed{{{i}}}"} for i in range(50)
+        ],
+        "openai/gsm8k": [{"question": f"g{i}", "answer": f"#### {i}"} for i in range(50)],
     }
-    monkeypatch.setattr(data, "_load_spec", lambda spec, name, split, files: adapt_dataset(
-        Dataset.from_list(parts[name]), spec, name
-    ))  # fmt: skip
+    monkeypatch.setattr(datasets, "load_dataset", lambda hub_id, *args, **kwargs: Dataset.from_list(parts[hub_id]))
     limited = load_train_dataset("math_gsm8k", limit=20)
     sources = [problem[0] for problem in limited["problem"]]
     assert len(limited) == 20 and {"m", "g"} <= set(sources)  # concatenated in order, all 20 would be MATH rows
     assert limited["problem"] == load_train_dataset("math_gsm8k", limit=20)["problem"]  # the seed fixes the draw
-    everything = [row["problem"] for row in parts["math"]] + [row["question"] for row in parts["gsm8k"]]
+    everything = [row["problem"] for row in parts["DigitalLearningGmbH/MATH-lighteval"]] + [
+        row["question"] for row in parts["openai/gsm8k"]
+    ]
     assert sorted(load_train_dataset("math_gsm8k")["problem"]) == sorted(everything)  # shuffled, nothing lost
 
 
@@ -161,3 +164,14 @@ def test_bundled_tiny_dataset_is_in_gsm8k_schema():
     dataset = load_train_dataset("gsm8k", data_files="examples/data/tiny_arithmetic.jsonl")
     assert len(dataset) >= 20
     assert all(answer.lstrip("-").isdigit() for answer in dataset["answer"])
+
+
+def test_hub_dataset_unavailable_offline_names_the_local_file_form(monkeypatch):
+    def offline(hub_id, *args, **kwargs):  # what `datasets` raises with HF_HUB_OFFLINE=1 and nothing cached
+        raise ConnectionError(f"Couldn't reach '{hub_id}' on the Hub (OfflineModeIsEnabled)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(DatasetUnavailableError, match=r"not available offline.*--benchmarks math500=PATH"):
+        load_benchmark("math500")
+    with pytest.raises(DatasetUnavailableError, match=r"'archer_code' .*dataset_files"):
+        load_train_dataset("archer_code")

@@ -6,7 +6,7 @@ import pytest
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.evaluation.callback import PassAtKCallback
-from tests.conftest import contains_digit_reward, make_prompt_dataset
+from helpers import contains_digit_reward, make_prompt_dataset
 
 
 def digit_scorer(completion: str, gold: str) -> float:

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from helpers import TINY_ARCHER_SOLUTIONS, fenced, geometry3k_parquet
+from PIL import Image
 
-from riskpo_trl.evaluate import main as eval_main
-from riskpo_trl.evaluation.evaluator import EvalConfig, evaluate, load_rows_file
+from riskpo_trl.scripts.eval import main as eval_main
+from riskpo_trl.data import load_benchmark
+from riskpo_trl.evaluation import EvalConfig, evaluate, load_rows_file
 from riskpo_trl.evaluation.generation import Sample, is_vllm_available, load_backend
+from riskpo_trl.multimodal import build_tiny_vlm
 
 TOY_ROWS = str(Path(__file__).parent / "data" / "toy_math.jsonl")
+TINY_ARCHER_CODE = str(Path(__file__).parents[1] / "examples" / "data" / "tiny_archer_code.jsonl")
 
 
 class ScriptedBackend:
@@ -26,11 +34,13 @@ class ScriptedBackend:
         self.answers = answers
         self.fail_after_calls = fail_after_calls
         self.prompts_seen: list[str] = []
+        self.images_seen: list = []
 
-    def generate(self, prompts, settings):
+    def generate(self, prompts, settings, images=None):
         if self.fail_after_calls is not None and len(self.prompts_seen) >= self.fail_after_calls:
             raise RuntimeError("simulated crash (out of memory)")
         self.prompts_seen += prompts
+        self.images_seen += images or []
         results = []
         for prompt in prompts:
             texts = next(texts for problem, texts in self.answers.items() if problem in prompt)
@@ -154,9 +164,6 @@ def test_unknown_benchmark_fails_before_loading_a_model(tmp_path):
     config = EvalConfig(model=str(tmp_path / "never-loaded"), benchmarks=["aime2099"], output_dir=str(tmp_path))
     with pytest.raises(ValueError, match=r"Unknown benchmark\(s\) \['aime2099'\]"):
         evaluate(config, progress=False)
-    code = EvalConfig(model=str(tmp_path / "never-loaded"), benchmarks=["livecodebench_v5"], output_dir=str(tmp_path))
-    with pytest.raises(ValueError, match="not math benchmarks.*code_pass_at_k"):
-        evaluate(code, progress=False)
 
 
 def test_named_benchmark_from_local_file_in_its_hub_schema(tmp_path):
@@ -176,3 +183,76 @@ def test_named_benchmark_from_local_file_in_its_hub_schema(tmp_path):
 def test_vllm_backend_without_vllm_says_how_to_install(tiny_model_dir):
     with pytest.raises(ImportError, match=r"riskpo-trl\[vllm\]"):
         load_backend("vllm", tiny_model_dir)
+
+
+# --- a scorer per benchmark kind --------------------------------------------------------------------------------
+
+
+def test_code_benchmark_is_graded_by_running_the_programs_in_the_sandbox(tmp_path):
+    prompts = [row["prompt"][-1]["content"] for row in load_benchmark("livecodebench_v5", data_files=TINY_ARCHER_CODE)]
+    answers = {
+        prompt: [fenced(solution), fenced("print(0)")] for prompt, solution in zip(prompts, TINY_ARCHER_SOLUTIONS)
+    }
+    config = EvalConfig(model="scripted", benchmarks=[f"livecodebench_v5={TINY_ARCHER_CODE}"], num_samples=2,
+                        output_dir=str(tmp_path), code_sandbox='{"max_workers": 2}')
+    results = evaluate(config, backend=ScriptedBackend(answers), progress=False)
+    records = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [record["scores"] for record in records] == [[1.0, 0.0]] * len(TINY_ARCHER_SOLUTIONS)
+    assert not any(record["gold_unscorable"] for record in records)
+    summary = results["benchmarks"]["livecodebench_v5"]
+    assert summary["complete"] and summary["metrics"] == {"pass@1": 0.5, "pass@2": 1.0, "avg@2": 0.5}
+
+
+def test_geometry_benchmark_shows_the_diagrams_and_grades_the_solution(tmp_path):
+    data = geometry3k_parquet(tmp_path / "geometry3k.parquet", 4)
+    answers = {f"angle is {i}0 degrees": [f"x = \\boxed{{{i}}}", "\\boxed{99}"] for i in range(4)}
+    config = EvalConfig(model="scripted", benchmarks=[f"geometry3k_test={data}"], num_samples=2,
+                        output_dir=str(tmp_path / "out"))
+    backend = ScriptedBackend(answers)
+    results = evaluate(config, backend=backend, progress=False)
+    assert len(backend.images_seen) == 4 and all(
+        len(images) == 1 and isinstance(images[0], Image.Image) for images in backend.images_seen
+    )
+    records = [json.loads(line) for line in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
+    assert [record["scores"] for record in records] == [[1.0, 0.0]] * 4
+    assert [record["answer"] for record in records] == ["0", "1", "2", "3"]  # Geometry3K's gold, as `solution`
+    assert results["benchmarks"]["geometry3k_test"]["metrics"]["pass@2"] == 1.0
+
+
+def test_code_benchmark_with_the_tiny_model(tiny_model_dir, tmp_path):
+    config = EvalConfig(model=tiny_model_dir, benchmarks=[f"livecodebench_v5={TINY_ARCHER_CODE}"], num_samples=2,
+                        max_new_tokens=8, max_problems=3, backend="transformers", output_dir=str(tmp_path),
+                        code_sandbox='{"max_workers": 2}')
+    summary = evaluate(config, progress=False)["benchmarks"]["livecodebench_v5"]
+    # A random model writes no program: every sample is graded, and fails.
+    assert summary["complete"] and summary["num_scored"] == 3 and summary["num_unscorable_gold"] == 0
+    assert summary["metrics"]["pass@2"] == 0.0
+
+
+def test_geometry_benchmark_with_the_tiny_vision_language_model(tmp_path):
+    model_dir = tmp_path / "tiny-vlm"
+    build_tiny_vlm(model_dir)
+    data = geometry3k_parquet(tmp_path / "geometry3k.parquet", 3)
+    config = EvalConfig(model=str(model_dir), benchmarks=[f"geometry3k_test={data}"], num_samples=2,
+                        max_new_tokens=6, backend="transformers", batch_size=2, output_dir=str(tmp_path / "out"))
+    results = evaluate(config, progress=False)
+    summary = results["benchmarks"]["geometry3k_test"]
+    assert results["backend"] == "TransformersBackend"
+    assert summary["complete"] and summary["num_scored"] == 3 and 0 < summary["mean_completion_tokens"] <= 6
+    assert 0.0 <= summary["metrics"]["pass@1"] <= 1.0
+
+
+def test_offline_hub_benchmark_fails_with_the_local_file_form(tmp_path):
+    """With HF_HUB_OFFLINE=1 and nothing cached, riskpo-eval says the data is not available offline (no retries,
+    no raw ConnectionError) and shows how to name local files."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+           "HF_DATASETS_CACHE": str(tmp_path / "hf" / "datasets")}
+    result = subprocess.run(
+        [sys.executable, "-m", "riskpo_trl.scripts.eval", "--model", str(tmp_path / "never-loaded"),
+         "--benchmarks", "math500", "--output_dir", str(tmp_path / "out")],
+        capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).parents[1],
+    )
+    assert result.returncode != 0
+    assert "riskpo-eval: error: 'math500'" in result.stderr and "not available offline" in result.stderr
+    assert "--benchmarks math500=PATH" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -8,9 +8,10 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
+from helpers import geometry3k_parquet
 import torch
 
-from riskpo_trl.evaluation.evaluator import EvalConfig, evaluate
+from riskpo_trl.evaluation import EvalConfig, evaluate
 from riskpo_trl.evaluation.generation import SamplingSettings, TransformersBackend, _completion_mask
 from riskpo_trl.tiny_model import build_tiny_model
 
@@ -62,6 +63,7 @@ class FakeVLLM:
     def __init__(self):
         self.engine_kwargs: list[dict] = []
         self.request_params: list[dict] = []
+        self.prompts: list = []
         fake = self
 
         class SamplingParams:
@@ -77,6 +79,7 @@ class FakeVLLM:
                 return SimpleNamespace(chat_template=None)
 
             def generate(self, prompts, params, lora_request=None, use_tqdm=True):
+                fake.prompts += prompts
                 completion = SimpleNamespace(text="\\boxed{5}", token_ids=[1, 2, 3], cumulative_logprob=-3.0)
                 return [SimpleNamespace(outputs=[completion] * params.n) for _ in prompts]
 
@@ -98,3 +101,17 @@ def test_vllm_engine_is_seeded_once_and_requests_carry_no_seed(monkeypatch, tmp_
     assert len(fake.request_params) == 3  # 5 problems in batches of 2
     # A fixed seed in every request would replay the same random stream for every problem.
     assert all("seed" not in params for params in fake.request_params)
+
+
+def test_vllm_gets_each_prompts_images_in_its_multi_modal_form(monkeypatch, tmp_path):
+    """Geometry prompts reach vLLM as {"prompt", "multi_modal_data": {"image": [...]}} (vLLM's documented form)."""
+    fake = FakeVLLM()
+    monkeypatch.setitem(sys.modules, "vllm", fake.module)
+    data = geometry3k_parquet(tmp_path / "geometry3k.parquet", 3)
+    config = EvalConfig(model="org/vlm", backend="vllm", benchmarks=[f"geometry3k_test={data}"], num_samples=2,
+                        ks=[1], output_dir=str(tmp_path / "out"))
+    results = evaluate(config, progress=False)
+    assert len(fake.prompts) == 3 and all(set(request) == {"prompt", "multi_modal_data"} for request in fake.prompts)
+    assert all(len(request["multi_modal_data"]["image"]) == 1 for request in fake.prompts)
+    assert "Find x" in fake.prompts[0]["prompt"]
+    assert results["benchmarks"]["geometry3k_test"]["complete"]

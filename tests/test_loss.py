@@ -7,7 +7,7 @@ import torch
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 
-from conftest import contains_digit_reward, make_prompt_dataset
+from helpers import contains_digit_reward, make_prompt_dataset
 
 
 def paper_objective(model, inputs, temperature: float, epsilon: float) -> torch.Tensor:

@@ -5,25 +5,13 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import pytest
 from datasets import Dataset
-from PIL import Image
+from helpers import geometry3k_rows
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.data import PROMPT_TEMPLATE as MATH_PROMPT_TEMPLATE
 from riskpo_trl.multimodal import build_tiny_vlm, geometry3k_to_riskpo, geometry_accuracy_reward
-
-
-def diagram(seed: int, size: int = 40) -> Image.Image:
-    rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 256, size=(size, size + 8, 3), dtype=np.uint8))
-
-
-def geometry3k_rows(count: int) -> list[dict]:
-    """Rows in hiyouga/geometry3k's schema (images, problem with <image>, answer, id, choices, ground_truth)."""
-    return [{"images": [diagram(i)], "problem": f"<image>Find x if the angle is {i}0 degrees.", "answer": str(i),
-             "id": i, "choices": [str(i), "1", "2", "3"], "ground_truth": "A"} for i in range(count)]
 
 
 def test_geometry3k_adapter_moves_the_image_out_of_the_text():
@@ -72,7 +60,7 @@ def test_tiny_vlm_trains_riskpo_steps_with_images(tmp_path):
     )
     trainer = RiskPOTrainer(model=str(model_dir), reward_funcs=[has_digit, geometry_accuracy_reward], args=args,
                             train_dataset=dataset)
-    assert trainer._is_vlm
+    assert type(trainer.processing_class).__name__ == "LlavaProcessor"  # TRL's vision-language path
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "risk/q_alpha" in entry]

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from riskpo_trl.evaluation.diagnostics import logprob_by_reward_rate
-from riskpo_trl.plots import load_run, main, plot_training_curves, series, smooth
+from riskpo_trl.evaluation.plots import load_run, plot_training_curves, series, smooth
+from riskpo_trl.scripts.plot import main
 
 
 def write_state(folder, log_history):

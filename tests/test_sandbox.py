@@ -1,24 +1,33 @@
-"""The code sandbox against hostile programs: none may hang, harm the machine, leak secrets or score 1."""
+"""The code sandbox and reward: honest programs pass, grading is decided in the trainer, limits hold, and the sandbox
+starts and refuses as documented. Attacks on the machine are in test_sandbox_attacks.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import os
-import socket
-import subprocess
-import sys
 import textwrap
-import threading
 import time
+
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from riskpo_trl.code.assertions import assertions_pass, instrument_assertions
-from riskpo_trl.code.reward import CodeReward, extract_code
-from riskpo_trl.code.sandbox import Isolation, Sandbox, SandboxLimits, detect_isolation
+from riskpo_trl.code import bounded_json
+from riskpo_trl.code.assertions import assertions_pass, instrument_assertions, values_equal
+from riskpo_trl.code.reward import CodeReward, code_reward_from_settings, extract_code
+from riskpo_trl.code.sandbox import (
+    Sandbox,
+    SandboxLimits,
+    SandboxUnavailableError,
+    detect_isolation,
+    remove_tree,
+)
 from riskpo_trl.code.testspec import TestSpec
 
-FAST = SandboxLimits(test_timeout_s=1.0, total_timeout_s=4.0, cpu_time_s=3, memory_mb=512, max_output_bytes=1 << 20)
+FAST = SandboxLimits(test_timeout_s=1.0, total_timeout_s=4.0, cpu_time_s=3, memory_mb=512, max_output_bytes=1 << 20,
+                     disk_mb=16)
 
 
 @pytest.fixture(scope="module")
@@ -200,21 +209,6 @@ def test_bounded_fork_loop_creates_no_process(sandbox, tmp_path):
     assert result.ok and result.outputs == ["0\n"]
 
 
-def test_fork_bomb_scores_zero_and_leaves_nothing_behind(reward):
-    bombs = [
-        "import os\nwhile True:\n    os.fork()",
-        "import subprocess\nsubprocess.Popen(['sh', '-c', ':(){ :|:& };:'])\nprint(3)",
-        "import multiprocessing, os\nmultiprocessing.Process(target=os.getpid).start()\nprint(3)",
-        "import os\nos.system('sleep 100 &')\nprint(3)",
-        "import os\nos.posix_spawn('/bin/sleep', ['sleep', '100'], {})\nprint(3)",
-    ]
-    start = time.monotonic()
-    spec = TestSpec("stdin", ["1 2"], ["3"]).to_json()
-    assert reward([as_completion(p) for p in bombs], [spec] * len(bombs)) == [0.0] * len(bombs)
-    assert time.monotonic() - start < 3 * FAST.total_timeout_s
-    assert _sandbox_processes() == []
-
-
 def test_memory_hog_fails_without_hurting_the_parent(reward):
     hogs = ["x = bytearray(8 * 1024 ** 3)\nprint(3)", "chunks = []\nwhile True:\n    chunks.append(b'x' * 10 ** 7)"]
     assert reward([as_completion(p) for p in hogs], [ADD_TESTS] * 2) == [0.0, 0.0]
@@ -225,111 +219,9 @@ def test_output_flood_is_bounded(reward):
     assert reward([as_completion(program)], [ADD_TESTS]) == [0.0]
 
 
-def test_cannot_write_outside_the_working_directory(reward, tmp_path):
-    target = tmp_path / "escaped.txt"
-    programs = [
-        f"open({str(target)!r}, 'w').write('pwned')\nprint(3)",
-        f"import os\nfd = os.open({str(target)!r}, os.O_WRONLY | os.O_CREAT)\nos.write(fd, b'pwned')\nprint(3)",
-        f"import shutil\nopen('local.txt', 'w').write('x')\nshutil.copyfile('local.txt', {str(target)!r})\nprint(3)",
-        f"import pathlib\npathlib.Path({str(target)!r}).write_text('pwned')\nprint(3)",
-    ]
-    spec = TestSpec("stdin", ["1 2"], ["3"]).to_json()
-    assert reward([as_completion(p) for p in programs], [spec] * len(programs)) == [0.0] * len(programs)
-    assert not target.exists()
-
-
-def test_cannot_write_outside_through_a_directory_fd(reward, tmp_path):
-    """Relative paths under an outside directory's fd (``dir_fd=``) must not escape the working directory."""
-    outside = str(tmp_path)
-    open_dir = f"import os\nd = os.open({outside!r}, os.O_RDONLY)\n"
-    programs = [
-        open_dir + "fd = os.open('pwned.txt', os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=d)\nos.write(fd, b'x')\nprint(3)",
-        open_dir + "os.mkdir('newdir', dir_fd=d)\nprint(3)",
-        open_dir + "os.mkfifo('fifo', dir_fd=d)\nprint(3)",
-        f"import os\nd = os.open({outside!r}, os.O_PATH | os.O_DIRECTORY)\nos.mkdir('newdir', dir_fd=d)\nprint(3)",
-        f"import os\nos.mkfifo({str(tmp_path / 'fifo')!r})\nprint(3)",
-        # an fd of an existing outside file: its mode must not change through os.chmod(fd) either
-        f"import os\nos.chmod(os.open({str(tmp_path / 'keep.txt')!r}, os.O_RDONLY), 0o777)\nprint(3)",
-        f"import os\nd = os.open({outside!r}, os.O_RDONLY)\nos.remove('keep.txt', dir_fd=d)\nprint(3)",
-        f"import os\nd = os.open({outside!r}, os.O_RDONLY)\nos.rename('keep.txt', 'moved.txt', src_dir_fd=d, "
-        "dst_dir_fd=d)\nprint(3)",
-        "import os\nos.mknod('disk', 0o600 | __import__('stat').S_IFCHR, os.makedev(1, 3))\nprint(3)",
-    ]
-    keep = tmp_path / "keep.txt"
-    keep.write_text("keep")
-    keep.chmod(0o600)
-    spec = TestSpec("stdin", ["1 2"], ["3"]).to_json()
-    assert reward([as_completion(p) for p in programs], [spec] * len(programs)) == [0.0] * len(programs)
-    assert sorted(os.listdir(tmp_path)) == ["keep.txt"]
-    assert keep.stat().st_mode & 0o777 == 0o600
-
-
 def test_writing_inside_the_working_directory_is_allowed(reward):
     program = "open('scratch.txt', 'w').write('3')\nprint(open('scratch.txt').read())"
     assert reward([as_completion(program)], [TestSpec("stdin", ["1 2"], ["3"]).to_json()]) == [1.0]
-
-
-def test_environment_secrets_do_not_reach_the_program(reward, monkeypatch):
-    secret = "riskpo-fake-secret-4b1d"
-    monkeypatch.setenv("RISKPO_FAKE_API_TOKEN", secret)
-    spec = TestSpec("stdin", [""], [secret]).to_json()
-    programs = [
-        "import os\nprint(os.environ.get('RISKPO_FAKE_API_TOKEN', 'none'))",
-        # the parent's environment through /proc
-        "import os\nprint(open(f'/proc/{os.getppid()}/environ').read())",
-        # any process's environment through /proc: print the secret's value if found anywhere
-        "import os\nfor p in os.listdir('/proc'):\n    try:\n        env = open(f'/proc/{p}/environ').read()\n"
-        "    except Exception:\n        continue\n    for item in env.split('\\0'):\n"
-        "        if item.startswith('RISKPO_FAKE_API_TOKEN='):\n            print(item.split('=', 1)[1])\n"
-        "            raise SystemExit",
-    ]
-    # /proc/<pid>/environ shows a process's initial environment, so give the secret to a live process at its start
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ})
-    try:
-        assert reward([as_completion(p) for p in programs], [spec] * len(programs)) == [0.0] * len(programs)
-    finally:
-        holder.kill()
-        holder.wait()
-
-
-def test_no_network_connection_reaches_a_listening_socket(reward):
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", 0))
-    server.listen(5)
-    server.settimeout(0.2)
-    port = server.getsockname()[1]
-    connections = []
-
-    def accept():
-        deadline = time.monotonic() + 6
-        while time.monotonic() < deadline:
-            try:
-                connections.append(server.accept()[0])
-            except (socket.timeout, OSError):
-                pass
-
-    listener = threading.Thread(target=accept)
-    listener.start()
-    programs = [
-        f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'hi')\nprint(3)",
-        f"import urllib.request\nurllib.request.urlopen('http://127.0.0.1:{port}/', timeout=1)\nprint(3)",
-        f"import os, sys\nif os.system(f'{{sys.executable}} -c \"import socket; socket.create_connection((\\'127.0.0.1\\', "
-        f"{port}))\"') == 0:\n    print(3)",
-    ]
-    spec = TestSpec("stdin", ["1 2"], ["3"]).to_json()
-    try:
-        assert reward([as_completion(p) for p in programs], [spec] * len(programs)) == [0.0] * len(programs)
-    finally:
-        listener.join()
-        server.close()
-    assert connections == []
-
-
-def test_killing_other_processes_is_refused(reward):
-    # Outside a PID namespace this pid is the trainer itself; inside one it names some other process. Either way the
-    # signal must be refused (were it delivered, SIGTERM would end this test run).
-    program = f"import os, signal\nos.kill({os.getpid()}, signal.SIGTERM)\nprint(3)"
-    assert reward([as_completion(program)], [TestSpec("stdin", ["1 2"], ["3"]).to_json()]) == [0.0]
 
 
 def test_parallel_batch_with_hostile_programs_finishes_in_time(reward):
@@ -341,7 +233,7 @@ def test_parallel_batch_with_hostile_programs_finishes_in_time(reward):
     assert time.monotonic() - start < 2 * FAST.total_timeout_s + 3
 
 
-# --- the OS layers on their own (guard-free programs are not possible, so these check what the layers add) ------
+# --- workers, isolation, the probe and cleanup ----------------------------------------------------------------
 
 
 def test_default_workers_share_the_cores_among_local_training_processes(monkeypatch):
@@ -354,31 +246,186 @@ def test_default_workers_share_the_cores_among_local_training_processes(monkeypa
     assert Sandbox().max_workers == 16
 
 
-def test_isolation_is_detected_and_described():
-    isolation = detect_isolation()
-    assert isinstance(isolation, Isolation)
-    assert "rlimits" in isolation.describe()
+def test_honest_programs_use_tempfile_mkdir_rename_and_remove_in_their_directory():
+    program = textwrap.dedent("""
+        import os, shutil, tempfile
+        fd, path = tempfile.mkstemp()
+        os.write(fd, b"1")
+        os.close(fd)
+        with tempfile.TemporaryDirectory() as scratch:
+            os.mkdir(os.path.join(scratch, "sub"))
+            os.rename(path, os.path.join(scratch, "sub", "moved"))
+            os.symlink("moved", os.path.join(scratch, "sub", "link"))
+            total = int(open(os.path.join(scratch, "sub", "link")).read()) + 2
+            os.remove(os.path.join(scratch, "sub", "link"))
+            os.remove(os.path.join(scratch, "sub", "moved"))
+            os.rmdir(os.path.join(scratch, "sub"))
+        os.makedirs("a/b/c")
+        open("a/b/c/x", "w").write("x")
+        shutil.rmtree("a")
+        assert os.path.expanduser("~") == os.getcwd() == tempfile.gettempdir()
+        print(total)
+        """)
+    spec = TestSpec("stdin", [""], ["3"]).to_json()
+    for guard in (True, False):
+        reward = CodeReward(sandbox=Sandbox(FAST, max_workers=1, audit_guard=guard))
+        assert reward([as_completion(program)], [spec]) == [1.0], f"audit_guard={guard}"
 
 
-def test_process_only_fallback_still_blocks_hostile_programs(tmp_path):
-    """Where no namespaces are available the in-process guard and rlimits must still hold."""
-    fallback = CodeReward(sandbox=Sandbox(FAST, max_workers=2, isolation=Isolation(namespaces=False, drop_uid=False)))
-    target = tmp_path / "escaped.txt"
-    programs = [f"open({str(target)!r}, 'w').write('x')\nprint(3)", "import socket\nsocket.socket()\nprint(3)",
-                "import os\nos.fork()\nprint(3)", "print(3)"]
-    spec = TestSpec("stdin", ["1 2"], ["3"]).to_json()
-    assert fallback([as_completion(p) for p in programs], [spec] * 4) == [0.0, 0.0, 0.0, 1.0]
-    assert not target.exists()
+def test_the_program_sees_a_minimal_unprivileged_machine():
+    """What a program observes inside the sandbox, and its uid as the host sees it."""
+    from riskpo_trl.code.bwrap import interpreter_mounts
+
+    token = f"riskpo-view-{os.getpid()}-{time.monotonic_ns()}"
+    program = textwrap.dedent(f"""
+        import importlib.util, json, os, socket, subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)", {token!r}])
+        view = {{
+            "uid": os.getuid(), "groups": os.getgroups(), "root": sorted(os.listdir("/")),
+            "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+            "hostname": socket.gethostname(), "interfaces": [name for _, name in socket.if_nameindex()],
+            "caps": [line.split()[1] for line in open("/proc/self/status") if line.startswith("Cap")],
+            "env": sorted(os.environ), "site_packages_hidden": importlib.util.find_spec("pytest") is None,
+            "root_writable": os.access("/", os.W_OK), "cwd": os.getcwd(),
+        }}
+        child.wait()
+        print(json.dumps(view))
+        """)
+    sandbox = Sandbox(dataclasses.replace(FAST, test_timeout_s=4.0, total_timeout_s=6.0), max_workers=1,
+                      audit_guard=False)
+    sandbox.check()
+    host_uids = []
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(sandbox.run, program, [""])
+        deadline = time.monotonic() + 4
+        while not host_uids and time.monotonic() < deadline:
+            host_uids = [os.stat(f"/proc/{pid}").st_uid for pid in _pids_with(token)]
+            time.sleep(0.05)
+        result = future.result()
+    assert result.ok, result.error
+    view = json.loads(result.outputs[0])
+    binds, links, hidden = interpreter_mounts()
+    allowed_top = {"sandbox", "dev", "proc"} | {path.split("/")[1] for path in [*binds, *hidden]} \
+        | {link.split("/")[1] for _, link in links}
+    assert set(view["root"]) <= allowed_top, view["root"]
+    assert view["uid"] != 0 and view["groups"] in ([], [view["uid"]])
+    assert len(view["pids"]) <= 4  # bwrap's init, the runner, the child: no host process is visible
+    assert view["hostname"] == "sandbox" and view["interfaces"] == ["lo"]
+    assert set(view["caps"]) == {"0000000000000000"}
+    assert set(view["env"]) <= {"HOME", "TMPDIR", "PATH", "LANG", "PYTHONIOENCODING", "PWD"}  # PWD: bwrap sets it
+    assert view["site_packages_hidden"] and not view["root_writable"] and view["cwd"] == "/sandbox"
+    assert host_uids, "the sandboxed child was not seen from the host"
+    assert all(uid != 0 for uid in host_uids) if os.geteuid() == 0 else all(uid == os.geteuid() for uid in host_uids)
 
 
-def _sandbox_processes() -> list[int]:
-    """Processes still running in a sandbox working directory (deleted or not)."""
+@pytest.fixture
+def fresh_probe():
+    detect_isolation.cache_clear()
+    yield
+    detect_isolation.cache_clear()
+
+
+def test_missing_bubblewrap_is_refused_naming_the_package(fresh_probe, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SandboxUnavailableError, match="bubblewrap"):
+        Sandbox(FAST).check()
+    with pytest.raises(SandboxUnavailableError, match="apt-get install bubblewrap"):
+        CodeReward(FAST)([as_completion("print(3)")], [TestSpec("stdin", [""], ["3"]).to_json()])
+
+
+def test_bubblewrap_that_cannot_create_namespaces_is_refused_naming_the_kernel_settings(fresh_probe, monkeypatch,
+                                                                                          tmp_path):
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with pytest.raises(SandboxUnavailableError) as raised:
+        code_reward_from_settings({"max_workers": 1})
+    message = str(raised.value)
+    assert "user.max_user_namespaces" in message and "apparmor_restrict_unprivileged_userns" in message
+
+
+def test_isolation_none_is_explicit_and_warned_about_on_every_batch(caplog):
+    reward = code_reward_from_settings({"isolation": "none", "max_workers": 1, "total_timeout_s": 5})
+    assert reward.sandbox.isolation.mode == "none"
+    spec = TestSpec("stdin", [""], ["3"]).to_json()
+    with caplog.at_level(logging.WARNING, logger="riskpo_trl.code.sandbox"):
+        caplog.clear()
+        assert reward([as_completion("print(3)")], [spec]) == [1.0]
+        assert reward([as_completion("print(3)")], [spec]) == [1.0]
+    assert sum("isolation='none'" in record.getMessage() for record in caplog.records) == 2  # one per batch
+    with pytest.raises(ValueError, match="isolation='nsjail' is unknown"):
+        Sandbox(isolation="nsjail")
+
+
+def test_cleanup_of_a_deep_tree_neither_recurses_nor_raises(tmp_path, caplog):
+    """isolation='none' deletes the program's directory from the host; a 1,500-deep tree broke shutil.rmtree."""
+    top = tmp_path / "workdir"
+    fd = os.open(tmp_path, os.O_RDONLY)
+    os.mkdir("workdir", dir_fd=fd)
+    current = os.open("workdir", os.O_RDONLY, dir_fd=fd)
+    for depth in range(1500):
+        os.mkdir("d", dir_fd=current)
+        open(f"/proc/self/fd/{current}/f{depth % 3}", "w").close()
+        nxt = os.open("d", os.O_RDONLY, dir_fd=current)
+        os.close(current)
+        current = nxt
+    os.chmod(f"/proc/self/fd/{current}", 0)  # an unreadable leaf directory
+    os.close(current)
+    os.close(fd)
+    remove_tree(str(top))
+    assert not top.exists()
+    remove_tree(str(tmp_path / "missing"))  # logs, does not raise
+    assert "Could not" in caplog.text
+
+
+def test_isolation_none_cleans_up_a_deep_tree_the_program_leaves():
+    # without the audit hook, whose realpath per call makes 1,500 nested mkdirs quadratic (seconds)
+    limits = dataclasses.replace(FAST, test_timeout_s=5.0, total_timeout_s=8.0)
+    reward = CodeReward(sandbox=Sandbox(limits, max_workers=1, isolation="none", audit_guard=False))
+    program = "import os\nfor _ in range(1500):\n    os.mkdir('d')\n    os.chdir('d')\nprint(os.getcwd().count('/d'))"
+    assert reward([as_completion(program)], [TestSpec("stdin", [""], ["1500"]).to_json()]) == [1.0]
+
+
+def test_bounded_json_refuses_deep_oversized_or_bulky_text():
+    assert bounded_json.loads('{"a": ["[[[", 1]}', max_bytes=100) == {"a": ["[[[", 1]}
+    assert bounded_json.nesting_depth('["\\"[[", [[1]]]') == 3
+    for text, limit in (("[" * 100_000, 10**6), ("[" * 101 + "]" * 101, 10**6), ("[1]" * 10, 5)):
+        with pytest.raises(ValueError):
+            bounded_json.loads(text, max_bytes=limit)
+    with pytest.raises(ValueError, match="deeper"):
+        bounded_json.loads('["' + "x" * 5_000_000 + '"' + "[" * 200, max_bytes=10**8)
+    with pytest.raises(ValueError, match="outside strings"):
+        bounded_json.loads("[" + "[]," * 1000 + "[]]", max_bytes=10**8, max_structure=100)
+    assert bounded_json.loads('["' + "[" * 1000 + '"]', max_bytes=10**4, max_structure=4) == ["[" * 1000]
+
+
+def test_values_equal_handles_huge_and_non_finite_numbers():
+    assert values_equal(10**400, 10**400) and not values_equal(10**400, 10**400 + 1)
+    assert not values_equal(10**400, 1.5) and not values_equal(-(10**400), float("-inf"))
+    assert values_equal(float("nan"), float("nan")) and not values_equal(float("nan"), 1.0)
+    assert values_equal(float("inf"), float("inf")) and not values_equal(float("inf"), 1e308)
+    assert values_equal(1, 1.0000001) and values_equal([1, {"a": 2.0}], [1.0, {"a": 2}])
+
+
+def _pids_with(token: str) -> list[int]:
     found = []
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                if "riskpo-sandbox-" in os.readlink(f"/proc/{name}/cwd"):
-                    found.append(int(name))
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if token.encode() in f.read():
+                        found.append(int(name))
             except OSError:
                 pass
     return found
+
+
+def test_sandbox_overhead_benchmark_runs_tiny(tmp_path):
+    from benchmarks import sandbox_overhead
+
+    payload = sandbox_overhead.main(["--runs", "2", "--warmup", "0", "--out", str(tmp_path)])
+    assert {"bwrap", "none"} <= set(payload["median_ms"])
+    # the previous sandbox is measured from git history, unless this clone lacks it (recorded, not hidden)
+    assert "previous" in payload["median_ms"] or "unavailable" in payload["baseline"]
+    assert (tmp_path / "sandbox_overhead.md").exists() and payload["load_average_before"]

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import datasets
-import numpy as np
 import pytest
 from datasets import Dataset
+from helpers import TINY_ARCHER_SOLUTIONS, fenced, geometry3k_parquet
 from PIL import Image
 from transformers import AutoProcessor
 
@@ -28,25 +28,6 @@ CPU_OVERRIDES = [
     "--max_steps", "1", "--warmup_steps", "0", "--save_strategy", "no", "--log_completions", "false",
 ]
 TINY_ARCHER_CODE = ROOT / "examples/data/tiny_archer_code.jsonl"
-# A correct solution of each row of TINY_ARCHER_CODE, in order.
-TINY_ARCHER_SOLUTIONS = [
-    "print(2 * int(input()))",
-    "a, b = map(int, input().split())\nprint(a + b)",
-    "print(input()[::-1])",
-    "input()\nprint(max(map(int, input().split())))",
-    "print(*range(1, int(input()) + 1))",
-    "print('YES' if int(input()) % 2 == 0 else 'NO')",
-    "print(len(input().split()))",
-    "import math\nprint(math.factorial(int(input())))",
-    "def add(a, b):\n    return a + b",
-    "def is_palindrome(s):\n    return s == s[::-1]",
-]
-
-
-def fenced(code: str) -> str:
-    return f"Here it is.\n```python\n{code}\n```"
-
-
 def archer_rows(count: int) -> list[dict]:
     """Rows in ArcherCodeR's verl schema: chat prompt, reward_model.ground_truth as JSON (stdin or check code)."""
     rows = []
@@ -69,24 +50,12 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def geometry3k_parquet(path: Path, count: int) -> Path:
-    """Rows in hiyouga/geometry3k's schema (images, problem with <image>, answer, ...) with generated diagrams."""
-    rng = np.random.default_rng(0)
-    rows = [{"images": [Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8))],
-             "problem": f"<image>Find x if the angle is {i}0 degrees.", "answer": str(i), "id": i,
-             "choices": [str(i), "1", "2", "3"], "ground_truth": "A"} for i in range(count)]
-    features = datasets.Features({
-        "images": datasets.Sequence(datasets.Image()), "problem": datasets.Value("string"),
-        "answer": datasets.Value("string"), "id": datasets.Value("int64"),
-        "choices": datasets.Sequence(datasets.Value("string")), "ground_truth": datasets.Value("string"),
-    })
-    Dataset.from_list(rows, features=features).to_parquet(str(path))
-    return path
-
-
 def run(recipe: Path, *overrides: str):
-    args = train.parse_args(["--config", str(recipe), *CPU_OVERRIDES, *overrides])
-    return train.main(*args)
+    script_args, training_args, model_args = train.parse_args(["--config", str(recipe), *CPU_OVERRIDES, *overrides])
+    trainer = train.main(script_args, training_args, model_args)
+    # The reward functions validated at parse time are the ones the trainer got: built once.
+    assert all(a is b for a, b in zip(trainer.reward_funcs, script_args.reward_functions, strict=True))
+    return trainer
 
 
 # --- registry wiring (no training) ----------------------------------------------------------------------------------
@@ -172,9 +141,11 @@ def test_geometry3k_recipe_trains_a_tiny_vlm_through_the_script(tmp_path):
         "--model_name_or_path", str(tmp_path / "tiny-vlm"), "--build_tiny_vlm", "true",
         "--dataset_files", str(data), "--output_dir", str(tmp_path / "run"),
     )
+    # The recipe's wiring: the VLM built and loaded with its processor, the Geometry3K rows with their images, the
+    # geometry reward. (That images reach the gradient is tested on the trainer, in test_multimodal.py.)
     assert type(trainer).__name__ == "RiskPOTrainer" and trainer.state.global_step == 1
-    assert trainer._is_vlm and type(trainer.processing_class).__name__ == "LlavaProcessor"
-    assert trainer.last_risk_batch is not None and trainer.last_risk_batch.advantages.numel() == 10
+    assert type(trainer.processing_class).__name__ == "LlavaProcessor"
+    assert "images" in trainer.train_dataset.column_names
     [logs] = [entry for entry in trainer.state.log_history if "rewards/geometry_accuracy_reward/mean" in entry]
     assert 0.0 <= logs["rewards/geometry_accuracy_reward/mean"] <= 1.0
     # The processor is saved with the model, so the output reloads as a VLM.

@@ -21,7 +21,7 @@ from riskpo_trl import (
 )
 from riskpo_trl.riskpo_trainer import RISK_STATE_FILE
 
-from conftest import contains_digit_reward, make_prompt_dataset
+from helpers import contains_digit_reward, make_prompt_dataset
 
 RISK_METRICS = ["risk/q_alpha", "risk/q_beta", "risk/bundle_score_mean", "risk/mvar", "risk/frac_unscorable",
                 "risk/frac_zero_advantage"]
@@ -269,8 +269,8 @@ def never_scorable_reward(completions, **kwargs):
 
 @pytest.mark.slow
 def test_a_run_whose_rewards_never_score_stops_with_an_error(tiny_model_dir, tmp_path):
-    trainer = make_trainer(tiny_model_dir, tiny_config(tmp_path, max_steps=5, max_unscorable_batches=2),
-                           reward=never_scorable_reward)
+    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=never_scorable_reward, train_dataset=make_prompt_dataset(),
+                            args=tiny_config(tmp_path, max_steps=5, max_unscorable_batches=2))
     with pytest.raises(RuntimeError, match="No completion could be scored in the last 2 training batches"):
         trainer.train()
     assert trainer.state.global_step == 1  # stopped while preparing the second batch

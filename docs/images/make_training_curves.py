@@ -18,7 +18,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.evaluation import EvalConfig, PassAtKCallback, evaluate
-from riskpo_trl.plots import load_run, plot_logprob_diagnostic, plot_training_curves
+from riskpo_trl.evaluation.plots import load_run, plot_logprob_diagnostic, plot_training_curves
 from riskpo_trl.tiny_model import build_tiny_model
 
 STEPS = 30

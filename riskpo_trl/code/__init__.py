@@ -1,10 +1,10 @@
 """Code-generation track: a sandbox for model-written programs, the code reward, and dataset adapters."""
 
 from .reward import CodeReward, code_reward, code_reward_from_settings, extract_code
-from .sandbox import Isolation, Sandbox, SandboxLimits, detect_isolation
+from .sandbox import Isolation, Sandbox, SandboxLimits, SandboxUnavailableError, detect_isolation
 from .testspec import TestSpec
 
 __all__ = [
-    "CodeReward", "Isolation", "Sandbox", "SandboxLimits", "TestSpec", "code_reward", "code_reward_from_settings",
-    "detect_isolation", "extract_code",
+    "CodeReward", "Isolation", "Sandbox", "SandboxLimits", "SandboxUnavailableError", "TestSpec", "code_reward",
+    "code_reward_from_settings", "detect_isolation", "extract_code",
 ]

@@ -1,9 +1,9 @@
-"""Child-side test runner of the code sandbox. Runs as ``python -I -B _harness.py SPEC_PATH`` inside the sandbox.
+"""Child-side test runner of the code sandbox. Runs as ``python -I -S -B -c <this source>`` inside the sandbox.
 
-Standard library only. It reads the spec (program, test inputs, limits), lowers its own resource limits, installs an
-audit hook that refuses networking, process creation, ctypes, signals to other processes, tracers and writes outside
-the sandbox directory, then runs the program once per test and writes one JSON line of *observed* values to the stdout
-it was started with (an unnamed file of the parent's, outside the sandbox directory).
+Standard library only. It reads the spec (program, test inputs, limits) from stdin, lowers its own resource limits,
+installs an audit hook that refuses networking, process creation, ctypes, signals to other processes, tracers and
+writes outside the working directory, then runs the program once per test and writes one JSON line of *observed*
+values to the stdout it was started with (a pipe the parent reads with a size cap).
 
 Nothing here decides whether a test passed, because the program runs in this interpreter and can rewrite all of it
 (this module, its report, the builtins). Expected outputs never enter this process: for stdin and functional tests the
@@ -13,8 +13,8 @@ stay in the parent. So a program that tampers with this runner can at worst repo
 returned anyway. What that does not cover (expected values the check code computes, or ones a program can guess) is in
 docs/code_and_multimodal.md.
 
-The audit hook is defence in depth, not a security boundary on its own (CPython documents that); the parent adds the
-OS-level layers it can get (network and PID namespaces, an unprivileged uid, process-group kill).
+The audit hook is defence in depth, not a security boundary (CPython documents that, and a program can rewrite its
+tables): the boundary is the bubblewrap sandbox the parent starts this runner in (`riskpo_trl.code.bwrap`).
 """
 
 import builtins
@@ -39,7 +39,7 @@ _DENIED_EVENTS = frozenset({
     "sys.settrace", "sys.setprofile", "sys.addaudithook",
 })
 # Events that change the file named by their path argument(s): allowed inside the sandbox directory only. Paths given
-# as file descriptors or relative to a directory fd (``dir_fd``) are refused: the hook cannot tell where they point.
+# as file descriptors are refused; paths relative to a directory fd (``dir_fd``) are resolved through /proc/self/fd.
 _PATH_ARGS = {  # event -> how many leading arguments are paths
     "os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1, "os.truncate": 1,
     "os.link": 2, "os.symlink": 2, "os.rename": 2, "shutil.copyfile": 2, "shutil.copymode": 2, "shutil.copystat": 2,
@@ -47,7 +47,7 @@ _PATH_ARGS = {  # event -> how many leading arguments are paths
 }
 # The trailing dir_fd arguments of those events (os.remove(path, dir_fd), os.rename(src, dst, src_dir_fd, ...)).
 _DIR_FD_ARGS = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1,
-                "os.link": 2, "os.symlink": 1, "os.rename": 2}
+                "os.link": 2, "os.symlink": 1, "os.rename": 2, "shutil.rmtree": 1}
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 _DIR_FLAGS = os.O_DIRECTORY | getattr(os, "O_PATH", 0)
 
@@ -71,7 +71,7 @@ def _set_limits(spec):
     lower(resource.RLIMIT_FSIZE, int(spec["max_output_bytes"]))
     lower(resource.RLIMIT_NOFILE, int(spec["max_open_files"]))
     lower(resource.RLIMIT_CORE, 0)
-    if os.getuid() != 0:  # the kernel does not enforce RLIMIT_NPROC for root
+    if os.getuid() != 0:  # the kernel does not enforce RLIMIT_NPROC for root (only with isolation="none")
         lower(resource.RLIMIT_NPROC, _tasks_of_uid(os.getuid()) + int(spec["max_processes"]))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # oversized output: EFBIG error, not a silent death
 
@@ -95,11 +95,13 @@ def _install_guard(root):
     own_pids = {str(os.getpid()), os.readlink("/proc/self")}
     realpath, join, getcwd, fspath, isdir = os.path.realpath, os.path.join, os.getcwd, os.fspath, os.path.isdir
 
-    def resolve(path):
+    def resolve(path, dir_fd=None):
         path = fspath(path)
         if isinstance(path, bytes):
             path = path.decode(errors="replace")
-        return realpath(join(getcwd(), path))
+        # Python 3.11 reports an unset dir_fd as -1 (later versions as None); a set one is resolved through /proc
+        base = getcwd() if dir_fd is None or dir_fd == -1 else os.readlink(f"/proc/self/fd/{int(dir_fd)}")
+        return realpath(join(base, path))
 
     def inside(path):
         return path == root or path.startswith(root + os.sep)
@@ -124,13 +126,18 @@ def _install_guard(root):
             if (flags or 0) & _DIR_FLAGS or isdir(full):
                 raise PermissionError(f"sandbox: opening the directory {full} is not allowed")
         elif event in _PATH_ARGS:
-            n_paths = _PATH_ARGS[event]
-            for arg in args[:n_paths]:
-                if isinstance(arg, int) or (isinstance(arg, (str, bytes, os.PathLike)) and not inside(resolve(arg))):
+            n_paths, n_dir_fds = _PATH_ARGS[event], _DIR_FD_ARGS.get(event, 0)
+            dir_fds = list(args[len(args) - n_dir_fds:]) if n_dir_fds else []
+            dir_fds = [None] * (n_paths - len(dir_fds)) + dir_fds  # os.symlink: one dir_fd, for the link itself
+            for arg, dir_fd in zip(args[:n_paths], dir_fds):
+                if isinstance(arg, int) or not isinstance(dir_fd, (int, type(None))):
                     raise PermissionError(f"sandbox: {event} on {arg!r} is not allowed")
-            n_dir_fds = _DIR_FD_ARGS.get(event, 0)
-            if n_dir_fds and any(fd is not None for fd in args[len(args) - n_dir_fds:]):
-                raise PermissionError(f"sandbox: {event} with dir_fd is not allowed")
+                try:
+                    full = resolve(arg, dir_fd) if isinstance(arg, (str, bytes, os.PathLike)) else None
+                except (OSError, ValueError):
+                    full = ""
+                if full is not None and not inside(full):
+                    raise PermissionError(f"sandbox: {event} on {arg!r} is not allowed")
 
     sys.addaudithook(hook)
     _guard_unaudited(inside, resolve)
@@ -253,16 +260,17 @@ def plain_value(value):
 
 
 def main():
-    spec_path = sys.argv[1]
-    with open(spec_path) as f:
-        spec = json.load(f)
-    os.remove(spec_path)
+    with open(0, "rb", closefd=False) as f:
+        spec = json.loads(f.read())
     report = os.fdopen(os.dup(1), "w")  # the parent reads this; the program's stdout goes to a per-test file
+    os.closerange(3, report.fileno())  # nothing else of the parent's reaches the program
+    os.closerange(report.fileno() + 1, 1 << 16)
     workdir = os.getcwd()
     _set_limits(spec)
     signal.signal(signal.SIGALRM, _on_timer)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
-    _install_guard(workdir)
+    if spec.get("audit_guard", True):
+        _install_guard(workdir)
     outputs, error = [], None
     try:
         code = _compile(spec["source"], "<solution>", "exec")

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from . import bounded_json
 from ._harness import PROBE_NAME, plain_value
 
 _COMPARE_OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
@@ -24,6 +25,7 @@ _COMPARE_OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.G
 _NEGATED = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<", "in": "not in", "not in": "in",
             "is": "is not", "is not": "is", "truthy": "falsy", "falsy": "truthy"}
 _SINGLETONS = (None, True, False)
+MAX_OBSERVED_CHARS = 16 * 1024 * 1024  # a returned value or assertion record beyond this fails (none real comes close)
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ def assertions_pass(observed: str, probes: list[Probe]) -> bool:
     must hold.
     """
     try:
-        records = json.loads(observed)
+        records = bounded_json.loads(observed, max_bytes=MAX_OBSERVED_CHARS)
     except ValueError:
         return False
     if not isinstance(records, list):
@@ -131,7 +133,7 @@ def _holds(op: str, left, right) -> bool:
                 else left in container
             return found == (op == "in")
         return {"<": left < right, "<=": left <= right, ">": left > right, ">=": left >= right}[op]
-    except TypeError:  # e.g. comparing a list with a number: the assertion would have raised
+    except (TypeError, ValueError, OverflowError, RecursionError):  # e.g. a list against a number: it would raise
         return False
 
 
@@ -153,13 +155,31 @@ def _truthy(value) -> bool:
 
 
 def values_equal(got, want) -> bool:
-    """JSON values equal, floats within 1e-6 relative or absolute tolerance; int/float compared numerically."""
+    """JSON values equal, floats within 1e-6 relative or absolute tolerance; int/float compared numerically.
+
+    Never raises on numbers: ints too large for a float (``10**400``) compare exactly, NaN equals NaN and an
+    infinity only itself.
+    """
     if isinstance(got, bool) or isinstance(want, bool):
         return got is want
     if isinstance(got, (int, float)) and isinstance(want, (int, float)):
-        return got == want or math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-6)
+        return _numbers_equal(got, want)
     if isinstance(got, list) and isinstance(want, list):
         return len(got) == len(want) and all(values_equal(g, w) for g, w in zip(got, want))
     if isinstance(got, dict) and isinstance(want, dict):
         return got.keys() == want.keys() and all(values_equal(got[k], want[k]) for k in want)
     return got == want
+
+
+def _numbers_equal(got: int | float, want: int | float) -> bool:
+    if got == want:  # exact, also for huge ints and int/float mixes (Python compares those exactly)
+        return True
+    if isinstance(got, int) and isinstance(want, int):
+        return False
+    try:
+        got, want = float(got), float(want)
+    except OverflowError:  # an int beyond float range is not within tolerance of any finite float
+        return False
+    if math.isnan(got) or math.isnan(want):
+        return math.isnan(got) and math.isnan(want)
+    return math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-6)

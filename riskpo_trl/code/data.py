@@ -33,6 +33,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
+from ..local_files import load_local_files
 from .testspec import TestSpec
 
 LIVECODEBENCH_ID = "livecodebench/code_generation_lite"
@@ -164,8 +165,6 @@ def load_archer_code(split: str = "train", data_files: str | list[str] | None = 
     from datasets import load_dataset
 
     if data_files is not None:
-        from ..data import load_local_files
-
         dataset = load_local_files(data_files)
     else:
         files = {"train": "train/archercoder-1.5b-train.json", "test": "test/livecodebench_v5.json"}

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from .assertions import assertions_pass, instrument_assertions, values_equal
+from . import bounded_json
+from .assertions import MAX_OBSERVED_CHARS, assertions_pass, instrument_assertions, values_equal
 from .sandbox import TEST_STYLES
 
 
@@ -85,6 +86,7 @@ def _stdout_match(observed: str, expected: str) -> bool:
 
 def _functional_match(observed: str, expected: str) -> bool:
     try:
-        return values_equal(json.loads(observed), json.loads(expected))
-    except ValueError:
+        got = bounded_json.loads(observed, max_bytes=MAX_OBSERVED_CHARS)  # program output: size and depth capped
+        return values_equal(got, json.loads(expected))
+    except (ValueError, RecursionError):
         return False

@@ -8,10 +8,12 @@ from datasets import Dataset
 from transformers import TrainerCallback
 from trl.models.utils import unwrap_model_for_generation
 
-from ..rewards import verify_answer
-from .evaluator import Scorer, render_prompt, score_samples
-from .generation import SamplingSettings, TransformersBackend
+from ..grading import verify_answer
+from .benchmarks import render_prompt
+from .generation import TransformersBackend
 from .metrics import benchmark_metrics, default_ks
+from .sampling import SamplingSettings
+from .scorers import Scorer, score_samples
 
 
 class PassAtKCallback(TrainerCallback):

@@ -1,34 +1,22 @@
 """Sampling backends for evaluation: vLLM offline when installed, transformers ``generate`` otherwise.
 
-Both take chat-formatted prompt strings and return, per prompt, ``n`` :class:`Sample` objects with the same fields,
-so everything downstream (scoring, metrics, files) is backend-agnostic.
+Both take chat-formatted prompt strings (plus, for a vision-language model, each prompt's images) and return, per
+prompt, ``n`` :class:`Sample` objects with the same fields, so everything downstream (scoring, metrics, files) is
+backend-agnostic.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
+from .sampling import Sample, SamplingSettings
 
-@dataclass
-class SamplingSettings:
-    """How completions are sampled (the paper evaluates at temperature 0.8 in its training setup)."""
-
-    num_samples: int = 8
-    temperature: float = 0.8
-    top_p: float = 1.0
-    max_new_tokens: int = 1024
-    seed: int = 0  # the evaluator seeds transformers with it; a vLLM engine gets its seed when it is built
-    return_logprobs: bool = False  # length-normalised log-prob of each completion under the model (temperature 1)
-
-
-@dataclass
-class Sample:
-    text: str
-    num_tokens: int
-    mean_logprob: float | None = None  # mean per-token log-probability, when asked for
+# Per prompt, the images it shows (vision-language models); None for text-only prompts.
+PromptImages = Sequence[Sequence[Any]] | None
 
 
 VLLM_MISSING = (
@@ -42,46 +30,78 @@ def is_vllm_available() -> bool:
 
 
 class TransformersBackend:
-    """Samples with ``model.generate``; fits CPU runs and small models, and the live model inside a trainer."""
+    """Samples with ``model.generate``; fits CPU runs and small models, and the live model inside a trainer.
 
-    def __init__(self, model, tokenizer, batch_size: int = 8):
+    ``processor``: a vision-language model's processor, which turns prompts with images into model inputs.
+    """
+
+    def __init__(self, model, tokenizer, batch_size: int = 8, processor=None):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.processor = processor
 
     @classmethod
     def from_pretrained(cls, model_name_or_path: str, adapter: str | None = None, batch_size: int = 8, **model_kwargs):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import (
+            AutoConfig,
+            AutoModelForCausalLM,
+            AutoModelForImageTextToText,
+            AutoProcessor,
+            AutoTokenizer,
+        )
 
-        tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
-        model = AutoModelForCausalLM.from_pretrained(model_name_or_path, **model_kwargs)
+        processor = None
+        if hasattr(AutoConfig.from_pretrained(model_name_or_path), "vision_config"):  # e.g. the Geometry3K track
+            processor = AutoProcessor.from_pretrained(model_name_or_path)
+            tokenizer = processor.tokenizer
+            model = AutoModelForImageTextToText.from_pretrained(model_name_or_path, **model_kwargs)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+            model = AutoModelForCausalLM.from_pretrained(model_name_or_path, **model_kwargs)
         if adapter is not None:
             from peft import PeftModel
 
             model = PeftModel.from_pretrained(model, adapter)
         model.eval()
-        return cls(model, tokenizer, batch_size=batch_size)
+        return cls(model, tokenizer, batch_size=batch_size, processor=processor)
 
     @torch.no_grad()
-    def generate(self, prompts: list[str], settings: SamplingSettings) -> list[list[Sample]]:
+    def generate(
+        self, prompts: list[str], settings: SamplingSettings, images: PromptImages = None
+    ) -> list[list[Sample]]:
+        if images is not None and self.processor is None:
+            raise ValueError("These prompts come with images, but the model was loaded without an image processor; "
+                             "evaluate a vision-language model (its config has a vision_config).")
         was_training = self.model.training
         self.model.eval()
         try:
             results: list[list[Sample]] = []
             for start in range(0, len(prompts), self.batch_size):
-                results.extend(self._generate_batch(prompts[start : start + self.batch_size], settings))
+                batch_images = None if images is None else images[start : start + self.batch_size]
+                results.extend(self._generate_batch(prompts[start : start + self.batch_size], settings, batch_images))
             return results
         finally:
             self.model.train(was_training)
 
-    def _generate_batch(self, prompts: list[str], settings: SamplingSettings) -> list[list[Sample]]:
+    def _model_inputs(self, prompts: list[str], images: PromptImages) -> dict[str, torch.Tensor]:
         tokenizer = self.tokenizer
         padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"  # decoder-only: pad on the left
         try:
             # The chat template already wrote any special tokens the model expects.
-            inputs = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+            if images is None:
+                return dict(tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False))
+            flat_images = [image for prompt_images in images for image in prompt_images]
+            return dict(self.processor(text=prompts, images=flat_images, return_tensors="pt", padding=True,
+                                       add_special_tokens=False))
         finally:
             tokenizer.padding_side = padding_side
+
+    def _generate_batch(
+        self, prompts: list[str], settings: SamplingSettings, images: PromptImages = None
+    ) -> list[list[Sample]]:
+        tokenizer = self.tokenizer
+        inputs = self._model_inputs(prompts, images)
         device = next(self.model.parameters()).device
         inputs = {key: value.to(device) for key, value in inputs.items()}
         do_sample = settings.temperature > 0
@@ -99,7 +119,11 @@ class TransformersBackend:
         completion_mask = _completion_mask(completion_ids, self._stop_token_ids(), tokenizer.pad_token_id)
         mean_logprobs = None
         if settings.return_logprobs:
-            mean_logprobs = self._mean_logprobs(sequences, inputs["attention_mask"], completion_mask, settings.num_samples)
+            if images is not None:
+                raise ValueError("return_logprobs is only supported for text-only prompts.")
+            mean_logprobs = self._mean_logprobs(
+                sequences, inputs["attention_mask"], completion_mask, settings.num_samples
+            )
         texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
         lengths = completion_mask.sum(dim=1).tolist()
         samples = [
@@ -175,7 +199,9 @@ class VLLMBackend:
         self.llm = LLM(model=model_name_or_path, seed=seed, **llm_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
 
-    def generate(self, prompts: list[str], settings: SamplingSettings) -> list[list[Sample]]:
+    def generate(
+        self, prompts: list[str], settings: SamplingSettings, images: PromptImages = None
+    ) -> list[list[Sample]]:
         from vllm import SamplingParams
 
         params = SamplingParams(
@@ -190,7 +216,11 @@ class VLLMBackend:
             from vllm.lora.request import LoRARequest
 
             lora_request = LoRARequest("adapter", 1, self.adapter)
-        outputs = self.llm.generate(prompts, params, lora_request=lora_request, use_tqdm=False)
+        requests: list = list(prompts)
+        if images is not None:  # vLLM's multi-modal prompt form
+            requests = [{"prompt": prompt, "multi_modal_data": {"image": list(prompt_images)}}
+                        for prompt, prompt_images in zip(prompts, images)]
+        outputs = self.llm.generate(requests, params, lora_request=lora_request, use_tqdm=False)
         results = []
         for output in outputs:
             samples = []

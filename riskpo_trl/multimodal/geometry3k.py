@@ -1,4 +1,5 @@
-"""Geometry3K for vision-language RiskPO: adapter to TRL's VLM dataset format and a math-verify accuracy reward.
+"""Geometry3K for vision-language RiskPO: adapter to TRL's VLM dataset format (graded by
+``riskpo_trl.rewards.geometry_accuracy_reward``, the math track's final-answer verifier).
 
 Schema of https://huggingface.co/datasets/hiyouga/geometry3k (dataset card): ``images`` (a list of images, one diagram),
 ``problem`` (text with an ``<image>`` placeholder), ``answer`` (string), ``id``, ``choices``, ``ground_truth``; splits
@@ -11,7 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..text import completion_text
+from ..local_files import load_local_files
+from ..prompts import PROMPT_TEMPLATE
 
 GEOMETRY3K_ID = "hiyouga/geometry3k"
 
@@ -23,10 +25,7 @@ def geometry3k_to_riskpo(row: Mapping[str, Any]) -> dict[str, Any]:
         images = [row["image"]]
     if not images:
         raise ValueError("A Geometry3K row needs its diagram in 'images' (a list of images); found none.")
-    # The math track's instruction, so answers are extracted and graded the same way (the last \boxed{}). Imported
-    # here: riskpo_trl.data imports the reward registry, which imports this module.
-    from ..data import PROMPT_TEMPLATE
-
+    # The math track's instruction, so answers are extracted and graded the same way (the last \boxed{}).
     problem = re.sub(r"\s*<image>\s*", " ", row["problem"]).strip()  # TRL places the image itself
     prompt = [{"role": "user", "content": PROMPT_TEMPLATE.format(problem=problem)}]
     return {"prompt": prompt, "images": list(images), "solution": str(row["answer"])}
@@ -41,20 +40,8 @@ def load_geometry3k(split: str = "train", data_files: str | list[str] | None = N
     from datasets import load_dataset
 
     if data_files is not None:
-        from ..data import load_local_files
-
         dataset = load_local_files(data_files)
     else:
         dataset = load_dataset(GEOMETRY3K_ID, split=split)
     return dataset.map(geometry3k_to_riskpo, remove_columns=[c for c in dataset.column_names if c != "images"])
 
-
-def geometry_accuracy_reward(completions, solution, **kwargs) -> list[float | None]:
-    """1.0 iff the completion's final answer (its last ``\\boxed{}``) equals the gold answer under math-verify.
-
-    The math track's grader (`riskpo_trl.rewards.verify_answer`): None when the gold is missing or unparseable, errors
-    and timeouts count as wrong, and it is safe in worker threads.
-    """
-    from ..rewards import verify_answer  # imported here: riskpo_trl.rewards imports this module
-
-    return [verify_answer(completion_text(c), g) if g else None for c, g in zip(completions, solution)]

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..console import silence_known_warnings
 from ..trainers import TRAINERS, check_trainer_name, closest_name, get_trainer_classes
 
 logger = logging.getLogger(__name__)
@@ -185,13 +186,45 @@ def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trai
     )
 
 
+HELP_EPILOG = """\
+Training options: every field of the trainer's config class, given in the recipe or as --name value:
+  riskpo  riskpo_trl.RiskPOConfig = trl.GRPOConfig + risk_alpha, risk_beta, risk_omega, bundle_size, risk_profile,
+          quantile_source, ... (docs/training.md)
+  grpo    trl.GRPOConfig (GRPO, Dr. GRPO, DAPO through loss_type)
+  gmpo    trl.experimental.gmpo.GMPOConfig
+and of trl.ModelConfig (model_name_or_path, dtype, use_peft, lora_r, load_in_4bit, ...).
+`riskpo-train --help-all [--trainer NAME]` lists them all (it loads transformers, which takes several seconds).
+"""
+
+
+def print_short_help() -> None:
+    """The script's own options and where the training options are described, without importing torch or TRL."""
+    import argparse
+
+    from .arguments import add_dataclass_arguments
+
+    parser = argparse.ArgumentParser(
+        prog="riskpo-train", description=__doc__.split("\n\n")[0], epilog=HELP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", help="YAML recipe (recipes/...); command-line options override its fields.")
+    add_dataclass_arguments(parser, RiskPOScriptArguments)
+    parser.print_help()
+
+
 def parse_args(argv: Sequence[str] | None = None):
     """``(script_args, training_args, model_args)`` from ``--config`` and the command line.
 
     ``trainer`` is read first (the command line wins over the recipe) and the rest is parsed into that trainer's
-    config class. Unknown fields are reported before any validation.
+    config class. Unknown fields are reported before any validation. ``--help`` prints the script's options at once,
+    ``--help-all`` every option of the chosen trainer's config.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        print_short_help()
+        raise SystemExit(0)
+    if "--help-all" in argv:
+        argv = [token if token != "--help-all" else "--help" for token in argv]
     recipe = _read_recipe(argv)
     trainer = _option_value(argv, "trainer") or recipe.get("trainer", DEFAULT_TRAINER)
     check_trainer_name(trainer)
@@ -206,6 +239,7 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     from accelerate import PartialState
     from trl import get_peft_config, get_quantization_config
 
+    from ..console_callback import use_compact_log
     from ..data import load_benchmark, load_train_dataset
 
     _, trainer_class = get_trainer_classes(script_args.trainer)
@@ -242,7 +276,7 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     # Geometry3K track) its processor, and then takes TRL's VLM path for the `images` column.
     # The trainer places a quantized model itself (device_map=None under distributed training), which is what
     # get_kbit_device_map did in older TRL scripts; trl 1.16 no longer ships that helper.
-    return trainer_class(
+    trainer = trainer_class(
         model=model_args.model_name_or_path,
         reward_funcs=script_args.reward_functions,
         args=training_args,
@@ -251,13 +285,25 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         peft_config=get_peft_config(model_args),
         quantization_config=get_quantization_config(model_args),
     )
+    use_compact_log(trainer)  # baselines too: one console line per logging step
+    return trainer
+
+
+def hub_datasets(script_args: RiskPOScriptArguments) -> list[str]:
+    """Hub ids of the datasets the run really downloaded: none when it read ``dataset_files``."""
+    from ..data import TRAIN_DATASETS, TRAIN_MIXTURES
+
+    if script_args.dataset_files:
+        return []
+    parts = TRAIN_MIXTURES.get(script_args.dataset_name, (script_args.dataset_name,))
+    return [hub_id for part in parts if (hub_id := getattr(TRAIN_DATASETS.get(part), "hub_id", None))]
 
 
 def main(script_args: RiskPOScriptArguments, training_args, model_args):
     """Build the trainer, train (resuming from the last checkpoint in ``output_dir``), save model, state and card."""
     from transformers.trainer_utils import get_last_checkpoint
 
-    from ..data import TRAIN_DATASETS
+    from ..model_card import save_model_card
 
     trainer = build_trainer(script_args, training_args, model_args)
 
@@ -271,11 +317,12 @@ def main(script_args: RiskPOScriptArguments, training_args, model_args):
     trainer.save_state()
 
     trainer.save_model(training_args.output_dir)
-    spec = TRAIN_DATASETS.get(script_args.dataset_name)
-    dataset_name = getattr(spec, "hub_id", None)
-    trainer.create_model_card(dataset_name=dataset_name)
+    card_fields = {"datasets": hub_datasets(script_args), "dataset_files": script_args.dataset_files}
+    save_model_card(trainer, **card_fields)
     if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=dataset_name)
+        # push_to_hub writes the card again through create_model_card; TRL's (baselines) would replace this one.
+        trainer.create_model_card = functools.partial(save_model_card, trainer, **card_fields)
+        trainer.push_to_hub()
     trainer.accelerator.print(f"Saved the model and its card to {training_args.output_dir}.")
     trainer.end()  # close trackers and the process group
     return trainer
@@ -283,6 +330,7 @@ def main(script_args: RiskPOScriptArguments, training_args, model_args):
 
 def cli(argv: Sequence[str] | None = None) -> None:
     """The ``riskpo-train`` console script."""
+    silence_known_warnings()  # before parsing: building the config already warns
     main(*parse_args(argv))
 
 

@@ -16,7 +16,7 @@ import sys
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from conftest import contains_digit_reward, make_prompt_dataset  # noqa: E402
+from helpers import contains_digit_reward, make_prompt_dataset  # noqa: E402
 
 
 def main() -> None:

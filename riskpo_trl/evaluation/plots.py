@@ -1,6 +1,6 @@
 """Figures like the paper's: training curves of several runs side by side, Pass@k curves, the log-prob diagnostic.
 
-Command line (``riskpo-plot`` or ``python -m riskpo_trl.plots``)::
+Command line (``riskpo-plot`` or ``python -m riskpo_trl.scripts.plot``)::
 
     riskpo-plot curves RiskPO=outputs/riskpo GRPO=outputs/grpo --eval RiskPO=eval/riskpo/results.json \
         --eval GRPO=eval/grpo/results.json --output figures/training_curves
@@ -12,16 +12,14 @@ A run is a training output directory (its ``trainer_state.json``, or that of its
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .evaluation.diagnostics import logprob_by_reward_rate, read_samples
+from .diagnostics import logprob_by_reward_rate, read_samples
 
 EVAL_PREFIX = "eval/"
 
@@ -277,51 +275,3 @@ def plot_logprob_diagnostic(sample_files: Sequence[str], output: str | Path, num
     paths = _save(fig, output)
     plt.close(fig)
     return paths
-
-
-# --- command line --------------------------------------------------------------------------------------------------
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="riskpo-plot", description="Draw RiskPO/GRPO training and evaluation figures.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    curves = commands.add_parser("curves", help="Training curves of one or more runs, overlaid, plus Pass@k curves.")
-    curves.add_argument("runs", nargs="+", help="[NAME=]output_dir or [NAME=]trainer_state.json, one per run.")
-    curves.add_argument("--eval", dest="eval_results", action="append", default=[],
-                        help="[NAME=]results.json of riskpo-eval, for the Pass@k-versus-k panel (repeatable).")
-    curves.add_argument("--benchmark", default="average", help="Benchmark of the Pass@k panel (default: average).")
-    curves.add_argument("--smoothing", type=float, default=0.0, help="EMA weight in [0, 1) (raw curve drawn faint).")
-    curves.add_argument("--columns", type=int, default=3, help="Panels per row.")
-    curves.add_argument("--title", default=None, help="Figure title.")
-    curves.add_argument("--output", default="training_curves", help="Output path without suffix (.png and .pdf).")
-    logprob = commands.add_parser("logprob", help="Completion log-prob against question reward rate.")
-    logprob.add_argument("samples", nargs="+", help="[NAME=]samples.jsonl of `riskpo-eval --logprobs true`.")
-    logprob.add_argument("--bins", type=int, default=5, help="Equal-width reward-rate bins over [0, 1].")
-    logprob.add_argument("--output", default="logprob_diagnostic", help="Output path without suffix.")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> list[Path]:
-    args = build_parser().parse_args(argv)
-    if args.command == "curves":
-        runs = [load_run(spec) for spec in args.runs]
-        paths, notes = plot_training_curves(runs, args.output, args.eval_results, args.benchmark, args.smoothing,
-                                            args.columns, args.title)
-        for note in notes:
-            print(f"note: {note}")
-    else:
-        paths = plot_logprob_diagnostic(args.samples, args.output, args.bins)
-    for path in paths:
-        print(f"wrote {path}")
-    return paths
-
-
-def _cli() -> None:
-    try:
-        main()
-    except (ValueError, FileNotFoundError) as error:
-        sys.exit(f"riskpo-plot: error: {error}")
-
-
-if __name__ == "__main__":
-    _cli()

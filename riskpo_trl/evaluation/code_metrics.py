@@ -1,12 +1,12 @@
-"""pass@k for code: sample n programs per problem, count how many pass in the sandbox, estimate pass@k unbiasedly."""
+"""pass@k for code over samples drawn elsewhere: count how many of each problem's programs pass in the sandbox,
+estimate pass@k unbiasedly. (``riskpo-eval --benchmarks livecodebench_v5`` samples and grades in one go.)"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .reward import CodeReward
-
-from ..evaluation.metrics import mean_pass_at_k
+from ..code.reward import CodeReward
+from .metrics import mean_pass_at_k
 
 
 def correct_counts(samples: Sequence[Sequence], tests: Sequence[str], reward: CodeReward) -> list[int]:

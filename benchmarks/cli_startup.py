@@ -1,0 +1,83 @@
+"""How long each console script takes to answer ``--help`` (issue: it must be under 1 s), as a fresh process.
+
+    python -m benchmarks.cli_startup [--runs 7]
+
+Each script is started ``--runs`` times as ``python -c`` calling its entry point (what the installed console script
+does); the table gives the median, min and max wall time, next to a bare ``python -c pass`` for the interpreter's own
+start-up, and the load average before and after (timings on a loaded machine are slower). Results go to
+benchmarks/results/cli_startup.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks._common import RESULTS_DIR, write_results
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def console_scripts(pyproject: Path) -> dict[str, str]:
+    """``[project.scripts]`` of ``pyproject.toml`` (name -> "module:function"); tomllib needs Python 3.11."""
+    scripts, in_section = {}, False
+    for line in pyproject.read_text().splitlines():
+        if line.startswith("["):
+            in_section = line.strip() == "[project.scripts]"
+        elif in_section and "=" in line:
+            name, target = line.split("=", 1)
+            scripts[name.strip()] = target.strip().strip('"')
+    return scripts
+
+
+def entry_point_command(target: str, name: str) -> list[str]:
+    module, function = target.split(":")
+    code = f"import sys; sys.argv = [{name!r}, '--help']; from {module} import {function}; {function}()"
+    return [sys.executable, "-c", code]
+
+
+def time_command(command: list[str], runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--out", default=str(RESULTS_DIR))
+    args = parser.parse_args(argv)
+
+    scripts = console_scripts(ROOT / "pyproject.toml")
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    commands = {"python -c pass (interpreter only)": [sys.executable, "-c", "pass"]}
+    commands |= {f"{name} --help": entry_point_command(target, name) for name, target in sorted(scripts.items())}
+    rows = []
+    for label, command in commands.items():
+        times = time_command(command, args.runs)
+        rows.append({"command": label, "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
+                     "runs": args.runs})
+    load_after = [round(x, 2) for x in os.getloadavg()]
+
+    lines = [f"CPU cores: {os.cpu_count()}; load average (1, 5, 15 min) before: {load_before}, after: {load_after}",
+             "", "| command | median (s) | min (s) | max (s) | runs |", "| --- | ---: | ---: | ---: | ---: |"]
+    lines += [f"| `{r['command']}` | {r['median_s']:.3f} | {r['min_s']:.3f} | {r['max_s']:.3f} | {r['runs']} |"
+              for r in rows]
+    markdown = "\n".join(lines)
+    print(markdown)
+    payload = {"load_average_before": load_before, "load_average_after": load_after, "cpu_cores": os.cpu_count(),
+               "python": sys.version.split()[0], "results": rows}
+    write_results("cli_startup", payload, markdown, Path(args.out))
+    return payload
+
+
+if __name__ == "__main__":
+    main()

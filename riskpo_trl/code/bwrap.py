@@ -1,0 +1,252 @@
+"""Start a command inside a bubblewrap (``bwrap``) sandbox: the OS boundary of the code sandbox.
+
+Each run gets fresh user, PID, network, IPC, UTS and cgroup namespaces, no capabilities, an unprivileged uid, a
+private ``/proc``, a minimal ``/dev``, a new session, and a root filesystem that holds only read-only binds of what
+this Python interpreter needs (its binary, standard library and the shared libraries they link) plus a size-limited
+tmpfs as the writable working directory. Site-packages are hidden and nothing of the trainer (datasets, checkpoints,
+the package itself) is mounted.
+
+Run as root (CI, many cluster containers), the sandbox also leaves root on the host: bwrap starts as an unprivileged
+uid per worker slot, so the sandbox's uid maps to that uid and not to root (RLIMIT_NPROC then applies; for root it
+does not). bwrap then starts inside a private mount namespace, set up once per process, that holds bind mounts of an
+interpreter under a directory other users cannot enter (a pyenv install in root's home directory) and, per run, a
+tmpfs capped in bytes and in files (``nr_inodes``, which bwrap's own ``--size`` tmpfs cannot cap) as the working
+directory.
+"""
+
+from __future__ import annotations
+
+import atexit
+import glob
+import itertools
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+
+SANDBOX_UID_BASE = 61000  # host uids per worker slot when running as root; no account needs to exist
+INSIDE_UID = 1000  # the uid programs see inside the sandbox
+WORKDIR = "/sandbox"  # the tmpfs working directory (also HOME and TMPDIR) inside the sandbox
+
+INSTALL_HINT = (
+    "The code sandbox needs bubblewrap: install the distribution package 'bubblewrap' (Debian/Ubuntu: "
+    "`apt-get install bubblewrap`; Fedora/RHEL: `dnf install bubblewrap`). bwrap needs unprivileged user namespaces "
+    "(or root): check `sysctl user.max_user_namespaces` (> 0) and, on older Debian kernels, "
+    "`kernel.unprivileged_userns_clone=1`; on Ubuntu 24.04 AppArmor also blocks them unless "
+    "`kernel.apparmor_restrict_unprivileged_userns=0` or an AppArmor profile allows bwrap. In a container, run it "
+    "with user namespaces allowed (e.g. Docker's default seccomp profile blocks them: use a profile that allows "
+    "clone/unshare of user namespaces). Only for trusted, test-only code: Sandbox(isolation='none')."
+)
+
+
+class SandboxUnavailableError(RuntimeError):
+    """bubblewrap is missing or cannot create its namespaces on this machine."""
+
+
+def _ldd_libraries(paths: list[str]) -> set[str]:
+    """Absolute paths of the shared libraries (and the ELF interpreter) that ``paths`` link, as ldd names them."""
+    found: set[str] = set()
+    ldd = shutil.which("ldd")
+    if ldd is None or not paths:
+        return found
+    try:
+        text = subprocess.run([ldd, *paths], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return found
+    for match in re.finditer(r"(?:=>\s*)?(/\S+)\s+\(0x", text):
+        found.add(match.group(1))
+    return found
+
+
+def _symlinks_along(path: str, limit: int = 40) -> list[tuple[str, str]]:
+    """(target, link) for every symlink met while resolving ``path``, so the sandbox can recreate them."""
+    links, pending = [], [os.path.normpath(path)]
+    while pending and len(links) < limit:
+        parts = pending.pop().strip("/").split("/")
+        current = "/"
+        for index, part in enumerate(parts):
+            current = os.path.join(current, part)
+            if os.path.islink(current):
+                target = os.readlink(current)
+                links.append((target, current))
+                pending.append(os.path.normpath(os.path.join(os.path.dirname(current), target, *parts[index + 1:])))
+                break
+    return links
+
+
+def _inside(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def _outermost(paths: set[str]) -> list[str]:
+    """The paths not inside another one of them, sorted."""
+    kept: list[str] = []
+    for path in sorted(paths, key=len):
+        if not any(_inside(path, outer) for outer in kept):
+            kept.append(path)
+    return sorted(kept)
+
+
+def interpreter_mounts() -> tuple[list[str], list[tuple[str, str]], list[str]]:
+    """What this interpreter needs inside the sandbox: (directories to bind read-only, (target, link) symlinks to
+    recreate, site-packages directories to hide under an empty tmpfs)."""
+    executable = os.path.realpath(sys.executable)
+    stdlib = {os.path.realpath(sysconfig.get_path(name, vars={"base": sys.base_prefix,
+                                                              "platbase": sys.base_exec_prefix}))
+              for name in ("stdlib", "platstdlib")}
+    extensions = sorted(path for directory in stdlib
+                        for path in glob.glob(os.path.join(directory, "lib-dynload", "*.so")))
+    libraries = _ldd_libraries([executable, *extensions])
+    needed = {executable, *libraries}
+    # the binary itself (not its directory: /usr/bin holds every tool), library directories, the standard library
+    directories = {executable} | {os.path.dirname(os.path.realpath(path)) for path in libraries} | stdlib
+    links: list[tuple[str, str]] = []
+    for path in sorted(needed):
+        links.extend(_symlinks_along(path))
+    for optional in ("/etc/ld.so.cache", "/etc/localtime"):
+        if os.path.exists(optional):
+            directories.add(os.path.realpath(optional))  # a file: bwrap binds files too
+            links.extend(_symlinks_along(optional))
+    binds = _outermost(directories)
+    unique_links = []
+    for target, link in links:
+        if (target, link) not in unique_links and not any(_inside(link, bound) for bound in binds):
+            unique_links.append((target, link))
+    site_dirs = {os.path.realpath(sysconfig.get_path(name, vars=vars_))
+                 for name in ("purelib", "platlib")
+                 for vars_ in ({}, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix})}
+    hidden = sorted(path for path in site_dirs if os.path.isdir(path) and any(_inside(path, b) for b in binds))
+    return binds, unique_links, hidden
+
+
+def _enterable_by_others(path: str) -> bool:
+    """Whether an unrelated uid can reach ``path``: every directory on the way has the others-execute bit."""
+    current = "/"
+    for part in os.path.realpath(path).strip("/").split("/")[:-1]:
+        current = os.path.join(current, part)
+        try:
+            if not os.stat(current).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+class BwrapLauncher:
+    """Builds the command line that runs a program in a fresh bwrap sandbox (one per process, thread-safe)."""
+
+    def __init__(self, bwrap: str):
+        self.bwrap = bwrap
+        self.as_root = os.geteuid() == 0
+        self.binds, self.links, self.hidden = interpreter_mounts()
+        self._stage: dict[str, str] = {}  # bind source -> its reachable copy in the staging mount namespace
+        self._holder: subprocess.Popen | None = None
+        self.stage_dir: str | None = None
+        self._lock = threading.Lock()
+        self._runs = itertools.count()
+        if self.as_root:
+            self._start_holder([path for path in self.binds if not _enterable_by_others(path)])
+
+    def _start_holder(self, private: list[str]) -> None:
+        """A private mount namespace (root only) where ``private`` directories are also bind-mounted under a directory
+        every uid can enter, and where each run gets a tmpfs capped in bytes *and* files; sandboxes start in it. It
+        lives while this process does (the holder waits on a pipe from us), and its mounts die with it."""
+        for tool in ("unshare", "nsenter", "mount", "umount"):
+            if shutil.which(tool) is None:
+                raise SandboxUnavailableError(
+                    f"Running the code sandbox as root needs util-linux's `{tool}` (to start bwrap as an unprivileged "
+                    "uid and to cap its working directory); install util-linux and mount.")
+        stage = tempfile.mkdtemp(prefix="riskpo-sandbox-stage-")
+        os.chmod(stage, 0o755)
+        script = ["set -e", f"mount -t tmpfs -o mode=0755,size=1m riskpo-stage {shlex.quote(stage)}"]
+        for index, path in enumerate(private):
+            target = f"{stage}/{index}"
+            kind = "mkdir" if os.path.isdir(path) else "touch"
+            script += [f"{kind} {shlex.quote(target)}", f"mount --bind {shlex.quote(path)} {shlex.quote(target)}"]
+            self._stage[path] = target
+        script += ["echo ready", "read line || true"]
+        self._holder = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", "\n".join(script)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/")
+        self.stage_dir = stage
+        atexit.register(self.close)
+        ready = self._holder.stdout.readline()
+        if ready.strip() != b"ready":
+            error = self._holder.stderr.read().decode(errors="replace")[-1000:]
+            raise SandboxUnavailableError(f"Could not stage the interpreter for the sandbox uid: {error}")
+
+    def _in_holder(self, script: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", "--", "sh", "-c", script],
+                              capture_output=True, timeout=30, cwd="/")
+
+    def mount_workdir(self, slot: int, disk_bytes: int, max_files: int) -> str | None:
+        """As root: a fresh tmpfs of ``disk_bytes`` and ``max_files`` inodes for one run of ``slot``, owned by its
+        uid, in the holder's namespace (the path to bind; unique per run, so concurrent runs never share one). None
+        elsewhere: bwrap's own tmpfs caps bytes only."""
+        if self._holder is None:
+            return None
+        uid = SANDBOX_UID_BASE + slot
+        with self._lock:
+            path = f"{self.stage_dir}/work{next(self._runs)}"
+        options = f"size={disk_bytes},nr_inodes={max_files},uid={uid},gid={uid},mode=0700,nosuid,nodev"
+        done = self._in_holder(f"mkdir {path} && mount -t tmpfs -o {options} riskpo-work {path}")
+        if done.returncode != 0:
+            raise SandboxUnavailableError(
+                f"Could not mount the sandbox's working directory: {done.stderr.decode(errors='replace')[-500:]}")
+        return path
+
+    def unmount_workdir(self, path: str | None) -> None:
+        """Free a working directory from `mount_workdir` (never raises; the holder's end frees any left)."""
+        if path is not None:
+            try:
+                self._in_holder(f"umount -l {path}; rmdir {path}")
+            except (OSError, subprocess.SubprocessError):
+                pass
+
+    def command(self, argv: list[str], slot: int, disk_bytes: int, info_fd: int | None = None,
+                workdir: str | None = None) -> tuple[list[str], dict]:
+        """(command, Popen keyword arguments) that run ``argv`` in a new sandbox for worker ``slot``. With ``info_fd``
+        (an inherited pipe), bwrap writes ``{"child-pid": ...}`` there: the host pid of the sandbox's PID 1. With
+        ``workdir`` (from `mount_workdir`), that tmpfs is the working directory; else a new one of ``disk_bytes``."""
+        info = ["--info-fd", str(info_fd)] if info_fd is not None else []
+        bwrap = [self.bwrap, *info, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+                 "--new-session", "--cap-drop", "ALL",
+                 "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "sandbox",
+                 "--proc", "/proc", "--dev", "/dev"]
+        for path in self.binds:
+            bwrap += ["--ro-bind", self._stage.get(path, path), path]
+        for path in self.hidden:
+            bwrap += ["--tmpfs", path, "--remount-ro", path]
+        for target, link in self.links:
+            bwrap += ["--symlink", target, link]
+        # bwrap's own root and /dev are writable tmpfs without a size cap: the working directory is the only
+        # writable place left once they are read-only (remount-ro is not recursive, so WORKDIR stays writable)
+        bwrap += ["--bind", workdir, WORKDIR] if workdir else ["--size", str(disk_bytes), "--tmpfs", WORKDIR]
+        bwrap += ["--remount-ro", "/dev", "--remount-ro", "/",
+                  "--chdir", WORKDIR,
+                  "--clearenv", "--setenv", "HOME", WORKDIR, "--setenv", "TMPDIR", WORKDIR,
+                  "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
+                  "--setenv", "PYTHONIOENCODING", "utf-8", "--", *argv]
+        if self._holder is None:  # not root: bwrap runs as this user, whose uid the sandbox maps to
+            return bwrap, {}
+        # root: enter the holder's mount namespace, drop to the slot's uid (and no groups), then start bwrap
+        uid = SANDBOX_UID_BASE + slot
+        return ["nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", f"--setuid={uid}", f"--setgid={uid}",
+                "--", *bwrap], {}
+
+    def close(self) -> None:
+        """End the staging namespace (also at exit); the empty host directory it was mounted on is removed."""
+        try:
+            if self._holder is not None and self._holder.poll() is None:
+                self._holder.stdin.close()
+                self._holder.wait(timeout=5)
+            if self.stage_dir is not None:
+                os.rmdir(self.stage_dir)
+        except (OSError, subprocess.SubprocessError):
+            pass

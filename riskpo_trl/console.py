@@ -1,0 +1,65 @@
+"""A readable console for training runs: the known warning walls that no user can act on are silenced, and each
+logging step prints one compact line with the risk metrics instead of the full metrics dict (the callback is in
+`console_callback`; this module stays light, for entry points to call before their heavy imports)."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+# TRL's GRPOConfig defaults `gradient_checkpointing=True` and its generation context calls
+# `gradient_checkpointing_disable/enable`; transformers 5 deprecates those names, so every run (not the user's code)
+# triggers these. Matched by message, so other FutureWarnings still show.
+GRADIENT_CHECKPOINTING_DEPRECATION = r"`(is_)?gradient_checkpointing\w*` is deprecated and will be removed in v6"
+# DeepSpeed announces its CPU fallback on every process of a CPU run, where the CPU is what was asked for.
+DEEPSPEED_CPU_NOTICE = "Setting accelerator to CPU."
+
+# Groups of (label in the line, logged metric); missing or empty metrics are skipped.
+COMPACT_METRICS = (
+    ("", (("loss", "loss"), ("reward", "reward"), ("len", "completions/mean_length"))),
+    ("risk: ", (
+        ("q_alpha", "risk/q_alpha"),
+        ("q_beta", "risk/q_beta"),
+        ("bundle_score", "risk/bundle_score_mean"),
+        ("mvar", "risk/mvar"),
+        ("lower_rvar", "risk/lower_rvar"),
+        ("upper_rvar", "risk/upper_rvar"),
+        ("zero_adv", "risk/frac_zero_advantage"),
+        ("unscorable", "risk/frac_unscorable"),
+    )),
+    ("", (("lr", "learning_rate"),)),
+)
+
+
+class _DropDeepSpeedCpuNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(DEEPSPEED_CPU_NOTICE)
+
+
+def silence_known_warnings() -> None:
+    """Install the narrow filters above (idempotent)."""
+    warnings.filterwarnings("ignore", message=GRADIENT_CHECKPOINTING_DEPRECATION, category=FutureWarning)
+    deepspeed_logger = logging.getLogger("DeepSpeed")
+    if not any(isinstance(f, _DropDeepSpeedCpuNotice) for f in deepspeed_logger.filters):
+        deepspeed_logger.addFilter(_DropDeepSpeedCpuNotice())
+
+
+def compact_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
+    """``[step 3/6] loss 0.09, reward 0.5, len 15 | risk: q_alpha 0.02, ... | lr 5e-05`` for a training or evaluation
+    log of a GRPO-family trainer (it has ``reward``), else None (the run summary). Evaluation logs (``eval_`` prefix)
+    get an ``eval`` line; a baseline's line has no risk part."""
+    prefix = "eval_" if "eval_reward" in logs else ""
+    if not prefix and "reward" not in logs:
+        return None
+    groups = []
+    for title, metrics in COMPACT_METRICS:
+        values = [(label, logs.get(prefix + name)) for label, name in metrics]
+        parts = [f"{label} {_format(value)}" for label, value in values if value is not None]
+        if parts:
+            groups.append(title + ", ".join(parts))
+    return f"[{'eval ' if prefix else ''}step {step}/{max_steps}] " + " | ".join(groups)
+
+
+def _format(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)

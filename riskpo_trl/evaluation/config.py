@@ -1,0 +1,82 @@
+"""What ``riskpo-eval`` evaluates and how (:class:`EvalConfig`); light imports, so ``--help`` answers at once."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from .metrics import default_ks
+from .sampling import SamplingSettings
+
+
+@dataclass
+class EvalConfig:
+    """What to evaluate and how; also the command-line arguments of ``riskpo-eval``."""
+
+    model: str = field(metadata={"help": "Model to evaluate: a local path or a Hub id."})
+    adapter: str | None = field(default=None, metadata={"help": "Optional PEFT (LoRA) adapter on top of `model`."})
+    benchmarks: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Benchmarks from riskpo_trl.data.BENCHMARKS: math (e.g. aime24 math500 gsm8k), code "
+                  "(livecodebench_v5, graded in the sandbox) or geometry (geometry3k_test, needs a vision-language "
+                  "model), loaded from the Hub; NAME=FILE reads local JSON/JSONL/Parquet rows in that benchmark's "
+                  "Hub schema instead."},
+    )
+    dataset_files: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Local JSON/JSONL files of rows with `problem` and `answer` (optional `prompt`); each is "
+                  "one math benchmark named after the file."},
+    )
+    output_dir: str = field(default="eval_results", metadata={"help": "Where samples.jsonl, results.json/.md go."})
+    num_samples: int = field(default=8, metadata={"help": "Completions sampled per problem (n)."})
+    ks: list[int] | None = field(
+        default=None, metadata={"help": "k's of Pass@k; each must be <= num_samples. Default: 1, 2, 4, ..., n."}
+    )
+    temperature: float = field(default=0.8, metadata={"help": "Sampling temperature (0 = greedy)."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling threshold."})
+    max_new_tokens: int = field(default=1024, metadata={"help": "Longest completion, in tokens."})
+    max_problems: int | None = field(default=None, metadata={"help": "Evaluate only the first N problems of each."})
+    backend: str = field(
+        default="auto",
+        metadata={"help": "'vllm' (offline engine), 'transformers' (model.generate) or 'auto' (vLLM when installed "
+                  "and a GPU is visible).", "choices": ["auto", "vllm", "transformers"]},
+    )
+    batch_size: int = field(default=8, metadata={"help": "Problems per generation call."})
+    dtype: str = field(default="auto", metadata={"help": "Model dtype: auto, bfloat16, float16, float32."})
+    seed: int = field(default=0, metadata={"help": "Sampling seed."})
+    logprobs: bool = field(
+        default=False,
+        metadata={"help": "Also record each completion's mean token log-probability (for the entropy diagnostic)."},
+    )
+    code_sandbox: dict | str | None = field(
+        default=None,
+        metadata={"help": "Sandbox of the code benchmarks: max_workers and riskpo_trl.code.SandboxLimits fields, as "
+                  "a JSON object (the `code_sandbox:` block of a training recipe)."},
+    )
+    resume: bool = field(default=False, metadata={"help": "Skip problems already scored in output_dir/samples.jsonl."})
+
+    def __post_init__(self):
+        if self.num_samples < 1:
+            raise ValueError(f"num_samples={self.num_samples} must be >= 1.")
+        self.ks = sorted(set(self.ks)) if self.ks else default_ks(self.num_samples)
+        too_large = [k for k in self.ks if k > self.num_samples]
+        if too_large or min(self.ks) < 1:
+            raise ValueError(
+                f"ks={self.ks}: every k must be in [1, num_samples={self.num_samples}] (Pass@k needs k samples per "
+                f"problem). Raise num_samples to {max(self.ks)} or drop k={too_large or [min(self.ks)]}."
+            )
+        if not self.benchmarks and not self.dataset_files:
+            raise ValueError("Nothing to evaluate: give benchmarks (e.g. `--benchmarks math500`) or dataset_files.")
+        if isinstance(self.code_sandbox, str):  # from the command line
+            self.code_sandbox = json.loads(self.code_sandbox)
+
+    @property
+    def sampling(self) -> SamplingSettings:
+        return SamplingSettings(
+            num_samples=self.num_samples,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_new_tokens=self.max_new_tokens,
+            seed=self.seed,
+            return_logprobs=self.logprobs,
+        )

@@ -1,0 +1,60 @@
+"""Metrics of scored problem records, and the results table like the paper's Table 1."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .metrics import benchmark_metrics
+
+
+def summarize_benchmark(records: list[dict[str, Any]], num_problems: int, ks: list[int]) -> dict[str, Any]:
+    """Metrics of one benchmark from its scored problem records (possibly a partial run)."""
+    summary: dict[str, Any] = {
+        "num_problems": num_problems,
+        "num_scored": len(records),
+        "complete": len(records) == num_problems,
+        "num_unscorable_gold": sum(record["gold_unscorable"] for record in records),
+    }
+    if records:
+        summary["metrics"] = benchmark_metrics([record["scores"] for record in records], ks)
+        lengths = [n for record in records for n in record["num_tokens"]]
+        summary["mean_completion_tokens"] = sum(lengths) / len(lengths)
+    return summary
+
+
+def average_metrics(benchmarks: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Unweighted mean over benchmarks of each metric (the paper's Avg. column); only complete benchmarks count."""
+    complete = [summary["metrics"] for summary in benchmarks.values() if summary["complete"] and "metrics" in summary]
+    if not complete:
+        return {}
+    shared = [key for key in complete[0] if all(key in metrics for metrics in complete)]
+    return {key: sum(metrics[key] for metrics in complete) / len(complete) for key in shared}
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    """Results as a table like the paper's Table 1: benchmarks as columns plus Avg., metrics as rows, in percent."""
+    benchmarks = results["benchmarks"]
+    names = list(benchmarks)
+    metric_names: list[str] = []
+    for summary in benchmarks.values():
+        metric_names += [key for key in summary.get("metrics", {}) if key not in metric_names]
+    header = "| Metric | " + " | ".join(names) + " | Avg. |"
+    lines = [f"Model: `{results['model']}`" + (f" + adapter `{results['adapter']}`" if results.get("adapter") else ""),
+             "", header, "|" + " --- |" * (len(names) + 2)]
+    for key in metric_names:
+        cells = []
+        for name in names:
+            value = benchmarks[name].get("metrics", {}).get(key)
+            mark = "" if benchmarks[name]["complete"] else "*"
+            cells.append("-" if value is None else f"{100 * value:.1f}{mark}")
+        average = results["average"].get(key)
+        cells.append("-" if average is None else f"{100 * average:.1f}")
+        label = key.replace("pass@", "Pass@").replace("avg@", "Avg@")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if any(not summary["complete"] for summary in benchmarks.values()):
+        lines += ["", "\\* partial: not every problem scored yet; Avg. uses complete benchmarks only."]
+    unscorable = {name: s["num_unscorable_gold"] for name, s in benchmarks.items() if s["num_unscorable_gold"]}
+    if unscorable:
+        lines += ["", "Problems whose gold answer math-verify cannot parse, or whose tests cannot be run (counted "
+                  f"wrong): {unscorable}."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,71 @@
+"""Plain helpers shared by the tests (tiny datasets in the real schemas, a reward the untrained tiny model earns).
+
+Imported as ``from helpers import ...``; fixtures live in conftest.py, which pytest loads itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import datasets
+import numpy as np
+from datasets import Dataset
+from PIL import Image
+
+
+def make_prompt_dataset(num_prompts: int = 20, conversational: bool = True) -> Dataset:
+    """Prompts in TRL's format with a ``solution`` column, like the math adapters produce."""
+    rows = []
+    for i in range(num_prompts):
+        question = f"What is {i} + {i % 7}?"
+        prompt = [{"role": "user", "content": question}] if conversational else question
+        rows.append({"prompt": prompt, "solution": str(i + i % 7)})
+    return Dataset.from_list(rows)
+
+
+def contains_digit_reward(completions, **kwargs) -> list[float]:
+    """Binary reward the untrained tiny model earns some of the time: does the completion contain a digit?"""
+    texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+    return [float(any(ch.isdigit() for ch in text)) for text in texts]
+
+
+def diagram(seed: int, size: int = 40) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 256, size=(size, size + 8, 3), dtype=np.uint8))
+
+
+def geometry3k_rows(count: int) -> list[dict]:
+    """Rows in hiyouga/geometry3k's schema (images, problem with <image>, answer, id, choices, ground_truth)."""
+    return [{"images": [diagram(i)], "problem": f"<image>Find x if the angle is {i}0 degrees.", "answer": str(i),
+             "id": i, "choices": [str(i), "1", "2", "3"], "ground_truth": "A"} for i in range(count)]
+
+
+def geometry3k_parquet(path: Path, count: int) -> Path:
+    """:func:`geometry3k_rows` as a Parquet file (which keeps the image feature), like the Hub's."""
+    features = datasets.Features({
+        "images": datasets.Sequence(datasets.Image()), "problem": datasets.Value("string"),
+        "answer": datasets.Value("string"), "id": datasets.Value("int64"),
+        "choices": datasets.Sequence(datasets.Value("string")), "ground_truth": datasets.Value("string"),
+    })
+    Dataset.from_list(geometry3k_rows(count), features=features).to_parquet(str(path))
+    return path
+
+
+# A correct solution of each row of examples/data/tiny_archer_code.jsonl, in order.
+TINY_ARCHER_SOLUTIONS = [
+    "print(2 * int(input()))",
+    "a, b = map(int, input().split())\nprint(a + b)",
+    "print(input()[::-1])",
+    "input()\nprint(max(map(int, input().split())))",
+    "print(*range(1, int(input()) + 1))",
+    "print('YES' if int(input()) % 2 == 0 else 'NO')",
+    "print(len(input().split()))",
+    "import math\nprint(math.factorial(int(input())))",
+    "def add(a, b):\n    return a + b",
+    "def is_palindrome(s):\n    return s == s[::-1]",
+]
+
+
+def fenced(code: str) -> str:
+    """A completion that answers with ``code`` in a ```python block, as the code reward expects."""
+    return f"Here it is.\n```python\n{code}\n```"

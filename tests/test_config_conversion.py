@@ -1,0 +1,76 @@
+"""RiskPOConfig.from_grpo_config: a GRPO user's config carried over whole, tokens and batch layout included."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from trl import GRPOConfig
+
+from riskpo_trl import RiskPOConfig, RiskPOTrainer
+
+from helpers import contains_digit_reward, make_prompt_dataset
+
+
+def grpo_config(tmp_path, **overrides) -> GRPOConfig:
+    settings = dict(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", num_generations=4,
+        per_device_train_batch_size=8, gradient_accumulation_steps=2, learning_rate=3e-6, temperature=0.7,
+        hub_token="hf_not_a_real_token", hub_model_id="someone/tiny-grpo", lr_scheduler_kwargs={"min_lr": 0.0},
+    )
+    settings.update(overrides)
+    return GRPOConfig(**settings)
+
+
+def test_plain_to_dict_round_trip_fails_which_is_why_the_method_exists(tmp_path):
+    with pytest.raises(ValueError, match="generation_batch_size"):
+        RiskPOConfig(**grpo_config(tmp_path).to_dict())
+
+
+def test_from_grpo_config_keeps_every_setting_and_the_token(tmp_path):
+    source = grpo_config(tmp_path)
+    config = RiskPOConfig.from_grpo_config(source, bundle_size=4, risk_omega=1.0)
+    assert config.bundle_size == 4 and config.risk_omega == 1.0
+    assert config.hub_token == "hf_not_a_real_token"  # to_dict() would have masked it as "<HUB_TOKEN>"
+    differing = {
+        f.name for f in dataclasses.fields(GRPOConfig)
+        if f.init and getattr(config, f.name) != getattr(source, f.name)
+    }
+    assert differing == set()
+    assert (config.generation_batch_size, config.steps_per_generation) == (16, 2)
+
+
+def test_batch_fields_are_derived_again_from_the_new_layout(tmp_path):
+    config = RiskPOConfig.from_grpo_config(grpo_config(tmp_path), per_device_train_batch_size=4, bundle_size=2)
+    assert (config.steps_per_generation, config.generation_batch_size) == (2, 8)
+
+
+def test_grpo_generation_schedule_carries_over_not_the_papers(tmp_path):
+    # RiskPOConfig's own default is 4 updates per generation batch; a converted GRPO config keeps GRPO's one.
+    assert RiskPOConfig(**{**grpo_config(tmp_path).to_dict(), "hub_token": None, "bundle_size": 4,
+                           "generation_batch_size": None, "steps_per_generation": None}).steps_per_generation == 8
+    config = RiskPOConfig.from_grpo_config(grpo_config(tmp_path), gradient_accumulation_steps=4, bundle_size=4)
+    assert (config.steps_per_generation, config.generation_batch_size) == (4, 32)
+
+
+def test_a_chosen_generation_batch_carries_over(tmp_path):
+    source = grpo_config(tmp_path, generation_batch_size=32)  # steps_per_generation 4, not the default 2
+    assert RiskPOConfig.from_grpo_config(source, bundle_size=4).generation_batch_size == 32
+    # Naming either field of the pair replaces the source's choice.
+    assert RiskPOConfig.from_grpo_config(source, bundle_size=2, steps_per_generation=1).generation_batch_size == 8
+
+
+def test_unknown_risk_field_is_named_with_the_closest_field(tmp_path):
+    with pytest.raises(TypeError, match=r"'bundel_size' \(did you mean 'bundle_size'\?\)"):
+        RiskPOConfig.from_grpo_config(grpo_config(tmp_path), bundel_size=4)
+
+
+def test_trainer_error_names_from_grpo_config_and_that_call_works(tiny_model_dir, tmp_path):
+    source = grpo_config(tmp_path)
+    with pytest.raises(TypeError, match=r"RiskPOConfig\.from_grpo_config\(your_config, bundle_size="):
+        RiskPOTrainer(tiny_model_dir, reward_funcs=contains_digit_reward, args=source,
+                      train_dataset=make_prompt_dataset())
+    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=contains_digit_reward,
+                            args=RiskPOConfig.from_grpo_config(source, bundle_size=4),
+                            train_dataset=make_prompt_dataset())
+    assert trainer.args.bundle_size == 4 and trainer.args.hub_model_id == "someone/tiny-grpo"

@@ -1,0 +1,74 @@
+"""A training run's console: the known warning walls silenced, the risk metrics on one line per logging step."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from riskpo_trl.console import compact_log_line, silence_known_warnings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_compact_line_shows_the_risk_metrics_and_skips_empty_ones():
+    logs = {"loss": 0.09, "reward": 0.5, "risk/q_alpha": 0.02, "risk/q_beta": 0.08, "risk/upper_rvar": None,
+            "learning_rate": 5e-5, "entropy": 4.6}
+    assert compact_log_line(logs, 2, 6) == (
+        "[step 2/6] loss 0.09, reward 0.5 | risk: q_alpha 0.02, q_beta 0.08 | lr 5e-05"
+    )
+    evaluation = {"eval_loss": 0.1, "eval_reward": 0.5, "eval_risk/mvar": -0.5}
+    assert compact_log_line(evaluation, 4, 6) == "[eval step 4/6] loss 0.1, reward 0.5 | risk: mvar -0.5"
+    assert compact_log_line({"train_runtime": 3.0}, 6, 6) is None  # the run summary prints as before
+    baseline = {"loss": 0.1, "reward": 0.25, "learning_rate": 1e-4}
+    assert compact_log_line(baseline, 1, 6) == "[step 1/6] loss 0.1, reward 0.25 | lr 0.0001"
+
+
+def test_only_the_known_warnings_are_silenced():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        silence_known_warnings()
+        warnings.warn("`gradient_checkpointing_enable` is deprecated and will be removed in v6. Use x.", FutureWarning)
+        warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6. Use x.", FutureWarning)
+        warnings.warn("`other_argument` is deprecated and will be removed in v6.", FutureWarning)
+    assert [str(w.message) for w in caught] == ["`other_argument` is deprecated and will be removed in v6."]
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    deepspeed_logger = logging.getLogger("DeepSpeed")
+    deepspeed_logger.addHandler(handler)
+    try:
+        deepspeed_logger.warning("Setting accelerator to CPU. If you have GPU or other accelerator, we were ...")
+        deepspeed_logger.warning("Something else DeepSpeed says")
+    finally:
+        deepspeed_logger.removeHandler(handler)
+    assert [record.getMessage() for record in records] == ["Something else DeepSpeed says"]
+
+
+@pytest.mark.slow
+def test_tiny_run_console_has_the_risk_line_no_warning_walls_and_an_honest_card(tiny_model_dir, tmp_path):
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
+    command = [
+        sys.executable, "-m", "riskpo_trl.scripts.train",
+        "--config", os.path.join(ROOT, "recipes", "tiny", "riskpo", "config_tiny_arithmetic.yaml"),
+        "--dataset_files", os.path.join(ROOT, "examples", "data", "tiny_arithmetic.jsonl"),
+        "--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "tiny-run"),
+        "--max_steps", "2", "--save_strategy", "no", "--max_completion_length", "8",
+    ]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "[step 1/2] loss" in output and "[step 2/2] loss" in output
+    assert "| risk: q_alpha" in output
+    assert "'risk/q_alpha'" not in output  # the step's metrics dict is replaced by the line
+    assert "Setting accelerator to CPU" not in output
+    assert "gradient_checkpointing" not in output
+    # The script's card: the run's own name, no Hub ids for a local model and a local file.
+    card = (tmp_path / "tiny-run" / "README.md").read_text()
+    assert "# Model Card for tiny-run" in card and "None" not in card
+    assert "openai/gsm8k" not in card and "`tiny_arithmetic.jsonl`" in card
