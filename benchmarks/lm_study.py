@@ -18,11 +18,12 @@ start alone, and is recorded in ``sft_summary.json``):
 - identical compute for every method: the same generation batches (``prompts_per_generation`` prompts x
   ``num_generations`` completions, temperature 0.8), split into 4 mini-batches, one Adam update each (the paper's
   4 updates per generation batch), the same number of generation batches, the same seeds;
-- methods: ``grpo`` = TRL's ``GRPOTrainer`` with its own defaults for the loss (token-level ratio, ``loss_type="dapo"``,
-  group-scaled advantage); ``gspo`` = ``GRPOTrainer`` with ``importance_sampling_level="sequence"`` and
-  ``loss_type="grpo"``, the loss RiskPO uses, so GSPO vs RiskPO isolates the advantage; ``riskpo`` = ``RiskPOTrainer``
-  with the paper's defaults; ``riskpo_authors`` = the authors' DAPO-script advantage (runs only once ``RiskPOConfig``
-  has the issue-10 fields, else reported as not run); ``risk_seeking`` = ``risk_profile="risk_seeking"``;
+- methods: ``grpo`` = TRL's ``GRPOTrainer`` with its own defaults for the loss (token-level ratio,
+  ``loss_type="dapo"``, group-scaled advantage); ``gspo`` = ``GRPOTrainer`` with
+  ``importance_sampling_level="sequence"`` and ``loss_type="grpo"``, the loss RiskPO uses, so GSPO vs RiskPO
+  isolates the advantage; ``riskpo`` = ``RiskPOTrainer`` with the paper's defaults; ``riskpo_authors`` = the
+  authors' DAPO-script advantage (runs only once ``RiskPOConfig`` has the issue-10 fields, else reported as not
+  run); ``risk_seeking`` = ``risk_profile="risk_seeking"``;
 - fair tuning: every method trains at every learning rate of ``learning_rates`` with ``grid_seed``; the learning rate
   is chosen per method on the validation split by ``SELECTION_CRITERION`` (mean of validation Pass@1 and Pass@16);
   the chosen learning rate is then run with every seed of ``test_seeds`` (the grid run is reused for ``grid_seed``)
@@ -433,7 +434,9 @@ def run_rl(method: str, lr: float, seed: int, cfg: LMConfig, out_dir: Path) -> d
     from riskpo_trl import RiskPOTrainer
 
     splits = make_splits(cfg)
-    train_rows = [{"prompt": prompt_of(a, b), "answer": str(a + b)} for pairs in splits.train.values() for a, b in pairs]
+    train_rows = [
+        {"prompt": prompt_of(a, b), "answer": str(a + b)} for pairs in splits.train.values() for a, b in pairs
+    ]
     recorder = RewardRecorder()
     sft_dir = out_dir / "models" / "sft"
     args = rl_config(method, lr, seed, cfg, out_dir / "models" / "rl" / run_name(method, lr, seed))
@@ -685,7 +688,8 @@ def summarize(cfg: LMConfig, out_dir: Path, methods: list[str]) -> dict[str, Any
     chosen = select_lrs(cfg, out_dir, methods)
     grid = {
         name: {"method": r["method"], "lr": r["lr"], "seed": r["seed"], "selection_score": r["selection_score"],
-               "val_pass@1": r["val"]["all"]["pass@1"], f"val_pass@{cfg.ks[-1]}": r["val"]["all"][f"pass@{cfg.ks[-1]}"],
+               "val_pass@1": r["val"]["all"]["pass@1"],
+               f"val_pass@{cfg.ks[-1]}": r["val"]["all"][f"pass@{cfg.ks[-1]}"],
                "test_pass@1": r["test"]["all"]["pass@1"], "train_seconds": r["train_seconds"]}
         for name, r in runs.items() if r["seed"] == cfg.grid_seed
     }
@@ -759,7 +763,8 @@ def _markdown(cfg: LMConfig, sft: dict[str, Any], summary: dict[str, Any], metho
                      f"{g[f'val_pass@{top}']:.3f} | {g['selection_score']:.3f} | {chosen} | {g['test_pass@1']:.3f} | "
                      f"{g['train_seconds']:.0f} |")
     if diagnostics:
-        lines += ["", f"## Gradient noise at the SFT start ({diagnostics['num_batches']} paired generation batches)", "",
+        lines += ["", f"## Gradient noise at the SFT start ({diagnostics['num_batches']} paired generation batches)",
+                  "",
                   "| method | SNR of batch gradient | cos(mean gradient, GRPO's) | cos(mean gradient, grad log-lik of "
                   "right answers) | mean batch cos with it | A > 0 / A < 0 | share of abs(A): " + " / ".join(buckets)
                   + " |", "|---|---|---|---|---|---|---|"]
@@ -767,7 +772,8 @@ def _markdown(cfg: LMConfig, sft: dict[str, Any], summary: dict[str, Any], metho
             cos = d["cosine_of_mean_gradient_with_grpo"]
             lines.append(f"| {METHOD_LABELS[m]} | {d['snr']:.4f} | {'' if cos is None else f'{cos:.3f}'} | "
                          f"{d['cosine_of_mean_gradient_with_answer_loglik']:+.3f} | "
-                         f"{d['mean_batch_cosine_with_answer_loglik']:+.3f} | {d['fraction_positive_advantage']:.2f} / "
+                         f"{d['mean_batch_cosine_with_answer_loglik']:+.3f} | "
+                         f"{d['fraction_positive_advantage']:.2f} / "
                          f"{d['fraction_negative_advantage']:.2f} | "
                          + " / ".join(f"{d['abs_advantage_share_by_bucket'][b]:.2f}" for b in buckets) + " |")
     lines += ["", f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores shared with other jobs, load "

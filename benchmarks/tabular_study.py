@@ -239,7 +239,8 @@ def train(
         optimizer.step()
     final = policy_metrics(theta, start_p, cfg.ks)
     finite = [c for c in covs if math.isfinite(c)]
-    return theta.detach(), {"final": final, "curves": curves, "mean_logprob_adv_cov": sum(finite) / max(1, len(finite))}
+    mean_cov = sum(finite) / max(1, len(finite))
+    return theta.detach(), {"final": final, "curves": curves, "mean_logprob_adv_cov": mean_cov}
 
 
 def run_name(method: str, num_prompts: int, lr: float, seed: int) -> str:
@@ -614,7 +615,8 @@ def markdown(cfg: TabularConfig, summary: dict[str, Any], prop1: dict[str, Any],
             cells.append(f"lr {lr:g}: P@1 {c['pass@1'][0]:.3f}, P@{top} {c[f'pass@{top}'][0]:.3f}, "
                          f"H {c['entropy'][0]:.2f}")
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
-    lines += ["", "## At equal Pass@1 (first crossing of each cell's seed-mean curve; mean over the cells where every method "
+    lines += ["", "## At equal Pass@1 (first crossing of each cell's seed-mean curve; mean over the cells where every "
+              "method "
               "reaches the level)",
               "", "| method | " + " | ".join(f"Pass@1 = {lv:g}: entropy / Pass@16 / hard Pass@16 (cells)"
                                              for lv in MATCHED_PASS1_LEVELS) + " |",
@@ -627,7 +629,8 @@ def markdown(cfg: TabularConfig, summary: dict[str, Any], prop1: dict[str, Any],
                          f"{r['entropy']:.2f} / {r['pass@16']:.3f} / {r['hard/pass@16']:.3f} ({r['cells']})")
         lines.append(f"| {METHOD_LABELS[m]} | " + " | ".join(cells) + " |")
     lines += ["", "## Proposition 1 (natural-gradient step, per question)", "",
-              "| policy | method | mean Cov(log pi, A) | mean Corr(log pi, A) | " + " | ".join(f"rel. error eta={e:g}" for e in cfg.prop1_etas)
+              "| policy | method | mean Cov(log pi, A) | mean Corr(log pi, A) | "
+              + " | ".join(f"rel. error eta={e:g}" for e in cfg.prop1_etas)
               + " |", "|---" * (4 + len(cfg.prop1_etas)) + "|"]
     for state, per_method in prop1.items():
         for m in methods:
@@ -645,7 +648,8 @@ def markdown(cfg: TabularConfig, summary: dict[str, Any], prop1: dict[str, Any],
                      f"{g['cosine_of_mean_gradient']:.3f} | {share['hard']:.2f} / {share['medium']:.2f} / "
                      f"{share['easy']:.2f} |")
     run_seconds = sum(r.get("seconds", 0.0) for r in summary.get("runs_seconds", []))
-    lines += ["", f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores (shared with other jobs), load "
+    lines += ["", f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores (shared with other jobs), "
+              "load "
               f"average at start {machine.get('load_average_at_start')}, torch {machine['torch']}, one torch thread; "
               f"this invocation took {seconds:.0f} s (cached runs are read, not rerun); the training runs themselves "
               f"took {run_seconds:.0f} s in total when they ran."]
@@ -675,12 +679,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                plot_proposition1(cfg, prop1, methods, out), plot_entropy_vs_pass1(cfg, runs, methods, out)]
     matched = matched_at_pass1(cfg, runs, methods)
     text = markdown(cfg, summary, prop1, grads, methods, skipped, machine, seconds, matched)
-    prop1_small = {s: {m: {"mean_cov": r["mean_cov"], "mean_corr": r["mean_corr"], "etas": {e: {k: v for k, v in d.items()
+    prop1_small = {s: {m: {"mean_cov": r["mean_cov"], "mean_corr": r["mean_corr"],
+                           "etas": {e: {k: v for k, v in d.items()
                                                                   if k in ("max_abs_error", "relative_error")}
                                                               for e, d in r["etas"].items()}}
                        for m, r in pm.items()} for s, pm in prop1.items()}
     payload = {"config": asdict(cfg), "machine": machine, "wall_seconds": seconds, "methods": methods,
-               "not_run": skipped, **summary, "matched_at_pass1": matched, "proposition1": prop1_small, "gradient_diagnostics": grads,
+               "not_run": skipped, **summary, "matched_at_pass1": matched, "proposition1": prop1_small,
+               "gradient_diagnostics": grads,
                "figures": [f.name for f in figures]}
     write_results("tabular_study", payload, text, out)
     print(text)

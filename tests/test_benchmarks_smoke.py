@@ -145,7 +145,8 @@ def test_lm_study_task_and_configs(tmp_path):
         p for split in (splits.val, splits.test) for pairs in split.values() for p in pairs
     }
     # Identical compute: every method gets the same generation batch, updates and sampling.
-    configs = {m: lm_study.rl_config(m, 1e-4, 0, cfg, tmp_path) for m in lm_study.METHODS if lm_study.method_available(m)}
+    methods = [m for m in lm_study.METHODS if lm_study.method_available(m)]
+    configs = {m: lm_study.rl_config(m, 1e-4, 0, cfg, tmp_path) for m in methods}
     for args in configs.values():
         assert args.steps_per_generation == cfg.updates_per_generation == 4
         assert args.per_device_train_batch_size * args.steps_per_generation == 160 and args.temperature == 0.8
