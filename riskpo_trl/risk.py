@@ -146,8 +146,10 @@ def rvar_window(
     ``0`` above ``b``. ``natural_baseline=False`` drops the constant ``a - b`` (then ``0`` below ``a`` and ``b - a``
     above ``b``), as the authors' DAPO script does."""
     a, b = _as_tensor(q_low, scores), _as_tensor(q_high, scores)
-    window = (scores - a).clamp(min=0) - (scores - b).clamp(min=0)
-    return window + (a - b) if natural_baseline else window
+    # min(max(z, a), b) - b equals (z - a)^+ - (z - b)^+ + a - b for a <= b, and is exactly 0 above b in floating
+    # point (the sum of the four terms leaves rounding residue of ~1e-17 there, so "zero advantage" would not be zero).
+    clipped = torch.minimum(torch.maximum(scores, a), b)
+    return clipped - b if natural_baseline else clipped - a
 
 
 def mvar_advantage(

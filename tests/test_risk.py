@@ -136,6 +136,18 @@ def test_mvar_advantage_shape_of_the_paper():
     assert torch.allclose(adv, -(1 + omega) * (qa - z).clamp(min=0) + g)
 
 
+def test_upper_tail_advantage_is_exactly_zero_with_tracked_float_quantiles():
+    # Tracked quantiles are arbitrary floats; the window's four terms must not leave rounding residue above q_beta,
+    # or risk/frac_zero_advantage and the paper's "A = 0 on the upper tail" would not hold exactly.
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        qa, qb = sorted(torch.rand(2, generator=generator, dtype=torch.float64).mul(5).tolist())
+        z = torch.rand(1000, generator=generator, dtype=torch.float64).mul(8) - 1
+        for advantage in (mvar_advantage(z, qa, qb, 0.5), rvar_advantage(z, qa, qb)):
+            assert (advantage[z >= qb] == 0).all()
+        assert (risk_seeking_advantage(z, qa, qb, 0.5)[z <= qa] == 0).all()
+
+
 def test_quantiles_as_tensors_and_omega_zero_is_cvar():
     z = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0])
     a = mvar_advantage(z, torch.tensor(1.0), torch.tensor(3.0), 0.0)
