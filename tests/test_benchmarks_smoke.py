@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from benchmarks import advantage_throughput, overhead, toy_replication
+from benchmarks import advantage_throughput, overhead
 
 
 def test_advantage_throughput_tiny(tmp_path):
@@ -46,22 +46,6 @@ def test_overhead_worker_one_step(tmp_path, tiny_model_dir):
         assert ("median_riskpo_added_cpu_s" in result) == (trainer == "riskpo")
         assert json.loads(out.read_text())["trainer"] == trainer
     assert overhead.abba_order(2) == ["grpo", "riskpo", "riskpo", "grpo"]
-
-
-def test_toy_replication_minimal(tmp_path):
-    toy_replication.main(["all", "--smoke", "--out", str(tmp_path)])
-    summary = json.loads((tmp_path / "toy_replication.json").read_text())
-    assert set(summary["methods"]) == set(toy_replication.METHODS)
-    assert (tmp_path / "toy_pass_at_k.png").exists() and (tmp_path / "toy_training_curves.png").exists()
-    run = summary["runs"]["riskpo"][0]
-    assert len(run["curves"]["lower_rvar_posthoc"]) == len(run["curves"]["entropy"]) == 1
-
-
-def test_toy_task_reward_and_splits():
-    cfg = toy_replication.ToyConfig()
-    splits = toy_replication.make_splits(cfg)
-    assert not set(splits.test) & set(splits.train) and not set(splits.val) & set(splits.train)
-    assert toy_replication.exact_match_reward([" 46", "47", "4 6"], ["46", "46", "46"]) == [1.0, 0.0, 0.0]
 
 
 def test_tabular_study_smoke_and_cache(tmp_path):
