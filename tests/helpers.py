@@ -5,6 +5,7 @@ Imported as ``from helpers import ...``; fixtures live in conftest.py, which pyt
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import datasets
@@ -69,3 +70,17 @@ TINY_ARCHER_SOLUTIONS = [
 def fenced(code: str) -> str:
     """A completion that answers with ``code`` in a ```python block, as the code reward expects."""
     return f"Here it is.\n```python\n{code}\n```"
+
+
+def processes_with(token: str) -> list[int]:
+    """Host processes whose command line carries ``token`` (sandbox tests: what outlived its sandbox)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if token.encode() in f.read():
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found

@@ -9,19 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.cli_startup import console_scripts
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def console_scripts(pyproject: Path) -> dict[str, str]:
-    """``[project.scripts]`` of ``pyproject.toml`` (name -> "module:function"); tomllib needs Python 3.11."""
-    scripts, in_section = {}, False
-    for line in pyproject.read_text().splitlines():
-        if line.startswith("["):
-            in_section = line.strip() == "[project.scripts]"
-        elif in_section and "=" in line:
-            name, target = line.split("=", 1)
-            scripts[name.strip()] = target.strip().strip('"')
-    return scripts
 
 
 CONSOLE_SCRIPTS = console_scripts(ROOT / "pyproject.toml")

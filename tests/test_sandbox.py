@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from helpers import processes_with
 from riskpo_trl.code import bounded_json
 from riskpo_trl.code.assertions import assertions_pass, instrument_assertions, values_equal
 from riskpo_trl.code.reward import CodeReward, code_reward_from_settings, extract_code
@@ -299,7 +300,7 @@ def test_the_program_sees_a_minimal_unprivileged_machine():
         future = pool.submit(sandbox.run, program, [""])
         deadline = time.monotonic() + 4
         while not host_uids and time.monotonic() < deadline:
-            host_uids = [os.stat(f"/proc/{pid}").st_uid for pid in _pids_with(token)]
+            host_uids = [os.stat(f"/proc/{pid}").st_uid for pid in processes_with(token)]
             time.sleep(0.05)
         result = future.result()
     assert result.ok, result.error
@@ -406,19 +407,6 @@ def test_values_equal_handles_huge_and_non_finite_numbers():
     assert values_equal(float("nan"), float("nan")) and not values_equal(float("nan"), 1.0)
     assert values_equal(float("inf"), float("inf")) and not values_equal(float("inf"), 1e308)
     assert values_equal(1, 1.0000001) and values_equal([1, {"a": 2.0}], [1.0, {"a": 2}])
-
-
-def _pids_with(token: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if token.encode() in f.read():
-                        found.append(int(name))
-            except OSError:
-                pass
-    return found
 
 
 def test_sandbox_overhead_benchmark_runs_tiny(tmp_path):

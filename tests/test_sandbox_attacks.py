@@ -20,6 +20,7 @@ import uuid
 
 import pytest
 
+from helpers import processes_with
 from riskpo_trl.code.reward import CodeReward
 from riskpo_trl.code.sandbox import Sandbox, SandboxLimits
 from riskpo_trl.code.testspec import TestSpec
@@ -395,13 +396,13 @@ def test_escape_attempts_fail_and_leave_nothing_behind(guard, trainer_stand_in, 
     scores = reward([as_completion(p) for p in programs.values()], [spec] * len(programs))
     assert all(type(score) is float for score in scores)
     assert dict(zip(programs, scores)) == dict.fromkeys(programs, 0.0)
-    assert _processes_with(token) == []  # the survivors died with their sandbox, before their markers were due
+    assert processes_with(token) == []  # the survivors died with their sandbox, before their markers were due
     assert os.listdir(tmp_path) == []
     assert connections == []
     assert socket.gethostname() == hostname and os.listxattr(executable) == xattrs
     assert trainer_stand_in.poll() is None
     time.sleep(0.5)
-    assert _processes_with(token) == [] and os.listdir(tmp_path) == []
+    assert processes_with(token) == [] and os.listdir(tmp_path) == []
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="max_files is enforced when the trainer runs as root (see the docs)")
@@ -467,17 +468,3 @@ def test_hostile_outputs_score_zero_and_never_raise():
     reward = CodeReward(sandbox=Sandbox(LIMITS, max_workers=4))
     scores = reward([as_completion(program) for _, program, _ in specs], [spec for _, _, spec in specs])
     assert dict(zip([name for name, _, _ in specs], scores)) == {name: 0.0 for name, _, _ in specs}
-
-
-def _processes_with(token: str) -> list[int]:
-    """Host processes whose command line carries ``token``."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if token.encode() in f.read():
-                        found.append(int(name))
-            except OSError:
-                pass
-    return found
