@@ -64,3 +64,23 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 def fmt_mean_std(values: Sequence[float], digits: int = 3) -> str:
     mean, std = mean_std(values)
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def headless_pyplot():
+    """matplotlib's pyplot on the Agg backend: the benchmarks draw files, never windows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Lay out, write (80 dpi, the size the docs embed) and close a figure; returns its path."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path

@@ -53,7 +53,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import datasets  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks._common import RESULTS_DIR, machine_info, mean_std, write_results  # noqa: E402
+from benchmarks._common import RESULTS_DIR, headless_pyplot, machine_info, mean_std, save_figure, write_results  # noqa: E402
 from riskpo_trl.evaluation.metrics import mean_pass_at_k  # noqa: E402
 
 METHODS = ("grpo", "gspo", "riskpo", "riskpo_authors", "risk_seeking")
@@ -792,10 +792,7 @@ def _smooth(values, window: int):
 
 
 def plot(cfg: LMConfig, sft: dict[str, Any], summary: dict[str, Any], out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = headless_pyplot()
     import numpy as np
 
     paths = []
@@ -818,10 +815,7 @@ def plot(cfg: LMConfig, sft: dict[str, Any], summary: dict[str, Any], out_dir: P
             ax.set_title(title, fontsize=9)
             ax.set_xlabel("generation batch")
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    paths.append(out_dir / "lm_training_curves.png")
-    fig.savefig(paths[-1], dpi=80)
-    plt.close(fig)
+    paths.append(save_figure(fig, out_dir / "lm_training_curves.png"))
 
     buckets = [f"{d}digit" for d in cfg.digits] + ["all"]
     fig, axes = plt.subplots(1, len(buckets), figsize=(3.8 * len(buckets), 3.4), sharey=True)
@@ -837,10 +831,7 @@ def plot(cfg: LMConfig, sft: dict[str, Any], summary: dict[str, Any], out_dir: P
         ax.set_xlabel("k")
     axes[0].set_ylabel("Pass@k")
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    paths.append(out_dir / "lm_pass_at_k_by_difficulty.png")
-    fig.savefig(paths[-1], dpi=80)
-    plt.close(fig)
+    paths.append(save_figure(fig, out_dir / "lm_pass_at_k_by_difficulty.png"))
     return paths
 
 

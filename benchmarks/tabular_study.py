@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from benchmarks._common import RESULTS_DIR, machine_info, mean_std, write_results
+from benchmarks._common import RESULTS_DIR, headless_pyplot, machine_info, mean_std, save_figure, write_results
 from riskpo_trl.estimator import RiskEstimator
 from riskpo_trl.risk import riskpo_advantages
 
@@ -402,10 +402,7 @@ def summarize(cfg: TabularConfig, runs: dict[str, dict[str, Any]], methods: list
 def plot_regime_map(cfg: TabularConfig, summary: dict[str, Any], methods: list[str], out: Path) -> Path:
     """Small multiples: for each method vs GRPO, the seed-mean difference in Pass@1, Pass@16, hard-bucket Pass@16
     and entropy over the (prompts per step, lr) grid."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = headless_pyplot()
     import numpy as np
 
     top = cfg.ks[-1]
@@ -441,19 +438,12 @@ def plot_regime_map(cfg: TabularConfig, summary: dict[str, Any], methods: list[s
             if row == len(others):
                 ax.set_xlabel("Adam lr", fontsize=7)
             fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.tight_layout()
-    path = out / "tabular_regime_map.png"
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out / "tabular_regime_map.png")
 
 
 def plot_pass_at_k(cfg: TabularConfig, summary: dict[str, Any], methods: list[str], out: Path) -> Path:
     """Pass@k vs k for every cell (rows: prompts per step, columns: lr), one line per method (seed mean)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = headless_pyplot()
 
     rows, cols = len(cfg.prompts_per_step), len(cfg.learning_rates)
     fig, axes = plt.subplots(rows, cols, figsize=(2.8 * cols, 2.3 * rows), squeeze=False, sharey=True)
@@ -472,11 +462,7 @@ def plot_pass_at_k(cfg: TabularConfig, summary: dict[str, Any], methods: list[st
     axes[0][0].legend(fontsize=6)
     fig.supxlabel("k")
     fig.supylabel("Pass@k (exact)")
-    fig.tight_layout()
-    path = out / "tabular_pass_at_k.png"
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out / "tabular_pass_at_k.png")
 
 
 MATCHED_PASS1_LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9)
@@ -516,10 +502,7 @@ def matched_at_pass1(cfg: TabularConfig, runs: dict[str, dict[str, Any]], method
 
 def plot_entropy_vs_pass1(cfg: TabularConfig, runs: dict[str, dict[str, Any]], methods: list[str], out: Path) -> Path:
     """Every cell's seed-mean trajectory in the (Pass@1, entropy) and (Pass@1, hard Pass@16) planes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = headless_pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     colors = dict(zip(METHODS, ("C0", "C1", "C2", "C3")))
@@ -538,18 +521,11 @@ def plot_entropy_vs_pass1(cfg: TabularConfig, runs: dict[str, dict[str, Any]], m
     axes[1].set_ylabel("hard-bucket Pass@16")
     axes[0].legend(fontsize=7)
     fig.suptitle("trajectories of every (prompts, lr) cell, seed mean", fontsize=9)
-    fig.tight_layout()
-    path = out / "tabular_entropy_vs_pass1.png"
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out / "tabular_entropy_vs_pass1.png")
 
 
 def plot_proposition1(cfg: TabularConfig, prop1: dict[str, Any], methods: list[str], out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = headless_pyplot()
 
     eta = f"{cfg.prop1_etas[min(1, len(cfg.prop1_etas) - 1)]:g}"
     fig, axes = plt.subplots(1, len(prop1), figsize=(4.2 * len(prop1), 3.8), squeeze=False)
@@ -565,11 +541,7 @@ def plot_proposition1(cfg: TabularConfig, prop1: dict[str, Any], methods: list[s
         ax.set_ylabel("measured entropy change")
         ax.set_title(f"Proposition 1, policy: {state}", fontsize=9)
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    path = out / "tabular_proposition1.png"
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out / "tabular_proposition1.png")
 
 
 def markdown(cfg: TabularConfig, summary: dict[str, Any], prop1: dict[str, Any], grads: dict[str, Any],
