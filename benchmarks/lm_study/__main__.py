@@ -1,0 +1,3 @@
+from .short_protocol import main
+
+main()

@@ -1,0 +1,338 @@
+"""One RL run from an SFT start: the trainer of each method, the probes that record what the study measures, and the
+cached result file (``runs/<method>-lr<lr>-seed<seed>.json``; written atomically, so a killed run leaves nothing)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import AUTHORS_FIELDS, METHODS, LMConfig
+from .evaluation import evaluate, evaluate_tracked, selection_score
+from .task import exact_match_reward, make_splits, prompt_of
+
+
+class RewardRecorder:
+    """The exact-match reward, keeping every training generation batch's rewards for the post hoc tail statistic."""
+
+    __name__ = "exact_match_reward"
+
+    def __init__(self) -> None:
+        self.batches: list[list[float]] = []
+
+    def __call__(self, completions, answer, **kwargs) -> list[float]:
+        rewards = exact_match_reward(completions, answer)
+        self.batches.append(rewards)
+        return rewards
+
+
+def lower_tail_rvar(rewards: list[float], num_generations: int, bundle_size: int, alpha: float, seed: int) -> float:
+    """Mean bundle score at or below the batch's empirical ``alpha``-quantile, bundles drawn by the project's
+    ``permutation_bundles`` from a fixed seed: the same statistic for every method."""
+    from riskpo_trl.risk import empirical_quantiles, permutation_bundles
+
+    scores, _ = permutation_bundles(
+        torch.tensor(rewards), num_generations, bundle_size, torch.Generator().manual_seed(seed)
+    )
+    q_alpha = empirical_quantiles(scores, [alpha])[0]
+    return scores[scores <= q_alpha].mean().item()
+
+
+def batch_signals(rewards: torch.Tensor, advantages: torch.Tensor, num_generations: int) -> dict[str, float | None]:
+    """What a regime guard could watch on one training generation batch: the shares of completions pushed down and
+    up, the correlation between a completion's own reward and its advantage, and the shares of prompts whose
+    completions all failed or all succeeded."""
+    rewards, advantages = rewards.double(), advantages.double()
+    r_c, a_c = rewards - rewards.mean(), advantages - advantages.mean()
+    denom = float((r_c.pow(2).sum() * a_c.pow(2).sum()).sqrt())
+    grouped = rewards.view(-1, num_generations)
+    return {
+        "frac_negative_advantage": float((advantages < -1e-6).double().mean()),
+        "frac_positive_advantage": float((advantages > 1e-6).double().mean()),
+        "reward_advantage_corr": float((r_c * a_c).sum()) / denom if denom > 1e-12 else None,
+        "frac_prompts_all_wrong": float((grouped.max(1).values <= 0).double().mean()),
+        "frac_prompts_all_right": float((grouped.min(1).values >= 1).double().mean()),
+    }
+
+
+def with_covariance_probe(trainer_cls):
+    """``trainer_cls`` that also records, for each training generation batch, (a) the covariance and the correlation
+    between a completion's length-normalised log-probability (under the policy that sampled it) and its advantage,
+    within each prompt's group, averaged over prompts (Proposition 1's quantity), logged as ``probe/*``; (b) the
+    :func:`batch_signals` and, for RiskPO, the quantiles used, kept in ``self.batch_signal_history``. Everything else
+    is inherited."""
+
+    class CovarianceProbe(trainer_cls):
+        batch_signal_history: list[dict[str, float | None]]
+
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            old = output.get("old_per_token_logps")
+            if self.model.training and old is not None:
+                mask = output["completion_mask"].float()
+                logp = (old * mask).sum(1) / mask.sum(1).clamp(min=1)
+                adv = output["advantages"].float()
+                g = self.num_generations
+                lp, a = logp.view(-1, g), adv.view(-1, g)
+                lp_c, a_c = lp - lp.mean(1, keepdim=True), a - a.mean(1, keepdim=True)
+                cov = (lp_c * a_c).sum(1) / (g - 1)
+                denom = (lp_c.pow(2).sum(1) * a_c.pow(2).sum(1)).sqrt()
+                corr = torch.where(denom > 0, (lp_c * a_c).sum(1) / denom.clamp(min=1e-12), torch.zeros_like(denom))
+                self._metrics["train"]["probe/logprob_adv_cov"].append(cov.mean().item())
+                self._metrics["train"]["probe/logprob_adv_corr"].append(corr.mean().item())
+            if self.model.training:
+                rewards = torch.tensor(self.reward_funcs[0].batches[-1])
+                signals = batch_signals(rewards, output["advantages"].float().cpu(), self.num_generations)
+                risk_batch = getattr(self, "last_risk_batch", None)
+                if risk_batch is not None:
+                    signals["q_alpha"] = float(torch.as_tensor(risk_batch.q_alpha).float().mean())
+                    signals["q_beta"] = float(torch.as_tensor(risk_batch.q_beta).float().mean())
+                if not hasattr(self, "batch_signal_history"):
+                    self.batch_signal_history = []
+                self.batch_signal_history.append(signals)
+            return output
+
+    CovarianceProbe.__name__ = f"Probed{trainer_cls.__name__}"
+    return CovarianceProbe
+
+
+def rl_config(method: str, lr: float, seed: int, cfg: LMConfig, output_dir: Path, **overrides: Any):
+    """The trainer config of ``method``: identical batches, sampling and schedule for every method; ``overrides``
+    change settings that do not touch the maths (e.g. activation checkpointing)."""
+    from trl import GRPOConfig
+
+    from riskpo_trl import RiskPOConfig
+
+    completions = cfg.prompts_per_generation * cfg.num_generations
+    common = {
+        "output_dir": str(output_dir),
+        "max_steps": cfg.generation_batches * cfg.updates_per_generation,
+        "learning_rate": lr,
+        "lr_scheduler_type": "constant",
+        "num_generations": cfg.num_generations,
+        "per_device_train_batch_size": completions // cfg.updates_per_generation,
+        "gradient_accumulation_steps": 1,
+        "steps_per_generation": cfg.updates_per_generation,
+        "max_completion_length": cfg.max_completion_length,
+        "temperature": cfg.temperature,
+        "top_k": 0,
+        "top_p": 1.0,
+        "beta": 0.0,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
+        "bf16": False,
+        "use_cpu": True,
+        "seed": seed,
+        "log_completions": False,
+        "disable_tqdm": True,
+        **overrides,
+    }
+    if method == "grpo":
+        return GRPOConfig(**common)
+    if method == "gspo":
+        return GRPOConfig(**common, importance_sampling_level="sequence", loss_type="grpo")
+    risk = {"bundle_size": cfg.bundle_size}
+    if method == "riskpo":
+        return RiskPOConfig(**common, **risk)
+    if method == "risk_seeking":
+        return RiskPOConfig(**common, **risk, risk_profile="risk_seeking")
+    if method == "riskpo_authors":
+        return RiskPOConfig(**common, **risk, **AUTHORS_FIELDS)
+    raise ValueError(f"Unknown method {method!r}; choose one of {METHODS}.")
+
+
+def run_name(method: str, lr: float, seed: int) -> str:
+    return f"{method}-lr{lr:g}-seed{seed}"
+
+
+def build_trainer(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: Path, output_dir: Path, **overrides):
+    """The probed trainer of ``method`` on the task's RL prompts, from the SFT model in ``start_dir``."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    from riskpo_trl import RiskPOTrainer
+
+    splits = make_splits(cfg)
+    train_rows = [
+        {"prompt": prompt_of(a, b), "answer": str(a + b)} for pairs in splits.train.values() for a, b in pairs
+    ]
+    args = rl_config(method, lr, seed, cfg, output_dir, **overrides)
+    trainer_cls = with_covariance_probe(GRPOTrainer if method in ("grpo", "gspo") else RiskPOTrainer)
+    tokenizer = AutoTokenizer.from_pretrained(start_dir)
+    return trainer_cls(
+        model=str(start_dir), reward_funcs=RewardRecorder(), args=args, train_dataset=Dataset.from_list(train_rows),
+        processing_class=tokenizer,
+    )
+
+
+def training_curves(trainer, cfg: LMConfig, seed: int) -> dict[str, list]:
+    """Per generation batch: mean reward and lower-tail RVaR of the rewards; per update: TRL's token entropy, the
+    probe's covariance and correlation, the clipped share."""
+    history = trainer.state.log_history
+    recorder = trainer.reward_funcs[0]
+
+    def curve(key: str) -> list[float]:
+        return [entry[key] for entry in history if key in entry]
+
+    return {
+        "reward": [sum(b) / len(b) for b in recorder.batches],
+        "lower_rvar": [
+            lower_tail_rvar(b, cfg.num_generations, cfg.bundle_size, cfg.risk_alpha, seed=i)
+            for i, b in enumerate(recorder.batches)
+        ],
+        "entropy": curve("entropy"),
+        "logprob_adv_cov": curve("probe/logprob_adv_cov"),
+        "logprob_adv_corr": curve("probe/logprob_adv_corr"),
+        "clip_ratio": curve("clip_ratio/region_mean"),
+    }
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    """Atomic: an interrupted run leaves no half-written cache entry."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload) + "\n")
+    tmp.replace(path)
+
+
+def run_rl(method: str, lr: float, seed: int, cfg: LMConfig, out_dir: Path) -> dict[str, Any]:
+    """One run of the short protocol from ``out_dir``'s SFT start; writes ``runs/<name>.json`` (curves, validation
+    and test Pass@k)."""
+    path = out_dir / "runs" / f"{run_name(method, lr, seed)}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    trainer = build_trainer(method, lr, seed, cfg, out_dir / "models" / "sft",
+                            out_dir / "models" / "rl" / run_name(method, lr, seed))
+    splits = make_splits(cfg)
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    tokenizer = trainer.processing_class
+    result = {
+        "method": method,
+        "lr": lr,
+        "seed": seed,
+        "train_seconds": seconds,
+        "curves": training_curves(trainer, cfg, seed),
+        "val": evaluate(trainer.model, tokenizer, splits.val, cfg),
+        "test": evaluate(trainer.model, tokenizer, splits.test, cfg),
+    }
+    result["selection_score"] = selection_score(result["val"], cfg)
+    write_json(path, result)
+    print(f"[rl] {run_name(method, lr, seed)}: {seconds:.0f}s, val score {result['selection_score']:.3f}", flush=True)
+    return result
+
+
+# --- the long protocol ----------------------------------------------------------------------------------------------
+
+
+def long_selection_score(val: dict[str, Any]) -> float:
+    """``LONG_SELECTION_CRITERION``: mean of validation Pass@1 and Pass@16 over all buckets (Pass@k with the largest
+    k <= 16 measured, when fewer than 16 samples were drawn: the smoke sizes)."""
+    ks = [int(key.split("@")[1]) for key in val["all"] if key.startswith("pass@")]
+    return (val["all"]["pass@1"] + val["all"][f"pass@{max(k for k in ks if k <= 16)}"]) / 2
+
+
+def tracked_eval(model, tokenizer, problems, cfg: LMConfig, num_samples: int, seed: int) -> dict[str, Any]:
+    return evaluate_tracked(model, tokenizer, problems, num_samples=num_samples, ks=cfg.ks,
+                            temperature=cfg.temperature, max_new_tokens=cfg.max_completion_length, seed=seed)
+
+
+def evaluate_start(cfg: LMConfig, start_dir: Path, track_samples: int) -> dict[str, Any]:
+    """The start's row: validation as tracked along training, test as at the end of a run."""
+    path = start_dir / "start_eval.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_dir = start_dir / "models" / "sft"
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    splits = make_splits(cfg)
+    result = {"val": tracked_eval(model, tokenizer, splits.val, cfg, track_samples, cfg.eval_seed),
+              "test": tracked_eval(model, tokenizer, splits.test, cfg, cfg.eval_samples, cfg.eval_seed + 1)}
+    write_json(path, result)
+    return result
+
+
+def run_long_rl(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: Path, *, eval_every: int,
+                track_samples: int) -> dict[str, Any]:
+    """One run of the long protocol from ``start_dir``'s SFT model; writes ``start_dir/runs/<name>.json``.
+
+    Every ``eval_every`` generation batches the validation split is evaluated (:func:`tracked_eval`, ``track_samples``
+    samples per problem, entropy included) and the weights with the best :func:`long_selection_score` so far are
+    kept in memory. At the end the test split is evaluated with ``cfg.eval_samples`` samples for the final weights
+    and, when it was an earlier evaluation, for the best validation checkpoint too. Activation checkpointing is off
+    (a speed setting: the tiny model needs no memory saving)."""
+    path = start_dir / "runs" / f"{run_name(method, lr, seed)}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    from transformers import TrainerCallback
+
+    trainer = build_trainer(method, lr, seed, cfg, start_dir / "models" / "sft",
+                            start_dir / "models" / "rl" / run_name(method, lr, seed), gradient_checkpointing=False)
+    tokenizer = trainer.processing_class
+    splits = make_splits(cfg)
+    tracked: list[dict[str, Any]] = []
+    best: dict[str, Any] = {"score": -math.inf, "generation_batch": None, "state": None}
+    steps_between = eval_every * cfg.updates_per_generation
+
+    class TrackValidation(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step % steps_between:
+                return
+            val = tracked_eval(model, tokenizer, splits.val, cfg, track_samples, cfg.eval_seed)
+            batch = state.global_step // cfg.updates_per_generation
+            score = long_selection_score(val)
+            tracked.append({"generation_batch": batch, "update": state.global_step, "score": score, "val": val})
+            if score > best["score"]:
+                best.update(score=score, generation_batch=batch,
+                            state={k: v.detach().clone() for k, v in model.state_dict().items()})
+            print(f"[long] {run_name(method, lr, seed)} batch {batch}: val Pass@1 {val['all']['pass@1']:.3f}, "
+                  f"criterion {score:.3f}, entropy {val['all']['entropy']:.3f}", flush=True)
+
+    trainer.add_callback(TrackValidation())
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    final_batch = trainer.state.global_step // cfg.updates_per_generation
+    result = {
+        "method": method,
+        "lr": lr,
+        "seed": seed,
+        "start": start_dir.name,
+        "train_seconds": seconds,
+        "curves": training_curves(trainer, cfg, seed),
+        "batch_signals": getattr(trainer, "batch_signal_history", []),
+        "tracked": tracked,
+        "selection_score": tracked[-1]["score"] if tracked else None,
+        "test": tracked_eval(trainer.model, tokenizer, splits.test, cfg, cfg.eval_samples, cfg.eval_seed + 1),
+        "best_val_generation_batch": best["generation_batch"],
+    }
+    if best["state"] is not None and best["generation_batch"] != final_batch:
+        trainer.model.load_state_dict(best["state"])
+        result["best_val_test"] = tracked_eval(trainer.model, tokenizer, splits.test, cfg, cfg.eval_samples,
+                                               cfg.eval_seed + 1)
+    write_json(path, result)
+    print(f"[long] {run_name(method, lr, seed)} from {start_dir.name}: {seconds / 60:.0f} min", flush=True)
+    return result
+
+
+def select_lrs(cfg: LMConfig, out_dir: Path, methods: list[str]) -> dict[str, float]:
+    """Per method, the grid lr with the best validation criterion; only for methods whose grid is complete."""
+    chosen = {}
+    for method in methods:
+        scores = {}
+        for lr in cfg.learning_rates:
+            path = out_dir / "runs" / f"{run_name(method, lr, cfg.grid_seed)}.json"
+            if path.exists():
+                scores[lr] = json.loads(path.read_text())["selection_score"]
+        if len(scores) == len(cfg.learning_rates):
+            chosen[method] = max(sorted(scores), key=lambda lr: scores[lr])  # max keeps the first (smallest) on ties
+    return chosen
