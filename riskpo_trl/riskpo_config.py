@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -13,6 +14,7 @@ from trl import GRPOConfig
 
 from .config_conversion import converted_config_kwargs
 from .estimator import QUANTILE_SOURCES
+from .naming import closest_name
 from .risk import ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, RISK_PROFILES, advantage_variant
 
 # The paper updates 4 times per generation batch (batch 512 prompts, mini-batches of 128).
@@ -318,6 +320,28 @@ class RiskPOConfig(GRPOConfig):
                     f"gradient_accumulation_steps a multiple of {generate_every}.",
                     stacklevel=3,
                 )
+
+
+def _name_misspelled_fields(config_class: type) -> None:
+    """Make ``config_class(bundel_size=2)`` say which field was meant, instead of the dataclass's bare 'unexpected
+    keyword argument'."""
+    generated_init = config_class.__init__
+
+    @functools.wraps(generated_init)
+    def __init__(self, *args, **kwargs):
+        accepted = {f.name for f in fields(config_class) if f.init}
+        for name in kwargs:
+            if name not in accepted:
+                raise TypeError(
+                    f"{config_class.__name__} got an unexpected keyword argument {name!r}"
+                    f"{closest_name(name, accepted)}."
+                )
+        generated_init(self, *args, **kwargs)
+
+    config_class.__init__ = __init__
+
+
+_name_misspelled_fields(RiskPOConfig)
 
 
 def _deepspeed_launch_without_accelerator() -> bool:

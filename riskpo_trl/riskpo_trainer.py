@@ -3,25 +3,33 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import textwrap
 from typing import Any
 
 import torch
+from transformers.utils import logging
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .console import silence_known_warnings
 from .console_callback import use_compact_log
-from .dataset_checks import check_dataset_columns
+from .dataset_checks import check_dataset_columns, check_generation_batch_fits
 from .estimator import RiskEstimator
 from .model_card import save_model_card
+from .model_paths import check_model_path
+from .naming import closest_name
 from .quantile_tracker import QuantileTracker
 from .risk import RiskPOBatch
 from .riskpo_config import RiskPOConfig
+from .tied_weights import without_tied_missing_keys
+from .unscored_rewards import UnscoredCounts, counting_unscored
 
 RISK_STATE_FILE = "riskpo_state.json"
+
+logger = logging.get_logger(__name__)
 
 # Before any config or model is built: the warnings fire there.
 silence_known_warnings()
@@ -55,8 +63,13 @@ class RiskPOTrainer(GRPOTrainer):
     ``risk/frac_unscorable`` and a few more next to GRPO's metrics, and the completions table shows RiskPO's
     advantages and each completion's bundle.
 
-    Unscorable completions (every reward function returned ``None``) get advantage 0 and do not count in their
-    bundle's score, which is rescaled to the size of a full bundle; see [`permutation_bundles`].
+    Unscorable completions (every reward function returned ``None`` or NaN) get advantage 0 and do not count in their
+    bundle's score, which is rescaled to the size of a full bundle; see [`permutation_bundles`]. A warning names the
+    reward functions that returned NaN, and how often.
+
+    At construction, besides GRPOTrainer's own checks: a model path that does not exist, a misspelled keyword, the
+    columns TRL and the reward functions read, and a training set smaller than one generation batch (which would train
+    0 steps) are refused with a message that names them; `train` raises if a run ends without a single step.
     """
 
     _tag_names = ["trl", "riskpo"]
@@ -85,14 +98,35 @@ class RiskPOTrainer(GRPOTrainer):
                 "RiskPOConfig.from_grpo_config(your_config, bundle_size=..., ...): it keeps every setting and adds "
                 "the risk fields you pass."
             )
-        check_dataset_columns(kwargs.get("train_dataset"), kwargs.get("eval_dataset"), reward_funcs)
+        _check_keywords(kwargs)
+        if isinstance(model, str):
+            check_model_path(model)
+        train_dataset = kwargs.get("train_dataset")
+        check_dataset_columns(train_dataset, kwargs.get("eval_dataset"), reward_funcs,
+                              kwargs.get("environment_factory"))
+        check_generation_batch_fits(train_dataset, args)
         super().__init__(model, reward_funcs, args=args, **kwargs)
         use_compact_log(self)
         self.risk_estimator = RiskEstimator.from_config(args)
         self._unscorable_batches = 0  # consecutive training batches without a scorable completion
         self._eval_batches = 0
         self._last_rewards_per_func: torch.Tensor | None = None
+        self._last_unscored: UnscoredCounts | None = None
         self.last_risk_batch: RiskPOBatch | None = None  # the latest batch's bundles, for inspection and tests
+
+    def train(self, *args, **kwargs):
+        """`Trainer.train`, but a run that ends without a single optimizer step raises instead of returning as if it
+        had trained (e.g. an ``IterableDataset`` that yields fewer examples than one generation batch)."""
+        output = super().train(*args, **kwargs)
+        if self.state.global_step == 0:
+            prompts = self.args.generation_batch_size // self.num_generations
+            raise RuntimeError(
+                f"Training ended without a single step: the training data yielded fewer than the {prompts} prompts "
+                f"one generation batch takes (generation_batch_size={self.args.generation_batch_size} / "
+                f"num_generations={self.num_generations}). Add examples, or lower steps_per_generation, "
+                "per_device_train_batch_size or the number of processes."
+            )
+        return output
 
     @property
     def quantile_tracker(self) -> QuantileTracker:
@@ -103,9 +137,31 @@ class RiskPOTrainer(GRPOTrainer):
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # The rewards come back gathered over all processes; keep them for the bundling.
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        with counting_unscored(self, list(self.reward_func_names)) as unscored:
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._last_rewards_per_func = rewards_per_func
+        self._last_unscored = unscored
+        start = self.accelerator.process_index * len(prompts)
+        self._warn_unscored(unscored, rewards_per_func[start : start + len(prompts)], completions)
         return rewards_per_func
+
+    def _warn_unscored(self, unscored: UnscoredCounts, local_rewards: torch.Tensor, completions: list) -> None:
+        """Name NaN rewards as NaN (TRL reports them as None), and the completions no reward function scored."""
+        total = len(completions)
+        for name, nan in zip(unscored.names, unscored.nan):
+            if nan:
+                logger.warning(
+                    f"Reward function {name} returned NaN for {nan} of {total} completions. NaN, like None, leaves a "
+                    "completion unscored by that function; if NaN is not meant as 'does not apply', fix the function "
+                    "(return None for that)."
+                )
+        unscorable = torch.isnan(local_rewards).all(dim=1)
+        if unscorable.any():
+            first = completions[int(unscorable.nonzero()[0, 0])]
+            logger.warning(
+                f"{int(unscorable.sum())} of {total} completions were scored by no reward function ("
+                f"{unscored.describe()}); they get advantage 0. First of them: {str(first)[:200]!r}"
+            )
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
@@ -134,18 +190,19 @@ class RiskPOTrainer(GRPOTrainer):
         return output
 
     def _stop_if_nothing_is_scorable(self, batch: RiskPOBatch) -> None:
-        """A batch in which every reward function returned None for every completion trains on nothing (all
+        """A batch in which every reward function returned None or NaN for every completion trains on nothing (all
         advantages 0); a few in a row mean the rewards cannot read this data, so stop rather than train silently."""
         self._unscorable_batches = self._unscorable_batches + 1 if bool(batch.unscorable.all()) else 0
         limit = self.args.max_unscorable_batches
         if limit and self._unscorable_batches >= limit:
-            names = [getattr(f, "__name__", type(f).__name__) for f in self.reward_funcs]
+            counts = self._last_unscored.describe() if self._last_unscored else ""
             raise RuntimeError(
-                f"No completion could be scored in the last {self._unscorable_batches} training batches: every reward "
-                f"function ({', '.join(names)}) returned None for every completion, so every advantage was 0. Check "
-                "that the reward functions fit the dataset (e.g. the format of the reference-answer column they read) "
-                "and the completions (e.g. max_completion_length long enough to reach an answer). Set "
-                "max_unscorable_batches=0 to keep training anyway."
+                f"No completion could be scored in the last {self._unscorable_batches} training batches: no reward "
+                f"function ({', '.join(self.reward_func_names)}) scored any completion (last batch on this process: "
+                f"{counts}), so every advantage was 0. None means a function does not apply; NaN is usually a bug in "
+                "the function. Check that the reward functions fit the dataset (e.g. the format of the "
+                "reference-answer column they read) and the completions (e.g. max_completion_length long enough to "
+                "reach an answer). Set max_unscorable_batches=0 to keep training anyway."
             )
 
     def _bundling_seed(self, mode: str) -> int:
@@ -193,6 +250,11 @@ class RiskPOTrainer(GRPOTrainer):
                 json.dump(state, f, indent=2)
             os.replace(path + ".tmp", path)  # atomic: a kill mid-write leaves no half-written file
 
+    def _issue_warnings_after_load(self, load_result) -> None:
+        # A checkpoint stores a tied weight once (lm_head.weight shares the embedding's tensor), so loading it reports
+        # the tied copy as missing although it holds the loaded values; only real gaps are worth a warning.
+        super()._issue_warnings_after_load(without_tied_missing_keys(self.model, load_result))
+
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
@@ -205,3 +267,14 @@ class RiskPOTrainer(GRPOTrainer):
             )
         with open(path) as f:
             self.risk_estimator.load_state_dict(json.load(f))
+
+
+def _check_keywords(kwargs: dict[str, Any]) -> None:
+    """A misspelled keyword is named with the closest one GRPOTrainer takes, before anything loads."""
+    accepted = set(inspect.signature(GRPOTrainer.__init__).parameters) - {"self", "model", "reward_funcs", "args"}
+    for name in kwargs:
+        if name not in accepted:
+            raise TypeError(
+                f"RiskPOTrainer got an unexpected keyword argument {name!r}{closest_name(name, accepted)}; it takes "
+                f"GRPOTrainer's: model, reward_funcs, args, {', '.join(sorted(accepted))}."
+            )
