@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 import warnings
 from dataclasses import dataclass, field, fields
@@ -310,16 +311,30 @@ class RiskPOConfig(GRPOConfig):
                 f"bundle_size that divides {prompts} ({_divisors(prompts)})."
             )
         generate_every = self.steps_per_generation * self.num_iterations
-        if self.save_strategy == "steps" and self.save_steps >= 1:
-            if (int(self.save_steps) * self.gradient_accumulation_steps) % generate_every != 0:
-                warnings.warn(
-                    f"Checkpoints every save_steps={int(self.save_steps)} optimizer steps do not fall on generation "
-                    f"batch boundaries (a new batch every {generate_every} micro-steps: steps_per_generation x "
-                    "num_iterations). TRL regenerates on resume, so a run resumed from such a checkpoint draws an "
-                    "extra batch and its quantiles and bundles diverge from an uninterrupted run's. Make save_steps x "
-                    f"gradient_accumulation_steps a multiple of {generate_every}.",
-                    stacklevel=3,
-                )
+        save_every = _save_interval(self)
+        if save_every is not None and (save_every * self.gradient_accumulation_steps) % generate_every != 0:
+            multiple = generate_every // math.gcd(generate_every, self.gradient_accumulation_steps)
+            given = f"save_steps={self.save_steps:g}" + (
+                f" (every {save_every} optimizer steps of max_steps={self.max_steps})" if self.save_steps < 1 else "")
+            warnings.warn(
+                f"Checkpoints at {given} do not fall on generation batch boundaries (a new batch every "
+                f"{generate_every} micro-steps: steps_per_generation x num_iterations). TRL regenerates on resume, so "
+                "a run resumed from such a checkpoint draws an extra batch and its quantiles and bundles diverge "
+                f"from an uninterrupted run's. Make save_steps a multiple of {multiple} (with "
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps}, the smallest interval whose "
+                "checkpoints all fall between generation batches).",
+                stacklevel=3,
+            )
+
+
+def _save_interval(args: GRPOConfig) -> int | None:
+    """Optimizer steps between checkpoints, or None when not known at config time (no step-based saving, or a
+    fraction of a max_steps that epochs decide)."""
+    if args.save_strategy != "steps":
+        return None
+    if args.save_steps >= 1:
+        return int(args.save_steps)
+    return math.ceil(args.max_steps * args.save_steps) if args.max_steps > 0 else None
 
 
 def _name_misspelled_fields(config_class: type) -> None:

@@ -99,12 +99,12 @@ class RiskPOTrainer(GRPOTrainer):
                 "the risk fields you pass."
             )
         _check_keywords(kwargs)
-        if isinstance(model, str):
-            check_model_path(model)
         train_dataset = kwargs.get("train_dataset")
         check_dataset_columns(train_dataset, kwargs.get("eval_dataset"), reward_funcs,
                               kwargs.get("environment_factory"))
         check_generation_batch_fits(train_dataset, args)
+        if isinstance(model, str):
+            check_model_path(model)
         super().__init__(model, reward_funcs, args=args, **kwargs)
         use_compact_log(self)
         self.risk_estimator = RiskEstimator.from_config(args)
