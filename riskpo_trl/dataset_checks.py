@@ -72,8 +72,9 @@ def check_generation_batch_fits(train_dataset: Any, args: Any) -> None:
         f"{'es' if processes != 1 else ''} x steps_per_generation={args.steps_per_generation}, that is "
         f"{prompts} prompts of num_generations={args.num_generations} completions. Add examples, or shrink the "
         f"generation batch: lower steps_per_generation (or gradient_accumulation_steps="
-        f"{args.gradient_accumulation_steps}, from which the config derives it when unset), lower per_device_train_batch_size, "
-        f"raise num_generations, or run on fewer processes.{_fitting_schedule(rows, args, per_step)}"
+        f"{args.gradient_accumulation_steps}, from which the config derives it when unset), lower "
+        f"per_device_train_batch_size, raise num_generations, or run on fewer processes."
+        + _fitting_schedule(rows, args, per_step)
     )
 
 

@@ -25,7 +25,7 @@ def load_local_files(data_files: str | Sequence[str]):
 
 
 def _is_empty(path: str | os.PathLike) -> bool:
-    """No bytes, or (JSON/JSONL) only whitespace: the datasets loader fails on such a file with a bare StopIteration."""
+    """No bytes, or (JSON/JSONL) only whitespace: the datasets loader fails on it with a bare StopIteration."""
     if os.path.getsize(path) == 0:
         return True
     if str(path).endswith(".parquet"):

@@ -53,17 +53,20 @@ def test_riskpo_train_reports_a_missing_model_path_in_one_line(tmp_path, monkeyp
     (tmp_path / "outputs").mkdir()
     with pytest.raises(SystemExit) as exit:
         train.cli(["--config", str(TINY_RECIPE), "--model_name_or_path", "outputs/no-such-model",
-                   "--build_tiny_model", "false", "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl")])
+                   "--build_tiny_model", "false",
+                   "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl")])
     assert exit.value.code == 2
     err = capsys.readouterr().err
-    assert "riskpo-train: error: model_name_or_path 'outputs/no-such-model': no such directory, and not a Hub id" in err
+    assert ("riskpo-train: error: model_name_or_path 'outputs/no-such-model': no such directory, and not a Hub id"
+            in err)
     assert "Traceback" not in err
 
 
 def test_building_a_tiny_model_is_said_loudly(tmp_path, caplog):
     script_args, training_args, model_args = train.parse_args([
         "--config", str(TINY_RECIPE), "--model_name_or_path", str(tmp_path / "tiny"),
-        "--output_dir", str(tmp_path / "run"), "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+        "--output_dir", str(tmp_path / "run"),
+        "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
     ])
     with caplog.at_level(logging.WARNING):
         train.build_trainer(script_args, training_args, model_args)

@@ -26,7 +26,8 @@ TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
 
 def command(tmp_path: Path, *overrides: str) -> list[str]:
     return ["--config", str(TINY_RECIPE), "--model_name_or_path", str(tmp_path / "tiny-model"),
-            "--output_dir", str(tmp_path / "run"), "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+            "--output_dir", str(tmp_path / "run"),
+            "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
             "--max_completion_length", "8", *overrides]
 
 

@@ -59,7 +59,8 @@ def test_partial_nan_is_named_with_its_function_and_count(tiny_model_dir, tmp_pa
 
 @pytest.mark.slow
 def test_all_nan_stops_naming_nan_and_none_per_function(tiny_model_dir, tmp_path, caplog):
-    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=[always_nan, async_none], train_dataset=make_prompt_dataset(4),
+    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=[always_nan, async_none],
+                            train_dataset=make_prompt_dataset(4),
                             args=config(tmp_path, max_steps=3, max_unscorable_batches=1))
     with pytest.raises(RuntimeError) as error, caplog.at_level(logging.WARNING):
         trainer.train()

@@ -52,7 +52,8 @@ def train(name: str, model_dir: str, work_dir: Path) -> None:
         trainer = RiskPOTrainer(model_dir, reward_funcs=digit_reward, args=RiskPOConfig(bundle_size=2, **common),
                                 train_dataset=prompts(64))
     else:
-        trainer = GRPOTrainer(model_dir, reward_funcs=digit_reward, args=GRPOConfig(**common), train_dataset=prompts(64))
+        trainer = GRPOTrainer(model_dir, reward_funcs=digit_reward, args=GRPOConfig(**common),
+                              train_dataset=prompts(64))
     trainer.add_callback(PassAtKCallback(trainer, prompts(8, offset=100), num_samples=8, ks=[1, 8], eval_steps=10,
                                          max_new_tokens=16, scorer=digit_scorer))
     trainer.train()
