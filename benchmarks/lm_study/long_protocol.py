@@ -50,7 +50,8 @@ class Job:
 
     @property
     def key(self) -> str:
-        return f"{self.start}/{run_name(self.method, self.lr, self.seed)}" if self.kind == "rl" else f"{self.start}/sft"
+        name = run_name(self.method, self.lr, self.seed) if self.kind == "rl" else "sft"
+        return f"{self.start}/{name}"
 
 
 def sft_stage_config(protocol: LongProtocol):

@@ -235,8 +235,13 @@ def run_rl(method: str, lr: float, seed: int, cfg: LMConfig, out_dir: Path) -> d
 def long_selection_score(val: dict[str, Any]) -> float:
     """``LONG_SELECTION_CRITERION``: mean of validation Pass@1 and Pass@16 over all buckets (Pass@k with the largest
     k <= 16 measured, when fewer than 16 samples were drawn: the smoke sizes)."""
+    return (val["all"]["pass@1"] + val["all"][selection_k(val)]) / 2
+
+
+def selection_k(val: dict[str, Any]) -> str:
+    """``"pass@16"``, or the largest measured ``pass@k`` below it (the smoke sizes draw fewer samples)."""
     ks = [int(key.split("@")[1]) for key in val["all"] if key.startswith("pass@")]
-    return (val["all"]["pass@1"] + val["all"][f"pass@{max(k for k in ks if k <= 16)}"]) / 2
+    return f"pass@{max(k for k in ks if k <= 16)}"
 
 
 def tracked_eval(model, tokenizer, problems, cfg: LMConfig, num_samples: int, seed: int) -> dict[str, Any]:
