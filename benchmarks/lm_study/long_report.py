@@ -205,7 +205,8 @@ def _start_section(protocol: LongProtocol, start: str, sft: dict[str, Any], star
         origin = f"the short protocol's SFT start ({sft['steps']} SFT steps)"
     else:
         origin = (f"the low start's SFT continued for {sft['extra_steps']} more steps; rule: {sft['rule']}; target "
-                  f"{'reached' if sft['reached_target'] else 'NOT reached'}")
+                  f"{'reached' if sft['reached_target'] else 'NOT reached'}; RL prompts from the "
+                  f"{', '.join(f'{d}-digit' for d in protocol.moderate_rl_buckets)} bucket only")
     lines = [f"## Start `{start}`: {origin}", "",
              "| split | " + " | ".join(f"{b} Pass@1 | {b} Pass@{cfg.eval_samples} | {b} entropy"
                                        for b in (*BUCKETS, "all")) + " |",
