@@ -49,7 +49,8 @@ class RiskPOConfig(GRPOConfig):
         quantile_source (`str`, defaults to `"tracked"`), advantage_scaling (`str`, defaults to `"none"`),
         natural_baseline (`bool`, defaults to `True`), credit_assignment (`str`, defaults to `"uniform"`), bundling
         (`str`, defaults to `"permutation"`), quantile_lr (`float`, defaults to `0.1`), quantile_lr_decay (`float`,
-        defaults to `0.0`), max_unscorable_batches (`int`, defaults to `3`): see each field's help. The non-default
+        defaults to `0.0`), max_unscorable_batches (`int`, defaults to `3`), regime_guard_threshold (`float`, defaults to
+        `0.7`), regime_guard_patience (`int`, defaults to `10`): see each field's help. The non-default
         advantage choices reproduce the authors' public code (see `docs/algorithm.md`).
         steps_per_generation (`int`, defaults to `4 x gradient_accumulation_steps` unless it or generation_batch_size
         is set): the paper's 4 optimizer updates per generation batch.
@@ -126,6 +127,18 @@ class RiskPOConfig(GRPOConfig):
         metadata={"help": "Stop with an error after this many consecutive training batches in which no completion "
                   "could be scored (every reward function returned None): such a run trains on nothing. 0 never "
                   "stops. The share of unscorable completions is logged as risk/frac_unscorable."},
+    )
+    regime_guard_threshold: float = field(
+        default=0.7,
+        metadata={"help": "The regime guard warns once when at least this share of a training batch's completions get "
+                  "a negative advantage (risk/frac_negative_advantage) for regime_guard_patience batches in a row: "
+                  "the low-success regime in which the paper's advantage was measured to collapse "
+                  "(docs/replication.md). In (0, 1]."},
+    )
+    regime_guard_patience: int = field(
+        default=10,
+        metadata={"help": "Consecutive training batches past regime_guard_threshold before the regime guard warns "
+                  "(once per run). 0 disables the guard; the metric is logged either way."},
     )
     quantile_lr: float = field(
         default=0.1,
@@ -255,6 +268,14 @@ class RiskPOConfig(GRPOConfig):
         if self.max_unscorable_batches < 0:
             raise ValueError(
                 f"max_unscorable_batches={self.max_unscorable_batches} must be >= 0 (0 never stops the run)."
+            )
+        if not 0 < self.regime_guard_threshold <= 1:
+            raise ValueError(
+                f"regime_guard_threshold={self.regime_guard_threshold} is a share of completions: it must be in (0, 1]."
+            )
+        if self.regime_guard_patience < 0:
+            raise ValueError(
+                f"regime_guard_patience={self.regime_guard_patience} must be >= 0 (0 disables the regime guard)."
             )
         if self.quantile_lr <= 0:
             raise ValueError(f"quantile_lr={self.quantile_lr} must be > 0 (the authors' code uses 0.1).")

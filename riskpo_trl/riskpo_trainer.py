@@ -7,6 +7,7 @@ import inspect
 import json
 import os
 import textwrap
+import warnings
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ from .model_card import save_model_card
 from .model_paths import check_model_path
 from .naming import closest_name
 from .quantile_tracker import QuantileTracker
+from .regime_guard import RegimeGuard
 from .risk import RiskPOBatch
 from .riskpo_config import RiskPOConfig
 from .tied_weights import without_tied_missing_keys
@@ -33,6 +35,10 @@ logger = logging.get_logger(__name__)
 
 # Before any config or model is built: the warnings fire there.
 silence_known_warnings()
+
+
+class RegimeWarning(UserWarning):
+    """The regime guard's warning: training sits where the paper's advantage was measured to collapse."""
 
 
 class RiskPOTrainer(GRPOTrainer):
@@ -108,6 +114,7 @@ class RiskPOTrainer(GRPOTrainer):
         super().__init__(model, reward_funcs, args=args, **kwargs)
         use_compact_log(self)
         self.risk_estimator = RiskEstimator.from_config(args)
+        self.regime_guard = RegimeGuard(args.regime_guard_threshold, args.regime_guard_patience)
         self._unscorable_batches = 0  # consecutive training batches without a scorable completion
         self._eval_batches = 0
         self._last_rewards_per_func: torch.Tensor | None = None
@@ -182,11 +189,15 @@ class RiskPOTrainer(GRPOTrainer):
         output["advantages"] = batch.advantages[start : start + local_count].to(output["advantages"].device)
 
         self._replace_logged_advantages(batch)
-        for name, value in self.risk_estimator.metrics(batch).items():
+        metrics = self.risk_estimator.metrics(batch)
+        for name, value in metrics.items():
             self._metrics[mode][name].append(value)
         self.last_risk_batch = batch
         if mode == "train":
             self._stop_if_nothing_is_scorable(batch)
+            warning = self.regime_guard.observe(metrics)
+            if warning and self.accelerator.is_main_process:
+                warnings.warn(warning, RegimeWarning, stacklevel=2)
         return output
 
     def _stop_if_nothing_is_scorable(self, batch: RiskPOBatch) -> None:
@@ -244,7 +255,7 @@ class RiskPOTrainer(GRPOTrainer):
         # Hub, so a checkpoint that exists (locally or pushed) always carries the trackers.
         super()._save_optimizer_and_scheduler(output_dir)
         if self.args.should_save:
-            state = self.risk_estimator.state_dict()
+            state = {**self.risk_estimator.state_dict(), "regime_guard": self.regime_guard.state_dict()}
             path = os.path.join(output_dir, RISK_STATE_FILE)
             with open(path + ".tmp", "w") as f:
                 json.dump(state, f, indent=2)
@@ -266,7 +277,10 @@ class RiskPOTrainer(GRPOTrainer):
                 "checkpoint written by RiskPOTrainer, or start a fresh run."
             )
         with open(path) as f:
-            self.risk_estimator.load_state_dict(json.load(f))
+            state = json.load(f)
+        self.risk_estimator.load_state_dict(state)
+        if "regime_guard" in state:  # checkpoints written before the guard existed have none
+            self.regime_guard.load_state_dict(state["regime_guard"])
 
 
 def _check_keywords(kwargs: dict[str, Any]) -> None:
