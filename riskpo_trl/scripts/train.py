@@ -228,6 +228,8 @@ def print_short_help() -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", help="YAML recipe (recipes/...); command-line options override its fields.")
+    parser.add_argument("--debug", action="store_true",
+                        help="Show the traceback of a start-up error (otherwise one 'error:' line, exit code 2).")
     add_dataclass_arguments(parser, RiskPOScriptArguments)
     parser.print_help()
 
