@@ -14,7 +14,8 @@ TRL_REWARD_KWARGS = frozenset({"prompts", "completions", "completion_ids", "trai
 
 def check_dataset_columns(train_dataset: Any, eval_dataset: Any, reward_funcs: Any) -> None:
     """Check that the training and evaluation datasets (a dataset, a dict of them, or None) have a ``prompt`` column
-    and the columns each reward function reads; raise a ValueError naming what is missing and how to add it."""
+    and the columns each reward function reads, and pass each reward function's own ``check_dataset(dataset)`` if it
+    has one; raise a ValueError naming what is missing and how to add it."""
     _check_split(train_dataset, reward_funcs, "training")
     named = eval_dataset.items() if isinstance(eval_dataset, dict) else [("", eval_dataset)]
     for name, dataset in named:
@@ -54,11 +55,17 @@ def _check_split(dataset: Any, reward_funcs: Any, split: str) -> None:
         )
     funcs: list[Callable] = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
     for func in funcs:
+        name = getattr(func, "__name__", type(func).__name__)
         missing = [column for column in reward_columns(func) if column not in columns]
         if missing:
-            name = getattr(func, "__name__", type(func).__name__)
             raise ValueError(
                 f"The reward function {name} reads the column(s) {missing}, which the {split} dataset lacks (its "
                 f"columns: {columns}). Add them to the dataset (e.g. the reference answer as 'solution'), or use a "
                 "reward function that fits it."
             )
+        check = getattr(func, "check_dataset", None)
+        if check is not None and hasattr(dataset, "unique"):
+            try:
+                check(dataset)
+            except ValueError as error:
+                raise ValueError(f"The {split} dataset does not fit the reward function {name}: {error}") from None
