@@ -41,7 +41,8 @@ def verl_step_loss(loss_sums: torch.Tensor, tokens: torch.Tensor, micro_batch: i
 def test_the_dapo_recipes_layout_gives_verls_token_mean_on_eight_processes():
     """The recipe's per_device_train_batch_size x 8 processes x gradient_accumulation_steps, each micro-batch's bnpo
     loss (its token mean / accumulation steps, averaged over processes) times its factor: verl's loss."""
-    _, args, _ = train.parse_args(["--config", str(DAPO_RECIPE), "--bf16", "false"])
+    with pytest.warns(UserWarning, match="holds 160 sequences"):  # parsed on 1 process: 160 sequences per step
+        _, args, _ = train.parse_args(["--config", str(DAPO_RECIPE), "--bf16", "false"])
     processes, per_device, accumulation = 8, args.per_device_train_batch_size, args.gradient_accumulation_steps
     steps_per_generation = args.steps_per_generation
     assert args.loss_type == "bnpo" and args.loss_token_mean_sequences == VERL_MICRO_BATCH
