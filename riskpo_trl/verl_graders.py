@@ -42,7 +42,7 @@ def gsm8k_strict_score(text: str, gold: str) -> float:
     return float(gsm8k_strict_answer(text) == gold)
 
 
-# --- MATH: string equivalence after the Hendrycks normalisation -------------------------------------------------------
+# --- MATH: string equivalence after the Hendrycks normalisation ------------------------------------------------------
 
 
 class _Unnormalisable(Exception):
@@ -143,7 +143,7 @@ def math_equiv_score(text: str, gold: str) -> float:
         return float(answer == gold)
 
 
-# --- DAPO: the "Answer:" line, Minerva normalisation, +1/-1 -----------------------------------------------------------
+# --- DAPO: the "Answer:" line, Minerva normalisation, +1/-1 ----------------------------------------------------------
 
 _ANSWER_LINE = re.compile(r"answer\s*:\s*([^\n]+)", re.IGNORECASE)
 NO_ANSWER = "[INVALID]"  # what the scorer compares when the completion has no "Answer:" line
@@ -151,8 +151,8 @@ NO_ANSWER = "[INVALID]"  # what the scorer compares when the completion has no "
 # Applied in this order: plain replacements, then removals, then the regular expressions below.
 _MINERVA_REPLACEMENTS = (("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), ("\\ ", ""), (" ", ""), ("mbox", "text"),
                          (",\\text{and}", ","), ("\\text{and}", ","), ("\\text{m}", "\\text{}"))
-_MINERVA_REMOVALS = ("square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots", "sue",
-                     "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters",
+_MINERVA_REMOVALS = ("square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots",
+                     "sue", "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters",
                      "meals", "edges", "students", "childrentickets", "multiples", "\\text{s}", "\\text{.}",
                      "\\text{\ns}", "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}", "\\mathrm{th}", "^\\circ",
                      "^{\\circ}", "\\;", ",\\!", "{,}", '"', "\\dots")

@@ -61,9 +61,9 @@ def test_the_dapo_recipes_layout_gives_verls_token_mean_on_eight_processes():
         plain_bnpo = bnpo[:, window].sum(-1).mean()
         # verl's micro-batches: the step's sequences in the order micro-step, process (any fixed order; TRL
         # shuffles the generation batch first)
-        in_order = lambda t: t[:, window].permute(1, 0, 2).reshape(-1)  # noqa: E731
-        assert len(in_order(tokens)) == 20 * VERL_MICRO_BATCH  # 20 micro-batches per optimizer step, as theirs
-        verl = verl_step_loss(in_order(loss_sums), in_order(tokens), VERL_MICRO_BATCH)
+        step_tokens, step_losses = (values[:, window].permute(1, 0, 2).reshape(-1) for values in (tokens, loss_sums))
+        assert len(step_tokens) == 20 * VERL_MICRO_BATCH  # 20 micro-batches per optimizer step, as theirs
+        verl = verl_step_loss(step_losses, step_tokens, VERL_MICRO_BATCH)
         assert trl_step.item() == pytest.approx(verl.item(), rel=1e-12)
         assert plain_bnpo.item() != pytest.approx(verl.item(), rel=1e-3)  # without the factors it differs
 

@@ -20,8 +20,9 @@ from test_token_mean_groups import DISTRIBUTED_LAYOUT, train_on_a_made_up_batch 
 
 def main() -> None:
     output_dir, model_dir = Path(sys.argv[1]), sys.argv[2]
-    model, gradients, seen, trainer = train_on_a_made_up_batch(model_dir, output_dir / "run", **DISTRIBUTED_LAYOUT)
-    torch.save({"gradients": gradients, "micro_batches": seen}, output_dir / f"rank{trainer.accelerator.process_index}.pt")
+    _, gradients, seen, trainer = train_on_a_made_up_batch(model_dir, output_dir / "run", **DISTRIBUTED_LAYOUT)
+    rank = trainer.accelerator.process_index
+    torch.save({"gradients": gradients, "micro_batches": seen}, output_dir / f"rank{rank}.pt")
 
 
 if __name__ == "__main__":
