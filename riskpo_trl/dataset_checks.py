@@ -17,8 +17,8 @@ def check_dataset_columns(
     train_dataset: Any, eval_dataset: Any, reward_funcs: Any, environment_factory: Any = None
 ) -> None:
     """Check that the training and evaluation datasets (a dataset, a dict of them, or None) have the columns
-    GRPOTrainer reads and the columns each reward function reads; raise a ValueError naming what is missing and how to
-    add it.
+    GRPOTrainer reads and the columns each reward function reads, and pass each reward function's own
+    ``check_dataset(dataset)`` if it has one; raise a ValueError naming what is missing and how to add it.
 
     What GRPOTrainer reads: each example's ``prompt``, except with an ``environment_factory``, where the environment's
     ``reset()`` supplies the prompt and ``prompt`` is optional; with a dict of environments, the ``environment`` column
@@ -114,11 +114,17 @@ def _check_split(dataset: Any, reward_funcs: Any, environment_factory: Any, spli
         )
     funcs: list[Callable] = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
     for func in funcs:
+        name = getattr(func, "__name__", type(func).__name__)
         missing = [column for column in reward_columns(func) if column not in columns]
         if missing:
-            name = getattr(func, "__name__", type(func).__name__)
             raise ValueError(
                 f"The reward function {name} reads the column(s) {missing}, which the {split} dataset lacks (its "
                 f"columns: {columns}). Add them to the dataset (e.g. the reference answer as 'solution'), or use a "
                 "reward function that fits it."
             )
+        check = getattr(func, "check_dataset", None)
+        if check is not None and hasattr(dataset, "unique"):
+            try:
+                check(dataset)
+            except ValueError as error:
+                raise ValueError(f"The {split} dataset does not fit the reward function {name}: {error}") from None

@@ -54,6 +54,9 @@ class RiskPOConfig(GRPOConfig):
         advantage choices reproduce the authors' public code (see `docs/algorithm.md`).
         steps_per_generation (`int`, defaults to `4 x gradient_accumulation_steps` unless it or generation_batch_size
         is set): the paper's 4 optimizer updates per generation batch.
+        loss_token_mean_sequences (`int`, defaults to `None`): with loss_type `"bnpo"`, the token mean over groups of
+        this many sequences instead of over each micro-batch, as verl's (the authors' code; see
+        `riskpo_trl.token_mean_groups`).
     """
 
     # Risk measure
@@ -174,6 +177,14 @@ class RiskPOConfig(GRPOConfig):
         metadata={"help": "Loss aggregation. 'grpo' (the paper) averages each sequence's loss, then over sequences; "
                   "other TRL loss types ('dapo', 'dr_grpo', 'bnpo', ...) are available for ablations."},
     )
+    loss_token_mean_sequences: int | None = field(
+        default=None,
+        metadata={"help": "With loss_type='bnpo': take the token mean over groups of this many sequences of an "
+                  "optimizer step, then the mean over groups (verl's token-mean over a micro-batch of "
+                  "ppo_micro_batch_size_per_gpu sequences), whatever per_device_train_batch_size is. It must be a "
+                  "multiple of per_device_train_batch_size and should divide the sequences of an optimizer step. "
+                  "None: TRL's bnpo, one token mean per micro-batch."},
+    )
     per_device_train_batch_size: int = field(
         default=10,
         metadata={"help": "Completions per device per micro-batch. With the default gradient_accumulation_steps=5 a "
@@ -223,6 +234,7 @@ class RiskPOConfig(GRPOConfig):
         self._refuse_unsourced_combinations()
         super().__post_init__()
         self._validate_batch_layout()
+        self._validate_token_mean_groups()
 
     def _validate_risk_fields(self) -> None:
         if not (0.0 <= self.risk_alpha < self.risk_beta <= 1.0):
@@ -378,6 +390,40 @@ def _name_misspelled_fields(config_class: type) -> None:
 
 
 _name_misspelled_fields(RiskPOConfig)
+
+    def _validate_token_mean_groups(self) -> None:
+        """Groups of loss_token_mean_sequences must hold whole micro-batches and should tile each optimizer step; a
+        step must not straddle two generation batches (the groups' token counts are taken per generation batch)."""
+        size = self.loss_token_mean_sequences
+        if size is None:
+            return
+        if self.loss_type != "bnpo":
+            raise ValueError(
+                f"loss_token_mean_sequences={size} regroups the token mean of loss_type='bnpo' (verl's token-mean); "
+                f"loss_type={self.loss_type!r} aggregates otherwise. Set loss_type='bnpo' or drop the field."
+            )
+        per_device = self.per_device_train_batch_size
+        if size < 1 or size % per_device != 0:
+            raise ValueError(
+                f"loss_token_mean_sequences={size} must be a positive multiple of per_device_train_batch_size="
+                f"{per_device}, so each group holds whole micro-batches: set per_device_train_batch_size to a "
+                f"divisor of {size} ({_divisors(size) if size >= 1 else 'none'})."
+            )
+        per_step = per_device * self.world_size * self.gradient_accumulation_steps
+        if per_step % size != 0:
+            warnings.warn(
+                f"An optimizer step holds {per_step} sequences (per_device_train_batch_size={per_device} x "
+                f"{self.world_size} processes x gradient_accumulation_steps={self.gradient_accumulation_steps}), "
+                f"not a whole number of loss_token_mean_sequences={size} groups: its last group holds "
+                f"{per_step % size} and weighs as much as a full one. Make the step a multiple of {size}.",
+                stacklevel=3,
+            )
+        if self.steps_per_generation % self.gradient_accumulation_steps != 0:
+            raise ValueError(
+                f"steps_per_generation={self.steps_per_generation} must be a multiple of gradient_accumulation_steps="
+                f"{self.gradient_accumulation_steps} with loss_token_mean_sequences: an optimizer step must not span "
+                "two generation batches."
+            )
 
 
 def _deepspeed_launch_without_accelerator() -> bool:

@@ -27,9 +27,12 @@ from .regime_guard import RegimeGuard
 from .risk import RiskPOBatch
 from .riskpo_config import RiskPOConfig
 from .tied_weights import without_tied_missing_keys
+from .token_mean_groups import token_mean_group_scales
 from .unscored_rewards import UnscoredCounts, counting_unscored
 
 RISK_STATE_FILE = "riskpo_state.json"
+# Key of a training micro-batch's factor on its bnpo loss when loss_token_mean_sequences is set.
+TOKEN_MEAN_SCALE = "token_mean_scale"
 
 logger = logging.get_logger(__name__)
 
@@ -63,11 +66,13 @@ class RiskPOTrainer(GRPOTrainer):
     The loss is inherited unchanged: with the config's defaults (``importance_sampling_level="sequence"``,
     ``loss_type="grpo"``) TRL's `_compute_loss` is exactly the paper's clipped objective (eq. ``mvar_obj``), the
     clipped ``min(s * A, clip(s, 1 - eps, 1 + eps) * A)`` with ``s = (pi / pi_old) ** (1 / |y|)``, averaged over
-    sequences; `tests/test_loss.py` checks this against a direct implementation. The trackers are saved in every
-    checkpoint (``riskpo_state.json``) and restored on resume. Per generation batch the trainer logs ``risk/q_alpha``,
-    ``risk/q_beta``, ``risk/bundle_score_mean``, ``risk/mvar``, ``risk/lower_rvar``, ``risk/frac_zero_advantage``,
-    ``risk/frac_unscorable`` and a few more next to GRPO's metrics, and the completions table shows RiskPO's
-    advantages and each completion's bundle.
+    sequences; `tests/test_loss.py` checks this against a direct implementation. With ``loss_type="bnpo"`` and
+    ``loss_token_mean_sequences`` set, each micro-batch's loss is multiplied by a factor that makes the optimizer
+    step's loss verl's token mean over groups of that many sequences (`riskpo_trl.token_mean_groups`), what the
+    authors' runs used. The trackers are saved in every checkpoint (``riskpo_state.json``) and restored on resume.
+    Per generation batch the trainer logs ``risk/q_alpha``, ``risk/q_beta``, ``risk/bundle_score_mean``,
+    ``risk/mvar``, ``risk/lower_rvar``, ``risk/frac_zero_advantage``, ``risk/frac_unscorable`` and a few more next to
+    GRPO's metrics, and the completions table shows RiskPO's advantages and each completion's bundle.
 
     Unscorable completions (every reward function returned ``None`` or NaN) get advantage 0 and do not count in their
     bundle's score, which is rescaled to the size of a full bundle; see [`permutation_bundles`]. A warning names the
@@ -120,6 +125,8 @@ class RiskPOTrainer(GRPOTrainer):
         self._last_rewards_per_func: torch.Tensor | None = None
         self._last_unscored: UnscoredCounts | None = None
         self.last_risk_batch: RiskPOBatch | None = None  # the latest batch's bundles, for inspection and tests
+        self._scaled_buffer: list | None = None  # the generation batch the loss scales below belong to
+        self._token_mean_scales: torch.Tensor | None = None
 
     def train(self, *args, **kwargs):
         """`Trainer.train`, but a run that ends without a single optimizer step raises instead of returning as if it
@@ -234,6 +241,40 @@ class RiskPOTrainer(GRPOTrainer):
         logged.extend(batch.advantages.tolist())
         self._logs["extra"]["bundle"].extend(batch.bundle_ids.tolist())
         self._logs["extra"]["bundle_score"].extend(batch.bundle_scores[batch.bundle_ids].tolist())
+
+    # --- loss granularity --------------------------------------------------------------------------------------------
+
+    def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
+        inputs = super()._prepare_inputs(generation_batch)
+        if not self.model.training or self.args.loss_token_mean_sequences is None:
+            return inputs
+        if self._buffered_inputs is not self._scaled_buffer:  # a new generation batch: one gather for all its steps
+            self._scaled_buffer = self._buffered_inputs
+            self._token_mean_scales = self._gathered_token_mean_scales(self._buffered_inputs)
+        index = self._step % self.args.steps_per_generation
+        return {**inputs, TOKEN_MEAN_SCALE: self._token_mean_scales[index]}
+
+    def _gathered_token_mean_scales(self, micro_batches: list[dict[str, Any]]) -> torch.Tensor:
+        """This process's loss factor for each micro-batch of the generation batch (`token_mean_groups`)."""
+        counts = torch.stack([self._loss_mask(batch).sum() for batch in micro_batches]).float()
+        gathered = self.accelerator.gather(counts).reshape(self.accelerator.num_processes, -1).cpu()
+        scales = token_mean_group_scales(
+            gathered,
+            self.args.gradient_accumulation_steps,
+            self.args.loss_token_mean_sequences // self.args.per_device_train_batch_size,
+        )
+        return scales[self.accelerator.process_index].to(counts.device, torch.float32)
+
+    @staticmethod
+    def _loss_mask(batch: dict[str, Any]) -> torch.Tensor:
+        """The tokens TRL's loss averages over (its `_compute_loss` mask)."""
+        mask = batch["completion_mask"]
+        return mask if "tool_mask" not in batch else mask * batch["tool_mask"]
+
+    def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)
+        scale = inputs.get(TOKEN_MEAN_SCALE)
+        return loss if scale is None else loss * scale
 
     # --- model card ----------------------------------------------------------------------------------------------
 

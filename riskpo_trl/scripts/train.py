@@ -31,6 +31,7 @@ from typing import Any
 
 from ..console import pop_debug_flag, silence_known_warnings, usage_errors
 from ..naming import closest_name
+from ..prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
 from ..trainers import TRAINERS, check_trainer_name, get_trainer_classes
 from .recipe_values import check_recipe_values, recipe_field_in
 
@@ -58,6 +59,14 @@ class RiskPOScriptArguments:
     dataset_files: list[str] | None = field(
         default=None,
         metadata={"help": "Local JSON/JSONL/Parquet files in dataset_name's Hub schema, read instead of the Hub."},
+    )
+    prompt_template: str = field(
+        default=DEFAULT_PROMPT_TEMPLATE,
+        metadata={"help": "Prompt of the math datasets: 'qwen_boxed' (problem + 'Please reason step by step, and put "
+                  "your final answer within \\boxed{}.') or 'authors' (the RiskPO authors' scripts: DAPO-Math-17k's "
+                  "own prompt kept as it is; MATH and GSM8K: problem + \" Let's think step by step and output the "
+                  "final answer within \\boxed{}.\"). Also used for eval_benchmark.",
+                  "choices": list(PROMPT_BUILDERS)},
     )
     max_train_samples: int | None = field(
         default=None, metadata={"help": "Keep only the first N training rows (of a mixture: after a seeded shuffle)."}
@@ -313,11 +322,13 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         script_args.dataset_files,
         script_args.max_train_samples,
         seed=training_args.seed,  # which rows of a mixture max_train_samples keeps
+        prompt_template=script_args.prompt_template,
     )
     check_generation_batch_fits(train_dataset, training_args)  # every trainer: GRPO's drops the last batch too
     eval_dataset = None
     if script_args.eval_benchmark is not None and training_args.eval_strategy != "no":
-        eval_dataset = load_benchmark(script_args.eval_benchmark, limit=script_args.max_eval_samples)
+        eval_dataset = load_benchmark(script_args.eval_benchmark, limit=script_args.max_eval_samples,
+                                      prompt_template=script_args.prompt_template)
 
     # Given a model id, the trainer loads its processing class: the tokenizer, or for a vision-language model (the
     # Geometry3K track) its processor, and then takes TRL's VLM path for the `images` column.
