@@ -359,38 +359,6 @@ class RiskPOConfig(GRPOConfig):
                 stacklevel=3,
             )
 
-
-def _save_interval(args: GRPOConfig) -> int | None:
-    """Optimizer steps between checkpoints, or None when not known at config time (no step-based saving, or a
-    fraction of a max_steps that epochs decide)."""
-    if args.save_strategy != "steps":
-        return None
-    if args.save_steps >= 1:
-        return int(args.save_steps)
-    return math.ceil(args.max_steps * args.save_steps) if args.max_steps > 0 else None
-
-
-def _name_misspelled_fields(config_class: type) -> None:
-    """Make ``config_class(bundel_size=2)`` say which field was meant, instead of the dataclass's bare 'unexpected
-    keyword argument'."""
-    generated_init = config_class.__init__
-
-    @functools.wraps(generated_init)
-    def __init__(self, *args, **kwargs):
-        accepted = {f.name for f in fields(config_class) if f.init}
-        for name in kwargs:
-            if name not in accepted:
-                raise TypeError(
-                    f"{config_class.__name__} got an unexpected keyword argument {name!r}"
-                    f"{closest_name(name, accepted)}."
-                )
-        generated_init(self, *args, **kwargs)
-
-    config_class.__init__ = __init__
-
-
-_name_misspelled_fields(RiskPOConfig)
-
     def _validate_token_mean_groups(self) -> None:
         """Groups of loss_token_mean_sequences must hold whole micro-batches and should tile each optimizer step; a
         step must not straddle two generation batches (the groups' token counts are taken per generation batch)."""
@@ -424,6 +392,38 @@ _name_misspelled_fields(RiskPOConfig)
                 f"{self.gradient_accumulation_steps} with loss_token_mean_sequences: an optimizer step must not span "
                 "two generation batches."
             )
+
+
+def _save_interval(args: GRPOConfig) -> int | None:
+    """Optimizer steps between checkpoints, or None when not known at config time (no step-based saving, or a
+    fraction of a max_steps that epochs decide)."""
+    if args.save_strategy != "steps":
+        return None
+    if args.save_steps >= 1:
+        return int(args.save_steps)
+    return math.ceil(args.max_steps * args.save_steps) if args.max_steps > 0 else None
+
+
+def _name_misspelled_fields(config_class: type) -> None:
+    """Make ``config_class(bundel_size=2)`` say which field was meant, instead of the dataclass's bare 'unexpected
+    keyword argument'."""
+    generated_init = config_class.__init__
+
+    @functools.wraps(generated_init)
+    def __init__(self, *args, **kwargs):
+        accepted = {f.name for f in fields(config_class) if f.init}
+        for name in kwargs:
+            if name not in accepted:
+                raise TypeError(
+                    f"{config_class.__name__} got an unexpected keyword argument {name!r}"
+                    f"{closest_name(name, accepted)}."
+                )
+        generated_init(self, *args, **kwargs)
+
+    config_class.__init__ = __init__
+
+
+_name_misspelled_fields(RiskPOConfig)
 
 
 def _deepspeed_launch_without_accelerator() -> bool:
