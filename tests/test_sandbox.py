@@ -139,14 +139,15 @@ def test_assert_style_check_cannot_install_tracers_or_hooks(sandbox):
 
 def test_assert_instrumentation_keeps_literal_expectations_out_of_the_sandbox():
     code = "def check(c):\n    assert c(1) == 'secret-expected' and c(2) is None, 'msg'\n    assert not c(3) < 7\ncheck(f)"
-    sandbox_code, probes = instrument_assertions(code)
-    assert "secret-expected" not in sandbox_code and "assert" not in sandbox_code
-    assert [(p.op, p.right) for p in probes] == [("==", "secret-expected"), ("is", None), (">=", 7)]
-    passing = json.dumps([[0, ["secret-expected", None]], [1, [None, None]], [2, [9, None]]])
-    assert assertions_pass(passing, probes)
-    assert not assertions_pass(json.dumps([[0, ["guess", None]], [1, [None, None]], [2, [9, None]]]), probes)
-    assert not assertions_pass(json.dumps([[0, ["secret-expected", None]], [1, [None, None]]]), probes)  # one skipped
-    assert not assertions_pass(json.dumps([[5, [1, None]]]), probes) and not assertions_pass("", probes)
+    check = instrument_assertions(code)
+    assert "secret-expected" not in check.sandbox_code and "assert" not in check.sandbox_code
+    assert "7" not in check.sandbox_code and "None" not in check.sandbox_code
+    assert [probe.n_leaves for probe in check.probes] == [2, 1]  # c(1), c(2); c(3)
+    passing = json.dumps([[0, ["secret-expected", None]], [1, [9]]])
+    assert assertions_pass(passing, check)
+    assert not assertions_pass(json.dumps([[0, ["guess", None]], [1, [9]]]), check)
+    assert not assertions_pass(json.dumps([[0, ["secret-expected", None]]]), check)  # one skipped
+    assert not assertions_pass(json.dumps([[5, [1]]]), check) and not assertions_pass("", check)
 
 
 def test_honest_programs_pass_varied_assert_forms(reward):
@@ -159,7 +160,9 @@ def test_honest_programs_pass_varied_assert_forms(reward):
 
 
 def test_missing_or_broken_tests_are_unscorable(reward):
-    broken_check = TestSpec("assert", ["assert f(1) == ("], [""]).to_json()
+    broken_check = json.dumps({"style": "assert", "inputs": ["assert f(1) == ("], "outputs": [""]})
+    with pytest.raises(ValueError, match="does not parse"):
+        TestSpec("assert", ["assert f(1) == ("], [""])
     tests = [None, "not json", '{"style": "stdin"}', broken_check]
     assert reward([as_completion("print(1)")] * 4, tests) == [None] * 4
 
@@ -193,21 +196,23 @@ def test_loop_that_swallows_the_timer_is_killed_by_the_wall_clock(reward):
     assert time.monotonic() - start < FAST.total_timeout_s + 2
 
 
-def test_bounded_fork_loop_creates_no_process(sandbox, tmp_path):
+def test_fork_loop_is_capped_at_max_processes(sandbox):
+    """fork is allowed (multiprocessing), within max_processes: the pids cgroup, or RLIMIT_NPROC without one."""
     program = """
-    import os
+    import os, time
     made = 0
-    for _ in range(5):
+    for _ in range(40):
         try:
             if os.fork() == 0:
+                time.sleep(1)
                 os._exit(0)
             made += 1
         except OSError:
-            pass
+            break
     print(made)
     """
     result = sandbox.run(textwrap.dedent(program), [""])
-    assert result.ok and result.outputs == ["0\n"]
+    assert result.ok and 1 <= int(result.outputs[0]) <= FAST.max_processes
 
 
 def test_memory_hog_fails_without_hurting_the_parent(reward):
@@ -396,9 +401,9 @@ def test_bounded_json_refuses_deep_oversized_or_bulky_text():
             bounded_json.loads(text, max_bytes=limit)
     with pytest.raises(ValueError, match="deeper"):
         bounded_json.loads('["' + "x" * 5_000_000 + '"' + "[" * 200, max_bytes=10**8)
-    with pytest.raises(ValueError, match="outside strings"):
-        bounded_json.loads("[" + "[]," * 1000 + "[]]", max_bytes=10**8, max_structure=100)
-    assert bounded_json.loads('["' + "[" * 1000 + '"]', max_bytes=10**4, max_structure=4) == ["[" * 1000]
+    assert bounded_json.loads('["' + "[" * 1000 + '"]', max_bytes=10**4) == ["[" * 1000]
+    assert bounded_json.loads("[" + "[]," * 1000 + "[]]", max_bytes=10**8) == [[]] * 1001  # wide, not deep
+    assert bounded_json.nesting_depth('["a\\\\", ["\\"["], {"b": "\\\\\\""}]') == 2  # escaped \ and \"
 
 
 def test_values_equal_handles_huge_and_non_finite_numbers():
