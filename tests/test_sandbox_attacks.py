@@ -35,14 +35,18 @@ LIMITS = SandboxLimits(test_timeout_s=2.0, total_timeout_s=4.0, cpu_time_s=3, me
                        max_output_bytes=1 << 20, disk_mb=16, max_processes=8, max_files=2000)
 SECRET_VAR = "RISKPO_FAKE_API_TOKEN"
 
-# The attack on the runner itself: its deny tables are globals of __main__, so one line empties them. Every escape
-# program starts with it, so that with the audit hook on, what stops the rest is the OS layer.
+# The attack on the runner itself: its deny tables are globals of the runner's module, which the call stack leads
+# to, so one line empties them. Every escape program starts with it, so that with the audit hook on, what stops the
+# rest is the OS layer.
 DISARM = """
 import sys
-_runner = sys.modules["__main__"]
-_runner._DENIED_EVENTS = frozenset()
-_runner._PATH_ARGS = {}
-_runner._DIR_FD_ARGS = {}
+_frame = sys._getframe()
+while "_DENIED_EVENTS" not in _frame.f_globals:
+    _frame = _frame.f_back
+_runner = _frame.f_globals
+_runner["_DENIED_EVENTS"] = frozenset()
+_runner["_PATH_ARGS"] = {}
+_runner["_DIR_FD_ARGS"] = {}
 """
 
 

@@ -24,6 +24,7 @@ import os
 import resource
 import signal
 import sys
+import types
 
 # Taken before any program runs: a program that replaces builtins.exec must not turn the check code into a no-op.
 _exec, _compile = builtins.exec, builtins.compile
@@ -197,6 +198,15 @@ _PRELUDE = (
 )
 
 
+def _program_module(name):
+    """A fresh module for one test's program, registered in ``sys.modules`` under its ``__name__`` so that pickling
+    its functions by name works (``multiprocessing.Pool``); fresh builtins, so one test cannot rewire the next."""
+    module = types.ModuleType(name)
+    module.__builtins__ = dict(_BUILTINS)
+    sys.modules[name] = module
+    return module
+
+
 def _run_one(code, style, fn_name, test_input, timeout_s, workdir):
     """Run one test; return (observed output, error or None).
 
@@ -214,7 +224,7 @@ def _run_one(code, style, fn_name, test_input, timeout_s, workdir):
     result, error, records = None, None, []
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
-        namespace = {"__name__": "__main__" if style == "stdin" else "solution", "__builtins__": dict(_BUILTINS)}
+        namespace = _program_module("__main__" if style == "stdin" else "solution").__dict__
         _exec(_PRELUDE, namespace)
         _exec(code, namespace)
         if style == "assert":

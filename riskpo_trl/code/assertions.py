@@ -73,6 +73,22 @@ def _bounded_range(*args) -> range:
     return span
 
 
+def _isinstance(value, kinds) -> bool:
+    """``isinstance`` over reported values: lists and tuples are one kind (tuples arrive as lists), and so are sets."""
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    wanted: list[type] = []
+    for kind in kinds:
+        if kind in (list, tuple):
+            wanted += [list, tuple]
+        elif kind in (_hashable_set, set, frozenset):
+            wanted += [set, frozenset]
+        elif isinstance(kind, type):
+            wanted.append(kind)
+        else:
+            raise _Failed("isinstance of something that is not a type")
+    return isinstance(value, tuple(wanted))
+
+
 # What the trainer evaluates itself when check code calls these names (and does not bind them).
 FUNCTIONS: dict[str, Any] = {
     "abs": abs, "len": len, "sorted": sorted, "min": min, "max": max, "sum": sum, "round": round, "int": int,
@@ -81,7 +97,8 @@ FUNCTIONS: dict[str, Any] = {
     "range": _bounded_range, "enumerate": lambda items, start=0: list(enumerate(items, start)),
     "zip": lambda *items: list(zip(*items)), "Counter": collections.Counter, "isclose": math.isclose,
     "math.isclose": math.isclose, "math.fabs": math.fabs, "math.floor": math.floor, "math.ceil": math.ceil,
-    "math.sqrt": math.sqrt, "collections.Counter": collections.Counter,
+    "math.sqrt": math.sqrt, "collections.Counter": collections.Counter, "isinstance": _isinstance, "dict": dict,
+    "bytes": bytes,
 }
 _CONSTANT_NAMES = {"inf": math.inf, "nan": math.nan, "math.inf": math.inf, "math.nan": math.nan, "math.pi": math.pi}
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,

@@ -198,10 +198,11 @@ def _make_parent(directory: str, version: int) -> str:
 
 
 def _remove_parent(parent: str) -> None:
+    """At exit: the parent and any run cgroup left in it (quietly: the interpreter is ending)."""
     try:
         for entry in os.scandir(parent):
             if entry.is_dir(follow_symlinks=False):
-                RunCgroup([entry.path]).remove()
+                os.rmdir(entry.path)
         os.rmdir(parent)
     except OSError:
         pass
