@@ -16,7 +16,7 @@ import pytest
 
 from helpers import processes_with
 from riskpo_trl.code import bounded_json, cgroups
-from riskpo_trl.code.assertions import assertions_pass, instrument_assertions, values_equal
+from riskpo_trl.code.assertions import assertions_pass, instrument_assertions
 from riskpo_trl.code.reward import CodeReward, code_reward_from_settings, extract_code
 from riskpo_trl.code.sandbox import (
     Sandbox,
@@ -27,6 +27,7 @@ from riskpo_trl.code.sandbox import (
     remove_tree,
 )
 from riskpo_trl.code.testspec import TestSpec
+from riskpo_trl.code.values import values_equal
 
 FAST = SandboxLimits(test_timeout_s=1.0, total_timeout_s=4.0, cpu_time_s=3, memory_mb=512, max_output_bytes=1 << 20,
                      disk_mb=16)
@@ -207,8 +208,11 @@ def test_multiprocessing_pool_works_within_the_limits(reward):
         return x * x
 
     if __name__ == "__main__":
-        with Pool(2) as pool:
-            print(sum(pool.map(square, range(int(input())))))
+        pool = Pool(2)
+        squares = pool.map(square, range(int(input())))
+        pool.terminate()  # signals its live workers: the program's own children
+        pool.join()
+        print(sum(squares))
     """
     spec = TestSpec("stdin", ["10\n"], ["285"]).to_json()
     assert reward([as_completion(program)], [spec]) == [1.0]

@@ -725,7 +725,7 @@ def test_assert_forms_the_trainer_cannot_judge_are_refused_and_counted(tmp_path,
 def test_no_zombie_is_left_when_the_trainer_is_pid_1():
     """In a container without an init, the trainer is PID 1 and reaps nobody: each run's sandbox PID 1 used to stay a
     zombie, until the pid limit made every completion score 0."""
-    script = textwrap.dedent(f"""
+    script = textwrap.dedent("""
         import os
         from riskpo_trl.code.reward import CodeReward
         from riskpo_trl.code.sandbox import Sandbox, SandboxLimits
@@ -735,19 +735,19 @@ def test_no_zombie_is_left_when_the_trainer_is_pid_1():
         reward = CodeReward(sandbox=Sandbox(limits, max_workers=2))
         spec = TestSpec("stdin", [""], ["3"]).to_json()
         programs = ["print(3)", "while True:\\n    pass", "import os\\nos._exit(0)"] * 2
-        scores = reward([[{{"role": "assistant", "content": f"```python\\n{{p}}\\n```"}}] for p in programs],
+        scores = reward([[{"role": "assistant", "content": f"```python\\n{p}\\n```"}] for p in programs],
                         [spec] * len(programs))
         zombies = []
         for pid in os.listdir("/proc"):
             try:
-                if pid.isdigit() and open(f"/proc/{{pid}}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+                if pid.isdigit() and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
                     zombies.append(pid)
             except OSError:
                 pass
         print(scores, len(zombies))
         """)
     done = subprocess.run(["unshare", "--fork", "--pid", "--mount-proc", sys.executable, "-c", script],
-                          capture_output=True, text=True, timeout=300, cwd=os.getcwd(),
+                          check=False, capture_output=True, text=True, timeout=300, cwd=os.getcwd(),
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["[1.0,", "0.0,", "0.0,", "1.0,", "0.0,", "0.0]", "0"]

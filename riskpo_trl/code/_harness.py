@@ -18,7 +18,6 @@ tables): the boundary is the bubblewrap sandbox the parent starts this runner in
 """
 
 import builtins
-import io
 import json
 import os
 import resource
@@ -32,10 +31,11 @@ _BUILTINS = dict(vars(builtins))  # each test gets a fresh copy, so one test's p
 PROBE_NAME = "__riskpo_probe__"  # what instrumented assert code calls (see riskpo_trl.code.assertions)
 
 # os.fork is allowed (multiprocessing.Pool): the pids cgroup or RLIMIT_NPROC bounds it; executing programs is not.
+# os.kill is allowed for the runner's own children only (Pool.terminate), see `_own_child`.
 _DENIED_EVENTS = frozenset({
     "socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.getaddrinfo",
     "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen",
-    "os.kill", "os.killpg", "signal.pthread_kill", "ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function",
+    "os.killpg", "signal.pthread_kill", "ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function",
     "sys.remote_exec", "os.setuid", "webbrowser.open",
     # tracers and further hooks could watch or rewrite the test code's evaluation
     "sys.settrace", "sys.setprofile", "sys.addaudithook",
@@ -112,6 +112,8 @@ def _install_guard(root, shared_memory_dir=None):
     def hook(event, args):
         if event in _DENIED_EVENTS:
             raise PermissionError(f"sandbox: {event} is not allowed")
+        if event == "os.kill" and not _own_child(args[0]):
+            raise PermissionError("sandbox: os.kill of a process other than the program's own child is not allowed")
         if event == "open":
             path, mode, flags = args
             if path is None or isinstance(path, int):
@@ -144,6 +146,15 @@ def _install_guard(root, shared_memory_dir=None):
 
     sys.addaudithook(hook)
     _guard_unaudited(inside, resolve)
+
+
+def _own_child(pid):
+    """Whether ``pid`` is a child of this process (waitid without reaping: opening /proc here would be audited)."""
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except (OSError, ValueError, OverflowError, TypeError):
+        return False
+    return pid > 0
 
 
 def _guard_unaudited(inside, resolve):

@@ -32,21 +32,21 @@ import builtins
 import collections
 import copy
 import functools
-import json
 import math
-import operator
 from dataclasses import dataclass
 from typing import Any
 
 from . import bounded_json
 from ._harness import _PRELUDE, PROBE_NAME
-from .values import Opaque, Raised, _hashable, decode_value, values_equal
+from .check_eval import CONSTANT_NAMES, FUNCTIONS, LEAF_PREFIX, EvaluationFailed, dotted_name, evaluate, truth
+from .values import decode_value
 
 MAX_OBSERVED_CHARS = 16 * 1024 * 1024  # a returned value or assertion record beyond this fails (none real comes close)
 MAX_UNROLLED_ASSERTIONS = 5000  # more (after unrolling loops) is refused as too large to judge
 MAX_LOOP_ITERATIONS = 2000
-_LEAF = "__riskpo_leaf_"
-_MAX_SIZE = 1 << 20  # elements or bits a value computed here may reach (a guard against 2 ** 10 ** 9)
+
+_STRUCTURE = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.UnaryOp, ast.BinOp, ast.BoolOp, ast.Compare,
+              ast.IfExp, ast.Subscript, ast.Slice)
 
 
 class UndecidableTestError(ValueError):
@@ -56,59 +56,6 @@ class UndecidableTestError(ValueError):
     def __init__(self, kind: str, detail: str = ""):
         super().__init__(f"{kind}: {detail}" if detail else kind)
         self.kind = kind
-
-
-class _Failed(Exception):
-    """The assertion does not hold: a comparison is false, or evaluating it would have raised in Python."""
-
-
-def _hashable_set(items=()) -> frozenset:
-    return frozenset(_hashable(item) for item in items)
-
-
-def _bounded_range(*args) -> range:
-    span = range(*args)
-    if len(span) > _MAX_SIZE:
-        raise _Failed("range too long")
-    return span
-
-
-def _isinstance(value, kinds) -> bool:
-    """``isinstance`` over reported values: lists and tuples are one kind (tuples arrive as lists), and so are sets."""
-    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
-    wanted: list[type] = []
-    for kind in kinds:
-        if kind in (list, tuple):
-            wanted += [list, tuple]
-        elif kind in (_hashable_set, set, frozenset):
-            wanted += [set, frozenset]
-        elif isinstance(kind, type):
-            wanted.append(kind)
-        else:
-            raise _Failed("isinstance of something that is not a type")
-    return isinstance(value, tuple(wanted))
-
-
-# What the trainer evaluates itself when check code calls these names (and does not bind them).
-FUNCTIONS: dict[str, Any] = {
-    "abs": abs, "len": len, "sorted": sorted, "min": min, "max": max, "sum": sum, "round": round, "int": int,
-    "float": float, "str": str, "bool": bool, "list": list, "tuple": tuple, "set": _hashable_set,
-    "frozenset": _hashable_set, "all": all, "any": any, "reversed": lambda items: list(reversed(items)),
-    "range": _bounded_range, "enumerate": lambda items, start=0: list(enumerate(items, start)),
-    "zip": lambda *items: list(zip(*items)), "Counter": collections.Counter, "isclose": math.isclose,
-    "math.isclose": math.isclose, "math.fabs": math.fabs, "math.floor": math.floor, "math.ceil": math.ceil,
-    "math.sqrt": math.sqrt, "collections.Counter": collections.Counter, "isinstance": _isinstance, "dict": dict,
-    "bytes": bytes,
-}
-_CONSTANT_NAMES = {"inf": math.inf, "nan": math.nan, "math.inf": math.inf, "math.nan": math.nan, "math.pi": math.pi}
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-           ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitAnd: operator.and_,
-           ast.BitOr: operator.or_, ast.BitXor: operator.xor}
-_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
-_ORDER = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
-_STRUCTURE = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.UnaryOp, ast.BinOp, ast.BoolOp, ast.Compare,
-              ast.IfExp, ast.Subscript, ast.Slice)
 
 
 @functools.cache
@@ -123,15 +70,7 @@ def _harmless_import(node: ast.Import | ast.ImportFrom, alias: ast.alias) -> boo
     if isinstance(node, ast.Import):
         return alias.name in ("math", "collections") and alias.asname is None
     return (node.module in ("math", "collections") and alias.asname is None
-            and (alias.name in FUNCTIONS or alias.name in _CONSTANT_NAMES))
-
-
-def _dotted(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        return f"{node.value.id}.{node.attr}"
-    return None
+            and (alias.name in FUNCTIONS or alias.name in CONSTANT_NAMES))
 
 
 def _root_name(node: ast.expr) -> str | None:
@@ -197,6 +136,7 @@ class _Scope:
         self.local = set(counts)
         self.constants: dict[str, Any] = {}
         self.program: set[str] = set(program_params)  # names whose value derives from the program
+        self.outputs: set[str] = set()  # those of them that hold a result, not a function or a Solution object
 
     def bind_constant(self, name: str, value) -> bool:
         """Treat ``name`` as the known ``value`` unless an earlier pass found that the sandbox reads it while it is
@@ -213,10 +153,17 @@ class _Scope:
         if name in self.constants:
             return True, self.constants[name]
         if name in self.local or self.parent is None:
-            if self.parent is None and name in _CONSTANT_NAMES and name not in self.splitter.bound_anywhere:
-                return True, _CONSTANT_NAMES[name]
+            if self.parent is None and name in CONSTANT_NAMES and name not in self.splitter.bound_anywhere:
+                return True, CONSTANT_NAMES[name]
             return False, None
         return self.parent.constant(name)
+
+    def is_output(self, name: str) -> bool:
+        if name in self.outputs or name in self.splitter.demoted:
+            return True
+        if name in self.local or self.parent is None:
+            return False
+        return self.parent.is_output(name)
 
     def is_program(self, name: str) -> bool:
         if name in self.program or (name in self.splitter.demoted and name in self.splitter.passed_to_program):
@@ -240,7 +187,7 @@ class _Splitter:
             elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 stored.update(_stored_names(node.body))
         # `import math` or `from math import isclose` keep the names meaning what this module evaluates
-        harmless = {alias.asname or alias.name for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+        harmless = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
                     for alias in node.names if _harmless_import(node, alias)}
         self.bound_anywhere = {name for name in stored if not (name in harmless and stored[name] == 1)}
         known = self.bound_anywhere | set(dir(builtins)) | _prelude_names()
@@ -257,7 +204,7 @@ class _Splitter:
     # --- expressions ---------------------------------------------------------------------------------------------
 
     def _function(self, node: ast.expr, scope: _Scope) -> Any | None:
-        name = _dotted(node)
+        name = dotted_name(node)
         if name is None or name.split(".")[0] in self.bound_anywhere:
             return None
         return FUNCTIONS.get(name)
@@ -273,7 +220,7 @@ class _Splitter:
         if isinstance(node, ast.Name):
             return scope.constant(node.id)[0] or (self._function(node, scope) is not None)
         if isinstance(node, ast.Attribute):
-            return _dotted(node) in _CONSTANT_NAMES and node.value.id not in self.bound_anywhere
+            return dotted_name(node) in CONSTANT_NAMES and node.value.id not in self.bound_anywhere
         if isinstance(node, ast.Call):
             return (self._function(node.func, scope) is not None and not any(
                 isinstance(arg, (ast.Starred, ast.Lambda)) for arg in node.args) and all(
@@ -284,12 +231,12 @@ class _Splitter:
         """A copy of ``node`` for the trainer, with each leaf moved to ``leaves`` and replaced by a placeholder."""
         if not self._structural(node, scope):
             leaves.append(node)
-            return ast.Name(f"{_LEAF}{len(leaves) - 1}", ast.Load())
+            return ast.Name(f"{LEAF_PREFIX}{len(leaves) - 1}", ast.Load())
         if isinstance(node, ast.Name):
             known, value = scope.constant(node.id)
             return ast.Constant(value) if known else node
         if isinstance(node, ast.Attribute):
-            return ast.Constant(_CONSTANT_NAMES[_dotted(node)])
+            return ast.Constant(CONSTANT_NAMES[dotted_name(node)])
         if isinstance(node, ast.Call):
             return ast.Call(node.func, [self.split(arg, scope, leaves) for arg in node.args],
                             [ast.keyword(k.arg, self.split(k.value, scope, leaves)) for k in node.keywords])
@@ -332,8 +279,14 @@ class _Splitter:
         return uses_program
 
     def _program_rooted(self, node: ast.expr, scope: _Scope) -> bool:
-        root = _root_name(node)
-        return root is not None and scope.is_program(root)
+        """Whether calling ``node`` calls into the program (``candidate``, ``Solution().f``, ``sol.f``): then the call's
+        arguments are the program's inputs. A method of a result (``f(x).startswith("a")``) is not: its arguments may
+        be expected values."""
+        while isinstance(node, (ast.Attribute, ast.Call)):
+            if isinstance(node, ast.Call) and (node.args or node.keywords):
+                return False
+            node = node.func if isinstance(node, ast.Call) else node.value
+        return isinstance(node, ast.Name) and scope.is_program(node.id) and not scope.is_output(node.id)
 
     def _check_decidable(self, node: ast.expr, scope: _Scope, truth_context: bool) -> None:
         """Refuse an assertion whose verdict would rest on a value only the sandbox knows (module docstring)."""
@@ -431,6 +384,8 @@ class _Splitter:
             return [node]  # dropped later unless the sandbox reads the name (`_prune`)
         if name in scope.assigned_once and self.program_derived(node.value, scope):
             scope.program.add(name)
+            if not self._program_rooted(node.value, scope):  # `sol = Solution()` holds the program, not a result
+                scope.outputs.add(name)
         return [node]
 
     def _unroll(self, node: ast.For, scope: _Scope, functions) -> list[ast.stmt] | None:
@@ -472,7 +427,7 @@ class _Splitter:
     def evaluate_constant(self, node: ast.expr, scope: _Scope):
         try:
             return evaluate(self.split(node, scope, []), [])
-        except _Failed as exc:
+        except EvaluationFailed as exc:
             raise UndecidableTestError("a known value that cannot be evaluated",
                                        f"{ast.unparse(node)[:80]}: {exc}") from exc
 
@@ -533,149 +488,6 @@ def _is_literal_assignment(statement: ast.Assign) -> bool:
     return not _contains([statement.value], (ast.Call, ast.Name, ast.Attribute, ast.Subscript))
 
 
-# --- the trainer's evaluator -------------------------------------------------------------------------------------
-
-
-def evaluate(node: ast.expr, leaves: list):
-    """Evaluate a probe expression over the reported leaf values (raises `_Failed` where Python would raise)."""
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Name):
-        if node.id.startswith(_LEAF):
-            value = leaves[int(node.id[len(_LEAF):])]
-            if isinstance(value, Raised):
-                raise _Failed(f"raised {value.exception}")
-            return value
-        return FUNCTIONS[node.id]
-    if isinstance(node, (ast.List, ast.Tuple)):
-        items = [evaluate(item, leaves) for item in node.elts]
-        return items if isinstance(node, ast.List) else tuple(items)
-    if isinstance(node, ast.Set):
-        return _call(_hashable_set, [[evaluate(item, leaves) for item in node.elts]], {})
-    if isinstance(node, ast.Dict):
-        if any(key is None for key in node.keys):
-            raise _Failed("dict unpacking")
-        return _call(lambda pairs: {_hashable(k): v for k, v in pairs},
-                     [[(evaluate(k, leaves), evaluate(v, leaves)) for k, v in zip(node.keys, node.values)]], {})
-    if isinstance(node, ast.BoolOp):
-        result = None
-        for value in node.values:
-            result = evaluate(value, leaves)
-            if _truth(result) == isinstance(node.op, ast.Or):
-                return result
-        return result
-    if isinstance(node, ast.UnaryOp):
-        operand = evaluate(node.operand, leaves)
-        if isinstance(node.op, ast.Not):
-            return not _truth(operand)
-        return _call(_UNARY[type(node.op)], [operand], {})
-    if isinstance(node, ast.BinOp):
-        return _binary(node.op, evaluate(node.left, leaves), evaluate(node.right, leaves))
-    if isinstance(node, ast.Compare):
-        return _compare(node, leaves)
-    if isinstance(node, ast.IfExp):
-        return evaluate(node.body if _truth(evaluate(node.test, leaves)) else node.orelse, leaves)
-    if isinstance(node, ast.Subscript):
-        container = evaluate(node.value, leaves)
-        index = evaluate(node.slice, leaves)
-        if isinstance(container, dict):
-            index = _hashable(index)
-        return _call(operator.getitem, [container, index], {})
-    if isinstance(node, ast.Slice):
-        parts = [None if part is None else evaluate(part, leaves) for part in (node.lower, node.upper, node.step)]
-        return slice(*parts)
-    if isinstance(node, ast.Call):
-        function = FUNCTIONS[_dotted(node.func)]
-        args = [evaluate(arg, leaves) for arg in node.args]
-        keywords = {keyword.arg: evaluate(keyword.value, leaves) for keyword in node.keywords}
-        return _call(function, args, keywords)
-    raise _Failed(f"cannot evaluate {type(node).__name__}")
-
-
-def _opaque(*values) -> bool:
-    return any(isinstance(value, (Opaque, Raised)) for value in values)
-
-
-def _call(function, args: list, keywords: dict):
-    if _opaque(*args, *keywords.values()):
-        raise _Failed("an object of the program's own type")
-    try:
-        return function(*args, **keywords)
-    except _Failed:
-        raise
-    except Exception as exc:  # noqa: BLE001 - whatever Python would raise fails the assertion
-        raise _Failed(f"{type(exc).__name__}: {exc}"[:200]) from None
-
-
-def _size(value) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value.bit_length()
-    return len(value) if isinstance(value, (str, bytes, list, tuple)) else 0
-
-
-def _binary(op: ast.operator, left, right):
-    if isinstance(op, ast.Pow) and isinstance(right, int) and isinstance(left, int) and (
-            right > 10_000 or _size(left) * max(right, 0) > _MAX_SIZE):
-        raise _Failed("power too large")
-    if isinstance(op, ast.LShift) and isinstance(right, int) and right > _MAX_SIZE:
-        raise _Failed("shift too large")
-    if isinstance(op, ast.Mult) and max(_size(left), 1) * max(_size(right), 1) > _MAX_SIZE * 64 and (
-            not (isinstance(left, int) and isinstance(right, int))):
-        raise _Failed("product too large")
-    return _call(_BINARY[type(op)], [left, right], {})
-
-
-def _truth(value) -> bool:
-    if _opaque(value):
-        raise _Failed("the truth of an object of the program's own type")
-    return bool(value)
-
-
-def _compare(node: ast.Compare, leaves: list) -> bool:
-    left = evaluate(node.left, leaves)
-    left_known = _leaf_free_expression(node.left)
-    for op, comparator in zip(node.ops, node.comparators):
-        right = evaluate(comparator, leaves)
-        right_known = _leaf_free_expression(comparator)
-        got, want = (right, left) if left_known and not right_known else (left, right)
-        if isinstance(op, (ast.Eq, ast.NotEq)):
-            holds = values_equal(got, want) == isinstance(op, ast.Eq)
-        elif isinstance(op, (ast.Is, ast.IsNot)):
-            holds = (left is right) == isinstance(op, ast.Is)
-        elif isinstance(op, (ast.In, ast.NotIn)):
-            holds = _contains_value(right, left) == isinstance(op, ast.In)
-        else:
-            if _opaque(left, right):
-                return False
-            try:
-                holds = bool(_ORDER[type(op)](left, right))
-            except (TypeError, ValueError, OverflowError):
-                return False
-        if not holds:
-            return False
-        left, left_known = right, right_known
-    return True
-
-
-def _contains_value(container, item) -> bool:
-    if _opaque(container, item):
-        return False
-    if isinstance(container, (str, bytes)):
-        return type(item) is type(container) and item in container
-    if isinstance(container, (dict, set, frozenset)):
-        try:
-            return _hashable(item) in container
-        except TypeError:
-            return False
-    if isinstance(container, (list, tuple)):
-        return any(values_equal(item, element) for element in container)
-    return False
-
-
-def _leaf_free_expression(node: ast.expr) -> bool:
-    return not any(isinstance(sub, ast.Name) and sub.id.startswith(_LEAF) for sub in ast.walk(node))
-
-
 # --- entry points ------------------------------------------------------------------------------------------------
 
 
@@ -726,9 +538,9 @@ def assertions_pass(observed: str, check: InstrumentedCheck) -> bool:
                 and len(record[1]) == probes[record[0]].n_leaves):
             return False
         try:
-            if not _truth(evaluate(probes[record[0]].expression, [decode_value(leaf) for leaf in record[1]])):
+            if not truth(evaluate(probes[record[0]].expression, [decode_value(leaf) for leaf in record[1]])):
                 return False
-        except (_Failed, RecursionError):
+        except (EvaluationFailed, RecursionError):
             return False
         reached.add(record[0])
     return len(reached) == len(probes)

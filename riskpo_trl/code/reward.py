@@ -11,8 +11,8 @@ from dataclasses import fields
 from typing import Any
 
 from ..text import completion_text
-from .sandbox import Sandbox, SandboxLimits, SandboxUnavailableError
 from .assertions import UndecidableTestError
+from .sandbox import Sandbox, SandboxLimits, SandboxUnavailableError
 from .testspec import TestSpec
 
 logger = logging.getLogger(__name__)

@@ -237,7 +237,7 @@ class _BwrapStart:
             self._fds.remove(fd)
             os.close(fd)
 
-    def __enter__(self) -> _BwrapStart:
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc_info) -> None:

@@ -90,7 +90,7 @@ def values_equal(got, want) -> bool:
     return type(got) is type(want) and got == want
 
 
-def _close(got: int | float, want: float) -> bool:
+def _close(got: float, want: float) -> bool:
     if got == want:  # exact, also for int/float mixes (Python compares those exactly)
         return True
     try:
