@@ -149,6 +149,7 @@ def test_assert_instrumentation_keeps_literal_expectations_out_of_the_sandbox():
     assert assertions_pass(passing, check)
     assert not assertions_pass(json.dumps([[0, ["guess", None]], [1, [9]]]), check)
     assert not assertions_pass(json.dumps([[0, ["secret-expected", None]]]), check)  # one skipped
+    assert not assertions_pass(json.dumps([[0, ["secret-expected", None]]] * 2 + [[1, [9]]]), check)  # one repeated
     assert not assertions_pass(json.dumps([[5, [1]]]), check) and not assertions_pass("", check)
 
 
@@ -476,10 +477,11 @@ def test_values_equal_handles_huge_and_non_finite_numbers():
 def test_sandbox_overhead_benchmark_runs_tiny(tmp_path):
     from benchmarks import sandbox_overhead
 
-    payload = sandbox_overhead.main(["--runs", "2", "--warmup", "0", "--out", str(tmp_path)])
-    assert {"bwrap", "none"} <= set(payload["median_ms"])
-    # the previous sandbox is measured from git history, unless this clone lacks it (recorded, not hidden)
-    assert "previous" in payload["median_ms"] or "unavailable" in payload["baseline"]
+    payload = sandbox_overhead.main(["--runs", "2", "--warmup", "0", "--syscalls", "1000", "--out", str(tmp_path)])
+    for program in ("trivial", "syscalls"):
+        assert {"bwrap", "bwrap_no_seccomp", "none"} <= set(payload["median_ms"][program])
+        # the previous sandbox is measured from git history, unless this clone lacks it (recorded, not hidden)
+        assert "previous" in payload["median_ms"][program] or "unavailable" in payload["baseline"]
     assert (tmp_path / "sandbox_overhead.md").exists() and payload["load_average_before"]
 
 

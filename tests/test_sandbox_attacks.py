@@ -606,7 +606,7 @@ needs_memory_cgroup = pytest.mark.skipif(
         libc.shmat.restype = ctypes.c_void_p
         libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
         held = 0
-        for _ in range(6):  # SysV shared memory: counted by no rlimit once detached
+        for _ in range(6):  # SysV shared memory: counted by no rlimit once detached (and refused by seccomp)
             segment = libc.shmget(0, 64 << 20, 0o1600)
             address = libc.shmat(segment, None, 0)
             if segment < 0 or address in (None, ctypes.c_void_p(-1).value):
@@ -698,6 +698,7 @@ UNDECIDABLE = {
     "helper decides": "def close(a, b):\n    return abs(a - b) < 1e-6\nassert close(f(3), 2.5)",
     "assertion behind a loop over computed values": "for x in sorted({3, 1}, key=abs):\n    assert f(x) > 0",
     "assertion behind a while": "i = 0\nwhile i < 2:\n    assert f(i) == i\n    i += 1",
+    "no assertion on the program": "f(1)\nassert True",
 }
 
 
@@ -714,7 +715,7 @@ def test_assert_forms_the_trainer_cannot_judge_are_refused_and_counted(tmp_path,
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     with caplog.at_level(logging.WARNING, logger="riskpo_trl.code.data"):
         dataset = load_archer_code(data_files=str(path))
-    assert len(dataset) == 1 and "dropped 4 of 5 rows" in caplog.text
+    assert len(dataset) == 1 and "dropped 5 of 6 rows" in caplog.text
     unjudged = json.dumps({"style": "assert", "inputs": [UNDECIDABLE["helper decides"]], "outputs": [""]})
     assert CodeReward(sandbox=Sandbox(LIMITS, max_workers=1))([as_completion("def f(x):\n    return 2.5")],
                                                               [unjudged]) == [None]
@@ -788,6 +789,7 @@ def test_seccomp_refuses_ptrace_of_pid_1_and_risky_syscalls(guard):
             os._exit(3 if traced else 0)
         wins.append(os.waitpid(pid, 0)[1] >> 8 == 3)
         calls = {"memfd_create": (319, b"x", 0), "io_uring_setup": (425, 1, ctypes.create_string_buffer(120)),
+                 "shmget": (29, 0, 1 << 20, 0o1600), "msgget": (68, 0, 0o1600),
                  "keyctl": (250, 0, -3), "personality": (135, 0x0040000), "userfaultfd": (323, 0),
                  "bpf": (321, 0, 0, 0)}
         for name, (number, *args) in calls.items():

@@ -13,8 +13,8 @@ its report, ``__eq__`` of what it returns. So no verdict is decided there. `inst
 
 Loops over literal tables (``for x, want in [(2, 4), (3, 9)]``, ``for i in range(5)``) are unrolled and ``if``
 statements with a condition known here are folded, before the split, so their expected values stay here too, and an
-assertion in a branch not taken is simply gone. Every remaining assertion must be reached, so a program cannot pass by
-skipping the check.
+assertion in a branch not taken is simply gone. Every remaining assertion must be reached exactly once, so a program
+cannot pass by skipping the check.
 
 A program that forges its report can then only claim leaf values, which is what returning them would have done. That
 holds when, in every comparison, one side is known here, or every leaf of both sides derives from the program; and for
@@ -445,6 +445,9 @@ class _Splitter:
         scope = _Scope(self.tree.body, self)
         scope.program.update(self.program_refs)
         body = _prune(self.block(self.tree.body, scope, functions), scope)
+        if not any(probe.n_leaves for probe in self.probes):
+            raise UndecidableTestError("check code with no assertion on the program's values: only the runner, which "
+                                       "the program controls, would say that it passed")
         return InstrumentedCheck(ast.unparse(ast.fix_missing_locations(ast.Module(body, []))), tuple(self.probes))
 
 
@@ -521,8 +524,9 @@ def instrument_assertions(test_code: str) -> InstrumentedCheck:
 def assertions_pass(observed: str, check: InstrumentedCheck) -> bool:
     """Whether the sandbox's leaf records (JSON ``[[probe index, [leaf values]], ...]``) satisfy every probe.
 
-    Every probe must have been reached at least once (a program cannot pass by skipping the check), and every record
-    must hold when evaluated here.
+    Every probe must have been reached exactly once, as straight-line check code reaches it (so a program can neither
+    pass by skipping the check nor make the trainer evaluate a probe more often than the check code has assertions),
+    and every record must hold when evaluated here.
     """
     try:
         records = bounded_json.loads(observed, max_bytes=MAX_OBSERVED_CHARS)
@@ -535,7 +539,7 @@ def assertions_pass(observed: str, check: InstrumentedCheck) -> bool:
     for record in records:
         if not (isinstance(record, list) and len(record) == 2 and type(record[0]) is int
                 and 0 <= record[0] < len(probes) and isinstance(record[1], list)
-                and len(record[1]) == probes[record[0]].n_leaves):
+                and len(record[1]) == probes[record[0]].n_leaves and record[0] not in reached):
             return False
         try:
             if not truth(evaluate(probes[record[0]].expression, [decode_value(leaf) for leaf in record[1]])):

@@ -128,9 +128,9 @@ def fallback_statement(support: cgroups.CgroupSupport) -> str | None:
     """What a program may hold when a controller is missing, in plain words (None when both are there)."""
     parts = []
     if not support.bounds_memory:
-        parts.append("memory_mb bounds each process (RLIMIT_AS), not the program: a program with max_processes "
-                     "processes can hold about max_processes x memory_mb, plus SysV shared memory, which no rlimit "
-                     "counts (memfds are refused by the seccomp filter)")
+        parts.append("memory_mb bounds each process (RLIMIT_AS), not the program: a program can hold about "
+                     "(max_processes + 1) x memory_mb plus its files (disk_mb); memfds and SysV shared memory, which "
+                     "no rlimit counts, are refused by the seccomp filter")
     if not support.bounds_processes:
         parts.append("max_processes is enforced per sandbox uid by RLIMIT_NPROC only")
     return "; ".join(parts) or None

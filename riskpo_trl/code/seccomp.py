@@ -2,7 +2,7 @@
 
 It refuses, with EPERM, the system calls that a test program never needs and that would let it step around the
 sandbox's other layers: tracing or reading other processes (``ptrace``, ``process_vm_readv``/``writev``), memory no
-rlimit counts (``memfd_create``, ``memfd_secret``), kernel interfaces with a long record of exploitable bugs
+rlimit counts (``memfd_create``, ``memfd_secret``, SysV ``shmget`` and ``msgget``), kernel interfaces with a long record of exploitable bugs
 (``io_uring_*``, ``bpf``, ``userfaultfd``, ``perf_event_open``, the keyring calls) and ``personality`` (which can,
 e.g., turn off address-space randomisation). Everything else is allowed: the rest is bubblewrap's job. System calls
 of another ABI than the native one (x32 numbers, 32-bit ``int 0x80``) are refused as a whole, so that the numbers
@@ -18,13 +18,13 @@ import struct
 # Linux's audit architecture numbers and the system call numbers of each supported architecture.
 _ARCHES = {
     "x86_64": (0xC000003E, {
-        "ptrace": 101, "personality": 135, "add_key": 248, "request_key": 249, "keyctl": 250,
+        "shmget": 29, "msgget": 68, "ptrace": 101, "personality": 135, "add_key": 248, "request_key": 249, "keyctl": 250,
         "perf_event_open": 298, "process_vm_readv": 310, "process_vm_writev": 311, "memfd_create": 319,
         "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
         "memfd_secret": 447,
     }),
     "aarch64": (0xC00000B7, {
-        "personality": 92, "ptrace": 117, "add_key": 217, "request_key": 218, "keyctl": 219,
+        "personality": 92, "msgget": 186, "shmget": 194, "ptrace": 117, "add_key": 217, "request_key": 218, "keyctl": 219,
         "perf_event_open": 241, "process_vm_readv": 270, "process_vm_writev": 271, "memfd_create": 279,
         "bpf": 280, "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
         "memfd_secret": 447,
