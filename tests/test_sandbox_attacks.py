@@ -357,32 +357,18 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
             if made >= 50:
                 print(3)
             """),
-        "1 GiB write": textwrap.dedent("""
-            import os
+        **{f"1 GiB write to {directory or 'the working directory'}": textwrap.dedent(f"""
             chunk, written = b"x" * (1 << 20), 0
             for index in range(1024):
                 try:
-                    with open(f"blob{index}", "wb") as f:
+                    with open(f"{directory}blob{{index}}", "wb") as f:
                         f.write(chunk)
                     written += len(chunk)
                 except OSError:
                     break
             if written >= 256 << 20:
                 print(3)
-            """),
-        "1 GiB write to /dev/shm": textwrap.dedent("""
-            import os
-            chunk, written = b"x" * (1 << 20), 0
-            for index in range(1024):
-                try:
-                    with open(f"/dev/shm/blob{index}", "wb") as f:
-                        f.write(chunk)
-                    written += len(chunk)
-                except OSError:
-                    break
-            if written >= 256 << 20:
-                print(3)
-            """),
+            """) for directory in ("", "/dev/shm/")},
         "deep directory tree": textwrap.dedent("""
             import os
             for _ in range(1500):
@@ -449,18 +435,22 @@ def test_file_flood_stops_at_max_files():
         assert LIMITS.max_files - 10 <= made < LIMITS.max_files  # the runner's stdin/stdout files take two
 
 
-def _output_attack_specs() -> list[tuple[str, str, str]]:
-    """(name, program, TestSpec JSON) of programs whose output or report is built to crash the grader."""
-    forge = textwrap.dedent("""
+def _forged_report(payload: str) -> str:
+    """A program that writes ``payload`` (a Python expression for bytes) to every fd: the runner's report pipe too."""
+    return textwrap.dedent(f"""
         import os
-        line = {payload}
+        data = {payload}
         for fd in range(1, 32):
             try:
-                os.write(fd, line)
+                os.write(fd, data)
             except OSError:
                 pass
         os._exit(0)
         """)
+
+
+def _output_attack_specs() -> list[tuple[str, str, str]]:
+    """(name, program, TestSpec JSON) of programs whose output or report is built to crash the grader."""
     functional = TestSpec("functional", ["1"], ["1.5"], fn_name="f").to_json()
     integer = TestSpec("functional", ["1"], ["1"], fn_name="f").to_json()
     assert_style = TestSpec("assert", ["assert f(1) == 2\nassert f(2) < 3"], [""]).to_json()
@@ -473,15 +463,17 @@ def _output_attack_specs() -> list[tuple[str, str, str]]:
         ("inf", "def f(x):\n    return float('inf')", functional),
         ("3000-deep list", "def f(x):\n    v = []\n    for _ in range(3000):\n        v = [v]\n    return v",
          functional),
-        ("forged deep report", forge.format(
-            payload='b\'{"outputs": ["\' + b"[" * 3000 + b"1" + b"]" * 3000 + b\'"], "error": null}\\n\''),
+        ("forged deep report", _forged_report(
+            'b\'{"outputs": ["\' + b"[" * 3000 + b"1" + b"]" * 3000 + b\'"], "error": null}\\n\''),
          functional),
-        ("forged deep assert records", forge.format(
-            payload='b\'{"outputs": ["\' + b"[" * 3000 + b\'"], "error": null}\\n\''), assert_style),
-        ("[ x 100,000 as the report", forge.format(payload='b"[" * 100_000 + b"\\n"'), stdin),
-        ("junk bytes as the report", forge.format(payload='bytes(range(256)) * 64 + b"\\n"'), stdin),
-        ("forged huge-int report", forge.format(
-            payload='b\'{"outputs": ["\' + b"9" * 5000 + b\'"], "error": null}\\n\''), integer),
+        ("forged deep assert records", _forged_report(
+            'b\'{"outputs": ["\' + b"[" * 3000 + b\'"], "error": null}\\n\''), assert_style),
+        ("[ x 100,000 as the report", _forged_report('b"[" * 100_000 + b"\\n"'), stdin),
+        ("junk bytes as the report", _forged_report('bytes(range(256)) * 64 + b"\\n"'), stdin),
+        ("a record claiming 10**20 bytes", _forged_report('b"O" + b"9" * 20 + b"\\n3D0\\n"'), stdin),
+        ("two outputs for one test", _forged_report('b"O1\\n3O1\\n3D0\\n"'), stdin),
+        ("forged huge-int report", _forged_report(
+            'b\'{"outputs": ["\' + b"9" * 5000 + b\'"], "error": null}\\n\''), integer),
         ("huge stdout", "import sys\nwhile True:\n    sys.stdout.write('x' * (1 << 16))", stdin),
     ]
 
@@ -528,20 +520,6 @@ def test_the_trainers_own_environment_is_not_readable_inside(monkeypatch, secret
     spec = TestSpec("stdin", [""], [secret]).to_json()
     assert _score_both_guards(program, spec) == {True: 0.0, False: 0.0}
     assert CodeReward(sandbox=Sandbox(LIMITS, max_workers=1))([as_completion(f"print({secret!r})")], [spec]) == [1.0]
-
-
-def _forged_report(payload: str) -> str:
-    """A program that writes ``payload`` (a Python expression for bytes) to every fd: the runner's report pipe too."""
-    return textwrap.dedent(f"""
-        import os
-        data = {payload}
-        for fd in range(1, 32):
-            try:
-                os.write(fd, data)
-            except OSError:
-                pass
-        os._exit(0)
-        """)
 
 
 @pytest.mark.parametrize("program, spec", [
