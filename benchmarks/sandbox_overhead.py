@@ -169,9 +169,9 @@ def _markdown(payload: dict[str, Any], args: argparse.Namespace) -> str:
     lines = [
         f"# Code sandbox cost per program (median of {args.runs} interleaved runs after {args.warmup} warm-up)",
         "",
-        f"Load average (1, 5, 15 min) before: {payload['load_average_before']}, after: "
-        f"{payload['load_average_after']} (a shared machine); {payload['machine']['logical_cores']} logical cores "
-        f"({payload['machine']['cpu']}); running as {'root' if payload['as_root'] else 'a regular user'}.",
+        (f"Load average (1, 5, 15 min) before: {payload['load_average_before']}, after: "
+         f"{payload['load_average_after']} (a shared machine); {payload['machine']['logical_cores']} logical cores "
+         f"({payload['machine']['cpu']}); running as {'root' if payload['as_root'] else 'a regular user'}."),
         "",
         f"bwrap: {payload['bwrap_isolation']}.",
         "",
@@ -184,14 +184,14 @@ def _markdown(payload: dict[str, Any], args: argparse.Namespace) -> str:
         lines.append(f"| {name} | {value:.1f} ms | {trivial[0]:.1f} - {trivial[1]:.1f} ms | "
                      f"{medians['syscalls'][name]:.1f} ms | {syscalls[0]:.1f} - {syscalls[1]:.1f} ms |")
     trivial = medians["trivial"]
-    lines += ["", f"bwrap adds {trivial['bwrap'] - trivial['none']:+.1f} ms per program to the same runner without OS "
-                  f"isolation (`none`); the seccomp filter {trivial['bwrap'] - trivial['bwrap_no_seccomp']:+.1f} ms to "
-                  f"start-up and {payload['seccomp_ns_per_syscall']:+.0f} ns per system call (differences of "
-                  "medians: compare them with the p10 - p90 spreads)."]
+    lines += ["", (f"bwrap adds {trivial['bwrap'] - trivial['none']:+.1f} ms per program to the same runner without "
+                   f"OS isolation (`none`); the seccomp filter {trivial['bwrap'] - trivial['bwrap_no_seccomp']:+.1f} ms "
+                   f"to start-up and {payload['seccomp_ns_per_syscall']:+.0f} ns per system call (differences of "
+                   "medians: compare them with the p10 - p90 spreads).")]
     baseline = payload["baseline"]
     if "previous" in trivial:
-        lines += ["", f"Against the sandbox of {baseline['commit'][:10]} ({baseline['isolation']}): "
-                      f"{trivial['bwrap'] - trivial['previous']:+.1f} ms per program."]
+        lines += ["", (f"Against the sandbox of {baseline['commit'][:10]} ({baseline['isolation']}): "
+                       f"{trivial['bwrap'] - trivial['previous']:+.1f} ms per program.")]
     elif "unavailable" in baseline:
         lines += ["", f"Earlier sandbox not measured: {baseline['unavailable']}"]
     return "\n".join(lines)

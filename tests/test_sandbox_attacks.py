@@ -488,11 +488,11 @@ def test_hostile_outputs_score_zero_and_never_raise():
 # --- the red team's findings (issue 17), each as an attack that must fail --------------------------------------------
 
 
-def _score_both_guards(program: str, spec: str, limits: SandboxLimits = LIMITS) -> dict[bool, float]:
+def _score_both_guards(program: str, spec: str, limits: SandboxLimits = LIMITS, seccomp: bool = True
+                        ) -> dict[bool, float]:
     """The program's score with the audit hook and without it."""
-    return {guard: CodeReward(sandbox=Sandbox(limits, max_workers=1, audit_guard=guard))([as_completion(program)],
-                                                                                         [spec])[0]
-            for guard in (True, False)}
+    return {guard: CodeReward(sandbox=Sandbox(limits, max_workers=1, audit_guard=guard, seccomp=seccomp))(
+        [as_completion(program)], [spec])[0] for guard in (True, False)}
 
 
 def test_the_trainers_own_environment_is_not_readable_inside(monkeypatch, secret):
@@ -610,8 +610,10 @@ needs_memory_cgroup = pytest.mark.skipif(
         """),
 ], ids=["4 processes x 120 MB", "SysV shared memory", "memfds"])
 def test_memory_mb_bounds_the_whole_program(program):
+    """The cgroup alone holds (seccomp off: memfds and SysV shared memory reach it), and with the filter too."""
     spec = TestSpec("stdin", [""], ["3"]).to_json()
-    assert _score_both_guards(program, spec, MEMORY_LIMITS) == {True: 0.0, False: 0.0}
+    for seccomp in (False, True):
+        assert _score_both_guards(program, spec, MEMORY_LIMITS, seccomp) == {True: 0.0, False: 0.0}, seccomp
 
 
 def test_whole_program_caps_are_stated_at_start_up():

@@ -192,14 +192,15 @@ class _BwrapStart:
     def __init__(self, launcher: BwrapLauncher, argv: list[str], slot: int, disk_bytes: int, workdir: str | None,
                  cgroup: cgroups.RunCgroup | None, seccomp: bool, stdin=None, stderr=subprocess.DEVNULL):
         self._fds: list[int] = []
+        self.process: subprocess.Popen | None = None
         try:
             self._start(launcher, argv, slot, disk_bytes, workdir, cgroup, seccomp, stdin, stderr)
         except BaseException:
             self.__exit__()
             raise
 
-    def _start(self, launcher, argv, slot, disk_bytes, workdir, cgroup, seccomp, stdin, stderr) -> None:
-        self.process = None
+    def _start(self, launcher: BwrapLauncher, argv: list[str], slot: int, disk_bytes: int, workdir: str | None,
+               cgroup: cgroups.RunCgroup | None, seccomp: bool, stdin, stderr) -> None:
         args_read, args_write = self._pipe()
         self.info, info_write = self._pipe()
         seccomp_filter = denied_syscalls_filter() if seccomp else None
@@ -354,20 +355,22 @@ class Sandbox:
         workdir = launcher.mount_workdir(slot, self.limits.disk_mb << 20, self.limits.max_files)
         cgroup = None
         try:
-            if support.hierarchies:
-                cgroup = support.create(self.limits.memory_mb << 20,
-                                        self.limits.max_processes + cgroups.EXTRA_TASKS)
             deadline = time.monotonic() + self.limits.total_timeout_s
-            with _BwrapStart(launcher, self._argv(isolation), slot, self.limits.disk_mb << 20, workdir, cgroup,
-                             self.seccomp, stdin=stdin) as start:
+            try:
+                if support.hierarchies:
+                    cgroup = support.create(self.limits.memory_mb << 20,
+                                            self.limits.max_processes + cgroups.EXTRA_TASKS)
+                start = _BwrapStart(launcher, self._argv(isolation), slot, self.limits.disk_mb << 20, workdir, cgroup,
+                                    self.seccomp, stdin=stdin)
+            except OSError as exc:  # nothing of the program has run yet: the machine's fault, not the completion's
+                raise SandboxUnavailableError(f"Could not start a sandbox (cgroup, pipe or bwrap): {exc}") from exc
+            with start:
                 init_pidfd = None
                 try:
                     init_pidfd = _namespace_init(start.info, start.process, deadline)
                     return self._collect(start.process, n_tests, output_caps, deadline)
                 finally:
                     _kill_bwrap(start.process, init_pidfd)
-        except OSError as exc:
-            return b"", f"could not start the sandbox: {exc}"
         finally:
             if cgroup is not None:
                 cgroup.remove()
