@@ -73,7 +73,8 @@ def _set_limits(spec):
     lower(resource.RLIMIT_FSIZE, int(spec["max_output_bytes"]))
     lower(resource.RLIMIT_NOFILE, int(spec["max_open_files"]))
     lower(resource.RLIMIT_CORE, 0)
-    # Without a pids cgroup; the kernel does not enforce RLIMIT_NPROC for root (only with isolation="none").
+    # Only without a pids cgroup, which bounds the whole program; the kernel does not enforce RLIMIT_NPROC for root
+    # (the runner is root only with isolation="none").
     if spec.get("nproc_rlimit", True) and os.getuid() != 0:
         lower(resource.RLIMIT_NPROC, _tasks_of_uid(os.getuid()) + int(spec["max_processes"]))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # oversized output: EFBIG error, not a silent death
