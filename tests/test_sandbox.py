@@ -494,6 +494,20 @@ def _fake_cgroup_host(tmp_path, mounts: list[str], own: str):
     return str(tmp_path / "mountinfo"), str(tmp_path / "cgroup")
 
 
+def test_start_up_states_what_holds_without_cgroups(fresh_probe, monkeypatch, caplog):
+    from riskpo_trl.code import sandbox as sandbox_module
+
+    missing = cgroups.CgroupSupport(missing={"memory": "not root", "pids": "not root"})
+    monkeypatch.setattr(sandbox_module, "program_cgroups", lambda: missing)
+    with caplog.at_level(logging.WARNING, logger="riskpo_trl.code.sandbox"):
+        isolation = Sandbox(FAST, max_workers=1).check()
+    assert "no cgroup for memory: not root; pids: not root" in isolation.describe()
+    assert "memory_mb bounds each process (RLIMIT_AS), not the program" in caplog.text
+    assert "max_processes is enforced per sandbox uid by RLIMIT_NPROC only" in caplog.text
+    result = Sandbox(FAST, max_workers=1, isolation=isolation).run("print(3)", [""])  # runs on rlimits alone
+    assert result.ok and result.outputs == ["3\n"]
+
+
 def test_cgroup_v2_caps_come_from_a_delegating_parent(tmp_path):
     """v2 (most hosts): the per-run cgroups go next to the trainer's cgroup when its parent delegates memory and pids
     (v2 forbids controllers in a cgroup that holds processes); each run gets memory.max, no swap, and pids.max."""
