@@ -104,7 +104,7 @@ def test_prompt_template_reaches_the_training_and_the_evaluation_set(monkeypatch
     monkeypatch.setattr(data, "load_train_dataset", training_set)
     monkeypatch.setattr(data, "load_benchmark", benchmark)
     args = train.parse_args([
-        "--config", str(TINY_RECIPE), "--model_name_or_path", str(tmp_path / "model"), "--build_tiny_model", "false",
+        "--config", str(TINY_RECIPE), "--model_name_or_path", str(tmp_path / "model"), "--build_tiny_model", "true",
         "--output_dir", str(tmp_path / "run"), "--prompt_template", "authors", "--eval_benchmark", "gsm8k",
         "--eval_strategy", "steps", "--eval_steps", "1", "--per_device_eval_batch_size", "20",
     ])
