@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real-vLLM tests: build (or reuse) a second venv with vLLM's CPU build, then run `pytest -m vllm_real` in it.
 #
-#   bash .ci/vllm_real.sh [pytest args and test files]   # default: tests/test_vllm_real_*.py
+#   bash .ci/vllm_real.sh [pytest options] [test files]   # files default to tests/test_vllm_real_*.py
 #
 # The venv lives outside the checkout, in a cache directory (RISKPO_VLLM_VENV overrides it), so clean clones reuse
 # it; it is rebuilt when its pins change. The package itself is not installed there: the tests import this checkout
@@ -58,10 +58,14 @@ echo "real-vLLM venv ready in $(( SECONDS - start )) s"
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PATH="$VENV/bin:$PATH"
 status=0
-# Only the real-vLLM modules: the other test modules import the main suite's dev tools, which this venv lacks.
-args=("$@")
-(( ${#args[@]} )) || args=(tests/test_vllm_real_*.py)
-python -m pytest -m vllm_real "${args[@]}" || status=$?
+# Only the real-vLLM modules unless test paths are given: the other modules import the main suite's dev tools
+# (nbformat, ...), which this venv lacks.
+names_tests=0
+for arg in "$@"; do
+    [[ "$arg" == tests/* || "$arg" == *.py || "$arg" == *.py::* ]] && names_tests=1
+done
+(( names_tests )) || set -- "$@" tests/test_vllm_real_*.py
+python -m pytest -m vllm_real "$@" || status=$?
 if [ "$status" -eq 5 ]; then
     echo "pytest selected no vllm_real test: the marker or the test files are broken" >&2
 fi
