@@ -108,3 +108,18 @@ def real_vllm_missing() -> str | None:
                 pass
         problem = f"the `vllm` module at {spec.origin} belongs to no installed vLLM distribution"
     return f"needs a real vLLM, but {problem}: run `bash .ci/vllm_real.sh` (builds a venv with vLLM's CPU build)"
+
+
+def release_in_process_vllm() -> None:
+    """Undo what an in-process vLLM engine (colocate mode, or VLLM_ENABLE_V1_MULTIPROCESSING=0) leaves in this
+    process: vLLM's parallel groups, torch's default process group and accelerate's cached state, so the next test
+    starts from a plain process."""
+    import torch.distributed
+    from accelerate.state import AcceleratorState
+    from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+    destroy_model_parallel()
+    destroy_distributed_environment()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    AcceleratorState._reset_state(reset_partial_state=True)

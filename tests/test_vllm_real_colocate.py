@@ -8,9 +8,11 @@ on any CPU, vLLM packs the weights for oneDNN and drops the parameters, and TRL'
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
-from helpers import contains_digit_reward, make_prompt_dataset
+from helpers import contains_digit_reward, make_prompt_dataset, release_in_process_vllm
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.tiny_model import VLLM_CPU_SIZES, build_tiny_model
@@ -18,6 +20,17 @@ from riskpo_trl.tiny_model import VLLM_CPU_SIZES, build_tiny_model
 pytestmark = pytest.mark.vllm_real
 
 PACKS_BF16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+@pytest.fixture
+def plain_process_after():
+    """TRL's colocate engine sets RANK, WORLD_SIZE, MASTER_ADDR, ... in os.environ and opens a process group; later
+    tests (and their subprocesses) must not inherit them."""
+    environ = dict(os.environ)
+    yield
+    release_in_process_vllm()
+    os.environ.clear()
+    os.environ.update(environ)
 
 
 def vllm_model(trainer):
@@ -36,7 +49,7 @@ def trained_qkv(trainer, layer: int = 0) -> torch.Tensor:
 
 @pytest.mark.skipif(PACKS_BF16, reason="vLLM packs bfloat16 weights for oneDNN on this CPU (AVX512-BF16/AMX), so "
                     "TRL's colocate weight sync fails there (docs/scale_out.md)")
-def test_colocate_training_pushes_each_step_s_weights_into_vllm(tmp_path):
+def test_colocate_training_pushes_each_step_s_weights_into_vllm(tmp_path, plain_process_after):
     model_dir = tmp_path / "tiny"
     build_tiny_model(model_dir, **VLLM_CPU_SIZES)
     args = RiskPOConfig(output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=8,

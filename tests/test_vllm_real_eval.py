@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import release_in_process_vllm
 from transformers import AutoTokenizer
 
 from riskpo_trl.evaluation import EvalConfig, evaluate
@@ -87,7 +88,9 @@ def engine(model_dir):
             patch.setenv(name, value)
         backend = VLLMBackend(model_dir, seed=SAMPLED["seed"], dtype="float32", **EAGER)
     backend.llm = RecordingLLM(backend.llm)
-    return backend
+    yield backend
+    del backend
+    release_in_process_vllm()
 
 
 @pytest.fixture(scope="module")
