@@ -1,13 +1,14 @@
 """Server mode for real: the launcher's `trl vllm-serve` command on vLLM's CPU build, and the trainer against it.
 
 One server for the module (it takes minutes to start on 2 shared cores). Its command line is the one
-examples/launch/launch_single_node.sh prints with --dry-run, with only the device setting (CUDA_VISIBLE_DEVICES)
-dropped; the training command comes from the same dry run.
+examples/launch/launch_single_node.sh prints with --dry-run (and the SLURM script too), with only the device setting
+(CUDA_VISIBLE_DEVICES) dropped; the training command comes from the same dry run.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.vllm_real
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "examples/launch/launch_single_node.sh"
+SLURM = ROOT / "examples/launch/slurm_riskpo.sh"
 RECIPE = "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
 START_TIMEOUT = 900  # seconds; vLLM's start-up is minutes on a loaded 2-core machine
 CUDA_ONLY_SYNC = "Weight synchronization runs on vLLM's NCCL weight-transfer engine, which needs a CUDA device"
@@ -36,20 +38,24 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def dry_run(script: Path, *args: str) -> dict[str, list[str]]:
+    result = subprocess.run(["bash", str(script), "--dry-run", "--config", RECIPE, "--accelerate-config",
+                             "recipes/accelerate_configs/cpu_single.yaml", *args],
+                            cwd=ROOT, capture_output=True, text=True, check=True)
+    lines = dict(line.split(": ", 1) for line in result.stdout.splitlines() if ": " in line)
+    return {name: shlex.split(lines[name]) for name in ("vllm", "train")}
+
+
 def launcher_commands(model_dir: str, port: int, *extra: str) -> dict[str, list[str]]:
     """The two commands launch_single_node.sh would run, without the device setting (there is no GPU here)."""
-    result = subprocess.run(
-        ["bash", str(LAUNCHER), "--dry-run", "--config", RECIPE, "--accelerate-config",
-         "recipes/accelerate_configs/cpu_single.yaml", "--vllm-gpus", "0", "--train-gpus", "1", "--port", str(port),
-         "--model", model_dir, "--", *extra],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    lines = dict(line.split(": ", 1) for line in result.stdout.splitlines() if ": " in line)
-    commands = {}
-    for name in ("vllm", "train"):
-        command = lines[name].split()
+    commands = dry_run(LAUNCHER, "--vllm-gpus", "0", "--train-gpus", "1", "--port", str(port), "--model", model_dir,
+                       "--", *extra)
+    for name, command in commands.items():
         assert command[0] == "env" and command[1].startswith("CUDA_VISIBLE_DEVICES="), command
         commands[name] = command[2:]
+    # The SLURM script serves with the very same command (one GPU per node here, so the same parallel sizes).
+    slurm = dry_run(SLURM, "--gpus-per-node", "1", "--nodelist", "n1 n2", "--port", str(port), "--model", model_dir)
+    assert slurm["vllm"] == commands["vllm"]
     return commands
 
 
