@@ -1,11 +1,15 @@
-"""A readable console for training runs: the known warning walls that no user can act on are silenced, and each
-logging step prints one compact line with the risk metrics instead of the full metrics dict (the callback is in
-`console_callback`; this module stays light, for entry points to call before their heavy imports)."""
+"""A readable console for training runs: the known warning walls that no user can act on are silenced, each
+logging step prints one compact line with the metrics instead of the full metrics dict (the callback is in
+`console_callback`), and the console scripts report a user's mistake as one ``error:`` line (this module stays light,
+for entry points to call before their heavy imports)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
 import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 # TRL's GRPOConfig defaults `gradient_checkpointing=True` and its generation context calls
@@ -14,6 +18,12 @@ from typing import Any
 GRADIENT_CHECKPOINTING_DEPRECATION = r"`(is_)?gradient_checkpointing\w*` is deprecated and will be removed in v6"
 # DeepSpeed announces its CPU fallback on every process of a CPU run, where the CPU is what was asked for.
 DEEPSPEED_CPU_NOTICE = "Setting accelerator to CPU."
+
+# What a console script reports as a user's mistake (one line, exit code 2) while it sets a run up: bad options, files
+# or values. Anything else, and anything raised once training runs, is a crash and keeps its traceback.
+USAGE_ERRORS = (ValueError, TypeError, OSError)
+USAGE_ERROR_EXIT_CODE = 2  # argparse's code for a usage error
+DEBUG_FLAG = "--debug"
 
 # Groups of (label in the line, logged metric); missing or empty metrics are skipped.
 COMPACT_METRICS = (
@@ -45,12 +55,36 @@ def silence_known_warnings() -> None:
         deepspeed_logger.addFilter(_DropDeepSpeedCpuNotice())
 
 
+def pop_debug_flag(argv: Sequence[str]) -> tuple[list[str], bool]:
+    """``argv`` without a bare ``--debug`` (one not followed by a value: ``--debug underflow_overflow`` is
+    TrainingArguments' own option), and whether it was there."""
+    argv = list(argv)
+    for i, token in enumerate(argv):
+        if token == DEBUG_FLAG and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
+            return argv[:i] + argv[i + 1:], True
+    return argv, False
+
+
+@contextlib.contextmanager
+def usage_errors(prog: str, debug: bool = False, errors: tuple[type[BaseException], ...] = USAGE_ERRORS) -> Iterator:
+    """Within the block, ``errors`` print as ``prog: error: message`` on stderr and exit with code 2 (argparse's
+    convention), unless ``debug``: then they raise with their traceback."""
+    try:
+        yield
+    except errors as error:
+        if debug:
+            raise
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        raise SystemExit(USAGE_ERROR_EXIT_CODE) from None
+
+
 def compact_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
     """``[step 3/6] loss 0.09, reward 0.5, len 15 | risk: q_alpha 0.02, ... | lr 5e-05`` for a training or evaluation
-    log of a GRPO-family trainer (it has ``reward``), else None (the run summary). Evaluation logs (``eval_`` prefix)
-    get an ``eval`` line; a baseline's line has no risk part."""
-    prefix = "eval_" if "eval_reward" in logs else ""
-    if not prefix and "reward" not in logs:
+    log of a GRPO-family trainer, else None (the run summary). A training step that reuses a generation batch logs no
+    reward, so its line has the loss and the learning rate only. Evaluation logs (``eval_`` prefix) get an ``eval``
+    line; a baseline's line has no risk part."""
+    prefix = "eval_" if "eval_reward" in logs or "eval_loss" in logs else ""
+    if not prefix and "reward" not in logs and "loss" not in logs:
         return None
     groups = []
     for title, metrics in COMPACT_METRICS:

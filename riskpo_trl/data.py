@@ -5,8 +5,10 @@ Every adapter turns a dataset in its Hub schema into rows with
 - ``problem`` (str): the question;
 - ``answer`` (str): the gold final answer, e.g. ``"72"`` or ``"\frac{1}{2}"``;
 - ``prompt`` (list of messages): ``problem`` followed by :data:`PROMPT_TEMPLATE`'s instruction, in TRL's
-  conversational format;
-- ``solution`` (str): the same gold answer, under the name the math rewards read (``solution=`` keyword).
+  conversational format (``prompt_template="authors"``: the RiskPO authors' prompt instead, see
+  :data:`riskpo_trl.prompts.PROMPT_BUILDERS`);
+- ``solution`` (str): the same gold answer, under the name the math rewards read (``solution=`` keyword);
+- ``data_source`` (str): the source dataset's Hub id, which ``verl_by_source`` grades by, as verl does.
 
 Use :func:`load_train_dataset` for training sets, :func:`load_benchmark` for evaluation sets; both take
 ``data_files=`` to read local JSON/JSONL/Parquet files written in the same schema instead of the Hub (offline runs,
@@ -32,11 +34,11 @@ from datasets import Dataset, Features, Value, concatenate_datasets
 
 from .grading import last_boxed
 from .local_files import load_local_files
-from .prompts import PROMPT_TEMPLATE, make_prompt  # noqa: F401 (PROMPT_TEMPLATE: public here since the start)
+from .prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS, PROMPT_TEMPLATE, make_prompt  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
-ADAPTED_COLUMNS = ("problem", "answer", "prompt", "solution")
+ADAPTED_COLUMNS = ("problem", "answer", "prompt", "solution", "data_source")
 # Explicit types: a source column named like an output one (e.g. a numeric "answer") must not impose its type.
 ADAPTED_FEATURES = Features(
     {
@@ -44,6 +46,7 @@ ADAPTED_FEATURES = Features(
         "answer": Value("string"),
         "prompt": [{"role": Value("string"), "content": Value("string")}],
         "solution": Value("string"),
+        "data_source": Value("string"),
     }
 )
 
@@ -74,7 +77,8 @@ def gsm8k_answer(solution: str) -> str:
     return answer.strip().replace(",", "") if separator else ""
 
 
-# DAPO-Math-17k ships its own instruction around each problem (Answer: ... format); we swap it for PROMPT_TEMPLATE's.
+# DAPO-Math-17k ships its own instruction around each problem (Answer: ... format); we swap it for PROMPT_TEMPLATE's
+# unless prompt_template="authors" keeps it (dapo_own_prompt).
 DAPO_INSTRUCTION_PREFIX = (
     "Solve the following math problem step by step. The last line of your response should be of the form "
     "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
@@ -86,6 +90,11 @@ def dapo_problem(prompt: list[dict[str, str]]) -> str:
     """DAPO-Math-17k: the problem inside the first (user) message, without DAPO's own answer-format instruction."""
     content = prompt[0]["content"]
     return content.removeprefix(DAPO_INSTRUCTION_PREFIX).removesuffix(DAPO_INSTRUCTION_SUFFIX).strip()
+
+
+def dapo_own_prompt(prompt: list[dict[str, str]]) -> list[dict[str, str]]:
+    """DAPO-Math-17k: the dataset's prompt as it is, its instruction included (what the authors' DAPO runs used)."""
+    return [{"role": message["role"], "content": message["content"]} for message in prompt]
 
 
 def dapo_answer(reward_model: dict[str, Any]) -> str:
@@ -108,6 +117,8 @@ class DatasetSpec:
     get_answer: Callable[[Any], str] = answer_text
     config_name: str | None = None
     dedupe: bool = False  # drop repeated problems (keep the first)
+    # The dataset's own prompt from the problem column's value, for prompt_template="authors"; None: it has none.
+    own_prompt: Callable[[Any], list[dict[str, str]]] | None = None
     kind: str = "math"  # how its completions are graded (riskpo_trl.evaluation.scorers)
 
     @property
@@ -149,7 +160,8 @@ TRAIN_DATASETS: dict[str, DatasetSpec | LoaderSpec] = {
     # The released file repeats its ~17k problems about 100 times (1.79M rows; BytedTsinghua-SIA/DAPO issue #36),
     # hence dedupe.
     "dapo_math": DatasetSpec(
-        "BytedTsinghua-SIA/DAPO-Math-17k", "train", "prompt", "reward_model", dapo_problem, dapo_answer, dedupe=True
+        "BytedTsinghua-SIA/DAPO-Math-17k", "train", "prompt", "reward_model", dapo_problem, dapo_answer, dedupe=True,
+        own_prompt=dapo_own_prompt,
     ),
     # problem / level / type / solution (worked, final answer boxed); train 7.5k, test 5k. Schema: the
     # competition_math feature list (TFDS community catalog), which MATH-lighteval mirrors.
@@ -210,18 +222,33 @@ def _require_columns(dataset: Dataset, columns: Sequence[str], name: str) -> Non
         )
 
 
-def adapt_dataset(dataset: Dataset, spec: DatasetSpec, name: str = "dataset") -> Dataset:
-    """Map ``dataset`` (in ``spec``'s schema) to the columns problem / answer / prompt / solution, nothing else.
+def check_prompt_template(prompt_template: str) -> None:
+    """Raise naming the valid choices if ``prompt_template`` is not one of :data:`PROMPT_BUILDERS`."""
+    if prompt_template not in PROMPT_BUILDERS:
+        raise ValueError(f"prompt_template={prompt_template!r} is unknown; choose one of {sorted(PROMPT_BUILDERS)}.")
 
-    Rows whose gold answer cannot be extracted (e.g. a MATH solution without ``\\boxed{}``) are dropped, with a
-    warning: they could only ever be scored None.
+
+def adapt_dataset(
+    dataset: Dataset, spec: DatasetSpec, name: str = "dataset", prompt_template: str = DEFAULT_PROMPT_TEMPLATE
+) -> Dataset:
+    """Map ``dataset`` (in ``spec``'s schema) to the columns problem / answer / prompt / solution / data_source,
+    nothing else.
+
+    ``prompt_template`` picks the prompt: ``"qwen_boxed"`` (:data:`PROMPT_TEMPLATE`) or ``"authors"`` (the dataset's
+    own prompt where it has one, DAPO-Math-17k's; else the authors' MATH/GSM8K instruction). Rows whose gold answer
+    cannot be extracted (e.g. a MATH solution without ``\\boxed{}``) are dropped, with a warning: they could only
+    ever be scored None.
     """
+    check_prompt_template(prompt_template)
     _require_columns(dataset, spec.required_columns, name)
+    keep_own_prompt = prompt_template == "authors" and spec.own_prompt is not None
+    build_prompt = PROMPT_BUILDERS[prompt_template]
 
     def convert(row: dict[str, Any]) -> dict[str, Any]:
         problem = spec.get_problem(row[spec.problem_column])
         answer = spec.get_answer(row[spec.answer_column])
-        return {"problem": problem, "answer": answer, "prompt": make_prompt(problem), "solution": answer}
+        prompt = spec.own_prompt(row[spec.problem_column]) if keep_own_prompt else build_prompt(problem)
+        return {"problem": problem, "answer": answer, "prompt": prompt, "solution": answer, "data_source": spec.hub_id}
 
     adapted = dataset.map(
         convert, remove_columns=dataset.column_names, features=ADAPTED_FEATURES, desc=f"Adapting {name}"
@@ -255,9 +282,16 @@ def _load_spec(
     split: str | None,
     data_files: str | Sequence[str] | None,
     local_form: str = "data_files=PATH",
+    prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
 ) -> Dataset:
     """Load a registered dataset; ``local_form`` is how the caller's user names local files instead (for the error
     raised when the Hub cannot be reached)."""
+    check_prompt_template(prompt_template)
+    if isinstance(spec, LoaderSpec) and prompt_template != DEFAULT_PROMPT_TEMPLATE:
+        raise ValueError(
+            f"prompt_template={prompt_template!r} applies to the math datasets; {name!r} ({spec.kind} track) builds "
+            f"its own prompts. Leave prompt_template at {DEFAULT_PROMPT_TEMPLATE!r} for it."
+        )
     try:
         if isinstance(spec, LoaderSpec):
             return spec.load(split or spec.split, data_files)
@@ -271,7 +305,7 @@ def _load_spec(
             f"datasets cache and the Hub cannot be reached ({error}). Read local JSON/JSONL/Parquet files in its Hub "
             f"schema instead: {local_form}.{retries}"
         ) from None
-    return adapt_dataset(raw, spec, name)
+    return adapt_dataset(raw, spec, name, prompt_template)
 
 
 def _lookup(
@@ -288,31 +322,38 @@ def load_train_dataset(
     data_files: str | Sequence[str] | None = None,
     limit: int | None = None,
     seed: int = 0,
+    prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
 ) -> Dataset:
     """A training set from :data:`TRAIN_DATASETS` or :data:`TRAIN_MIXTURES` in the trainer's columns.
 
     ``data_files`` reads local files in the named dataset's schema instead of the Hub. ``limit`` keeps the first rows.
+    ``prompt_template`` picks the prompt (see :func:`adapt_dataset`).
     A mixture is shuffled with ``seed`` first, so its first rows draw from every part (concatenated in order, a limit
     would keep only the first part's rows); the trainer reshuffles each epoch anyway.
     """
     if name in TRAIN_MIXTURES:
         if data_files is not None:
             raise ValueError(f"{name!r} mixes several Hub datasets; data_files only works with one of {TRAIN_DATASETS}.")
-        parts = [load_train_dataset(part, split) for part in TRAIN_MIXTURES[name]]
+        parts = [load_train_dataset(part, split, prompt_template=prompt_template) for part in TRAIN_MIXTURES[name]]
         dataset = concatenate_datasets(parts).shuffle(seed=seed).flatten_indices()
     else:
         spec = _lookup(TRAIN_DATASETS, name, "training dataset", extra=TRAIN_MIXTURES)
         local_form = "`dataset_files: [PATH]` in the recipe (`--dataset_files PATH`)"
-        dataset = _load_spec(spec, name, split, data_files, local_form)
+        dataset = _load_spec(spec, name, split, data_files, local_form, prompt_template)
     return dataset.select(range(min(limit, len(dataset)))) if limit is not None else dataset
 
 
 def load_benchmark(
-    name: str, split: str | None = None, data_files: str | Sequence[str] | None = None, limit: int | None = None
+    name: str,
+    split: str | None = None,
+    data_files: str | Sequence[str] | None = None,
+    limit: int | None = None,
+    prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
 ) -> Dataset:
-    """An evaluation set from :data:`BENCHMARKS`: math ones with columns problem, answer, prompt and solution (=
-    answer), the code and multi-modal ones in their loader's columns."""
+    """An evaluation set from :data:`BENCHMARKS`: math ones with columns problem, answer, prompt, solution (=
+    answer) and data_source, prompted as ``prompt_template`` says; the code and multi-modal ones in their loader's
+    columns."""
     spec = _lookup(BENCHMARKS, name, "benchmark")
     local_form = f"`riskpo-eval --benchmarks {name}=PATH` (`load_benchmark({name!r}, data_files=PATH)`)"
-    dataset = _load_spec(spec, name, split, data_files, local_form)
+    dataset = _load_spec(spec, name, split, data_files, local_form, prompt_template)
     return dataset.select(range(min(limit, len(dataset)))) if limit is not None else dataset

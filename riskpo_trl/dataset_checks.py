@@ -1,5 +1,6 @@
-"""Construction-time checks of a trainer's datasets, so a missing column fails before the model loads with a message
-that names it, rather than as a KeyError inside TRL at the first step."""
+"""Construction-time checks of a trainer's datasets, so a missing column or a training set too small for one generation
+batch fails before the model loads with a message that names it, rather than as a KeyError inside TRL at the first
+step or as a run that trains 0 steps and exits as if it had succeeded."""
 
 from __future__ import annotations
 
@@ -12,13 +13,20 @@ TRL_REWARD_KWARGS = frozenset({"prompts", "completions", "completion_ids", "trai
                                "environments"})
 
 
-def check_dataset_columns(train_dataset: Any, eval_dataset: Any, reward_funcs: Any) -> None:
-    """Check that the training and evaluation datasets (a dataset, a dict of them, or None) have a ``prompt`` column
-    and the columns each reward function reads; raise a ValueError naming what is missing and how to add it."""
-    _check_split(train_dataset, reward_funcs, "training")
+def check_dataset_columns(
+    train_dataset: Any, eval_dataset: Any, reward_funcs: Any, environment_factory: Any = None
+) -> None:
+    """Check that the training and evaluation datasets (a dataset, a dict of them, or None) have the columns
+    GRPOTrainer reads and the columns each reward function reads, and pass each reward function's own
+    ``check_dataset(dataset)`` if it has one; raise a ValueError naming what is missing and how to add it.
+
+    What GRPOTrainer reads: each example's ``prompt``, except with an ``environment_factory``, where the environment's
+    ``reset()`` supplies the prompt and ``prompt`` is optional; with a dict of environments, the ``environment`` column
+    that routes each example to one of them."""
+    _check_split(train_dataset, reward_funcs, environment_factory, "training")
     named = eval_dataset.items() if isinstance(eval_dataset, dict) else [("", eval_dataset)]
     for name, dataset in named:
-        _check_split(dataset, reward_funcs, f"evaluation{f' ({name})' if name else ''}")
+        _check_split(dataset, reward_funcs, environment_factory, f"evaluation{f' ({name})' if name else ''}")
 
 
 def reward_columns(reward_func: Any) -> list[str]:
@@ -40,25 +48,83 @@ def reward_columns(reward_func: Any) -> list[str]:
     ]
 
 
-def _check_split(dataset: Any, reward_funcs: Any, split: str) -> None:
+def check_generation_batch_fits(train_dataset: Any, args: Any) -> None:
+    """Refuse a training set with fewer examples than one generation batch takes.
+
+    TRL's sampler (``RepeatSampler``) cuts the shuffled dataset into generation batches of
+    ``generation_batch_size // num_generations`` prompts, over all processes, and drops an incomplete last one; with
+    fewer examples than that an epoch is empty and the run trains 0 steps (repeating epochs for ``max_steps`` does
+    not help). A dataset without a length (an ``IterableDataset``) cannot be counted here; the trainer checks after
+    training that a step was taken."""
+    if train_dataset is None or not hasattr(train_dataset, "__len__"):
+        return
+    rows = len(train_dataset)
+    prompts = args.generation_batch_size // args.num_generations
+    if rows >= prompts:
+        return
+    processes = args.world_size
+    per_step = args.per_device_train_batch_size * processes
+    raise ValueError(
+        f"The training dataset has {rows} example{'s' if rows != 1 else ''}, fewer than the {prompts} prompts one "
+        f"generation batch takes, so the run would train 0 steps (TRL drops an incomplete generation batch). A "
+        f"generation batch is generation_batch_size={args.generation_batch_size} completions = "
+        f"per_device_train_batch_size={args.per_device_train_batch_size} x {processes} process"
+        f"{'es' if processes != 1 else ''} x steps_per_generation={args.steps_per_generation}, that is "
+        f"{prompts} prompts of num_generations={args.num_generations} completions. Add examples, or shrink the "
+        f"generation batch: lower steps_per_generation (or gradient_accumulation_steps="
+        f"{args.gradient_accumulation_steps}, from which the config derives it when unset), lower "
+        f"per_device_train_batch_size, raise num_generations, or run on fewer processes."
+        + _fitting_schedule(rows, args, per_step)
+    )
+
+
+def _fitting_schedule(rows: int, args: Any, completions_per_step: int) -> str:
+    """' For example, steps_per_generation=S fits: ...' for the largest steps_per_generation whose generation batch
+    fits ``rows`` and holds whole prompt groups (and bundle groups), or '' when none does."""
+    bundle = getattr(args, "bundle_size", 1)
+    for steps in range(args.steps_per_generation - 1, 0, -1):
+        completions = completions_per_step * steps
+        prompts, leftover = divmod(completions, args.num_generations)
+        updates, partial = divmod(steps, args.gradient_accumulation_steps)
+        if not leftover and not partial and 0 < prompts <= rows and prompts % bundle == 0:
+            return (
+                f" For example, steps_per_generation={steps} fits: {prompts} prompts per generation batch, taken in "
+                f"{updates} optimizer update{'s' if updates != 1 else ''}."
+            )
+    return ""
+
+
+def _check_split(dataset: Any, reward_funcs: Any, environment_factory: Any, split: str) -> None:
     """Fail at construction, naming the columns, rather than with a KeyError inside TRL at the first step."""
     columns = getattr(dataset, "column_names", None)
     if dataset is None or columns is None:  # no dataset, or a streaming one that does not know its columns
         return
-    if "prompt" not in columns:
+    if environment_factory is None and "prompt" not in columns:
         raise ValueError(
             f"The {split} dataset has no 'prompt' column (its columns: {columns}). RiskPOTrainer, like GRPOTrainer, "
             "reads each example's prompt from 'prompt': a string, or a list of chat messages [{'role': 'user', "
             "'content': ...}]. Rename or build that column (e.g. dataset.rename_column('question', 'prompt'), or the "
             "adapters in riskpo_trl.data)."
         )
+    if isinstance(environment_factory, dict) and "environment" not in columns:
+        raise ValueError(
+            f"The {split} dataset has no 'environment' column (its columns: {columns}). With a dict of environments "
+            f"({sorted(environment_factory)}), GRPOTrainer routes each example to the environment its 'environment' "
+            "column names. Add that column, or pass a single environment factory."
+        )
     funcs: list[Callable] = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
     for func in funcs:
+        name = getattr(func, "__name__", type(func).__name__)
         missing = [column for column in reward_columns(func) if column not in columns]
         if missing:
-            name = getattr(func, "__name__", type(func).__name__)
             raise ValueError(
                 f"The reward function {name} reads the column(s) {missing}, which the {split} dataset lacks (its "
                 f"columns: {columns}). Add them to the dataset (e.g. the reference answer as 'solution'), or use a "
                 "reward function that fits it."
             )
+        check = getattr(func, "check_dataset", None)
+        if check is not None and hasattr(dataset, "unique"):
+            try:
+                check(dataset)
+            except ValueError as error:
+                raise ValueError(f"The {split} dataset does not fit the reward function {name}: {error}") from None

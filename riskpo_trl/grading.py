@@ -47,15 +47,21 @@ def last_boxed(text: str) -> str | None:
     if start < 0:
         return None
     open_brace = text.index("{", start)
+    close = matching_brace(text, open_brace)
+    return None if close is None else text[open_brace + 1 : close]  # None: unclosed, e.g. a truncated completion
+
+
+def matching_brace(text: str, start: int) -> int | None:
+    """The index of the ``}`` at which the braces counted from ``text[start]`` on first balance; None if never."""
     depth = 0
-    for i in range(open_brace, len(text)):
+    for i in range(start, len(text)):
         if text[i] == "{":
             depth += 1
         elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[open_brace + 1 : i]
-    return None  # unclosed box, e.g. a truncated completion
+                return i
+    return None
 
 
 def _parse_gold(gold: str, parsing_timeout: int | None) -> list:

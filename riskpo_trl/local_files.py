@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 
@@ -10,6 +11,24 @@ def load_local_files(data_files: str | Sequence[str]):
     images."""
     import datasets
 
-    first_file = data_files if isinstance(data_files, str) else data_files[0]
-    builder = "parquet" if str(first_file).endswith(".parquet") else "json"
+    files = [data_files] if isinstance(data_files, (str, os.PathLike)) else list(data_files)
+    if not files:
+        raise ValueError("No dataset files given.")
+    for path in files:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"Dataset file {path}: no such file.")
+        if _is_empty(path):
+            raise ValueError(f"Dataset file {path} is empty: it needs at least one example (a JSON line, a JSON "
+                             "list or a Parquet file with rows).")
+    builder = "parquet" if str(files[0]).endswith(".parquet") else "json"
     return datasets.load_dataset(builder, data_files=data_files, split="train")
+
+
+def _is_empty(path: str | os.PathLike) -> bool:
+    """No bytes, or (JSON/JSONL) only whitespace: the datasets loader fails on it with a bare StopIteration."""
+    if os.path.getsize(path) == 0:
+        return True
+    if str(path).endswith(".parquet"):
+        return False
+    with open(path, "rb") as file:
+        return not file.read(1 << 16).strip() and os.path.getsize(path) <= 1 << 16

@@ -1,14 +1,16 @@
 """Model cards that describe the run as it happened: its own name, a base model only when it is on the Hub, the
-datasets actually trained on, and the risk settings.
+datasets actually trained on, the reward functions with their weights, and the risk settings, with a quick start
+that runs as written (for the model's kind: text, code or vision-language) and the citations of the method and TRL.
 
 TRL's card names the model ``None`` and links ``huggingface.co/None`` for a local run (no hub_model_id, a local base
 model) and lists whatever dataset id it is given. Used by `RiskPOTrainer.create_model_card` and by the training
-script for every trainer, baselines included.
+script for every trainer, baselines included. A run that took no training step gets no card.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Sequence
 from importlib.metadata import version
@@ -16,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
-from huggingface_hub.errors import HFValidationError
-from huggingface_hub.utils import validate_repo_id
+
+from .model_paths import hub_id_or_none
+
+logger = logging.getLogger(__name__)
 
 # (label, config field); rows whose field the config lacks are left out, so a baseline's card has no risk rows and
 # opt-ins added to RiskPOConfig show up once listed here.
@@ -46,15 +50,36 @@ TRAINING_SETTINGS = (
 )
 
 
-def hub_id_or_none(name: str | None) -> str | None:
-    """``name`` if it reads as a Hub repository id and is not a local path, else None."""
-    if not name or os.path.isabs(name) or name.startswith((".", "~")) or os.path.exists(name):
-        return None
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return None
-    return name
+# TRL's citation, as TRL's own model cards give it.
+TRL_CITATION = """\
+@software{vonwerra2020trl,
+  title   = {{TRL: Transformers Reinforcement Learning}},
+  author  = {von Werra, Leandro and Belkada, Younes and Tunstall, Lewis and Beeching, Edward and Thrush, Tristan and \
+Lambert, Nathan and Huang, Shengyi and Rasul, Kashif and Gallouédec, Quentin},
+  license = {Apache-2.0},
+  url     = {https://github.com/huggingface/trl},
+  year    = {2020}
+}"""
+
+TEXT_QUICK_START = """\
+from transformers import pipeline
+
+generator = pipeline("text-generation", model="{model}", device_map="auto")
+output = generator([{{"role": "user", "content": "{question}"}}], max_new_tokens=256, return_full_text=False)[0]
+print(output["generated_text"])"""
+MATH_QUESTION = "What is 7 * 8?"
+CODE_QUESTION = "Write a Python function fib(n) that returns the n-th Fibonacci number."
+VISION_QUICK_START = """\
+from PIL import Image, ImageDraw
+from transformers import pipeline
+
+image = Image.new("RGB", (224, 224), "white")  # a drawn triangle; use your own image (a path, URL or PIL image)
+ImageDraw.Draw(image).polygon([(30, 190), (194, 190), (112, 40)], outline="black", width=3)
+messages = [{{"role": "user", "content": [{{"type": "image", "image": image}},
+                                         {{"type": "text", "text": "How many sides does this shape have?"}}]}}]
+generator = pipeline("image-text-to-text", model="{model}", device_map="auto")
+output = generator(text=messages, max_new_tokens=256, return_full_text=False)[0]
+print(output["generated_text"])"""
 
 
 def card_model_name(args: Any) -> str:
@@ -78,6 +103,28 @@ def settings_table(args: Any) -> str:
             default = f"`{default}`" if default is not None else "derived" if name in defaults else ""
             rows.append(f"| {label} | `{name}={value}` | {default} |")
     return "\n".join(rows)
+
+
+def rewards_table(trainer: Any) -> str:
+    """Markdown table of the reward functions the trainer sums, with their weights (empty without any)."""
+    names = list(getattr(trainer, "reward_func_names", None) or ())
+    weights = getattr(trainer, "reward_weights", None)
+    if not names:
+        return ""
+    weights = [float(w) for w in weights] if weights is not None else [1.0] * len(names)
+    rows = ["| reward function | weight |", "| --- | --- |"]
+    rows += [f"| `{name}` | {weight:g} |" for name, weight in zip(names, weights)]
+    return "The reward of a completion is the weighted sum of:\n\n" + "\n".join(rows)
+
+
+def quick_start(trainer: Any, model: str) -> str:
+    """A snippet that loads ``model`` and asks it something fit for its kind: an image and a question for a
+    vision-language model, a programming task for a model trained with a code reward, else an arithmetic question."""
+    if getattr(trainer, "_is_vlm", False):
+        return VISION_QUICK_START.format(model=model)
+    names = getattr(trainer, "reward_func_names", None) or ()
+    question = CODE_QUESTION if any("code" in name for name in names) else MATH_QUESTION
+    return TEXT_QUICK_START.format(model=model, question=question)
 
 
 def build_model_card(
@@ -108,28 +155,34 @@ def build_model_card(
         model_name=model_name,
         tags=["generated_from_trainer", *sorted(tag_set)],
     )
-    usage_id = getattr(trainer, "hub_model_id", None) or args.hub_model_id or args.output_dir
+    # Without a Hub repository the model is where the card is: its absolute path loads from any directory.
+    usage_id = getattr(trainer, "hub_model_id", None) or args.hub_model_id or os.path.abspath(args.output_dir)
     sections = [f"# Model Card for {model_name}", _provenance(base_model, hub_datasets, local_files)]
-    sections.append(
-        "## Quick start\n\n```python\nfrom transformers import pipeline\n\n"
-        f'generator = pipeline("text-generation", model="{usage_id}", device_map="auto")\n'
-        'output = generator([{"role": "user", "content": "What is 7 * 8?"}], max_new_tokens=256, '
-        'return_full_text=False)[0]\nprint(output["generated_text"])\n```'
-    )
+    sections.append(f"## Quick start\n\n```python\n{quick_start(trainer, usage_id)}\n```")
     method = f"This model was trained with {trainer_name}"
     if paper.get("id"):
         method += f", a method introduced in [{paper['title']}](https://huggingface.co/papers/{paper['id']})"
-    sections.append(f"## Training procedure\n\n{method}.\n\n{settings_table(args)}")
+    steps = getattr(getattr(trainer, "state", None), "global_step", None)
+    method += f", for {steps} optimizer steps." if steps else "."
+    procedure = [method, rewards_table(trainer), settings_table(args)]
+    sections.append("## Training procedure\n\n" + "\n\n".join(part for part in procedure if part))
     packages = ("trl", "transformers", "torch", "datasets", "tokenizers")
     sections.append("### Framework versions\n\n" + "\n".join(f"- {name}: {version(name)}" for name in packages))
+    citations = ["## Citations"]
     if paper.get("citation"):
-        sections.append(f"## Citation\n\n```bibtex\n{paper['citation']}\n```")
+        citations.append(f"Cite {trainer_name} as:\n\n```bibtex\n{paper['citation']}\n```")
+    citations.append(f"Cite TRL as:\n\n```bibtex\n{TRL_CITATION}\n```")
+    sections.append("\n\n".join(citations))
     return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
 
 
 def save_model_card(trainer: Any, **card_fields) -> str | None:
-    """Write the card as ``output_dir/README.md`` on the main process; returns its path there, None elsewhere."""
+    """Write the card as ``output_dir/README.md`` on the main process; returns its path there, None elsewhere. A run
+    that has taken no training step gets no card (a card says how the model was trained), only a warning."""
     if not trainer.is_world_process_zero():
+        return None
+    if not trainer.state.global_step:
+        logger.warning("No model card written: the run has taken no training step, so there is nothing to describe.")
         return None
     path = os.path.join(trainer.args.output_dir, "README.md")
     build_model_card(trainer, **card_fields).save(path)

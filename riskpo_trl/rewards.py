@@ -9,6 +9,11 @@ setting scores the model's *final* answer: :func:`riskpo_trl.grading.verify_answ
 last ``\\boxed{}`` when there is one, and otherwise the plain-text tail; the evaluator uses the same function, so
 training rewards and benchmark scores agree. ``geometry_accuracy`` is the same grader under the multi-modal track's
 name.
+
+The ``verl_*`` rewards are the graders the RiskPO authors' published runs used (:mod:`riskpo_trl.verl_graders`), for
+reproducing those runs: ``verl_gsm8k`` (strict ``#### <number>``, 1/0), ``verl_math`` (last ``\\boxed{}``, string
+equivalence, 1/0), ``verl_math_dapo`` (``Answer:`` line, +1/-1) and ``verl_by_source``, which picks one of them per
+row from its ``data_source`` column as verl does (GSM8K rows strict, MATH rows boxed, DAPO rows ``Answer:``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from trl.rewards import accuracy_reward, think_format_reward
 from .code.reward import code_reward_from_settings
 from .grading import final_answer_preview, last_boxed, verify_answer
 from .text import completion_text
+from .verl_graders import DAPO_ANSWER, GRADERS_BY_SOURCE, GSM8K_STRICT, MATH_EQUIV, Grader, grader_for_source
 
 __all__ = [
     "REWARD_BUILDERS",
@@ -32,22 +38,37 @@ __all__ = [
     "last_boxed",
     "math_verify_reward",
     "verify_answer",
+    "verl_by_source_reward",
+    "verl_gsm8k_reward",
+    "verl_math_dapo_reward",
+    "verl_math_reward",
 ]
 
 RewardFunc = Callable[..., list[float | None]]
 
 
-def math_verify_reward(completions: Sequence, solution: Sequence[str], **kwargs) -> list[float | None]:
-    """Binary accuracy of each completion's final answer against its ``solution`` column (1.0 / 0.0, None if the
-    gold answer is unparseable). The trainer passes the dataset's ``solution`` column as a keyword argument."""
+def _grade_pairs(
+    completions: Sequence, solution: Sequence[str], graders: Sequence[Grader], log_extra: Callable | None
+) -> list[float | None]:
+    """Each completion graded against its ``solution`` by its grader; what each grader read as the answer goes to
+    the trainer's completions table (``log_extra``) as ``final_answer``."""
     if len(completions) != len(solution):
         raise ValueError(f"Got {len(completions)} completions but {len(solution)} solutions; they must pair up.")
     texts = [completion_text(c) for c in completions]
-    rewards = [verify_answer(text, gold) for text, gold in zip(texts, solution)]
-    log_extra = kwargs.get("log_extra")
-    if log_extra is not None:  # shown in the trainer's completions table
-        log_extra("final_answer", [final_answer_preview(text) for text in texts])
+    rewards = [grader.score(text, str(gold)) for grader, text, gold in zip(graders, texts, solution)]
+    if log_extra is not None:
+        log_extra("final_answer", [grader.answer(text) or "" for grader, text in zip(graders, texts)])
     return rewards
+
+
+# math-verify on the final answer; the completions table shows the boxed answer, or the text's last 40 characters.
+MATH_VERIFY = Grader(verify_answer, final_answer_preview)
+
+
+def math_verify_reward(completions: Sequence, solution: Sequence[str], **kwargs) -> list[float | None]:
+    """Binary accuracy of each completion's final answer against its ``solution`` column (1.0 / 0.0, None if the
+    gold answer is unparseable). The trainer passes the dataset's ``solution`` column as a keyword argument."""
+    return _grade_pairs(completions, solution, [MATH_VERIFY] * len(completions), kwargs.get("log_extra"))
 
 
 def geometry_accuracy_reward(completions: Sequence, solution: Sequence[str], **kwargs) -> list[float | None]:
@@ -64,6 +85,54 @@ def boxed_format_reward(completions: Sequence, **kwargs) -> list[float]:
     return [float(bool(_BOXED_AT_END.search(completion_text(c).rstrip()))) for c in completions]
 
 
+def verl_gsm8k_reward(completions: Sequence, solution: Sequence[str], **kwargs) -> list[float]:
+    """verl's strict GSM8K scorer: 1.0 if the last ``#### <number>`` of the completion's last 300 characters equals
+    ``solution`` as a string (commas dropped), else 0.0. A ``\\boxed{}`` answer scores 0.0."""
+    return _grade_pairs(completions, solution, [GSM8K_STRICT] * len(completions), kwargs.get("log_extra"))
+
+
+def verl_math_reward(completions: Sequence, solution: Sequence[str], **kwargs) -> list[float]:
+    """verl's MATH scorer: 1.0 if the last ``\\boxed{}`` equals ``solution`` after the Hendrycks string
+    normalisation (no algebra: ``\\frac{2}{4}`` is not ``\\frac{1}{2}``), else 0.0."""
+    return _grade_pairs(completions, solution, [MATH_EQUIV] * len(completions), kwargs.get("log_extra"))
+
+
+def verl_math_dapo_reward(completions: Sequence, solution: Sequence[str], **kwargs) -> list[float]:
+    """verl's DAPO-Math scorer: 1.0 if the last ``Answer:`` line of the completion's last 300 characters equals
+    ``solution`` after the Minerva normalisation, else -1.0."""
+    return _grade_pairs(completions, solution, [DAPO_ANSWER] * len(completions), kwargs.get("log_extra"))
+
+
+def _source_grader(source: str) -> Grader:
+    grader = grader_for_source(source)
+    if grader is None:
+        raise ValueError(
+            f"verl_by_source has no grader for data_source={source!r}; it grades {sorted(GRADERS_BY_SOURCE)} (and "
+            "aime* rows) as verl does. Train on those datasets, or name one grader in reward_funcs (verl_gsm8k, "
+            "verl_math, verl_math_dapo) or math_verify."
+        )
+    return grader
+
+
+def verl_by_source_reward(
+    completions: Sequence, solution: Sequence[str], data_source: Sequence[str], **kwargs
+) -> list[float]:
+    """verl's ``default_compute_score`` on the math data: each row graded by its ``data_source``'s grader (GSM8K:
+    ``verl_gsm8k``, MATH: ``verl_math``, DAPO-Math-17k and AIME: ``verl_math_dapo``), what the RiskPO authors'
+    scripts ran. The adapters of :mod:`riskpo_trl.data` write ``data_source`` (the dataset's Hub id)."""
+    graders = [_source_grader(source) for source in data_source]
+    return _grade_pairs(completions, solution, graders, kwargs.get("log_extra"))
+
+
+def _check_sources(dataset: Any) -> None:
+    """Run by the trainer's dataset checks before training: every ``data_source`` of ``dataset`` has a grader."""
+    for source in dataset.unique("data_source"):
+        _source_grader(source)
+
+
+verl_by_source_reward.check_dataset = _check_sources
+
+
 REWARD_FUNCS: dict[str, RewardFunc] = {
     "math_verify": math_verify_reward,
     "boxed_format": boxed_format_reward,
@@ -72,6 +141,11 @@ REWARD_FUNCS: dict[str, RewardFunc] = {
     "think_format": think_format_reward,
     # Multi-modal track (Geometry3K): math-verify on the last \boxed{} against the `solution` column.
     "geometry_accuracy": geometry_accuracy_reward,
+    # The RiskPO authors' graders (verl 0.4.1's stock scorers), to reproduce their runs.
+    "verl_gsm8k": verl_gsm8k_reward,
+    "verl_math": verl_math_reward,
+    "verl_math_dapo": verl_math_dapo_reward,
+    "verl_by_source": verl_by_source_reward,
 }
 
 # Rewards built from settings (a block of the recipe, e.g. ``code_sandbox:``): name -> builder(settings) -> reward.

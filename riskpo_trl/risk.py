@@ -458,6 +458,7 @@ class RiskPOBatch:
     q_alpha: float | torch.Tensor  # one value, or one per bundle (quantiles taken per bundle group)
     q_beta: float | torch.Tensor
     unscorable: torch.Tensor | None = None  # one bool per completion: no reward function scored it
+    rewards: torch.Tensor | None = None  # one per completion, NaN where unscorable
 
     def metrics(self, omega: float) -> dict[str, float]:
         """The per-batch ``risk/*`` metrics the trainer logs (per-bundle quantiles are logged as their mean).
@@ -487,6 +488,28 @@ class RiskPOBatch:
             metrics["risk/lower_rvar"] = lower.mean().item()
         if upper.numel():
             metrics["risk/upper_rvar"] = upper.mean().item()
+        metrics.update(self.push_metrics())
+        return metrics
+
+    def push_metrics(self) -> dict[str, float]:
+        """Which way the batch pushes its completions, over the scorable ones: the shares with a negative and with a
+        positive advantage (beyond 1e-6), and the correlation between a completion's own reward and its advantage
+        (left out when either has no spread). A batch that pushes most completions down and none up, whatever they
+        scored, is the regime the regime guard watches (see ``RiskPOConfig.regime_guard_threshold``)."""
+        scorable = ~self.unscorable if self.unscorable is not None else torch.ones_like(self.advantages, dtype=bool)
+        adv = self.advantages[scorable].double()
+        if not adv.numel():
+            return {}
+        metrics = {
+            "risk/frac_negative_advantage": (adv < -1e-6).double().mean().item(),
+            "risk/frac_positive_advantage": (adv > 1e-6).double().mean().item(),
+        }
+        if self.rewards is not None:
+            rewards = self.rewards[scorable].double()
+            r_c, a_c = rewards - rewards.mean(), adv - adv.mean()
+            denom = (r_c.pow(2).sum() * a_c.pow(2).sum()).sqrt()
+            if denom > 1e-12:
+                metrics["risk/reward_advantage_corr"] = ((r_c * a_c).sum() / denom).item()
         return metrics
 
 
@@ -560,6 +583,7 @@ def riskpo_advantages(
         q_alpha=_as_float_or_tensor(q_alpha),
         q_beta=_as_float_or_tensor(q_beta),
         unscorable=unscorable,
+        rewards=rewards,
     )
 
 

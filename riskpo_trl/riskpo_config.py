@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -13,6 +15,7 @@ from trl import GRPOConfig
 
 from .config_conversion import converted_config_kwargs
 from .estimator import QUANTILE_SOURCES
+from .naming import closest_name
 from .risk import ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, RISK_PROFILES, advantage_variant
 
 # The paper updates 4 times per generation batch (batch 512 prompts, mini-batches of 128).
@@ -46,10 +49,14 @@ class RiskPOConfig(GRPOConfig):
         quantile_source (`str`, defaults to `"tracked"`), advantage_scaling (`str`, defaults to `"none"`),
         natural_baseline (`bool`, defaults to `True`), credit_assignment (`str`, defaults to `"uniform"`), bundling
         (`str`, defaults to `"permutation"`), quantile_lr (`float`, defaults to `0.1`), quantile_lr_decay (`float`,
-        defaults to `0.0`), max_unscorable_batches (`int`, defaults to `3`): see each field's help. The non-default
+        defaults to `0.0`), max_unscorable_batches (`int`, defaults to `3`), regime_guard_threshold (`float`, defaults to
+        `0.7`), regime_guard_patience (`int`, defaults to `10`): see each field's help. The non-default
         advantage choices reproduce the authors' public code (see `docs/algorithm.md`).
         steps_per_generation (`int`, defaults to `4 x gradient_accumulation_steps` unless it or generation_batch_size
         is set): the paper's 4 optimizer updates per generation batch.
+        loss_token_mean_sequences (`int`, defaults to `None`): with loss_type `"bnpo"`, the token mean over groups of
+        this many sequences instead of over each micro-batch, as verl's (the authors' code; see
+        `riskpo_trl.token_mean_groups`).
     """
 
     # Risk measure
@@ -124,6 +131,18 @@ class RiskPOConfig(GRPOConfig):
                   "could be scored (every reward function returned None): such a run trains on nothing. 0 never "
                   "stops. The share of unscorable completions is logged as risk/frac_unscorable."},
     )
+    regime_guard_threshold: float = field(
+        default=0.7,
+        metadata={"help": "The regime guard warns once when at least this share of a training batch's completions get "
+                  "a negative advantage (risk/frac_negative_advantage) for regime_guard_patience batches in a row: "
+                  "the low-success regime in which the paper's advantage was measured to collapse "
+                  "(docs/replication.md). In (0, 1]."},
+    )
+    regime_guard_patience: int = field(
+        default=10,
+        metadata={"help": "Consecutive training batches past regime_guard_threshold before the regime guard warns "
+                  "(once per run). 0 disables the guard; the metric is logged either way."},
+    )
     quantile_lr: float = field(
         default=0.1,
         metadata={"help": "Step size gamma of the quantile trackers, in units of the bundle score. The first batch "
@@ -157,6 +176,14 @@ class RiskPOConfig(GRPOConfig):
         default="grpo",
         metadata={"help": "Loss aggregation. 'grpo' (the paper) averages each sequence's loss, then over sequences; "
                   "other TRL loss types ('dapo', 'dr_grpo', 'bnpo', ...) are available for ablations."},
+    )
+    loss_token_mean_sequences: int | None = field(
+        default=None,
+        metadata={"help": "With loss_type='bnpo': take the token mean over groups of this many sequences of an "
+                  "optimizer step, then the mean over groups (verl's token-mean over a micro-batch of "
+                  "ppo_micro_batch_size_per_gpu sequences), whatever per_device_train_batch_size is. It must be a "
+                  "multiple of per_device_train_batch_size and should divide the sequences of an optimizer step. "
+                  "None: TRL's bnpo, one token mean per micro-batch."},
     )
     per_device_train_batch_size: int = field(
         default=10,
@@ -207,6 +234,7 @@ class RiskPOConfig(GRPOConfig):
         self._refuse_unsourced_combinations()
         super().__post_init__()
         self._validate_batch_layout()
+        self._validate_token_mean_groups()
 
     def _validate_risk_fields(self) -> None:
         if not (0.0 <= self.risk_alpha < self.risk_beta <= 1.0):
@@ -252,6 +280,14 @@ class RiskPOConfig(GRPOConfig):
         if self.max_unscorable_batches < 0:
             raise ValueError(
                 f"max_unscorable_batches={self.max_unscorable_batches} must be >= 0 (0 never stops the run)."
+            )
+        if not 0 < self.regime_guard_threshold <= 1:
+            raise ValueError(
+                f"regime_guard_threshold={self.regime_guard_threshold} is a share of completions: it must be in (0, 1]."
+            )
+        if self.regime_guard_patience < 0:
+            raise ValueError(
+                f"regime_guard_patience={self.regime_guard_patience} must be >= 0 (0 disables the regime guard)."
             )
         if self.quantile_lr <= 0:
             raise ValueError(f"quantile_lr={self.quantile_lr} must be > 0 (the authors' code uses 0.1).")
@@ -308,16 +344,86 @@ class RiskPOConfig(GRPOConfig):
                 f"bundle_size that divides {prompts} ({_divisors(prompts)})."
             )
         generate_every = self.steps_per_generation * self.num_iterations
-        if self.save_strategy == "steps" and self.save_steps >= 1:
-            if (int(self.save_steps) * self.gradient_accumulation_steps) % generate_every != 0:
-                warnings.warn(
-                    f"Checkpoints every save_steps={int(self.save_steps)} optimizer steps do not fall on generation "
-                    f"batch boundaries (a new batch every {generate_every} micro-steps: steps_per_generation x "
-                    "num_iterations). TRL regenerates on resume, so a run resumed from such a checkpoint draws an "
-                    "extra batch and its quantiles and bundles diverge from an uninterrupted run's. Make save_steps x "
-                    f"gradient_accumulation_steps a multiple of {generate_every}.",
-                    stacklevel=3,
+        save_every = _save_interval(self)
+        if save_every is not None and (save_every * self.gradient_accumulation_steps) % generate_every != 0:
+            multiple = generate_every // math.gcd(generate_every, self.gradient_accumulation_steps)
+            given = f"save_steps={self.save_steps:g}" + (
+                f" (every {save_every} optimizer steps of max_steps={self.max_steps})" if self.save_steps < 1 else "")
+            warnings.warn(
+                f"Checkpoints at {given} do not fall on generation batch boundaries (a new batch every "
+                f"{generate_every} micro-steps: steps_per_generation x num_iterations). TRL regenerates on resume, so "
+                "a run resumed from such a checkpoint draws an extra batch and its quantiles and bundles diverge "
+                f"from an uninterrupted run's. Make save_steps a multiple of {multiple} (with "
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps}, the smallest interval whose "
+                "checkpoints all fall between generation batches).",
+                stacklevel=3,
+            )
+
+    def _validate_token_mean_groups(self) -> None:
+        """Groups of loss_token_mean_sequences must hold whole micro-batches and should tile each optimizer step; a
+        step must not straddle two generation batches (the groups' token counts are taken per generation batch)."""
+        size = self.loss_token_mean_sequences
+        if size is None:
+            return
+        if self.loss_type != "bnpo":
+            raise ValueError(
+                f"loss_token_mean_sequences={size} regroups the token mean of loss_type='bnpo' (verl's token-mean); "
+                f"loss_type={self.loss_type!r} aggregates otherwise. Set loss_type='bnpo' or drop the field."
+            )
+        per_device = self.per_device_train_batch_size
+        if size < 1 or size % per_device != 0:
+            raise ValueError(
+                f"loss_token_mean_sequences={size} must be a positive multiple of per_device_train_batch_size="
+                f"{per_device}, so each group holds whole micro-batches: set per_device_train_batch_size to a "
+                f"divisor of {size} ({_divisors(size) if size >= 1 else 'none'})."
+            )
+        per_step = per_device * self.world_size * self.gradient_accumulation_steps
+        if per_step % size != 0:
+            warnings.warn(
+                f"An optimizer step holds {per_step} sequences (per_device_train_batch_size={per_device} x "
+                f"{self.world_size} processes x gradient_accumulation_steps={self.gradient_accumulation_steps}), "
+                f"not a whole number of loss_token_mean_sequences={size} groups: its last group holds "
+                f"{per_step % size} and weighs as much as a full one. Make the step a multiple of {size}.",
+                stacklevel=3,
+            )
+        if self.steps_per_generation % self.gradient_accumulation_steps != 0:
+            raise ValueError(
+                f"steps_per_generation={self.steps_per_generation} must be a multiple of gradient_accumulation_steps="
+                f"{self.gradient_accumulation_steps} with loss_token_mean_sequences: an optimizer step must not span "
+                "two generation batches."
+            )
+
+
+def _save_interval(args: GRPOConfig) -> int | None:
+    """Optimizer steps between checkpoints, or None when not known at config time (no step-based saving, or a
+    fraction of a max_steps that epochs decide)."""
+    if args.save_strategy != "steps":
+        return None
+    if args.save_steps >= 1:
+        return int(args.save_steps)
+    return math.ceil(args.max_steps * args.save_steps) if args.max_steps > 0 else None
+
+
+def _name_misspelled_fields(config_class: type) -> None:
+    """Make ``config_class(bundel_size=2)`` say which field was meant, instead of the dataclass's bare 'unexpected
+    keyword argument'."""
+    generated_init = config_class.__init__
+
+    @functools.wraps(generated_init)
+    def __init__(self, *args, **kwargs):
+        accepted = {f.name for f in fields(config_class) if f.init}
+        for name in kwargs:
+            if name not in accepted:
+                raise TypeError(
+                    f"{config_class.__name__} got an unexpected keyword argument {name!r}"
+                    f"{closest_name(name, accepted)}."
                 )
+        generated_init(self, *args, **kwargs)
+
+    config_class.__init__ = __init__
+
+
+_name_misspelled_fields(RiskPOConfig)
 
 
 def _deepspeed_launch_without_accelerator() -> bool:

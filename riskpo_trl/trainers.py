@@ -6,8 +6,9 @@ nor TRL, and TRL's experimental GMPO is only imported by runs that use it.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
+
+from .naming import closest_name
 
 
 def _riskpo() -> tuple[type, type]:
@@ -34,12 +35,6 @@ TRAINERS: dict[str, Callable[[], tuple[type, type]]] = {
     "grpo": _grpo,  # trl.GRPOTrainer: GRPO, Dr. GRPO, DAPO, ... through loss_type
     "gmpo": _gmpo,  # trl.experimental.gmpo.GMPOTrainer (experimental in TRL)
 }
-
-
-def closest_name(name: str, choices) -> str:
-    """' (did you mean X?)' for the closest of ``choices`` to a misspelled ``name``, or '' when none is close."""
-    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {match[0]}?)" if match else ""
 
 
 def check_trainer_name(name: str) -> None:

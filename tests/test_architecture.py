@@ -97,5 +97,5 @@ def test_library_modules_never_import_the_entry_points():
 
 def test_leaf_modules_import_nothing_from_the_package():
     for leaf in ("riskpo_trl.text", "riskpo_trl.grading", "riskpo_trl.prompts", "riskpo_trl.local_files",
-                 "riskpo_trl.console", "riskpo_trl.tiny_model"):
+                 "riskpo_trl.console", "riskpo_trl.tiny_model", "riskpo_trl.model_paths", "riskpo_trl.naming"):
         assert GRAPH[leaf] == set(), leaf

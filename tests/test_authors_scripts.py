@@ -3,25 +3,33 @@
 The reference below re-states the rules of their advantage function
 (``compute_grpo_bundle_rvar_outcome_advantage_quantile_tracking`` with each script's switches) as explicit loops over
 bundle groups, bundles and members, the way their code walks its dictionaries; it shares nothing with
-``riskpo_trl.risk`` but the rules. Their epsilons (1e-6 in every denominator) are kept, so agreement is to ~1e-5.
+``riskpo_trl.risk`` but the rules. Their epsilons (1e-6 in every denominator) are kept, so the advantages agree to a
+relative 1e-4 (about 1e-5 at worst on these batches; the absolute tolerance only absorbs round-off around exact zeros).
+The recipes' prompts, graders and loss are checked here too; the graders in tests/test_verl_graders.py, the loss
+granularity in tests/test_token_mean_groups.py.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from riskpo_trl import RiskEstimator, RiskPOConfig, group_quantiles, positional_bundles, riskpo_advantages
+from riskpo_trl.data import DAPO_INSTRUCTION_PREFIX, DAPO_INSTRUCTION_SUFFIX
 from riskpo_trl.scripts import train
 
 ROOT = Path(__file__).resolve().parents[1]
 
 EPS = 1e-6
+RTOL, ATOL = 1e-4, 1e-12  # relative; the absolute part is round-off of exact zeros in the float reference
 
 
 @dataclass(frozen=True)
@@ -153,7 +161,7 @@ def test_riskpo_advantages_reproduce_each_script(script, signed):
             credit_assignment=fields["credit_assignment"],
         ).advantages
         expected = torch.tensor(reference_advantages(rewards.tolist(), script))
-        assert torch.allclose(ours, expected, rtol=0, atol=1e-3), (seed, (ours - expected).abs().max())
+        assert torch.allclose(ours, expected, rtol=RTOL, atol=ATOL), (seed, (ours - expected).abs().max())
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.name)
@@ -166,7 +174,8 @@ def test_the_estimator_with_the_scripts_fields_reproduces_it(script):
     for seed in range(5):
         rewards = random_rewards(script, num_groups=2, signed=seed % 2 == 1, seed=100 + seed)
         ours = estimator.step(rewards, generator=None, train=True).advantages
-        assert torch.allclose(ours, torch.tensor(reference_advantages(rewards.tolist(), script)), rtol=0, atol=1e-3)
+        expected = torch.tensor(reference_advantages(rewards.tolist(), script))
+        assert torch.allclose(ours, expected, rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("mode", ["uniform", "score"])
@@ -178,7 +187,7 @@ def test_the_other_credit_modes_match_the_rules(mode):
     ours = riskpo_advantages(rewards, num_generations=5, bundle_size=5, q_alpha=q[:, 0], q_beta=q[:, 1], omega=1.5,
                              bundles=bundles, advantage_scaling="authors_code", levels=(0.2, 0.8),
                              credit_assignment=mode).advantages
-    assert torch.allclose(ours, torch.tensor(reference_advantages(rewards.tolist(), script)), rtol=0, atol=1e-3)
+    assert torch.allclose(ours, torch.tensor(reference_advantages(rewards.tolist(), script)), rtol=RTOL, atol=ATOL)
 
 
 def test_sum_mean_flips_signs_and_the_dapo_setting_gives_positive_advantages():
@@ -193,28 +202,39 @@ def test_sum_mean_flips_signs_and_the_dapo_setting_gives_positive_advantages():
 
 
 def test_plus_minus_one_rewards_give_the_dapo_script_the_same_advantages_as_one_zero():
-    """Their DAPO-Math reward is +1/-1, math_verify's 1/0: for this script's switches the advantage is unchanged."""
+    """Their DAPO-Math reward is +1/-1 (verl_math_dapo, the recipe's), math_verify's 1/0: for this script's switches
+    the advantage is unchanged, so the recipe's commented math_verify line changes the grader only."""
     script = SCRIPTS[0]
     for seed in range(10):
         zero_one = random_rewards(script, num_groups=2, signed=False, seed=seed)
         assert reference_advantages(zero_one.tolist(), script) == pytest.approx(
-            reference_advantages((2 * zero_one - 1).tolist(), script), abs=1e-4
+            reference_advantages((2 * zero_one - 1).tolist(), script), rel=RTOL, abs=ATOL
         )
 
 
 # --- the recipes ---------------------------------------------------------------------------------------------------
 
-# Per script: (training processes it was run on, prompts per generation batch here, optimizer steps per batch, the
-# script's total_training_steps and save_freq in generation batches)
+# Per script: (training processes it was run on, prompts per generation batch here, prompts per optimizer step here,
+# the script's optimizer steps in all and between checkpoints: total_training_steps and save_freq, in generation
+# batches, x train_batch_size / ppo_mini_batch_size)
 LAYOUTS = {
-    "run_qwen2.5_1.5b_MVaR_dapomath.sh": (8, 480, 4, 500, 10),
-    "run_qwen2.5_1.5b_MVaR_math.sh": (4, 1040, 2, 200, 10),
-    "run_qwen2.5_1.5b_risky_MVaR_math.sh": (4, 1040, 2, 200, 10),
+    "run_qwen2.5_1.5b_MVaR_dapomath.sh": (8, 640, 128, 500 * 4, 10 * 4),
+    "run_qwen2.5_1.5b_MVaR_math.sh": (4, 1040, 520, 200 * 2, 10 * 2),
+    "run_qwen2.5_1.5b_risky_MVaR_math.sh": (4, 1040, 520, 200 * 2, 10 * 2),
+}
+# What they ran: their data scripts' prompts and verl's graders (DAPO rows: the Answer: line; MATH and GSM8K rows by
+# data_source, GSM8K's strict "#### <number>" included)
+GRADERS = {
+    "run_qwen2.5_1.5b_MVaR_dapomath.sh": "verl_math_dapo",
+    "run_qwen2.5_1.5b_MVaR_math.sh": "verl_by_source",
+    "run_qwen2.5_1.5b_risky_MVaR_math.sh": "verl_by_source",
 }
 
 
 def parse_recipe(script: Script, *extra: str):
-    return train.parse_args(["--config", str(ROOT / "recipes" / script.recipe), "--bf16", "false", *extra])
+    with warnings.catch_warnings():  # the DAPO recipe's 64-sequence groups tile a step on its 8 processes, not here
+        warnings.filterwarnings("ignore", message="An optimizer step holds", category=UserWarning)
+        return train.parse_args(["--config", str(ROOT / "recipes" / script.recipe), "--bf16", "false", *extra])
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.name)
@@ -227,34 +247,84 @@ def test_each_recipe_carries_its_scripts_settings(script):
     assert (args.importance_sampling_level, args.loss_type, args.epsilon, args.delta) == ("token", "bnpo", 0.2, 3.0)
     assert (args.beta, args.temperature, args.top_p, args.learning_rate) == (0.0, 1.0, 1.0, 1e-6)
     assert args.lr_scheduler_type == "constant" and args.weight_decay == 0.01
-    processes, prompts, updates, generation_batches, save_every = LAYOUTS[script.name]
+    assert args.vllm_importance_sampling_correction is False  # verl 0.4.1 has no sampler/trainer correction
+    processes, prompts, step_prompts, script_steps, script_save_steps = LAYOUTS[script.name]
     per_generation = args.per_device_train_batch_size * processes * args.steps_per_generation
     per_step = args.per_device_train_batch_size * processes * args.gradient_accumulation_steps
-    assert per_generation // args.num_generations == prompts and per_generation // per_step == updates
-    assert args.max_steps == generation_batches * updates and args.save_steps == save_every * updates
+    assert per_generation // args.num_generations == prompts and per_step // args.num_generations == step_prompts
+    assert args.max_steps == script_steps and args.save_steps == script_save_steps
     dapo = "dapo" in script.name
     assert model_args.model_name_or_path == (
         "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B" if dapo else "Qwen/Qwen2.5-1.5B-Instruct"
     )
     assert script_args.dataset_name == ("dapo_math" if dapo else "math_gsm8k")
+    assert script_args.prompt_template == "authors" and script_args.reward_funcs == [GRADERS[script.name]]
+    if dapo:  # verl's token mean over 64-sequence micro-batches: 20 of them per optimizer step, as theirs
+        assert args.loss_token_mean_sequences == 64 and per_step == 20 * 64
+        assert 64 % args.per_device_train_batch_size == 0
+    # "what they meant": one commented line switches the grader to math-verify
+    text = (ROOT / "recipes" / script.recipe).read_text()
+    commented = [line for line in text.splitlines() if line.lstrip("# ").startswith("- math_verify")]
+    assert len(commented) == 1 and commented[0].startswith("#")
+    switched = yaml.safe_load(text.replace(commented[0], commented[0].lstrip("#")).replace(
+        f"  - {GRADERS[script.name]}", f"#  - {GRADERS[script.name]}"))
+    assert switched["reward_funcs"] == ["math_verify"]
+
+
+def write_rows(path: Path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+# Per script: the training set its one CPU step reads (its own schema) and what one of its prompts must end with
+def authors_training_rows(script: Script, tmp_path: Path) -> tuple[list[str], str]:
+    if "dapo" in script.name:
+        rows = [{"data_source": "math_dapo", "ability": "MATH", "extra_info": {"index": str(i)},
+                 "prompt": [{"role": "user", "content": f"{DAPO_INSTRUCTION_PREFIX}What is {i} + 1?"
+                                                        f"{DAPO_INSTRUCTION_SUFFIX}"}],
+                 "reward_model": {"style": "rule", "ground_truth": str(i + 1)}} for i in range(20)]
+        return ["--dataset_name", "dapo_math", "--dataset_files", write_rows(tmp_path / "dapo.jsonl", rows)], (
+            DAPO_INSTRUCTION_SUFFIX)
+    instruction = " Let's think step by step and output the final answer within \\boxed{}."
+    if "risky" in script.name:  # MATH rows (graded by the boxed string-equivalence grader)
+        rows = [{"problem": f"What is {i} + 1?", "level": "Level 1", "type": "Algebra",
+                 "solution": f"It is $\\boxed{{{i + 1}}}$."} for i in range(10)]
+        return ["--dataset_name", "math", "--dataset_files", write_rows(tmp_path / "math.jsonl", rows)], instruction
+    # GSM8K rows (graded by the strict "#### <number>" grader)
+    return ["--dataset_name", "gsm8k", "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl")], (
+        instruction)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.name)
-def test_each_recipe_trains_one_step_on_cpu(script, tiny_model_dir, tmp_path):
+def test_each_recipe_trains_one_step_on_cpu_with_the_authors_graders(script, tiny_model_dir, tmp_path):
     G, B = script.rollout_n, script.bundle_size
+    data, prompt_ending = authors_training_rows(script, tmp_path)
+    if "dapo" in script.name:
+        # DAPO's prompts are ~250 tokens for the tiny character-level model: 4 completions per prompt, not 10, and
+        # micro-batches of 4 (a divisor of the recipe's 64-sequence groups), keep the step short
+        G = 4
+        batch = ["--num_generations", str(G), "--per_device_train_batch_size", "4", "--gradient_accumulation_steps",
+                 str(B), "--steps_per_generation", str(B)]
+    else:
+        batch = ["--per_device_train_batch_size", str(G), "--gradient_accumulation_steps", "1",
+                 "--steps_per_generation", str(B)]
     overrides = [
-        "--model_name_or_path", tiny_model_dir, "--dtype", "float32", "--attn_implementation", "eager",
-        "--dataset_name", "gsm8k", "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+        "--model_name_or_path", tiny_model_dir, "--dtype", "float32", "--attn_implementation", "eager", *data,
         "--max_completion_length", "8", "--use_vllm", "false", "--use_cpu", "true", "--gradient_checkpointing",
-        "false", "--per_device_train_batch_size", str(G), "--gradient_accumulation_steps", "1",
-        "--steps_per_generation", str(B), "--max_steps", "1", "--save_strategy", "no", "--log_completions", "false",
+        "false", *batch, "--max_steps", "1", "--save_strategy", "no", "--log_completions", "false",
         "--output_dir", str(tmp_path / "run"),
     ]
     trainer = train.main(*parse_recipe(script, *overrides))
     assert trainer.state.global_step == 1
+    assert trainer.train_dataset[0]["prompt"][-1]["content"].endswith(prompt_ending)
+    grader = GRADERS[script.name]
+    assert [f.__name__ for f in trainer.reward_funcs] == [f"{grader}_reward"]
+    rewards = trainer._logs["rewards"][f"{grader}_reward"]
+    # the DAPO grader scores +1/-1 (a tiny random model never writes "Answer: <the sum>"), the others 1/0
+    assert set(rewards) <= ({-1.0, 1.0} if "dapo" in script.name else {0.0, 1.0}) and len(rewards) > 0
     batch = trainer.last_risk_batch
     # the authors' positional pairing: completion j of each of the group's B prompts forms bundle j
-    assert batch.bundle_ids.tolist() == [j for _ in range(B) for j in range(G)]
+    assert batch.bundle_ids[: B * G].tolist() == [j for _ in range(B) for j in range(G)]
     assert not torch.isnan(batch.advantages).any()
     assert math.isfinite(next(e["loss"] for e in trainer.state.log_history if "loss" in e))

@@ -90,20 +90,20 @@ def test_tabular_start_policy_spreads_difficulty():
 
 @pytest.mark.slow
 def test_lm_study_smoke_and_cache(tmp_path):
-    from benchmarks import lm_study
+    from benchmarks.lm_study import config, run, short_protocol
 
-    payload = lm_study.main(["--smoke", "--out", str(tmp_path), "--workers", "1"])
-    cfg = lm_study.LMConfig().scaled_down()
-    methods = [m for m in lm_study.METHODS if lm_study.method_available(m)]
+    payload = short_protocol.main(["--smoke", "--out", str(tmp_path), "--workers", "1"])
+    cfg = config.LMConfig().scaled_down()
+    methods = list(config.METHODS)
     assert set(payload["chosen_lr"]) == set(methods) and not payload["not_finished"]
     for method, row in payload["methods"].items():
         assert row["seeds"] == list(cfg.test_seeds)
         for bucket in ["all"] + [f"{d}digit" for d in cfg.digits]:
             assert all(0.0 <= row[f"{bucket}/pass@{k}"][0] <= 1.0 for k in cfg.ks)
-    run = json.loads((tmp_path / "runs" / f"{lm_study.run_name('riskpo', 1e-4, 0)}.json").read_text())
-    assert len(run["curves"]["reward"]) == len(run["curves"]["lower_rvar"]) == cfg.generation_batches
-    assert len(run["curves"]["entropy"]) == cfg.generation_batches * cfg.updates_per_generation
-    assert run["curves"]["logprob_adv_corr"] and all(math.isfinite(v) for v in run["curves"]["logprob_adv_cov"])
+    result = json.loads((tmp_path / "runs" / f"{run.run_name('riskpo', 1e-4, 0)}.json").read_text())
+    assert len(result["curves"]["reward"]) == len(result["curves"]["lower_rvar"]) == cfg.generation_batches
+    assert len(result["curves"]["entropy"]) == cfg.generation_batches * cfg.updates_per_generation
+    assert result["curves"]["logprob_adv_corr"] and all(math.isfinite(v) for v in result["curves"]["logprob_adv_cov"])
     assert (tmp_path / "lm_training_curves.png").exists() and (tmp_path / "lm_pass_at_k_by_difficulty.png").exists()
     diagnostics = payload["gradient_diagnostics"]["methods"]
     assert set(diagnostics) == set(methods) - {"gspo"}  # GSPO's advantage is GRPO's
@@ -112,25 +112,24 @@ def test_lm_study_smoke_and_cache(tmp_path):
 
     # A rerun trains nothing: every run is read back from its JSON.
     stamps = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*.json")}
-    lm_study.main(["--smoke", "--out", str(tmp_path), "--workers", "1"])
+    short_protocol.main(["--smoke", "--out", str(tmp_path), "--workers", "1"])
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*.json")} == stamps
 
 
 def test_lm_study_task_and_configs(tmp_path):
-    from benchmarks import lm_study
+    from benchmarks.lm_study import config, run, task
 
-    cfg = lm_study.LMConfig()
-    splits = lm_study.make_splits(cfg)
+    cfg = config.LMConfig()
+    splits = task.make_splits(cfg)
     for d in cfg.digits:
         held_out = set(splits.val[d]) | set(splits.test[d])
         assert not held_out & set(splits.train[d]) and not set(splits.val[d]) & set(splits.test[d])
         assert all(len(str(a)) == len(str(b)) == d for a, b in splits.test[d])
-    assert not set(lm_study.sft_pairs(replace(cfg, split_seed=0), splits, 200)) & {
+    assert not set(task.sft_pairs(replace(cfg, split_seed=0), splits, 200)) & {
         p for split in (splits.val, splits.test) for pairs in split.values() for p in pairs
     }
     # Identical compute: every method gets the same generation batch, updates and sampling.
-    methods = [m for m in lm_study.METHODS if lm_study.method_available(m)]
-    configs = {m: lm_study.rl_config(m, 1e-4, 0, cfg, tmp_path) for m in methods}
+    configs = {m: run.rl_config(m, 1e-4, 0, cfg, tmp_path) for m in config.METHODS}
     for args in configs.values():
         assert args.steps_per_generation == cfg.updates_per_generation == 4
         assert args.per_device_train_batch_size * args.steps_per_generation == 160 and args.temperature == 0.8
@@ -138,3 +137,51 @@ def test_lm_study_task_and_configs(tmp_path):
     assert configs["gspo"].importance_sampling_level == configs["riskpo"].importance_sampling_level == "sequence"
     assert configs["gspo"].loss_type == configs["riskpo"].loss_type == "grpo"
     assert configs["risk_seeking"].risk_profile == "risk_seeking"
+    # The long protocol changes the horizon, the grid and the evaluation sizes only: same task, model, batches.
+    long_cfg = config.LongProtocol().lm
+    assert long_cfg.generation_batches == 10 * cfg.generation_batches and len(long_cfg.learning_rates) >= 2
+    for field in ("hidden_size", "num_layers", "digits", "split_seed", "sft_lr", "sft_max_steps", "num_generations",
+                  "prompts_per_generation", "updates_per_generation", "temperature", "max_completion_length"):
+        assert getattr(long_cfg, field) == getattr(cfg, field), field
+
+
+def test_batch_signals_on_a_degenerate_and_a_healthy_batch():
+    from benchmarks.lm_study.run import batch_signals
+
+    # Every completion of every prompt failed, every advantage negative (the paper's MVaR at a low-success start).
+    degenerate = batch_signals(torch.zeros(8), torch.full((8,), -0.5), num_generations=4)
+    assert degenerate["frac_negative_advantage"] == 1.0 and degenerate["frac_prompts_all_wrong"] == 1.0
+    assert degenerate["reward_advantage_corr"] is None  # no variance in either: no correlation to report
+    healthy = batch_signals(torch.tensor([1.0, 0, 1, 0, 1, 1, 0, 0]), torch.tensor([1.0, -1, 1, -1, 1, 1, -1, -1]), 4)
+    assert healthy["frac_negative_advantage"] == healthy["frac_positive_advantage"] == 0.5
+    assert healthy["reward_advantage_corr"] == pytest.approx(1.0)
+    assert healthy["frac_prompts_all_wrong"] == healthy["frac_prompts_all_right"] == 0.0
+
+
+@pytest.mark.slow
+def test_long_protocol_smoke_resumes_from_its_cache(tmp_path):
+    from benchmarks.lm_study import config, long_protocol
+
+    argv = ["--smoke", "--out", str(tmp_path), "--workers", "1", "--methods", "grpo", "riskpo"]
+    payload = long_protocol.main(argv)
+    protocol = config.LongProtocol().scaled_down()
+    for start in protocol.starts:
+        assert (tmp_path / start / "start_eval.json").exists()
+        names = {p.stem for p in (tmp_path / start / "runs").glob("*.json")}
+        grid = {f"{m}-lr{lr:g}-seed0" for m in ("grpo", "riskpo") for lr in protocol.lm.learning_rates}
+        assert grid <= names, (start, names)
+    moderate = json.loads((tmp_path / "moderate" / "sft_summary.json").read_text())
+    assert moderate["extra_steps"] == protocol.moderate_max_steps and moderate["reached_target"] is False
+    result = json.loads((tmp_path / "low" / "runs" / "riskpo-lr0.0001-seed0.json").read_text())
+    assert [e["generation_batch"] for e in result["tracked"]] == list(
+        range(protocol.eval_every, protocol.lm.generation_batches + 1, protocol.eval_every))
+    tracked = result["tracked"][-1]["val"]
+    assert all(0 <= tracked[b]["entropy"] for b in ("2digit", "3digit", "4digit", "all"))
+    assert len(result["test"]["2digit"]["counts"]) == protocol.lm.num_test_per_bucket
+    assert len(result["batch_signals"]) == protocol.lm.generation_batches
+    assert {"q_alpha", "q_beta", "frac_negative_advantage"} <= set(result["batch_signals"][0])
+    assert all(payload["starts"][s]["finished"] for s in protocol.starts)
+
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json")}
+    long_protocol.main(argv)
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json")} == stamps

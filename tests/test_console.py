@@ -26,6 +26,9 @@ def test_compact_line_shows_the_risk_metrics_and_skips_empty_ones():
     assert compact_log_line({"train_runtime": 3.0}, 6, 6) is None  # the run summary prints as before
     baseline = {"loss": 0.1, "reward": 0.25, "learning_rate": 1e-4}
     assert compact_log_line(baseline, 1, 6) == "[step 1/6] loss 0.1, reward 0.25 | lr 0.0001"
+    # A step that reuses its generation batch logs no reward: still one line, not TRL's raw dict.
+    reuse = {"loss": 0.01, "grad_norm": 0.3, "learning_rate": 1e-4, "clip_ratio/region_mean": 0.0, "epoch": 0.1}
+    assert compact_log_line(reuse, 2, 6) == "[step 2/6] loss 0.01 | lr 0.0001"
 
 
 def test_only_the_known_warnings_are_silenced():
@@ -59,13 +62,14 @@ def test_tiny_run_console_has_the_risk_line_no_warning_walls_and_an_honest_card(
         "--dataset_files", os.path.join(ROOT, "examples", "data", "tiny_arithmetic.jsonl"),
         "--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "tiny-run"),
         "--max_steps", "2", "--save_strategy", "no", "--max_completion_length", "8",
+        "--steps_per_generation", "2",  # step 2 reuses step 1's generation batch: it logs no reward
     ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert "[step 1/2] loss" in output and "[step 2/2] loss" in output
     assert "| risk: q_alpha" in output
-    assert "'risk/q_alpha'" not in output  # the step's metrics dict is replaced by the line
+    assert "'risk/q_alpha'" not in output and "{'loss'" not in output  # each step's dict is replaced by its line
     assert "Setting accelerator to CPU" not in output
     assert "gradient_checkpointing" not in output
     # The script's card: the run's own name, no Hub ids for a local model and a local file.

@@ -22,7 +22,7 @@ from riskpo_trl.data import (
     load_benchmark,
     load_train_dataset,
 )
-from riskpo_trl.rewards import math_verify_reward
+from riskpo_trl.rewards import math_verify_reward, verl_by_source_reward
 
 # One or two rows per source, in the source's own columns (values invented).
 RAW_ROWS = {
@@ -94,6 +94,7 @@ def test_adapter_maps_real_schema_to_trainer_columns(kind, name):
     assert row["solution"] == row["answer"]
     assert row["prompt"] == [{"role": "user", "content": PROMPT_TEMPLATE.format(problem=row["problem"])}]
     assert "\\boxed{}" in row["prompt"][0]["content"]
+    assert row["data_source"] == _spec(kind, name).hub_id
     # The gold answers the adapters produce are ones the reward can score.
     completion = [{"role": "assistant", "content": f"\\boxed{{{row['answer']}}}"}]
     assert math_verify_reward([completion], solution=[row["solution"]]) == [1.0]
@@ -103,6 +104,47 @@ def test_dapo_problem_loses_dapos_own_instruction():
     adapted = adapt_dataset(Dataset.from_list(RAW_ROWS[("train", "dapo_math")]), TRAIN_DATASETS["dapo_math"])
     assert adapted[0]["problem"] == "What is 2+3?"
     assert "Answer:" not in adapted[0]["prompt"][0]["content"]
+
+
+# The instruction of the authors' MATH/GSM8K data script (RTkenny/RiskPO data_processing/download_easymath.py), as
+# their script writes it: question + " " + instruction.
+AUTHORS_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
+
+
+@pytest.mark.parametrize("name", ["math", "gsm8k"])
+def test_authors_prompt_template_appends_their_instruction(name):
+    row = RAW_ROWS[("train", name)][0]
+    question = row["problem"] if name == "math" else row["question"]
+    adapted = adapt_dataset(Dataset.from_list([row]), TRAIN_DATASETS[name], name, "authors")
+    assert adapted[0]["prompt"] == [{"role": "user", "content": question + " " + AUTHORS_INSTRUCTION}]
+    assert adapted[0]["problem"] == question
+
+
+def test_authors_prompt_template_keeps_dapos_own_prompt():
+    rows = RAW_ROWS[("train", "dapo_math")]
+    adapted = adapt_dataset(Dataset.from_list(rows), TRAIN_DATASETS["dapo_math"], "dapo_math", "authors")
+    assert adapted[0]["prompt"] == rows[0]["prompt"]  # DAPO's instruction and all
+    assert adapted[0]["problem"] == "What is 2+3?" and adapted[0]["solution"] == "5"
+
+
+def test_prompt_template_reaches_every_part_of_a_mixture(monkeypatch):
+    parts = {"DigitalLearningGmbH/MATH-lighteval": RAW_ROWS[("train", "math")],
+             "openai/gsm8k": RAW_ROWS[("train", "gsm8k")]}
+    monkeypatch.setattr(datasets, "load_dataset", lambda hub_id, *args, **kwargs: Dataset.from_list(parts[hub_id]))
+    mixture = load_train_dataset("math_gsm8k", prompt_template="authors")
+    assert all(prompt[0]["content"].endswith(" " + AUTHORS_INSTRUCTION) for prompt in mixture["prompt"])
+    assert sorted(mixture["data_source"]) == sorted(parts)
+    # what the authors' pipeline gives a boxed answer to each part: GSM8K's strict grader wants "#### 1200"
+    graded = dict(zip(mixture["data_source"], verl_by_source_reward(
+        [f"\\boxed{{{answer}}}" for answer in mixture["solution"]], mixture["solution"], mixture["data_source"])))
+    assert graded == {"DigitalLearningGmbH/MATH-lighteval": 1.0, "openai/gsm8k": 0.0}
+
+
+def test_unknown_or_misplaced_prompt_template_is_refused():
+    with pytest.raises(ValueError, match=r"prompt_template='author' is unknown.*'authors'"):
+        adapt_dataset(Dataset.from_list(RAW_ROWS[("train", "math")]), TRAIN_DATASETS["math"], "math", "author")
+    with pytest.raises(ValueError, match="applies to the math datasets; 'archer_code'"):
+        load_train_dataset("archer_code", data_files="examples/data/tiny_archer_code.jsonl", prompt_template="authors")
 
 
 def test_dapo_duplicates_are_dropped():

@@ -1,22 +1,35 @@
-"""The model card of a run says what the run was: its name, its base model, its data and its risk settings."""
+"""The model card of a run says what the run was: its name, its base model, its data, its rewards and its risk
+settings, with a quick start that runs as written; a run that took no step gets none."""
 
 from __future__ import annotations
+
+import re
+import subprocess
+import sys
 
 import pytest
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.model_card import build_model_card, hub_id_or_none
+from riskpo_trl.rewards import boxed_format_reward, math_verify_reward
 
 from helpers import contains_digit_reward, make_prompt_dataset
 
 
-def make_trainer(model_dir, output_dir, **overrides) -> RiskPOTrainer:
+def make_trainer(model_dir, output_dir, steps: int = 3, reward_funcs=contains_digit_reward, **overrides):
+    """A trainer as after ``steps`` optimizer steps (the card's contents do not depend on the weights)."""
     settings = dict(
         output_dir=str(output_dir), use_cpu=True, bf16=False, report_to="none", num_generations=4,
         per_device_train_batch_size=16, gradient_accumulation_steps=1, bundle_size=2,
     )
     args = RiskPOConfig(**{**settings, **overrides})
-    return RiskPOTrainer(model_dir, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset())
+    trainer = RiskPOTrainer(model_dir, reward_funcs=reward_funcs, args=args, train_dataset=make_prompt_dataset())
+    trainer.state.global_step = steps
+    return trainer
+
+
+def quick_start_code(card: str) -> str:
+    return re.search(r"## Quick start\n\n```python\n(.*?)```", card, re.S).group(1)
 
 
 def header_and_body(card: str) -> tuple[str, str]:
@@ -66,3 +79,66 @@ def test_hub_run_card_names_the_hub_repo_base_model_and_datasets(tiny_model_dir,
 )
 def test_hub_id_or_none(name, hub_id):
     assert hub_id_or_none(name) == (name if hub_id else None)
+
+
+def test_a_run_without_a_step_gets_no_card(tiny_model_dir, tmp_path, caplog):
+    trainer = make_trainer(tiny_model_dir, tmp_path / "run", steps=0)
+    trainer.create_model_card()
+    assert not (tmp_path / "run" / "README.md").exists()
+    assert "no training step" in caplog.text
+
+
+def test_card_lists_the_rewards_with_their_weights_and_cites_trl(tiny_model_dir, tmp_path):
+    trainer = make_trainer(tiny_model_dir, tmp_path / "run", steps=6,
+                           reward_funcs=[math_verify_reward, boxed_format_reward], reward_weights=[1.0, 0.1])
+    _, body = header_and_body(str(build_model_card(trainer)))
+    assert "| `math_verify_reward` | 1 |" in body and "| `boxed_format_reward` | 0.1 |" in body
+    assert "trained with RiskPO" in body and "for 6 optimizer steps" in body
+    # TRL's own cards cite TRL after the method.
+    assert "Cite RiskPO as:" in body and "Cite TRL as:" in body and "@software{vonwerra2020trl," in body
+    assert body.index("ren2025riskpo") < body.index("vonwerra2020trl")
+
+
+def test_code_model_card_asks_a_programming_task(tiny_model_dir, tmp_path):
+    def code_reward(completions, **kwargs):
+        return [0.0] * len(completions)
+
+    code = quick_start_code(str(build_model_card(make_trainer(tiny_model_dir, tmp_path, reward_funcs=code_reward))))
+    assert "Fibonacci" in code and "7 * 8" not in code
+
+
+@pytest.mark.slow
+def test_quick_start_runs_as_written_from_another_directory(tiny_model_dir, tmp_path, monkeypatch):
+    """Without hub_model_id the card points at the saved model by its absolute path, so the snippet runs as is."""
+    monkeypatch.chdir(tmp_path)
+    trainer = make_trainer(tiny_model_dir, "relative-run")
+    trainer.save_model()
+    trainer.create_model_card()
+    code = quick_start_code((tmp_path / "relative-run" / "README.md").read_text())
+    assert f'model="{tmp_path / "relative-run"}"' in code
+    code = code.replace("max_new_tokens=256", "max_new_tokens=4")  # same call, shorter
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_vision_language_card_quick_start_runs_an_image_text_pipeline(tmp_path, monkeypatch):
+    from riskpo_trl.multimodal.tiny_vlm import build_tiny_vlm
+    from riskpo_trl.rewards import geometry_accuracy_reward
+
+    build_tiny_vlm(tmp_path / "tiny-vlm")
+    args = RiskPOConfig(output_dir=str(tmp_path / "vlm-run"), use_cpu=True, bf16=False, report_to="none",
+                        num_generations=2, per_device_train_batch_size=4, gradient_accumulation_steps=1,
+                        bundle_size=2)
+    trainer = RiskPOTrainer(str(tmp_path / "tiny-vlm"), reward_funcs=geometry_accuracy_reward, args=args,
+                            train_dataset=make_prompt_dataset())
+    trainer.state.global_step = 1
+    trainer.save_model()
+    trainer.create_model_card()
+    code = quick_start_code((tmp_path / "vlm-run" / "README.md").read_text())
+    assert '"image-text-to-text"' in code and '"type": "image"' in code and "7 * 8" not in code
+    result = subprocess.run([sys.executable, "-c", code.replace("max_new_tokens=256", "max_new_tokens=4")],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -15,17 +15,19 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from helpers import processes_with
-from riskpo_trl.code import bounded_json
-from riskpo_trl.code.assertions import assertions_pass, instrument_assertions, values_equal
+from riskpo_trl.code import bounded_json, cgroups
+from riskpo_trl.code.assertions import assertions_pass, instrument_assertions
 from riskpo_trl.code.reward import CodeReward, code_reward_from_settings, extract_code
 from riskpo_trl.code.sandbox import (
     Sandbox,
     SandboxLimits,
     SandboxUnavailableError,
     detect_isolation,
+    fallback_statement,
     remove_tree,
 )
 from riskpo_trl.code.testspec import TestSpec
+from riskpo_trl.code.values import values_equal
 
 FAST = SandboxLimits(test_timeout_s=1.0, total_timeout_s=4.0, cpu_time_s=3, memory_mb=512, max_output_bytes=1 << 20,
                      disk_mb=16)
@@ -139,14 +141,16 @@ def test_assert_style_check_cannot_install_tracers_or_hooks(sandbox):
 
 def test_assert_instrumentation_keeps_literal_expectations_out_of_the_sandbox():
     code = "def check(c):\n    assert c(1) == 'secret-expected' and c(2) is None, 'msg'\n    assert not c(3) < 7\ncheck(f)"
-    sandbox_code, probes = instrument_assertions(code)
-    assert "secret-expected" not in sandbox_code and "assert" not in sandbox_code
-    assert [(p.op, p.right) for p in probes] == [("==", "secret-expected"), ("is", None), (">=", 7)]
-    passing = json.dumps([[0, ["secret-expected", None]], [1, [None, None]], [2, [9, None]]])
-    assert assertions_pass(passing, probes)
-    assert not assertions_pass(json.dumps([[0, ["guess", None]], [1, [None, None]], [2, [9, None]]]), probes)
-    assert not assertions_pass(json.dumps([[0, ["secret-expected", None]], [1, [None, None]]]), probes)  # one skipped
-    assert not assertions_pass(json.dumps([[5, [1, None]]]), probes) and not assertions_pass("", probes)
+    check = instrument_assertions(code)
+    assert "secret-expected" not in check.sandbox_code and "assert" not in check.sandbox_code
+    assert "7" not in check.sandbox_code and "None" not in check.sandbox_code
+    assert [probe.n_leaves for probe in check.probes] == [2, 1]  # c(1), c(2); c(3)
+    passing = json.dumps([[0, ["secret-expected", None]], [1, [9]]])
+    assert assertions_pass(passing, check)
+    assert not assertions_pass(json.dumps([[0, ["guess", None]], [1, [9]]]), check)
+    assert not assertions_pass(json.dumps([[0, ["secret-expected", None]]]), check)  # one skipped
+    assert not assertions_pass(json.dumps([[0, ["secret-expected", None]]] * 2 + [[1, [9]]]), check)  # one repeated
+    assert not assertions_pass(json.dumps([[5, [1]]]), check) and not assertions_pass("", check)
 
 
 def test_honest_programs_pass_varied_assert_forms(reward):
@@ -158,8 +162,67 @@ def test_honest_programs_pass_varied_assert_forms(reward):
     assert reward([as_completion(good), as_completion(wrong)], [spec] * 2) == [1.0, 0.0]
 
 
+# --- honest programs the red team saw fail (issue 17, item 7) -----------------------------------------------------
+
+
+def test_exit_and_quit_end_a_stdin_program(reward):
+    spec = TestSpec("stdin", [""], ["3"]).to_json()
+    programs = ["print(3)\nexit()", "print(3)\nquit(0)", "print(3)\nexit(0)\nprint(4)"]
+    assert reward([as_completion(p) for p in programs], [spec] * 3) == [1.0, 1.0, 1.0]
+
+
+def test_counter_defaultdict_and_namedtuple_results_compare_as_their_builtin_base(reward):
+    counts = TestSpec("functional", ['"aab"'], ['{"a": 2, "b": 1}'], fn_name="f").to_json()
+    pair = TestSpec("functional", ['"aab"'], ["[1, 2]"], fn_name="f").to_json()
+    cases = [("def f(s):\n    return Counter(s)", counts, 1.0),
+             ("def f(s):\n    d = defaultdict(int)\n    for c in s:\n        d[c] += 1\n    return d", counts, 1.0),
+             ("Point = namedtuple('Point', 'x y')\ndef f(s):\n    return Point(1, 2)", pair, 1.0),
+             ("def f(s):\n    return Counter(s + 'b')", counts, 0.0)]
+    assert reward([as_completion(p) for p, _, _ in cases], [spec for _, spec, _ in cases]) == [w for *_, w in cases]
+
+
+def test_assert_tests_against_int_keyed_dicts_and_bytes(reward):
+    spec = TestSpec("assert", ["assert f(2) == {1: 2, 2: 4}\nassert g() == b'ab'"], [""]).to_json()
+    good = "def f(n):\n    return {i: 2 * i for i in range(1, n + 1)}\ndef g():\n    return b'ab'"
+    wrong = "def f(n):\n    return {str(i): 2 * i for i in range(1, n + 1)}\ndef g():\n    return 'ab'"
+    assert reward([as_completion(good), as_completion(wrong)], [spec] * 2) == [1.0, 0.0]
+
+
+def test_assertions_in_branches_not_taken(reward):
+    check = ("def check(candidate):\n"
+             "    for x, want in [(1, 2), (3, 4)]:  # the float branch is never taken\n"
+             "        if isinstance(want, float):\n"
+             "            assert abs(candidate(x) - want) < 1e-9\n"
+             "        else:\n"
+             "            assert candidate(x) == want\n"
+             "check(f)")
+    spec = TestSpec("assert", [check], [""]).to_json()
+    good, wrong = "def f(x):\n    return x + 1", "def f(x):\n    return x"
+    assert reward([as_completion(good), as_completion(wrong)], [spec] * 2) == [1.0, 0.0]
+
+
+def test_multiprocessing_pool_works_within_the_limits(reward):
+    program = """
+    from multiprocessing import Pool
+
+    def square(x):
+        return x * x
+
+    if __name__ == "__main__":
+        pool = Pool(2)
+        squares = pool.map(square, range(int(input())))
+        pool.terminate()  # signals its live workers: the program's own children
+        pool.join()
+        print(sum(squares))
+    """
+    spec = TestSpec("stdin", ["10\n"], ["285"]).to_json()
+    assert reward([as_completion(program)], [spec]) == [1.0]
+
+
 def test_missing_or_broken_tests_are_unscorable(reward):
-    broken_check = TestSpec("assert", ["assert f(1) == ("], [""]).to_json()
+    broken_check = json.dumps({"style": "assert", "inputs": ["assert f(1) == ("], "outputs": [""]})
+    with pytest.raises(ValueError, match="does not parse"):
+        TestSpec("assert", ["assert f(1) == ("], [""])
     tests = [None, "not json", '{"style": "stdin"}', broken_check]
     assert reward([as_completion("print(1)")] * 4, tests) == [None] * 4
 
@@ -193,21 +256,23 @@ def test_loop_that_swallows_the_timer_is_killed_by_the_wall_clock(reward):
     assert time.monotonic() - start < FAST.total_timeout_s + 2
 
 
-def test_bounded_fork_loop_creates_no_process(sandbox, tmp_path):
+def test_fork_loop_is_capped_at_max_processes(sandbox):
+    """fork is allowed (multiprocessing), within max_processes: the pids cgroup, or RLIMIT_NPROC without one."""
     program = """
-    import os
+    import os, time
     made = 0
-    for _ in range(5):
+    for _ in range(40):
         try:
             if os.fork() == 0:
+                time.sleep(1)
                 os._exit(0)
             made += 1
         except OSError:
-            pass
+            break
     print(made)
     """
     result = sandbox.run(textwrap.dedent(program), [""])
-    assert result.ok and result.outputs == ["0\n"]
+    assert result.ok and 1 <= int(result.outputs[0]) <= FAST.max_processes
 
 
 def test_memory_hog_fails_without_hurting_the_parent(reward):
@@ -396,9 +461,9 @@ def test_bounded_json_refuses_deep_oversized_or_bulky_text():
             bounded_json.loads(text, max_bytes=limit)
     with pytest.raises(ValueError, match="deeper"):
         bounded_json.loads('["' + "x" * 5_000_000 + '"' + "[" * 200, max_bytes=10**8)
-    with pytest.raises(ValueError, match="outside strings"):
-        bounded_json.loads("[" + "[]," * 1000 + "[]]", max_bytes=10**8, max_structure=100)
-    assert bounded_json.loads('["' + "[" * 1000 + '"]', max_bytes=10**4, max_structure=4) == ["[" * 1000]
+    assert bounded_json.loads('["' + "[" * 1000 + '"]', max_bytes=10**4) == ["[" * 1000]
+    assert bounded_json.loads("[" + "[]," * 1000 + "[]]", max_bytes=10**8) == [[]] * 1001  # wide, not deep
+    assert bounded_json.nesting_depth('["a\\\\", ["\\"["], {"b": "\\\\\\""}]') == 2  # escaped \ and \"
 
 
 def test_values_equal_handles_huge_and_non_finite_numbers():
@@ -412,8 +477,72 @@ def test_values_equal_handles_huge_and_non_finite_numbers():
 def test_sandbox_overhead_benchmark_runs_tiny(tmp_path):
     from benchmarks import sandbox_overhead
 
-    payload = sandbox_overhead.main(["--runs", "2", "--warmup", "0", "--out", str(tmp_path)])
-    assert {"bwrap", "none"} <= set(payload["median_ms"])
-    # the previous sandbox is measured from git history, unless this clone lacks it (recorded, not hidden)
-    assert "previous" in payload["median_ms"] or "unavailable" in payload["baseline"]
+    payload = sandbox_overhead.main(["--runs", "2", "--warmup", "0", "--syscalls", "1000", "--out", str(tmp_path)])
+    for program in ("trivial", "syscalls"):
+        assert {"bwrap", "bwrap_no_seccomp", "none"} <= set(payload["median_ms"][program])
+        # the previous sandbox is measured from git history, unless this clone lacks it (recorded, not hidden)
+        assert "previous" in payload["median_ms"][program] or "unavailable" in payload["baseline"]
     assert (tmp_path / "sandbox_overhead.md").exists() and payload["load_average_before"]
+
+
+# --- whole-program caps: which cgroups, and what without them ---------------------------------------------------
+
+
+def _fake_cgroup_host(tmp_path, mounts: list[str], own: str):
+    (tmp_path / "mountinfo").write_text("".join(f"{index} 1 0:{index} {line}\n" for index, line in enumerate(mounts)))
+    (tmp_path / "cgroup").write_text(own)
+    return str(tmp_path / "mountinfo"), str(tmp_path / "cgroup")
+
+
+def test_start_up_states_what_holds_without_cgroups(fresh_probe, monkeypatch, caplog):
+    from riskpo_trl.code import sandbox as sandbox_module
+
+    missing = cgroups.CgroupSupport(missing={"memory": "not root", "pids": "not root"})
+    monkeypatch.setattr(sandbox_module, "program_cgroups", lambda: missing)
+    with caplog.at_level(logging.WARNING, logger="riskpo_trl.code.sandbox"):
+        isolation = Sandbox(FAST, max_workers=1).check()
+    assert "no cgroup for memory: not root; pids: not root" in isolation.describe()
+    assert "memory_mb bounds each process (RLIMIT_AS), not the program" in caplog.text
+    assert "max_processes is enforced per sandbox uid by RLIMIT_NPROC only" in caplog.text
+    result = Sandbox(FAST, max_workers=1, isolation=isolation).run("print(3)", [""])  # runs on rlimits alone
+    assert result.ok and result.outputs == ["3\n"]
+
+
+def test_cgroup_v2_caps_come_from_a_delegating_parent(tmp_path):
+    """v2 (most hosts): the per-run cgroups go next to the trainer's cgroup when its parent delegates memory and pids
+    (v2 forbids controllers in a cgroup that holds processes); each run gets memory.max, no swap, and pids.max."""
+    root = tmp_path / "unified"
+    (root / "trainer").mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpu memory pids\n")
+    (root / "cgroup.subtree_control").write_text("memory pids\n")
+    paths = _fake_cgroup_host(tmp_path, [f"/ {root} rw - cgroup2 cgroup2 rw"], "0::/trainer\n")
+    support = cgroups.detect(*paths)
+    assert support.bounds_memory and support.bounds_processes and not support.missing
+    assert "memory (cgroup v2), pids (cgroup v2)" in support.describe() and fallback_statement(support) is None
+    parent = root / f"riskpo-sandbox-{os.getpid()}"
+    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids"
+    run = support.create(64 << 20, 10)
+    limits = {name: (parent / "run0" / name).read_text() for name in ("memory.max", "memory.swap.max", "pids.max")}
+    assert limits == {"memory.max": str(64 << 20), "memory.swap.max": "0", "pids.max": "10"}
+    run.add(4242)
+    assert (parent / "run0" / "cgroup.procs").read_text() == "4242"
+
+
+def test_cgroup_v1_caps_and_the_honest_fallback_without_them(tmp_path):
+    memory = tmp_path / "memory"
+    (memory / "job").mkdir(parents=True)
+    mounts = [f"/ {memory} rw - cgroup cgroup rw,memory", f"/ {tmp_path / 'unified'} rw - cgroup2 cgroup2 rw"]
+    (tmp_path / "unified").mkdir()
+    (tmp_path / "unified" / "cgroup.controllers").write_text("\n")  # v2 mounted, its controllers bound to v1
+    (tmp_path / "unified" / "cgroup.subtree_control").write_text("\n")
+    support = cgroups.detect(*_fake_cgroup_host(tmp_path, mounts, "4:memory:/job\n0::/\n"))
+    assert support.bounds_memory and not support.bounds_processes
+    assert (memory / "job" / f"riskpo-sandbox-{os.getpid()}").is_dir()
+    assert "no cgroup v1 pids hierarchy" in support.missing["pids"]
+    assert "RLIMIT_NPROC" in fallback_statement(support)
+    support.create(32 << 20, 4)
+    assert (memory / "job" / f"riskpo-sandbox-{os.getpid()}" / "run0" / "memory.limit_in_bytes").read_text() == str(
+        32 << 20)
+    nothing = cgroups.detect(*_fake_cgroup_host(tmp_path, [], "0::/user.slice/session\n"))
+    assert not nothing.hierarchies and "no cgroup v2 hierarchy is mounted" in nothing.missing["memory"]
+    assert "memory_mb bounds each process (RLIMIT_AS), not the program" in fallback_statement(nothing)

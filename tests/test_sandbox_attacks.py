@@ -9,34 +9,44 @@ markers in pytest's temporary directory.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+import tracemalloc
 import uuid
 
 import pytest
 
 from helpers import processes_with
+from riskpo_trl.code import bounded_json
 from riskpo_trl.code.reward import CodeReward
-from riskpo_trl.code.sandbox import Sandbox, SandboxLimits
+from riskpo_trl.code.sandbox import Sandbox, SandboxLimits, fallback_statement, program_cgroups
 from riskpo_trl.code.testspec import TestSpec
 
 LIMITS = SandboxLimits(test_timeout_s=2.0, total_timeout_s=4.0, cpu_time_s=3, memory_mb=512,
                        max_output_bytes=1 << 20, disk_mb=16, max_processes=8, max_files=2000)
 SECRET_VAR = "RISKPO_FAKE_API_TOKEN"
 
-# The attack on the runner itself: its deny tables are globals of __main__, so one line empties them. Every escape
-# program starts with it, so that with the audit hook on, what stops the rest is the OS layer.
+# The attack on the runner itself: its deny tables are globals of the runner's module, which the call stack leads
+# to, so one line empties them. Every escape program starts with it, so that with the audit hook on, what stops the
+# rest is the OS layer.
 DISARM = """
 import sys
-_runner = sys.modules["__main__"]
-_runner._DENIED_EVENTS = frozenset()
-_runner._PATH_ARGS = {}
-_runner._DIR_FD_ARGS = {}
+_frame = sys._getframe()
+while "_DENIED_EVENTS" not in _frame.f_globals:
+    _frame = _frame.f_back
+_runner = _frame.f_globals
+_runner["_DENIED_EVENTS"] = frozenset()
+_runner["_PATH_ARGS"] = {}
+_runner["_DIR_FD_ARGS"] = {}
 """
 
 
@@ -181,7 +191,7 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
             """),
         "write outside": textwrap.dedent(f"""
             import os, sys
-            for path in ({marker('direct')!r}, "/marker", "/usr/marker", "/dev/marker", "/dev/shm/marker",
+            for path in ({marker('direct')!r}, "/marker", "/usr/marker", "/dev/marker", "/proc/marker",
                          os.path.join(os.path.dirname(os.path.realpath(sys.executable)), "marker")):
                 try:
                     open(path, "w").write("escaped")
@@ -347,19 +357,18 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
             if made >= 50:
                 print(3)
             """),
-        "1 GiB write": textwrap.dedent("""
-            import os
+        **{f"1 GiB write to {directory or 'the working directory'}": textwrap.dedent(f"""
             chunk, written = b"x" * (1 << 20), 0
             for index in range(1024):
                 try:
-                    with open(f"blob{index}", "wb") as f:
+                    with open(f"{directory}blob{{index}}", "wb") as f:
                         f.write(chunk)
                     written += len(chunk)
                 except OSError:
                     break
             if written >= 256 << 20:
                 print(3)
-            """),
+            """) for directory in ("", "/dev/shm/")},
         "deep directory tree": textwrap.dedent("""
             import os
             for _ in range(1500):
@@ -426,18 +435,22 @@ def test_file_flood_stops_at_max_files():
         assert LIMITS.max_files - 10 <= made < LIMITS.max_files  # the runner's stdin/stdout files take two
 
 
-def _output_attack_specs() -> list[tuple[str, str, str]]:
-    """(name, program, TestSpec JSON) of programs whose output or report is built to crash the grader."""
-    forge = textwrap.dedent("""
+def _forged_report(payload: str) -> str:
+    """A program that writes ``payload`` (a Python expression for bytes) to every fd: the runner's report pipe too."""
+    return textwrap.dedent(f"""
         import os
-        line = {payload}
+        data = {payload}
         for fd in range(1, 32):
             try:
-                os.write(fd, line)
+                os.write(fd, data)
             except OSError:
                 pass
         os._exit(0)
         """)
+
+
+def _output_attack_specs() -> list[tuple[str, str, str]]:
+    """(name, program, TestSpec JSON) of programs whose output or report is built to crash the grader."""
     functional = TestSpec("functional", ["1"], ["1.5"], fn_name="f").to_json()
     integer = TestSpec("functional", ["1"], ["1"], fn_name="f").to_json()
     assert_style = TestSpec("assert", ["assert f(1) == 2\nassert f(2) < 3"], [""]).to_json()
@@ -450,15 +463,17 @@ def _output_attack_specs() -> list[tuple[str, str, str]]:
         ("inf", "def f(x):\n    return float('inf')", functional),
         ("3000-deep list", "def f(x):\n    v = []\n    for _ in range(3000):\n        v = [v]\n    return v",
          functional),
-        ("forged deep report", forge.format(
-            payload='b\'{"outputs": ["\' + b"[" * 3000 + b"1" + b"]" * 3000 + b\'"], "error": null}\\n\''),
+        ("forged deep report", _forged_report(
+            'b\'{"outputs": ["\' + b"[" * 3000 + b"1" + b"]" * 3000 + b\'"], "error": null}\\n\''),
          functional),
-        ("forged deep assert records", forge.format(
-            payload='b\'{"outputs": ["\' + b"[" * 3000 + b\'"], "error": null}\\n\''), assert_style),
-        ("[ x 100,000 as the report", forge.format(payload='b"[" * 100_000 + b"\\n"'), stdin),
-        ("junk bytes as the report", forge.format(payload='bytes(range(256)) * 64 + b"\\n"'), stdin),
-        ("forged huge-int report", forge.format(
-            payload='b\'{"outputs": ["\' + b"9" * 5000 + b\'"], "error": null}\\n\''), integer),
+        ("forged deep assert records", _forged_report(
+            'b\'{"outputs": ["\' + b"[" * 3000 + b\'"], "error": null}\\n\''), assert_style),
+        ("[ x 100,000 as the report", _forged_report('b"[" * 100_000 + b"\\n"'), stdin),
+        ("junk bytes as the report", _forged_report('bytes(range(256)) * 64 + b"\\n"'), stdin),
+        ("a record claiming 10**20 bytes", _forged_report('b"O" + b"9" * 20 + b"\\n3D0\\n"'), stdin),
+        ("two outputs for one test", _forged_report('b"O1\\n3O1\\n3D0\\n"'), stdin),
+        ("forged huge-int report", _forged_report(
+            'b\'{"outputs": ["\' + b"9" * 5000 + b\'"], "error": null}\\n\''), integer),
         ("huge stdout", "import sys\nwhile True:\n    sys.stdout.write('x' * (1 << 16))", stdin),
     ]
 
@@ -468,3 +483,303 @@ def test_hostile_outputs_score_zero_and_never_raise():
     reward = CodeReward(sandbox=Sandbox(LIMITS, max_workers=4))
     scores = reward([as_completion(program) for _, program, _ in specs], [spec for _, _, spec in specs])
     assert dict(zip([name for name, _, _ in specs], scores)) == {name: 0.0 for name, _, _ in specs}
+
+
+# --- the red team's findings (issue 17), each as an attack that must fail --------------------------------------------
+
+
+def _score_both_guards(program: str, spec: str, limits: SandboxLimits = LIMITS, seccomp: bool = True
+                        ) -> dict[bool, float]:
+    """The program's score with the audit hook and without it."""
+    return {guard: CodeReward(sandbox=Sandbox(limits, max_workers=1, audit_guard=guard, seccomp=seccomp))(
+        [as_completion(program)], [spec])[0] for guard in (True, False)}
+
+
+def test_the_trainers_own_environment_is_not_readable_inside(monkeypatch, secret):
+    """The launching process's environment (HF_TOKEN, WANDB_API_KEY...) reaches no process of the sandbox."""
+    monkeypatch.setenv(SECRET_VAR, secret)
+    program = DISARM + textwrap.dedent(f"""
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        found = b""
+        for pid in ["1", "self", *os.listdir("/proc")]:
+            for part in ("environ", "cmdline"):
+                fd = libc.open(f"/proc/{{pid}}/{{part}}".encode(), os.O_RDONLY)
+                if fd < 0:
+                    continue
+                buffer = ctypes.create_string_buffer(1 << 16)
+                size = libc.read(fd, buffer, 1 << 16)
+                libc.close(fd)
+                if size > 0:
+                    found += buffer.raw[:size] + b"\\0"
+        for entry in found.split(b"\\0"):
+            if entry.startswith({SECRET_VAR.encode()!r} + b"="):
+                print(entry.split(b"=", 1)[1].decode())
+                break
+        """)
+    spec = TestSpec("stdin", [""], [secret]).to_json()
+    assert _score_both_guards(program, spec) == {True: 0.0, False: 0.0}
+    assert CodeReward(sandbox=Sandbox(LIMITS, max_workers=1))([as_completion(f"print({secret!r})")], [spec]) == [1.0]
+
+
+@pytest.mark.parametrize("program, spec", [
+    (_forged_report("b'\"' + b'\\\\' * (48 << 20)"), TestSpec("stdin", [""], ["3"]).to_json()),
+    ("import sys\nsys.stdout.write('a\\n' * (32 << 20))", TestSpec("stdin", [""], ["3"]).to_json()),
+    ("def f(x):\n    return list(range(3_000_000))", TestSpec("functional", ["1"], ["[1, 2]"], fn_name="f").to_json()),
+], ids=["48 MB of backslashes as the report", "64 MB of a-newlines on stdout", "a 3-million-item return value"])
+def test_huge_reports_are_refused_unread_within_the_timeout(program, spec):
+    """A report is read only up to what the expected outputs allow; the trainer's memory stays small and judging ends
+    within the run's timeout plus a constant."""
+    limits = dataclasses.replace(LIMITS, max_output_bytes=64 << 20, memory_mb=1024, disk_mb=128)
+    reward = CodeReward(sandbox=Sandbox(limits, max_workers=1))
+    tracemalloc.start()
+    try:
+        start = time.monotonic()
+        assert reward([as_completion(program)], [spec]) == [0.0]
+        elapsed = time.monotonic() - start
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"the trainer held {peak >> 20} MiB judging it"
+    assert elapsed < limits.total_timeout_s + 10
+
+
+def test_report_parsing_uses_no_backtracking():
+    """A string of backslashes made the JSON caps' string pattern backtrack: gigabytes and tens of seconds."""
+    text = '"' + "\\" * 2_000_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError):
+            bounded_json.loads(text, max_bytes=10**8)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * len(text)
+
+
+MEMORY_LIMITS = dataclasses.replace(LIMITS, memory_mb=192, max_output_bytes=64 << 20, test_timeout_s=8.0,
+                                    total_timeout_s=10.0, cpu_time_s=8)
+needs_memory_cgroup = pytest.mark.skipif(
+    not program_cgroups().bounds_memory,
+    reason=f"no memory cgroup here ({program_cgroups().describe()}): memory is bounded per process only")
+
+
+@needs_memory_cgroup
+@pytest.mark.parametrize("program", [
+    textwrap.dedent("""
+        import os
+        children = []
+        for _ in range(4):  # each within RLIMIT_AS, together 480 MB
+            pid = os.fork()
+            if pid == 0:
+                block = b"x" * (120 << 20)
+                os._exit(0 if len(block) else 1)
+            children.append(pid)
+        if all(os.waitpid(pid, 0)[1] == 0 for pid in children):
+            print(3)
+        """),
+    DISARM + textwrap.dedent("""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.shmat.restype = ctypes.c_void_p
+        libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+        held = 0
+        for _ in range(6):  # SysV shared memory: counted by no rlimit once detached (and refused by seccomp)
+            segment = libc.shmget(0, 64 << 20, 0o1600)
+            address = libc.shmat(segment, None, 0)
+            if segment < 0 or address in (None, ctypes.c_void_p(-1).value):
+                break
+            ctypes.memset(address, 1, 64 << 20)
+            libc.shmdt(ctypes.c_void_p(address))
+            held += 64
+        if held >= 384:
+            print(3)
+        """),
+    textwrap.dedent("""
+        import os
+        held = []
+        try:
+            for _ in range(12):  # memfds: counted by no rlimit, and by neither memory_mb nor disk_mb before
+                fd = os.memfd_create("blob")
+                os.write(fd, b"x" * (60 << 20))
+                held.append(fd)
+        except OSError:
+            pass
+        if len(held) == 12:
+            print(3)
+        """),
+], ids=["4 processes x 120 MB", "SysV shared memory", "memfds"])
+def test_memory_mb_bounds_the_whole_program(program):
+    """The cgroup alone holds (seccomp off: memfds and SysV shared memory reach it), and with the filter too."""
+    spec = TestSpec("stdin", [""], ["3"]).to_json()
+    for seccomp in (False, True):
+        assert _score_both_guards(program, spec, MEMORY_LIMITS, seccomp) == {True: 0.0, False: 0.0}, seccomp
+
+
+def test_whole_program_caps_are_stated_at_start_up():
+    support = program_cgroups()
+    isolation = Sandbox(LIMITS).check()
+    assert support.describe() in isolation.describe()
+    assert (fallback_statement(support) is None) == (support.bounds_memory and support.bounds_processes)
+
+
+def test_integer_answers_need_integers():
+    """A 1e-6 relative float tolerance accepted 123456700.0 for 123456789, and 1e9 for 1000000007."""
+    functional = TestSpec("functional", ["1"], ["123456789"], fn_name="f").to_json()
+    asserting = TestSpec("assert", ["assert f(1) == 1000000007"], [""]).to_json()
+    floats = TestSpec("functional", ["1"], ["2.5"], fn_name="f").to_json()
+    cases = [("def f(x):\n    return 123456700.0", functional, 0.0), ("def f(x):\n    return 1e9", asserting, 0.0),
+             ("def f(x):\n    return 123456789.0", functional, 1.0),  # exactly integral: accepted
+             ("def f(x):\n    return 123456789", functional, 1.0),
+             ("def f(x):\n    return 1000000007", asserting, 1.0),
+             ("def f(x):\n    return 2.5000001", floats, 1.0)]  # float expectations keep their tolerance
+    reward = CodeReward(sandbox=Sandbox(LIMITS, max_workers=2))
+    scores = reward([as_completion(program) for program, _, _ in cases], [spec for _, spec, _ in cases])
+    assert scores == [want for _, _, want in cases]
+
+
+# A program that rewrites the runner's JSON encoder so that every value an assertion recorded reads as true, equal
+# and within tolerance. Before the trainer evaluated assertions itself, that passed these forms with a wrong answer.
+FORGER = textwrap.dedent("""
+    import json
+    _dumps = json.dumps
+
+    def forged(value, *args, **kwargs):
+        if isinstance(value, list) and value and all(isinstance(r, list) and len(r) == 2 for r in value):
+            value = [[index, [True] * max(2, len(sides))] for index, sides in value]
+        return _dumps(value, *args, **kwargs)
+
+    json.dumps = forged
+
+    def f(x):
+        return -1
+    """)
+ASSERT_FORMS = {
+    "or": "assert f(2) == 4 or f(2) == 5",
+    "math.isclose": "import math\nassert math.isclose(f(2), 4.0)",
+    "chained": "assert f(2) == f(2) == 4",
+    "loop table": "for x, want in [(2, 4), (3, 9)]:\n    assert f(x) == want",
+}
+
+
+def test_assert_forms_cannot_be_forged_through_the_runner():
+    reward = CodeReward(sandbox=Sandbox(LIMITS, max_workers=2))
+    specs = [TestSpec("assert", [code], [""]).to_json() for code in ASSERT_FORMS.values()]
+    assert reward([as_completion(FORGER)] * len(specs), specs) == [0.0] * len(specs)
+    honest = "def f(x):\n    return x * x"
+    assert reward([as_completion(honest)] * len(specs), specs) == [1.0] * len(specs)
+    for code in ASSERT_FORMS.values():  # the expected values never reach the sandbox
+        sandbox_code = TestSpec("assert", [code], [""]).sandbox_inputs()[0]
+        assert "4" not in sandbox_code and "9" not in sandbox_code, sandbox_code
+
+
+UNDECIDABLE = {
+    "expected value computed in the check code": "def brute(x):\n    return x * x\nassert f(3) == brute(3)",
+    "helper decides": "def close(a, b):\n    return abs(a - b) < 1e-6\nassert close(f(3), 2.5)",
+    "assertion behind a loop over computed values": "for x in sorted({3, 1}, key=abs):\n    assert f(x) > 0",
+    "assertion behind a while": "i = 0\nwhile i < 2:\n    assert f(i) == i\n    i += 1",
+    "no assertion on the program": "f(1)\nassert True",
+}
+
+
+def test_assert_forms_the_trainer_cannot_judge_are_refused_and_counted(tmp_path, caplog):
+    from riskpo_trl.code.assertions import UndecidableTestError
+    from riskpo_trl.code.data import load_archer_code
+
+    for code in UNDECIDABLE.values():
+        with pytest.raises(UndecidableTestError):
+            TestSpec("assert", [code], [""])
+    rows = [{"prompt": "p", "reward_model": {"ground_truth": json.dumps({"functional": code})}}
+            for code in [*UNDECIDABLE.values(), "assert f(1) == 1"]]
+    path = tmp_path / "archer.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with caplog.at_level(logging.WARNING, logger="riskpo_trl.code.data"):
+        dataset = load_archer_code(data_files=str(path))
+    assert len(dataset) == 1 and "dropped 5 of 6 rows" in caplog.text
+    unjudged = json.dumps({"style": "assert", "inputs": [UNDECIDABLE["helper decides"]], "outputs": [""]})
+    assert CodeReward(sandbox=Sandbox(LIMITS, max_workers=1))([as_completion("def f(x):\n    return 2.5")],
+                                                              [unjudged]) == [None]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root to run the trainer as PID 1 of a new PID namespace")
+def test_no_zombie_is_left_when_the_trainer_is_pid_1():
+    """In a container without an init, the trainer is PID 1 and reaps nobody: each run's sandbox PID 1 used to stay a
+    zombie, until the pid limit made every completion score 0."""
+    script = textwrap.dedent("""
+        import os
+        from riskpo_trl.code.reward import CodeReward
+        from riskpo_trl.code.sandbox import Sandbox, SandboxLimits
+        from riskpo_trl.code.testspec import TestSpec
+        assert os.getpid() == 1
+        limits = SandboxLimits(test_timeout_s=1.0, total_timeout_s=2.0)
+        reward = CodeReward(sandbox=Sandbox(limits, max_workers=2))
+        spec = TestSpec("stdin", [""], ["3"]).to_json()
+        programs = ["print(3)", "while True:\\n    pass", "import os\\nos._exit(0)"] * 2
+        scores = reward([[{"role": "assistant", "content": f"```python\\n{p}\\n```"}] for p in programs],
+                        [spec] * len(programs))
+        zombies = []
+        for pid in os.listdir("/proc"):
+            try:
+                if pid.isdigit() and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+                    zombies.append(pid)
+            except OSError:
+                pass
+        print(scores, len(zombies))
+        """)
+    done = subprocess.run(["unshare", "--fork", "--pid", "--mount-proc", sys.executable, "-c", script],
+                          check=False, capture_output=True, text=True, timeout=300, cwd=os.getcwd(),
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["[1.0,", "0.0,", "0.0,", "1.0,", "0.0,", "0.0]", "0"]
+
+
+def test_no_host_path_or_bwrap_argument_is_visible_inside():
+    """/proc/1/cmdline showed bwrap's arguments (the staging directory, every bind); no process inside may show the
+    trainer's paths."""
+    program = textwrap.dedent("""
+        import os
+        seen = []
+        for pid in ["self", *os.listdir("/proc")]:
+            for part in ("cmdline", "environ", "mountinfo", "cgroup"):
+                try:
+                    seen.append(open(f"/proc/{pid}/{part}", "rb").read().decode(errors="replace"))
+                except OSError:
+                    pass
+        print("\\n".join(seen))
+        """)
+    result = Sandbox(LIMITS, max_workers=1, audit_guard=False).run(program, [""])
+    assert result.ok, result.error
+    seen = result.outputs[0]
+    assert "python" in seen  # what the program may see: its own interpreter
+    for host_detail in ("riskpo-sandbox-stage", "riskpo-sandbox-", "--ro-bind", "--unshare", os.getcwd()):
+        assert host_detail not in seen, host_detail
+
+
+@pytest.mark.parametrize("guard", [True, False], ids=["audit_hook", "os_layer_only"])
+def test_seccomp_refuses_ptrace_of_pid_1_and_risky_syscalls(guard):
+    program = DISARM + textwrap.dedent("""
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        wins = []
+        pid = os.fork()
+        if pid == 0:  # a child of the runner tries to trace the sandbox's PID 1 (SEIZE: without stopping it)
+            traced = libc.ptrace(0x4206, 1, 0, 0) == 0
+            libc.ptrace(17, 1, 0, 0)  # PTRACE_DETACH
+            os._exit(3 if traced else 0)
+        wins.append(os.waitpid(pid, 0)[1] >> 8 == 3)
+        calls = {"memfd_create": (319, b"x", 0), "io_uring_setup": (425, 1, ctypes.create_string_buffer(120)),
+                 "shmget": (29, 0, 1 << 20, 0o1600), "msgget": (68, 0, 0o1600),
+                 "keyctl": (250, 0, -3), "personality": (135, 0x0040000), "userfaultfd": (323, 0),
+                 "bpf": (321, 0, 0, 0)}
+        for name, (number, *args) in calls.items():
+            wins.append(libc.syscall(number, *args) >= 0)
+        seccomp = [line for line in open("/proc/self/status") if line.startswith("Seccomp:")]
+        if any(wins) or seccomp != ["Seccomp:\\t2\\n"]:
+            print(3)
+        """)
+    if os.uname().machine != "x86_64":
+        pytest.skip("the test uses x86_64 system call numbers")
+    spec = TestSpec("stdin", [""], ["3"]).to_json()
+    assert CodeReward(sandbox=Sandbox(LIMITS, max_workers=1, audit_guard=guard))([as_completion(program)],
+                                                                                  [spec]) == [0.0]

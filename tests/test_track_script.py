@@ -35,7 +35,7 @@ def archer_rows(count: int) -> list[dict]:
         if i % 2 == 0:
             ground_truth = {"inputs": [f"{i}\n", f"{i + 1}\n"], "outputs": [f"{2 * i}\n", f"{2 * i + 2}\n"]}
         else:
-            ground_truth = {"functional": "assert 2 * 3 == 6\n"}
+            ground_truth = {"functional": "assert double(3) == 6\n"}
         rows.append({
             "data_source": "codeforces", "ability": "code",
             "prompt": [{"role": "user", "content": f"Read n and print 2n. ({i})"}],

@@ -82,3 +82,32 @@ def test_grpo_baseline_trains_through_the_same_script(tmp_path):
     assert find_trainer_state(tmp_path / "run") == state_file
     run_logs = load_run(str(tmp_path / "run"))
     assert run_logs.name == "run" and any("loss" in entry for entry in run_logs.log_history)
+
+
+class _DatasetsLoaded(Exception):
+    """Raised by the stand-in benchmark loader: the test needs nothing after the datasets."""
+
+
+def test_prompt_template_reaches_the_training_and_the_evaluation_set(monkeypatch, tmp_path):
+    from riskpo_trl import data
+
+    asked, load_train_dataset = {}, data.load_train_dataset
+
+    def training_set(*args, prompt_template, **kwargs):
+        asked["train"] = prompt_template
+        return load_train_dataset(*args, prompt_template=prompt_template, **kwargs)
+
+    def benchmark(name, *, limit, prompt_template):
+        asked["eval"] = prompt_template
+        raise _DatasetsLoaded
+
+    monkeypatch.setattr(data, "load_train_dataset", training_set)
+    monkeypatch.setattr(data, "load_benchmark", benchmark)
+    args = train.parse_args([
+        "--config", str(TINY_RECIPE), "--model_name_or_path", str(tmp_path / "model"), "--build_tiny_model", "false",
+        "--output_dir", str(tmp_path / "run"), "--prompt_template", "authors", "--eval_benchmark", "gsm8k",
+        "--eval_strategy", "steps", "--eval_steps", "1", "--per_device_eval_batch_size", "20",
+    ])
+    with pytest.raises(_DatasetsLoaded):
+        train.build_trainer(*args)
+    assert asked == {"train": "authors", "eval": "authors"}

@@ -9,10 +9,11 @@ moment it finishes; a rerun skips what is cached and a killed run simply starts 
     python -m benchmarks.lm_study.long_protocol --report-only   # tables and figures from the finished runs
 
 Everything is fixed in :class:`~benchmarks.lm_study.config.LongProtocol` before the first run: the starts (``low``
-= the short protocol's SFT start; ``moderate`` = that SFT continued until the middle bucket's validation Pass@1 is
->= 0.3), 600 generation batches x 4 updates, the learning-rate grid, the selection criterion
-(:data:`~benchmarks.lm_study.config.LONG_SELECTION_CRITERION`), the seeds, the validation tracking every 25
-generation batches (Pass@k and the sampling policy's token entropy, 64 samples per problem, per bucket), the test
+= the short protocol's SFT start; ``moderate`` = that SFT continued until the 2-digit validation Pass@1 is >= 0.4,
+with RL prompts from that bucket: the paper's regime, most prompts neither all-right nor all-wrong), 600 generation
+batches x 4 updates, the learning-rate grid, the selection criterion
+(:data:`~benchmarks.lm_study.config.LONG_SELECTION_CRITERION`), the seeds, the validation tracking every 25 generation
+batches (Pass@k and the sampling policy's token entropy, 64 samples per problem, per bucket), the test
 evaluation at the end (Pass@k, k = 1..64, for the final weights and the best validation checkpoint), and what counts
 as a collapse.
 
@@ -50,7 +51,8 @@ class Job:
 
     @property
     def key(self) -> str:
-        return f"{self.start}/{run_name(self.method, self.lr, self.seed)}" if self.kind == "rl" else f"{self.start}/sft"
+        name = run_name(self.method, self.lr, self.seed) if self.kind == "rl" else "sft"
+        return f"{self.start}/{name}"
 
 
 def sft_stage_config(protocol: LongProtocol):
@@ -119,7 +121,8 @@ def run_job(job: Job, protocol: LongProtocol, out: Path) -> str:
             evaluate_start(cfg, out / job.start, protocol.track_samples)
         else:
             run_long_rl(job.method, job.lr, job.seed, cfg, out / job.start, eval_every=protocol.eval_every,
-                        track_samples=protocol.track_samples)
+                        track_samples=protocol.track_samples,
+                        train_buckets=protocol.moderate_rl_buckets if job.start == "moderate" else None)
         return f"{job.key}: ok ({(time.perf_counter() - started) / 60:.1f} min)"
     except Exception as error:  # one failed job must not take the others down; it is rerun next time
         import traceback

@@ -150,8 +150,10 @@ def run_name(method: str, lr: float, seed: int) -> str:
     return f"{method}-lr{lr:g}-seed{seed}"
 
 
-def build_trainer(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: Path, output_dir: Path, **overrides):
-    """The probed trainer of ``method`` on the task's RL prompts, from the SFT model in ``start_dir``."""
+def build_trainer(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: Path, output_dir: Path,
+                  train_buckets: tuple[int, ...] | None = None, **overrides):
+    """The probed trainer of ``method`` on the task's RL prompts (of ``train_buckets`` only, if given), from the SFT
+    model in ``start_dir``."""
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
@@ -160,7 +162,8 @@ def build_trainer(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: P
 
     splits = make_splits(cfg)
     train_rows = [
-        {"prompt": prompt_of(a, b), "answer": str(a + b)} for pairs in splits.train.values() for a, b in pairs
+        {"prompt": prompt_of(a, b), "answer": str(a + b)}
+        for d, pairs in splits.train.items() if train_buckets is None or d in train_buckets for a, b in pairs
     ]
     args = rl_config(method, lr, seed, cfg, output_dir, **overrides)
     trainer_cls = with_covariance_probe(GRPOTrainer if method in ("grpo", "gspo") else RiskPOTrainer)
@@ -235,8 +238,13 @@ def run_rl(method: str, lr: float, seed: int, cfg: LMConfig, out_dir: Path) -> d
 def long_selection_score(val: dict[str, Any]) -> float:
     """``LONG_SELECTION_CRITERION``: mean of validation Pass@1 and Pass@16 over all buckets (Pass@k with the largest
     k <= 16 measured, when fewer than 16 samples were drawn: the smoke sizes)."""
+    return (val["all"]["pass@1"] + val["all"][selection_k(val)]) / 2
+
+
+def selection_k(val: dict[str, Any]) -> str:
+    """``"pass@16"``, or the largest measured ``pass@k`` below it (the smoke sizes draw fewer samples)."""
     ks = [int(key.split("@")[1]) for key in val["all"] if key.startswith("pass@")]
-    return (val["all"]["pass@1"] + val["all"][f"pass@{max(k for k in ks if k <= 16)}"]) / 2
+    return f"pass@{max(k for k in ks if k <= 16)}"
 
 
 def tracked_eval(model, tokenizer, problems, cfg: LMConfig, num_samples: int, seed: int) -> dict[str, Any]:
@@ -262,7 +270,7 @@ def evaluate_start(cfg: LMConfig, start_dir: Path, track_samples: int) -> dict[s
 
 
 def run_long_rl(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: Path, *, eval_every: int,
-                track_samples: int) -> dict[str, Any]:
+                track_samples: int, train_buckets: tuple[int, ...] | None = None) -> dict[str, Any]:
     """One run of the long protocol from ``start_dir``'s SFT model; writes ``start_dir/runs/<name>.json``.
 
     Every ``eval_every`` generation batches the validation split is evaluated (:func:`tracked_eval`, ``track_samples``
@@ -276,7 +284,8 @@ def run_long_rl(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: Pat
     from transformers import TrainerCallback
 
     trainer = build_trainer(method, lr, seed, cfg, start_dir / "models" / "sft",
-                            start_dir / "models" / "rl" / run_name(method, lr, seed), gradient_checkpointing=False)
+                            start_dir / "models" / "rl" / run_name(method, lr, seed), train_buckets=train_buckets,
+                            gradient_checkpointing=False)
     tokenizer = trainer.processing_class
     splits = make_splits(cfg)
     tracked: list[dict[str, Any]] = []
@@ -307,6 +316,7 @@ def run_long_rl(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: Pat
         "lr": lr,
         "seed": seed,
         "start": start_dir.name,
+        "train_buckets": list(train_buckets) if train_buckets else None,
         "train_seconds": seconds,
         "curves": training_curves(trainer, cfg, seed),
         "batch_signals": getattr(trainer, "batch_signal_history", []),

@@ -1,27 +1,24 @@
-"""Regenerate docs/images/training_curves.png: a tiny RiskPO run and a tiny GRPO run on CPU, then riskpo-plot.
+"""Draw the documentation's training-curve figures: a tiny RiskPO run and a tiny GRPO run on CPU, then riskpo-plot.
 
 Both runs train the same randomly initialised tiny Qwen2 (riskpo_trl.tiny_model) for a few dozen steps on made-up
 arithmetic prompts with a toy reward (1 if the completion contains a digit), logging held-out Pass@k with
 PassAtKCallback. The point is the figure's layout and what each panel means, not the numbers.
 
-    python docs/images/make_training_curves.py [work_dir]     # about three minutes on two CPU cores
+    python docs/images/make_training_curves.py                          # figures in the work directory
+    python docs/images/make_training_curves.py --output-dir docs/images  # replace the documentation's figures
+
+The documentation's own figures (tracked files) are only replaced when --output-dir names their directory.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
-from datasets import Dataset
-from trl import GRPOConfig, GRPOTrainer
-
-from riskpo_trl import RiskPOConfig, RiskPOTrainer
-from riskpo_trl.evaluation import EvalConfig, PassAtKCallback, evaluate
-from riskpo_trl.evaluation.plots import load_run, plot_logprob_diagnostic, plot_training_curves
-from riskpo_trl.tiny_model import build_tiny_model
-
 STEPS = 30
+FIGURES = ("training_curves", "logprob_diagnostic")
 
 
 def digit_reward(completions, **kwargs) -> list[float]:
@@ -32,13 +29,20 @@ def digit_scorer(completion: str, gold: str) -> float:
     return float(any(ch.isdigit() for ch in completion))
 
 
-def prompts(num: int, offset: int = 0) -> Dataset:
+def prompts(num: int, offset: int = 0):
+    from datasets import Dataset
+
     rows = [{"prompt": [{"role": "user", "content": f"What is {i} + {i % 7}?"}], "solution": str(i + i % 7)}
             for i in range(offset, offset + num)]
     return Dataset.from_list(rows)
 
 
 def train(name: str, model_dir: str, work_dir: Path) -> None:
+    from trl import GRPOConfig, GRPOTrainer
+
+    from riskpo_trl import RiskPOConfig, RiskPOTrainer
+    from riskpo_trl.evaluation import PassAtKCallback
+
     common = dict(
         output_dir=str(work_dir / name), max_steps=STEPS, learning_rate=3e-3, max_completion_length=16,
         num_generations=4, per_device_train_batch_size=8, gradient_accumulation_steps=1, logging_steps=1,
@@ -48,7 +52,8 @@ def train(name: str, model_dir: str, work_dir: Path) -> None:
         trainer = RiskPOTrainer(model_dir, reward_funcs=digit_reward, args=RiskPOConfig(bundle_size=2, **common),
                                 train_dataset=prompts(64))
     else:
-        trainer = GRPOTrainer(model_dir, reward_funcs=digit_reward, args=GRPOConfig(**common), train_dataset=prompts(64))
+        trainer = GRPOTrainer(model_dir, reward_funcs=digit_reward, args=GRPOConfig(**common),
+                              train_dataset=prompts(64))
     trainer.add_callback(PassAtKCallback(trainer, prompts(8, offset=100), num_samples=8, ks=[1, 8], eval_steps=10,
                                          max_new_tokens=16, scorer=digit_scorer))
     trainer.train()
@@ -56,8 +61,25 @@ def train(name: str, model_dir: str, work_dir: Path) -> None:
     trainer.save_model()
 
 
-def main() -> None:
-    work_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="riskpo-curves-"))
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work-dir", type=Path, default=None,
+                        help="Where the model, the runs and the evaluations go (default: a new temporary directory).")
+    parser.add_argument("--output-dir", type=Path, default=None,
+                        help="Where the figures go (default: the work directory; docs/images replaces the "
+                        f"documentation's {', '.join(FIGURES)} figures).")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    from riskpo_trl.evaluation import EvalConfig, evaluate
+    from riskpo_trl.evaluation.plots import load_run, plot_logprob_diagnostic, plot_training_curves
+    from riskpo_trl.tiny_model import build_tiny_model
+
+    work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="riskpo-curves-"))
+    images = args.output_dir or work_dir
+    images.mkdir(parents=True, exist_ok=True)
     model_dir = str(work_dir / "tiny-model")
     build_tiny_model(model_dir)
     for name in ("RiskPO", "GRPO"):
@@ -73,11 +95,10 @@ def main() -> None:
         evaluate(config, scorer=digit_scorer)
     runs = [load_run(f"{name}={work_dir / name}") for name in ("RiskPO", "GRPO")]
     eval_results = [f"{name}={work_dir / 'eval' / name / 'results.json'}" for name in ("RiskPO", "GRPO")]
-    images = Path(__file__).parent
-    paths, notes = plot_training_curves(runs, images / "training_curves", eval_results, smoothing=0.6,
+    paths, notes = plot_training_curves(runs, images / FIGURES[0], eval_results, smoothing=0.6,
                                         title="Tiny CPU runs (random 2-layer Qwen2, toy reward): layout demo")
     samples = [f"{name}={work_dir / 'eval' / name / 'samples.jsonl'}" for name in ("RiskPO", "GRPO")]
-    paths += plot_logprob_diagnostic(samples, images / "logprob_diagnostic", num_bins=4)
+    paths += plot_logprob_diagnostic(samples, images / FIGURES[1], num_bins=4)
     print("\n".join([*notes, *map(str, paths)]))
 
 

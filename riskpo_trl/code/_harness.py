@@ -1,39 +1,41 @@
 """Child-side test runner of the code sandbox. Runs as ``python -I -S -B -c <this source>`` inside the sandbox.
 
 Standard library only. It reads the spec (program, test inputs, limits) from stdin, lowers its own resource limits,
-installs an audit hook that refuses networking, process creation, ctypes, signals to other processes, tracers and
-writes outside the working directory, then runs the program once per test and writes one JSON line of *observed*
-values to the stdout it was started with (a pipe the parent reads with a size cap).
+installs an audit hook that refuses networking, process execution, ctypes, signals to other processes, tracers and
+writes outside the working directory and /dev/shm, then runs the program once per test and writes its report of
+*observed* values to the stdout it was started with (a pipe the parent reads with a size cap): one length-prefixed
+record per test output (``O<length>\n<bytes>``), an optional error (``E...``) and an end mark (``D0\n``).
 
 Nothing here decides whether a test passed, because the program runs in this interpreter and can rewrite all of it
 (this module, its report, the builtins). Expected outputs never enter this process: for stdin and functional tests the
-parent compares outputs, and assert-style check code arrives instrumented (`riskpo_trl.code.assertions`): its
-assertions only record the values they compare, as plain JSON of exact builtin types, and the literal expected values
-stay in the parent. So a program that tampers with this runner can at worst report values it could have printed or
-returned anyway. What that does not cover (expected values the check code computes, or ones a program can guess) is in
-docs/code_and_multimodal.md.
+parent compares outputs, and assert-style check code arrives instrumented (`riskpo_trl.code.assertions`): each
+assertion only records the values of its sub-expressions that call into the program (as JSON of builtin values), and
+the parent evaluates the rest, literal expected values included, which never enter the sandbox. So a program that
+tampers with this runner can at worst report values it could have printed or returned anyway.
 
 The audit hook is defence in depth, not a security boundary (CPython documents that, and a program can rewrite its
 tables): the boundary is the bubblewrap sandbox the parent starts this runner in (`riskpo_trl.code.bwrap`).
 """
 
 import builtins
-import io
 import json
 import os
 import resource
 import signal
 import sys
+import types
 
 # Taken before any program runs: a program that replaces builtins.exec must not turn the check code into a no-op.
 _exec, _compile = builtins.exec, builtins.compile
 _BUILTINS = dict(vars(builtins))  # each test gets a fresh copy, so one test's program cannot rewire the next test's
 PROBE_NAME = "__riskpo_probe__"  # what instrumented assert code calls (see riskpo_trl.code.assertions)
 
+# os.fork is allowed (multiprocessing.Pool): the pids cgroup or RLIMIT_NPROC bounds it; executing programs is not.
+# os.kill is allowed for the runner's own children only (Pool.terminate), see `_own_child`.
 _DENIED_EVENTS = frozenset({
     "socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.getaddrinfo",
-    "os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen",
-    "os.kill", "os.killpg", "signal.pthread_kill", "ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function",
+    "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen",
+    "os.killpg", "signal.pthread_kill", "ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function",
     "sys.remote_exec", "os.setuid", "webbrowser.open",
     # tracers and further hooks could watch or rewrite the test code's evaluation
     "sys.settrace", "sys.setprofile", "sys.addaudithook",
@@ -71,7 +73,9 @@ def _set_limits(spec):
     lower(resource.RLIMIT_FSIZE, int(spec["max_output_bytes"]))
     lower(resource.RLIMIT_NOFILE, int(spec["max_open_files"]))
     lower(resource.RLIMIT_CORE, 0)
-    if os.getuid() != 0:  # the kernel does not enforce RLIMIT_NPROC for root (only with isolation="none")
+    # Only without a pids cgroup, which bounds the whole program; the kernel does not enforce RLIMIT_NPROC for root
+    # (the runner is root only with isolation="none").
+    if spec.get("nproc_rlimit", True) and os.getuid() != 0:
         lower(resource.RLIMIT_NPROC, _tasks_of_uid(os.getuid()) + int(spec["max_processes"]))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # oversized output: EFBIG error, not a silent death
 
@@ -89,8 +93,8 @@ def _tasks_of_uid(uid):
     return count
 
 
-def _install_guard(root):
-    root = os.path.realpath(root)
+def _install_guard(root, shared_memory_dir=None):
+    roots = [os.path.realpath(root)] + ([shared_memory_dir] if shared_memory_dir else [])
     # Our own /proc entry: our pid, or in a PID namespace without its own /proc mount, the pid /proc/self names.
     own_pids = {str(os.getpid()), os.readlink("/proc/self")}
     realpath, join, getcwd, fspath, isdir = os.path.realpath, os.path.join, os.getcwd, os.fspath, os.path.isdir
@@ -104,11 +108,13 @@ def _install_guard(root):
         return realpath(join(base, path))
 
     def inside(path):
-        return path == root or path.startswith(root + os.sep)
+        return any(path == root or path.startswith(root + os.sep) for root in roots)
 
     def hook(event, args):
         if event in _DENIED_EVENTS:
             raise PermissionError(f"sandbox: {event} is not allowed")
+        if event == "os.kill" and not _own_child(args[0]):
+            raise PermissionError("sandbox: os.kill of a process other than the program's own child is not allowed")
         if event == "open":
             path, mode, flags = args
             if path is None or isinstance(path, int):
@@ -143,6 +149,15 @@ def _install_guard(root):
     _guard_unaudited(inside, resolve)
 
 
+def _own_child(pid):
+    """Whether ``pid`` is a child of this process (waitid without reaping: opening /proc here would be audited)."""
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except (OSError, ValueError, OverflowError, TypeError):
+        return False
+    return pid > 0
+
+
 def _guard_unaudited(inside, resolve):
     """Replace os.mkfifo and os.mknod, which raise no audit event, with checked versions.
 
@@ -172,12 +187,36 @@ def _redirect(fd, path, flags):
         os.close(new)
 
 
+class _Quitter:
+    """``exit()`` and ``quit()`` as ``site`` defines them (the runner starts with ``-S``, so they are missing)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"Use {self.name}() or Ctrl-D (i.e. EOF) to exit"
+
+    def __call__(self, code=None):
+        raise SystemExit(code)
+
+
+_BUILTINS.update(exit=_Quitter("exit"), quit=_Quitter("quit"))
+
 # Names competitive-programming and LeetCode solutions use without importing them (as LiveCodeBench's runner does).
 _PRELUDE = (
     "import bisect, collections, functools, heapq, itertools, math, random, re, string, sys\n"
     "from bisect import *\nfrom collections import *\nfrom functools import *\nfrom heapq import *\n"
     "from itertools import *\nfrom math import *\nfrom typing import *\n"
 )
+
+
+def _program_module(name):
+    """A fresh module for one test's program, registered in ``sys.modules`` under its ``__name__`` so that pickling
+    its functions by name works (``multiprocessing.Pool``); fresh builtins, so one test cannot rewire the next."""
+    module = types.ModuleType(name)
+    module.__builtins__ = dict(_BUILTINS)
+    sys.modules[name] = module
+    return module
 
 
 def _run_one(code, style, fn_name, test_input, timeout_s, workdir):
@@ -197,11 +236,11 @@ def _run_one(code, style, fn_name, test_input, timeout_s, workdir):
     result, error, records = None, None, []
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
-        namespace = {"__name__": "__main__" if style == "stdin" else "solution", "__builtins__": dict(_BUILTINS)}
+        namespace = _program_module("__main__" if style == "stdin" else "solution").__dict__
         _exec(_PRELUDE, namespace)
         _exec(code, namespace)
         if style == "assert":
-            namespace[PROBE_NAME] = lambda index, sides: records.append([index, [plain_value(v) for v in sides]])
+            namespace[PROBE_NAME] = lambda index, leaves: records.append([index, [_observe(leaf) for leaf in leaves]])
             _exec(_compile(test_input, "<tests>", "exec"), namespace)
         elif style == "functional":
             target = namespace.get("Solution")
@@ -227,9 +266,9 @@ def _run_one(code, style, fn_name, test_input, timeout_s, workdir):
         return None, error
     try:
         if style == "assert":
-            return json.dumps(records), None
+            return _dumps(records), None
         if style == "functional":
-            return json.dumps(plain_value(result)), None
+            return _dumps(encode_value(result)), None
     except (TypeError, ValueError, RecursionError) as exc:
         return None, f"unserialisable value: {exc}"[:500]
     with open(out_path, "rb") as f:
@@ -239,30 +278,64 @@ def _run_one(code, style, fn_name, test_input, timeout_s, workdir):
 join_ = os.path.join
 
 
-def plain_value(value):
-    """A JSON-able copy of ``value`` built only from exact builtin types, or TypeError.
+MAX_DEPTH = 100  # nesting of a reported value; the parent refuses deeper JSON
+_TAGS = ("__set__", "__dict__", "__bytes__", "__object__", "__raised__")
 
-    Subclasses and custom objects are refused, so the value's own ``__eq__``/``__repr__`` never decides a comparison.
-    Tuples become lists and sets ``{"__set__": sorted items}``; dict keys must be strings.
+
+def _dumps(value):
+    return json.dumps(value, ensure_ascii=False)
+
+
+def encode_value(value, depth=0):
+    """A JSON-able copy of ``value``, read through the builtin types' own methods.
+
+    Subclasses (``Counter``, ``defaultdict``, a ``namedtuple``, an ``IntEnum``) become their builtin base, read with
+    the base's methods, so their own ``__eq__``/``__iter__``/``__repr__`` never decide anything. Tuples become lists;
+    sets ``{"__set__": items}``; dicts with a key that is not a str ``{"__dict__": [[key, value], ...]}``; bytes
+    ``{"__bytes__": latin-1 text}``; anything else ``{"__object__": type name}`` (equal to nothing, but not None).
     """
-    kind = type(value)
-    if value is None or kind is bool or kind is int or kind is float or kind is str:
+    if depth > MAX_DEPTH:
+        raise ValueError(f"a value nested deeper than {MAX_DEPTH}")
+    depth += 1
+    if value is None or value is True or value is False:
         return value
-    if kind is list or kind is tuple:
-        return [plain_value(item) for item in value]
-    if kind is set or kind is frozenset:
-        return {"__set__": sorted((plain_value(item) for item in value), key=json.dumps)}
-    if kind is dict:
-        if not all(type(key) is str for key in value):
-            raise TypeError("dict keys must be str to compare as JSON")
-        return {key: plain_value(item) for key, item in value.items()}
-    raise TypeError(f"a {kind.__name__} is not a plain JSON value (lists, dicts, str, numbers, bool, None)")
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, (bytes, bytearray)):
+        raw = bytes(bytes.__getitem__(value, slice(None)) if isinstance(value, bytes)
+                    else bytearray.__getitem__(value, slice(None)))
+        return {"__bytes__": raw.decode("latin-1")}
+    if isinstance(value, (list, tuple)):
+        iterate = list.__iter__ if isinstance(value, list) else tuple.__iter__
+        return [encode_value(item, depth) for item in iterate(value)]
+    if isinstance(value, (set, frozenset)):
+        iterate = set.__iter__ if isinstance(value, set) else frozenset.__iter__
+        return {"__set__": [encode_value(item, depth) for item in iterate(value)]}
+    if isinstance(value, dict):
+        pairs = [(encode_value(key, depth), encode_value(item, depth)) for key, item in dict.items(value)]
+        if all(type(key) is str for key, _ in pairs) and not (len(pairs) == 1 and pairs[0][0] in _TAGS):
+            return dict(pairs)
+        return {"__dict__": [list(pair) for pair in pairs]}
+    return {"__object__": type(value).__name__[:100]}
+
+
+def _observe(leaf):
+    """The encoded value of one assertion sub-expression (a thunk), or which exception it raised: the parent decides
+    whether that matters (Python would not have evaluated a sub-expression that ``or``/``and`` skip)."""
+    try:
+        return encode_value(leaf())
+    except Exception as exc:  # noqa: BLE001 - the timer, exit and interrupts still end the test
+        return {"__raised__": type(exc).__name__[:100]}
 
 
 def main():
     with open(0, "rb", closefd=False) as f:
         spec = json.loads(f.read())
-    report = os.fdopen(os.dup(1), "w")  # the parent reads this; the program's stdout goes to a per-test file
+    report = os.fdopen(os.dup(1), "wb")  # the parent reads this; the program's stdout goes to a per-test file
     os.closerange(3, report.fileno())  # nothing else of the parent's reaches the program
     os.closerange(report.fileno() + 1, 1 << 16)
     workdir = os.getcwd()
@@ -270,7 +343,7 @@ def main():
     signal.signal(signal.SIGALRM, _on_timer)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
     if spec.get("audit_guard", True):
-        _install_guard(workdir)
+        _install_guard(workdir, spec.get("shared_memory_dir"))
     outputs, error = [], None
     try:
         code = _compile(spec["source"], "<solution>", "exec")
@@ -286,9 +359,17 @@ def main():
             if error is not None:
                 break  # a failed test fails the program; stop early
             outputs.append(output)
-    report.write(json.dumps({"outputs": outputs, "error": error}) + "\n")
+    for output in outputs:
+        _record(report, b"O", output.encode("utf-8", errors="surrogatepass"))
+    if error is not None:
+        _record(report, b"E", error.encode("utf-8", errors="replace"))
+    _record(report, b"D", b"")
     report.flush()
     os._exit(0)  # skip interpreter teardown, which the program may have booby-trapped (atexit, __del__)
+
+
+def _record(stream, kind, payload):
+    stream.write(kind + str(len(payload)).encode() + b"\n" + payload)
 
 
 if __name__ == "__main__":

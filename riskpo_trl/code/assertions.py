@@ -1,103 +1,532 @@
-"""Assert-style check code, split so that the sandbox only computes values and the trainer decides pass or fail.
+"""Assert-style check code, split so that the sandbox only computes the program's values and the trainer decides.
 
 Check code (Archer's ``{"functional": ...}`` ground truths, HumanEval-style ``check(candidate)``) calls the program's
-functions, so it has to run in the program's interpreter, where the program can rewrite anything: the runner, its
-report, ``__eq__`` of the values it returns. So the check is never *decided* there. `instrument_assertions` rewrites
-every ``assert`` into a call that only records the values the assertion looks at, as plain JSON built from exact
-builtin types (an object with its own ``__eq__`` is refused), and keeps the literal expected values out of the code
-the sandbox sees. `assertions_pass` then decides in the trainer's process. A program that forges its report can
-therefore only claim values it could have returned anyway; see docs/code_and_multimodal.md for what remains.
+functions, so part of it has to run in the program's interpreter, where the program can rewrite anything: the runner,
+its report, ``__eq__`` of what it returns. So no verdict is decided there. `instrument_assertions` cuts every
+``assert`` into
+
+* **leaves**: the sub-expressions that need the program (``candidate(x)``, ``Solution().f(1)``, ``res.val``) or other
+  names of the check code; the sandbox evaluates them and reports their values as JSON of builtin values;
+* the **rest**, evaluated here by a small interpreter over those values: literals, comparisons, ``and``/``or``/``not``,
+  arithmetic, indexing and a fixed set of builtins (`FUNCTIONS`: ``abs``, ``len``, ``sorted``, ``math.isclose``...).
+  Literal expected values therefore never enter the sandbox.
+
+Loops over literal tables (``for x, want in [(2, 4), (3, 9)]``, ``for i in range(5)``) are unrolled and ``if``
+statements with a condition known here are folded, before the split, so their expected values stay here too, and an
+assertion in a branch not taken is simply gone. Every remaining assertion must be reached exactly once, so a program
+cannot pass by skipping the check.
+
+A program that forges its report can then only claim leaf values, which is what returning them would have done. That
+holds when, in every comparison, one side is known here, or every leaf of both sides derives from the program; and for
+a bare truth test (``assert f(x)``) when its leaves derive from the program. Check code where an expected value is
+computed in the sandbox (``assert f(x) == brute(x)``, ``assert helper(f(x), 2.5)``), assertions inside ``while``,
+``try``, loops over computed values or ``if`` on the program's values, or in functions not called at the top level,
+cannot be judged that way: `instrument_assertions` raises `UndecidableTestError`, and the dataset adapters drop and
+count such rows (docs/code_and_multimodal.md).
 """
 
 from __future__ import annotations
 
 import ast
-import json
+import builtins
+import collections
+import copy
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from . import bounded_json
-from ._harness import PROBE_NAME, plain_value
+from ._harness import _PRELUDE, PROBE_NAME
+from .check_eval import CONSTANT_NAMES, FUNCTIONS, LEAF_PREFIX, EvaluationFailed, dotted_name, evaluate, truth
+from .values import decode_value
 
-_COMPARE_OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
-                ast.In: "in", ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}
-_NEGATED = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<", "in": "not in", "not in": "in",
-            "is": "is not", "is not": "is", "truthy": "falsy", "falsy": "truthy"}
-_SINGLETONS = (None, True, False)
 MAX_OBSERVED_CHARS = 16 * 1024 * 1024  # a returned value or assertion record beyond this fails (none real comes close)
+MAX_UNROLLED_ASSERTIONS = 5000  # more (after unrolling loops) is refused as too large to judge
+MAX_LOOP_ITERATIONS = 2000
+
+_STRUCTURE = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.UnaryOp, ast.BinOp, ast.BoolOp, ast.Compare,
+              ast.IfExp, ast.Subscript, ast.Slice)
+
+
+class UndecidableTestError(ValueError):
+    """Check code whose assertions the trainer cannot judge without trusting the program's report: ``kind`` names
+    the construct (what the dataset loaders count), ``detail`` where it is."""
+
+    def __init__(self, kind: str, detail: str = ""):
+        super().__init__(f"{kind}: {detail}" if detail else kind)
+        self.kind = kind
+
+
+@functools.cache
+def _prelude_names() -> frozenset[str]:
+    """Names the runner's prelude defines before the program (standard library imports only)."""
+    namespace: dict[str, Any] = {}
+    exec(_PRELUDE, namespace)  # noqa: S102 - the fixed import lines of the runner, no outside input
+    return frozenset(namespace)
+
+
+def _harmless_import(node: ast.Import | ast.ImportFrom, alias: ast.alias) -> bool:
+    if isinstance(node, ast.Import):
+        return alias.name in ("math", "collections") and alias.asname is None
+    return (node.module in ("math", "collections") and alias.asname is None
+            and (alias.name in FUNCTIONS or alias.name in CONSTANT_NAMES))
+
+
+def _root_name(node: ast.expr) -> str | None:
+    """The name a call/attribute/subscript chain starts from (``Solution().f(1).val`` -> ``Solution``)."""
+    while isinstance(node, (ast.Call, ast.Attribute, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _stored_names(nodes) -> list[str]:
+    """Every name bound in ``nodes`` (not inside nested function, lambda or class scopes)."""
+    found = []
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            found.append(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.append(node.name)
+            continue
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found += [(alias.asname or alias.name).split(".")[0] for alias in node.names]
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            found += list(node.names) * 2  # never a constant
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            found.append(node.name)
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _contains(nodes, kinds) -> bool:
+    return any(isinstance(sub, kinds) for node in nodes for sub in ast.walk(node))
 
 
 @dataclass(frozen=True)
 class Probe:
-    """One checked condition: ``left op right`` (``right`` unused for "truthy"/"falsy").
+    """One assertion as the trainer evaluates it: ``expression`` with its leaves as ``__riskpo_leaf_<i>`` names."""
 
-    A side given here (``*_known``) is a literal of the check code, kept out of the sandbox; the other sides are
-    computed there and reported.
-    """
-
-    op: str
-    left: Any = None
-    right: Any = None
-    left_known: bool = False
-    right_known: bool = False
+    expression: ast.expr
+    n_leaves: int
+    source: str  # the assertion as written, for messages
 
 
-def _literal(node: ast.expr) -> tuple[bool, Any]:
-    try:
-        return True, json.loads(json.dumps(plain_value(ast.literal_eval(node))))
-    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
-        return False, None
+@dataclass(frozen=True)
+class InstrumentedCheck:
+    """Check code for the sandbox (assertions replaced by leaf probes) and the probes the trainer evaluates."""
+
+    sandbox_code: str
+    probes: tuple[Probe, ...]
 
 
-class _Instrumenter(ast.NodeTransformer):
-    def __init__(self):
+class _Scope:
+    """Names of one scope (the module, or a check function) as the split sees them."""
+
+    def __init__(self, body: list[ast.stmt], splitter: _Splitter, parent: _Scope | None = None,
+                 params: list[str] = (), program_params: set[str] = frozenset()):
+        self.parent = parent
+        self.splitter = splitter
+        counts = collections.Counter(_stored_names(body) + list(params) * 2)
+        self.assigned_once = {name for name, count in counts.items() if count == 1}
+        self.local = set(counts)
+        self.constants: dict[str, Any] = {}
+        self.program: set[str] = set(program_params)  # names whose value derives from the program
+        self.outputs: set[str] = set()  # those of them that hold a result, not a function or a Solution object
+
+    def bind_constant(self, name: str, value) -> bool:
+        """Treat ``name`` as the known ``value`` unless an earlier pass found that the sandbox reads it while it is
+        mutable (the program may change it): then it stays a sandbox name."""
+        if name in self.splitter.demoted:
+            self.constants.pop(name, None)
+            return False
+        self.constants[name] = value
+        if isinstance(value, (list, dict, set, bytearray)):
+            self.splitter.mutable_constants.add(name)
+        return True
+
+    def constant(self, name: str) -> tuple[bool, Any]:
+        if name in self.constants:
+            return True, self.constants[name]
+        if name in self.local or self.parent is None:
+            if self.parent is None and name in CONSTANT_NAMES and name not in self.splitter.bound_anywhere:
+                return True, CONSTANT_NAMES[name]
+            return False, None
+        return self.parent.constant(name)
+
+    def is_output(self, name: str) -> bool:
+        if name in self.outputs or name in self.splitter.demoted:
+            return True
+        if name in self.local or self.parent is None:
+            return False
+        return self.parent.is_output(name)
+
+    def is_program(self, name: str) -> bool:
+        if name in self.program or (name in self.splitter.demoted and name in self.splitter.passed_to_program):
+            return True
+        if name in self.local or self.parent is None:
+            return False
+        return self.parent.is_program(name)
+
+
+class _Splitter:
+    """Cuts check code into sandbox code and trainer-side probes (see the module docstring)."""
+
+    def __init__(self, tree: ast.Module, demoted: set[str]):
+        self.tree = tree
+        self.demoted = demoted  # names found to be mutable constants that the sandbox reads (see `instrument`)
+        self.mutable_constants: set[str] = set()
+        stored = collections.Counter(_stored_names(tree.body))
+        for node in ast.walk(tree):  # parameters and names bound in any nested scope also shadow builtins
+            if isinstance(node, ast.arg):
+                stored[node.arg] += 2
+            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                stored.update(_stored_names(node.body))
+        # `import math` or `from math import isclose` keep the names meaning what this module evaluates
+        harmless = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                    for alias in node.names if _harmless_import(node, alias)}
+        self.bound_anywhere = {name for name in stored if not (name in harmless and stored[name] == 1)}
+        known = self.bound_anywhere | set(dir(builtins)) | _prelude_names()
+        self.program_refs = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)
+                             and isinstance(node.ctx, ast.Load) and node.id not in known}
+        parameters = {node.arg for node in ast.walk(tree) if isinstance(node, ast.arg)}
+        self.passed_to_program = {  # names given to a call into the program (or to a parameter, maybe the program)
+            name.id for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and _root_name(node.func) in self.program_refs | parameters
+            for argument in [*node.args, *(keyword.value for keyword in node.keywords)]
+            for name in ast.walk(argument) if isinstance(name, ast.Name)}
         self.probes: list[Probe] = []
 
-    def visit_Assert(self, node: ast.Assert) -> list[ast.stmt]:
-        return [ast.copy_location(ast.Expr(call), node) for call in self._probe_calls(node.test, negate=False)]
+    # --- expressions ---------------------------------------------------------------------------------------------
 
-    def _probe_calls(self, test: ast.expr, negate: bool) -> list[ast.Call]:
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            return self._probe_calls(test.operand, not negate)
-        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and not negate:
-            return [call for value in test.values for call in self._probe_calls(value, negate)]
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _COMPARE_OPS:
-            op = _COMPARE_OPS[type(test.ops[0])]
-            (left_known, left), (right_known, right) = _literal(test.left), _literal(test.comparators[0])
-            identity_ok = (left_known and left in _SINGLETONS) or (right_known and right in _SINGLETONS)
-            if op not in ("is", "is not") or identity_ok:
-                probe = Probe(_NEGATED[op] if negate else op, left, right, left_known, right_known)
-                sides = [ast.Constant(None) if left_known else test.left,
-                         ast.Constant(None) if right_known else test.comparators[0]]
-                return [self._call(probe, sides)]
-        return [self._call(Probe("falsy" if negate else "truthy"), [test, ast.Constant(None)])]
+    def _function(self, node: ast.expr, scope: _Scope) -> Any | None:
+        name = dotted_name(node)
+        if name is None or name.split(".")[0] in self.bound_anywhere:
+            return None
+        return FUNCTIONS.get(name)
 
-    def _call(self, probe: Probe, sides: list[ast.expr]) -> ast.Call:
-        self.probes.append(probe)
-        index = ast.Constant(len(self.probes) - 1)
-        return ast.Call(ast.Name(PROBE_NAME, ast.Load()), [index, ast.Tuple(sides, ast.Load())], [])
+    def _structural(self, node: ast.expr, scope: _Scope) -> bool:
+        """Whether the trainer evaluates ``node`` itself (its children may still be leaves)."""
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            return not any(isinstance(item, ast.Starred) for item in node.elts)
+        if isinstance(node, ast.Dict):
+            return None not in node.keys
+        if isinstance(node, _STRUCTURE):
+            return True
+        if isinstance(node, ast.Name):
+            return scope.constant(node.id)[0] or (self._function(node, scope) is not None)
+        if isinstance(node, ast.Attribute):
+            return dotted_name(node) in CONSTANT_NAMES and node.value.id not in self.bound_anywhere
+        if isinstance(node, ast.Call):
+            return (self._function(node.func, scope) is not None and not any(
+                isinstance(arg, (ast.Starred, ast.Lambda)) for arg in node.args) and all(
+                keyword.arg not in (None, "key") for keyword in node.keywords))
+        return False
+
+    def split(self, node: ast.expr, scope: _Scope, leaves: list[ast.expr]) -> ast.expr:
+        """A copy of ``node`` for the trainer, with each leaf moved to ``leaves`` and replaced by a placeholder."""
+        if not self._structural(node, scope):
+            leaves.append(node)
+            return ast.Name(f"{LEAF_PREFIX}{len(leaves) - 1}", ast.Load())
+        if isinstance(node, ast.Name):
+            known, value = scope.constant(node.id)
+            return ast.Constant(value) if known else node
+        if isinstance(node, ast.Attribute):
+            return ast.Constant(CONSTANT_NAMES[dotted_name(node)])
+        if isinstance(node, ast.Call):
+            return ast.Call(node.func, [self.split(arg, scope, leaves) for arg in node.args],
+                            [ast.keyword(k.arg, self.split(k.value, scope, leaves)) for k in node.keywords])
+        new = copy.copy(node)
+        for field_name, value in ast.iter_fields(node):
+            if isinstance(value, ast.expr) and not isinstance(value, ast.expr_context):
+                setattr(new, field_name, self.split(value, scope, leaves))
+            elif isinstance(value, list):
+                setattr(new, field_name, [self.split(item, scope, leaves) if isinstance(item, ast.expr) else item
+                                          for item in value])
+        return new
+
+    def leaf_free(self, node: ast.expr, scope: _Scope) -> bool:
+        leaves: list[ast.expr] = []
+        self.split(node, scope, leaves)
+        return not leaves
+
+    def program_derived(self, node: ast.expr, scope: _Scope) -> bool:
+        """Whether ``node``'s value is something the program could have produced anyway: it uses a program name, and
+        outside the arguments of calls into the program it holds no literal and no other name of the check code."""
+        uses_program, inner = False, set()
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            if isinstance(current, ast.Call) and self._program_rooted(current.func, scope):
+                uses_program = True
+                stack.append(current.func)  # its arguments are inputs: anything goes there
+                continue
+            if isinstance(current, ast.Constant):
+                return False
+            if isinstance(current, (ast.Lambda, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+                inner.update(_stored_names([current]))
+                inner.update(arg.arg for arg in ast.walk(current) if isinstance(arg, ast.arg))
+            if isinstance(current, ast.Name) and current.id not in inner:
+                if scope.is_program(current.id):
+                    uses_program = True
+                elif current.id in self.bound_anywhere:  # another name of the check code
+                    return False
+            stack.extend(ast.iter_child_nodes(current))
+        return uses_program
+
+    def _program_rooted(self, node: ast.expr, scope: _Scope) -> bool:
+        """Whether calling ``node`` calls into the program (``candidate``, ``Solution().f``, ``sol.f``): then the call's
+        arguments are the program's inputs. A method of a result (``f(x).startswith("a")``) is not: its arguments may
+        be expected values."""
+        while isinstance(node, (ast.Attribute, ast.Call)):
+            if isinstance(node, ast.Call) and (node.args or node.keywords):
+                return False
+            node = node.func if isinstance(node, ast.Call) else node.value
+        return isinstance(node, ast.Name) and scope.is_program(node.id) and not scope.is_output(node.id)
+
+    def _check_decidable(self, node: ast.expr, scope: _Scope, truth_context: bool) -> None:
+        """Refuse an assertion whose verdict would rest on a value only the sandbox knows (module docstring)."""
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            for op, left, right in zip(node.ops, operands, operands[1:]):
+                if isinstance(op, (ast.Is, ast.IsNot)) and not any(
+                        isinstance(side, ast.Constant) and side.value in (None, True, False) for side in (left, right)):
+                    raise UndecidableTestError("an identity test (`is`) with something other than None, True or False",
+                                               ast.unparse(node)[:120])
+                self._check_pair(left, right, scope)
+            for operand in operands:
+                self._check_decidable(operand, scope, truth_context=False)
+            return
+        if isinstance(node, ast.Call) and self._function(node.func, scope) is math.isclose and len(node.args) >= 2:
+            self._check_pair(node.args[0], node.args[1], scope)
+            return
+        if isinstance(node, ast.BoolOp):
+            for value in node.values:
+                self._check_decidable(value, scope, truth_context)
+            return
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            self._check_decidable(node.operand, scope, truth_context=True)
+            return
+        if isinstance(node, ast.IfExp):
+            self._check_decidable(node.test, scope, truth_context=True)
+            self._check_decidable(node.body, scope, truth_context)
+            self._check_decidable(node.orelse, scope, truth_context)
+            return
+        if truth_context:
+            leaves: list[ast.expr] = []
+            self.split(node, scope, leaves)
+            if not all(self.program_derived(leaf, scope) for leaf in leaves):
+                raise UndecidableTestError("a truth test computed in the sandbox", ast.unparse(node)[:120])
+
+    def _check_pair(self, left: ast.expr, right: ast.expr, scope: _Scope) -> None:
+        if self.leaf_free(left, scope) or self.leaf_free(right, scope):
+            return
+        leaves: list[ast.expr] = []
+        self.split(left, scope, leaves)
+        self.split(right, scope, leaves)
+        if not all(self.program_derived(leaf, scope) for leaf in leaves):
+            raise UndecidableTestError("an expected value computed in the sandbox",
+                                       f"{ast.unparse(left)[:80]} vs {ast.unparse(right)[:80]}")
+
+    # --- statements ----------------------------------------------------------------------------------------------
+
+    def assertion(self, node: ast.Assert, scope: _Scope) -> ast.stmt:
+        self._check_decidable(node.test, scope, truth_context=True)
+        leaves: list[ast.expr] = []
+        expression = self.split(node.test, scope, leaves)
+        for leaf in leaves:
+            if _contains([leaf], (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)):
+                raise UndecidableTestError("a sub-expression that cannot be evaluated on its own",
+                                           ast.unparse(leaf)[:80])
+        self.probes.append(Probe(expression, len(leaves), ast.unparse(node)[:200]))
+        if len(self.probes) > MAX_UNROLLED_ASSERTIONS:
+            raise UndecidableTestError(f"more than {MAX_UNROLLED_ASSERTIONS} assertions once loops are unrolled")
+        thunks = ast.Tuple([ast.Lambda(ast.arguments([], [], None, [], [], None, []), leaf) for leaf in leaves],
+                           ast.Load())
+        call = ast.Call(ast.Name(PROBE_NAME, ast.Load()), [ast.Constant(len(self.probes) - 1), thunks], [])
+        return ast.copy_location(ast.Expr(call), node)
+
+    def block(self, body: list[ast.stmt], scope: _Scope, functions: dict[str, ast.FunctionDef]) -> list[ast.stmt]:
+        """The sandbox code of a straight-line block: assertions become probes, literal loops are unrolled, ``if``s on
+        known conditions folded, constants bound here only when the sandbox needs them."""
+        out: list[ast.stmt] = []
+        for statement in body:
+            out.extend(self.statement(statement, scope, functions))
+        return out
+
+    def statement(self, node: ast.stmt, scope: _Scope, functions: dict[str, ast.FunctionDef]) -> list[ast.stmt]:
+        if isinstance(node, ast.Assert):
+            return [self.assertion(node, scope)]
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            return self._assign(node, node.targets[0].id, scope)
+        if isinstance(node, ast.For) and not node.orelse:
+            unrolled = self._unroll(node, scope, functions)
+            if unrolled is not None:
+                return unrolled
+        if isinstance(node, ast.If) and self.leaf_free(node.test, scope):
+            taken = node.body if self.evaluate_constant(node.test, scope) else node.orelse
+            return self.block(taken, scope, functions)
+        if isinstance(node, ast.FunctionDef) and node.name in functions:
+            return [self._function_def(node, scope, functions[node.name])]
+        if _contains([node], ast.Assert):
+            raise UndecidableTestError(
+                "an assertion on a path the trainer cannot know (only straight-line code, loops over literal tables "
+                "and ifs on known values are judged)", ast.unparse(node).splitlines()[0][:80])
+        return [node]
+
+    def _assign(self, node: ast.Assign, name: str, scope: _Scope) -> list[ast.stmt]:
+        if name in scope.assigned_once and self.leaf_free(node.value, scope):
+            scope.bind_constant(name, self.evaluate_constant(node.value, scope))
+            return [node]  # dropped later unless the sandbox reads the name (`_prune`)
+        if name in scope.assigned_once and self.program_derived(node.value, scope):
+            scope.program.add(name)
+            if not self._program_rooted(node.value, scope):  # `sol = Solution()` holds the program, not a result
+                scope.outputs.add(name)
+        return [node]
+
+    def _unroll(self, node: ast.For, scope: _Scope, functions) -> list[ast.stmt] | None:
+        targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
+        if not all(isinstance(target, ast.Name) for target in targets) or not self.leaf_free(node.iter, scope):
+            return None
+        if _contains(node.body, (ast.Break, ast.Continue)) or set(_stored_names(node.body)) & {
+                target.id for target in targets}:
+            return None
+        items = list(self.evaluate_constant(node.iter, scope))
+        if len(items) > MAX_LOOP_ITERATIONS:
+            raise UndecidableTestError(f"a loop of more than {MAX_LOOP_ITERATIONS} iterations", str(len(items)))
+        out: list[ast.stmt] = []
+        names = [target.id for target in targets]
+        for item in items:
+            values = [item] if len(names) == 1 else list(item)
+            if len(values) != len(names):
+                raise UndecidableTestError("a loop item that does not unpack", f"{item!r:.80} into {names}")
+            for name, value in zip(names, values):
+                scope.bind_constant(name, value)
+                out.append(ast.Assign([ast.Name(name, ast.Store())], _literal_node(value), lineno=node.lineno))
+            out.extend(self.block(copy.deepcopy(node.body), scope, functions))
+        for name in names:
+            scope.constants.pop(name, None)
+        return out
+
+    def _function_def(self, node: ast.FunctionDef, scope: _Scope, call: ast.Call) -> ast.FunctionDef:
+        params = [arg.arg for arg in node.args.posonlyargs + node.args.args]
+        passed = dict(zip(params, call.args)) | {k.arg: k.value for k in call.keywords if k.arg}
+        program = {name for name, value in passed.items() if self.program_derived(value, scope)}
+        everything = params + [arg.arg for arg in node.args.kwonlyargs] + [
+            arg.arg for arg in (node.args.vararg, node.args.kwarg) if arg is not None]
+        inner = _Scope(node.body, self, scope, everything, program)
+        new = copy.copy(node)
+        new.body = self.block(node.body, inner, {}) or [ast.Pass()]
+        new.body = _prune(new.body, inner) or [ast.Pass()]
+        return new
+
+    def evaluate_constant(self, node: ast.expr, scope: _Scope):
+        try:
+            return evaluate(self.split(node, scope, []), [])
+        except EvaluationFailed as exc:
+            raise UndecidableTestError("a known value that cannot be evaluated",
+                                       f"{ast.unparse(node)[:80]}: {exc}") from exc
+
+    def run(self) -> InstrumentedCheck:
+        functions = {}
+        for statement in self.tree.body:  # check functions the top level calls in its straight line
+            if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) and isinstance(
+                    statement.value.func, ast.Name):
+                functions.setdefault(statement.value.func.id, statement.value)
+        defined = {node.name for node in self.tree.body if isinstance(node, ast.FunctionDef)}
+        functions = {name: call for name, call in functions.items() if name in defined}
+        for node in self.tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name in functions and _calls_in(self.tree, node.name) > 1:
+                raise UndecidableTestError("a check function called more than once or from elsewhere", node.name)
+        scope = _Scope(self.tree.body, self)
+        scope.program.update(self.program_refs)
+        body = _prune(self.block(self.tree.body, scope, functions), scope)
+        if not any(probe.n_leaves for probe in self.probes):
+            raise UndecidableTestError("check code with no assertion on the program's values: only the runner, which "
+                                       "the program controls, would say that it passed")
+        return InstrumentedCheck(ast.unparse(ast.fix_missing_locations(ast.Module(body, []))), tuple(self.probes))
 
 
-def instrument_assertions(test_code: str) -> tuple[str, list[Probe]]:
-    """The check code with each ``assert`` replaced by a probe call, and the probes in order.
+def _calls_in(tree: ast.AST, name: str) -> int:
+    return sum(isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)
+               for node in ast.walk(tree))
 
-    ``assert a and b`` is split into its parts; ``assert not x`` negates. Raises ValueError for code that does not parse.
+
+def _literal_node(value) -> ast.expr:
+    """An expression that rebuilds ``value`` in the sandbox (for loop variables the sandbox needs)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return ast.parse(f"float({str(value)!r})", mode="eval").body
+    if isinstance(value, (list, tuple, set, frozenset)):
+        kind = {list: ast.List, tuple: ast.Tuple}.get(type(value))
+        elements = [_literal_node(item) for item in value]
+        if kind is not None:
+            return kind(elements, ast.Load())
+        return ast.Call(ast.Name("set", ast.Load()), [ast.List(elements, ast.Load())], [])
+    if isinstance(value, dict):
+        return ast.Dict([_literal_node(k) for k in value], [_literal_node(v) for v in value.values()])
+    return ast.Constant(value)
+
+
+def _prune(body: list[ast.stmt], scope: _Scope) -> list[ast.stmt]:
+    """Drop the assignments of constants the sandbox never reads, so their values stay in the trainer. A mutable
+    constant the sandbox does read (passed to the program, which may change it) is demoted by a second pass."""
+    read = {node.id for statement in body for node in ast.walk(statement)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    kept = []
+    for statement in body:
+        if (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)):
+            name = statement.targets[0].id
+            if name not in read and (name in scope.constants or _is_literal_assignment(statement)):
+                continue
+        kept.append(statement)
+    return kept
+
+
+def _is_literal_assignment(statement: ast.Assign) -> bool:
+    return not _contains([statement.value], (ast.Call, ast.Name, ast.Attribute, ast.Subscript))
+
+
+# --- entry points ------------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)
+def instrument_assertions(test_code: str) -> InstrumentedCheck:
+    """Split check code into sandbox code and trainer-side probes.
+
+    Raises ValueError for code that does not parse and `UndecidableTestError` for check code the trainer cannot judge
+    (the message says which construct).
     """
     try:
         tree = ast.parse(test_code)
-    except (SyntaxError, ValueError) as exc:
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise ValueError(f"assert-style test code does not parse: {exc}") from exc
-    instrumenter = _Instrumenter()
-    tree = ast.fix_missing_locations(instrumenter.visit(tree))
-    return ast.unparse(tree), instrumenter.probes
+    demoted: set[str] = set()
+    try:
+        while True:  # each further pass demotes at least one name, so this ends
+            splitter = _Splitter(tree, demoted)
+            check = splitter.run()
+            sandbox = ast.parse(check.sandbox_code)
+            read = {node.id for node in ast.walk(sandbox)
+                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+            newly = (read & splitter.mutable_constants) - demoted
+            if not newly:
+                return check
+            demoted |= newly
+    except RecursionError as exc:
+        raise UndecidableTestError("check code nested too deeply") from exc
 
 
-def assertions_pass(observed: str, probes: list[Probe]) -> bool:
-    """Whether the sandbox's probe records (JSON ``[[index, [left, right]], ...]``) satisfy every probe.
+def assertions_pass(observed: str, check: InstrumentedCheck) -> bool:
+    """Whether the sandbox's leaf records (JSON ``[[probe index, [leaf values]], ...]``) satisfy every probe.
 
-    Every probe must have been reached at least once (a program cannot pass by skipping the check), and every record
-    must hold.
+    Every probe must have been reached exactly once, as straight-line check code reaches it (so a program can neither
+    pass by skipping the check nor make the trainer evaluate a probe more often than the check code has assertions),
+    and every record must hold when evaluated here.
     """
     try:
         records = bounded_json.loads(observed, max_bytes=MAX_OBSERVED_CHARS)
@@ -105,81 +534,17 @@ def assertions_pass(observed: str, probes: list[Probe]) -> bool:
         return False
     if not isinstance(records, list):
         return False
+    probes = check.probes
     reached = set()
     for record in records:
         if not (isinstance(record, list) and len(record) == 2 and type(record[0]) is int
-                and 0 <= record[0] < len(probes) and isinstance(record[1], list) and len(record[1]) == 2):
+                and 0 <= record[0] < len(probes) and isinstance(record[1], list)
+                and len(record[1]) == probes[record[0]].n_leaves and record[0] not in reached):
             return False
-        probe = probes[record[0]]
-        left = probe.left if probe.left_known else record[1][0]
-        right = probe.right if probe.right_known else record[1][1]
-        if not _holds(probe.op, left, right):
+        try:
+            if not truth(evaluate(probes[record[0]].expression, [decode_value(leaf) for leaf in record[1]])):
+                return False
+        except (EvaluationFailed, RecursionError):
             return False
         reached.add(record[0])
     return len(reached) == len(probes)
-
-
-def _holds(op: str, left, right) -> bool:
-    try:
-        if op in ("truthy", "falsy"):
-            return _truthy(left) == (op == "truthy")
-        if op in ("==", "is"):
-            return values_equal(left, right)
-        if op in ("!=", "is not"):
-            return not values_equal(left, right)
-        if op in ("in", "not in"):
-            container = _elements(right)
-            found = any(values_equal(left, item) for item in container) if isinstance(container, list) \
-                else left in container
-            return found == (op == "in")
-        return {"<": left < right, "<=": left <= right, ">": left > right, ">=": left >= right}[op]
-    except (TypeError, ValueError, OverflowError, RecursionError):  # e.g. a list against a number: it would raise
-        return False
-
-
-def _is_set(value) -> bool:
-    return isinstance(value, dict) and list(value) == ["__set__"]
-
-
-def _elements(value):
-    """What ``in`` looks through: list/set items, dict keys, or the string itself."""
-    if _is_set(value):
-        return value["__set__"]
-    if isinstance(value, dict):
-        return list(value)
-    return value
-
-
-def _truthy(value) -> bool:
-    return bool(value["__set__"]) if _is_set(value) else bool(value)
-
-
-def values_equal(got, want) -> bool:
-    """JSON values equal, floats within 1e-6 relative or absolute tolerance; int/float compared numerically.
-
-    Never raises on numbers: ints too large for a float (``10**400``) compare exactly, NaN equals NaN and an
-    infinity only itself.
-    """
-    if isinstance(got, bool) or isinstance(want, bool):
-        return got is want
-    if isinstance(got, (int, float)) and isinstance(want, (int, float)):
-        return _numbers_equal(got, want)
-    if isinstance(got, list) and isinstance(want, list):
-        return len(got) == len(want) and all(values_equal(g, w) for g, w in zip(got, want))
-    if isinstance(got, dict) and isinstance(want, dict):
-        return got.keys() == want.keys() and all(values_equal(got[k], want[k]) for k in want)
-    return got == want
-
-
-def _numbers_equal(got: int | float, want: int | float) -> bool:
-    if got == want:  # exact, also for huge ints and int/float mixes (Python compares those exactly)
-        return True
-    if isinstance(got, int) and isinstance(want, int):
-        return False
-    try:
-        got, want = float(got), float(want)
-    except OverflowError:  # an int beyond float range is not within tolerance of any finite float
-        return False
-    if math.isnan(got) or math.isnan(want):
-        return math.isnan(got) and math.isnan(want)
-    return math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-6)

@@ -1,17 +1,23 @@
 """Start a command inside a bubblewrap (``bwrap``) sandbox: the OS boundary of the code sandbox.
 
 Each run gets fresh user, PID, network, IPC, UTS and cgroup namespaces, no capabilities, an unprivileged uid, a
-private ``/proc``, a minimal ``/dev``, a new session, and a root filesystem that holds only read-only binds of what
-this Python interpreter needs (its binary, standard library and the shared libraries they link) plus a size-limited
-tmpfs as the writable working directory. Site-packages are hidden and nothing of the trainer (datasets, checkpoints,
-the package itself) is mounted.
+private ``/proc``, a minimal ``/dev``, a new session, a seccomp filter (`riskpo_trl.code.seccomp`), and a root
+filesystem that holds only read-only binds of what this Python interpreter needs (its binary, standard library and the
+shared libraries they link) plus a size-limited tmpfs as the writable working directory (and ``/dev/shm``).
+Site-packages are hidden and nothing of the trainer (datasets, checkpoints, the package itself) is mounted. The
+command runs as the namespace's PID 1 (``--as-pid-1``), so the only process a program can see besides its own
+children is the runner it runs in; bwrap and its helpers start with an empty environment, so no variable of the
+trainer (tokens, keys) exists in any process of the sandbox.
+
+bwrap reads its options from a pipe (``--args``), which holds it before it forks anything: the sandbox moves it into
+the run's cgroup first (`riskpo_trl.code.cgroups`), then writes the options.
 
 Run as root (CI, many cluster containers), the sandbox also leaves root on the host: bwrap starts as an unprivileged
 uid per worker slot, so the sandbox's uid maps to that uid and not to root (RLIMIT_NPROC then applies; for root it
 does not). bwrap then starts inside a private mount namespace, set up once per process, that holds bind mounts of an
 interpreter under a directory other users cannot enter (a pyenv install in root's home directory) and, per run, a
-tmpfs capped in bytes and in files (``nr_inodes``, which bwrap's own ``--size`` tmpfs cannot cap) as the working
-directory.
+tmpfs capped in bytes and in files (``nr_inodes``, which bwrap's own ``--size`` tmpfs cannot cap) that holds both the
+working directory and ``/dev/shm``.
 """
 
 from __future__ import annotations
@@ -33,6 +39,10 @@ import threading
 SANDBOX_UID_BASE = 61000  # host uids per worker slot when running as root; no account needs to exist
 INSIDE_UID = 1000  # the uid programs see inside the sandbox
 WORKDIR = "/sandbox"  # the tmpfs working directory (also HOME and TMPDIR) inside the sandbox
+SHM_DIR = "/dev/shm"  # POSIX shared memory and semaphores (multiprocessing); writable, capped like WORKDIR
+SHM_SHARE = 8  # without root, /dev/shm is its own tmpfs of 1/SHM_SHARE of disk_mb; the working directory the rest
+# What helper commands (mount, mkdir, ...) get as their environment; bwrap itself gets none at all.
+TOOL_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
 INSTALL_HINT = (
     "The code sandbox needs bubblewrap: install the distribution package 'bubblewrap' (Debian/Ubuntu: "
@@ -157,8 +167,10 @@ class BwrapLauncher:
         """A private mount namespace (root only) where ``private`` directories are also bind-mounted under a directory
         every uid can enter, and where each run gets a tmpfs capped in bytes *and* files; sandboxes start in it. It
         lives while this process does (the holder waits on a pipe from us), and its mounts die with it."""
+        self._tools = {}
         for tool in ("unshare", "nsenter", "mount", "umount"):
-            if shutil.which(tool) is None:
+            self._tools[tool] = shutil.which(tool, path=TOOL_ENV["PATH"]) or shutil.which(tool)
+            if self._tools[tool] is None:
                 raise SandboxUnavailableError(
                     f"Running the code sandbox as root needs util-linux's `{tool}` (to start bwrap as an unprivileged "
                     "uid and to cap its working directory); install util-linux and mount.")
@@ -172,8 +184,8 @@ class BwrapLauncher:
             self._stage[path] = target
         script += ["echo ready", "read line || true"]
         self._holder = subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", "\n".join(script)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/")
+            [self._tools["unshare"], "--mount", "--propagation", "private", "--", "sh", "-c", "\n".join(script)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", env=TOOL_ENV)
         self.stage_dir = stage
         atexit.register(self.close)
         ready = self._holder.stdout.readline()
@@ -182,20 +194,22 @@ class BwrapLauncher:
             raise SandboxUnavailableError(f"Could not stage the interpreter for the sandbox uid: {error}")
 
     def _in_holder(self, script: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", "--", "sh", "-c", script],
-                              capture_output=True, timeout=30, cwd="/")
+        return subprocess.run([self._tools["nsenter"], f"--mount=/proc/{self._holder.pid}/ns/mnt", "--", "sh", "-c",
+                               script], capture_output=True, timeout=30, cwd="/", env=TOOL_ENV)
 
     def mount_workdir(self, slot: int, disk_bytes: int, max_files: int) -> str | None:
-        """As root: a fresh tmpfs of ``disk_bytes`` and ``max_files`` inodes for one run of ``slot``, owned by its
-        uid, in the holder's namespace (the path to bind; unique per run, so concurrent runs never share one). None
-        elsewhere: bwrap's own tmpfs caps bytes only."""
+        """As root: a fresh tmpfs of ``disk_bytes`` and ``max_files`` inodes for one run of ``slot``, in the holder's
+        namespace, holding ``home`` (the working directory) and ``shm`` (``/dev/shm``), both owned by the slot's uid:
+        the path to bind, unique per run so concurrent runs never share one. None elsewhere: bwrap's own tmpfs caps
+        bytes only."""
         if self._holder is None:
             return None
         uid = SANDBOX_UID_BASE + slot
         with self._lock:
             path = f"{self.stage_dir}/work{next(self._runs)}"
-        options = f"size={disk_bytes},nr_inodes={max_files},uid={uid},gid={uid},mode=0700,nosuid,nodev"
-        done = self._in_holder(f"mkdir {path} && mount -t tmpfs -o {options} riskpo-work {path}")
+        options = f"size={disk_bytes},nr_inodes={max_files},mode=0755,nosuid,nodev"
+        done = self._in_holder(f"mkdir {path} && mount -t tmpfs -o {options} riskpo-work {path} && "
+                               f"mkdir -m 0700 {path}/home {path}/shm && chown {uid}:{uid} {path}/home {path}/shm")
         if done.returncode != 0:
             raise SandboxUnavailableError(
                 f"Could not mount the sandbox's working directory: {done.stderr.decode(errors='replace')[-500:]}")
@@ -209,36 +223,47 @@ class BwrapLauncher:
             except (OSError, subprocess.SubprocessError):
                 pass
 
-    def command(self, argv: list[str], slot: int, disk_bytes: int, info_fd: int | None = None,
-                workdir: str | None = None) -> tuple[list[str], dict]:
-        """(command, Popen keyword arguments) that run ``argv`` in a new sandbox for worker ``slot``. With ``info_fd``
-        (an inherited pipe), bwrap writes ``{"child-pid": ...}`` there: the host pid of the sandbox's PID 1. With
-        ``workdir`` (from `mount_workdir`), that tmpfs is the working directory; else a new one of ``disk_bytes``."""
-        info = ["--info-fd", str(info_fd)] if info_fd is not None else []
-        bwrap = [self.bwrap, *info, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
-                 "--new-session", "--cap-drop", "ALL",
-                 "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "sandbox",
-                 "--proc", "/proc", "--dev", "/dev"]
+    def command(self, argv: list[str], slot: int, disk_bytes: int, args_fd: int, info_fd: int | None = None,
+                seccomp_fd: int | None = None, workdir: str | None = None) -> tuple[list[str], bytes]:
+        """(command, bwrap's options) that run ``argv`` in a new sandbox for worker ``slot``.
+
+        bwrap reads its options from ``args_fd`` (an inherited pipe) until EOF and does nothing before: write the
+        options there once the started process is where it belongs (its cgroup). With ``info_fd``, bwrap writes
+        ``{"child-pid": ...}`` there: the host pid of the sandbox's PID 1. ``seccomp_fd`` holds a compiled filter
+        (`riskpo_trl.code.seccomp`). With ``workdir`` (from `mount_workdir`), that tmpfs holds the working directory
+        and ``/dev/shm``; else bwrap makes two of ``disk_bytes`` together. Start the command with an empty environment.
+        """
+        options = ["--info-fd", str(info_fd)] if info_fd is not None else []
+        options += ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
+        options += ["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+                    "--as-pid-1", "--cap-drop", "ALL", "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID),
+                    "--hostname", "sandbox", "--proc", "/proc", "--dev", "/dev"]
         for path in self.binds:
-            bwrap += ["--ro-bind", self._stage.get(path, path), path]
+            options += ["--ro-bind", self._stage.get(path, path), path]
         for path in self.hidden:
-            bwrap += ["--tmpfs", path, "--remount-ro", path]
+            options += ["--tmpfs", path, "--remount-ro", path]
         for target, link in self.links:
-            bwrap += ["--symlink", target, link]
-        # bwrap's own root and /dev are writable tmpfs without a size cap: the working directory is the only
-        # writable place left once they are read-only (remount-ro is not recursive, so WORKDIR stays writable)
-        bwrap += ["--bind", workdir, WORKDIR] if workdir else ["--size", str(disk_bytes), "--tmpfs", WORKDIR]
-        bwrap += ["--remount-ro", "/dev", "--remount-ro", "/",
-                  "--chdir", WORKDIR,
-                  "--clearenv", "--setenv", "HOME", WORKDIR, "--setenv", "TMPDIR", WORKDIR,
-                  "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
-                  "--setenv", "PYTHONIOENCODING", "utf-8", "--", *argv]
+            options += ["--symlink", target, link]
+        # bwrap's own root and /dev are writable tmpfs without a size cap: the working directory and /dev/shm are the
+        # only writable places left once they are read-only (remount-ro is not recursive)
+        if workdir:
+            options += ["--bind", f"{workdir}/home", WORKDIR, "--bind", f"{workdir}/shm", SHM_DIR]
+        else:
+            shm_bytes = max(1 << 20, disk_bytes // SHM_SHARE)
+            options += ["--size", str(max(1 << 20, disk_bytes - shm_bytes)), "--tmpfs", WORKDIR,
+                        "--size", str(shm_bytes), "--tmpfs", SHM_DIR]
+        options += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORKDIR,
+                    "--clearenv", "--setenv", "HOME", WORKDIR, "--setenv", "TMPDIR", WORKDIR,
+                    "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
+                    "--setenv", "PYTHONIOENCODING", "utf-8"]
+        bwrap = [self.bwrap, "--args", str(args_fd), "--", *argv]
+        encoded = b"\0".join(option.encode() for option in options) + b"\0"
         if self._holder is None:  # not root: bwrap runs as this user, whose uid the sandbox maps to
-            return bwrap, {}
+            return bwrap, encoded
         # root: enter the holder's mount namespace, drop to the slot's uid (and no groups), then start bwrap
         uid = SANDBOX_UID_BASE + slot
-        return ["nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", f"--setuid={uid}", f"--setgid={uid}",
-                "--", *bwrap], {}
+        return [self._tools["nsenter"], f"--mount=/proc/{self._holder.pid}/ns/mnt", f"--setuid={uid}",
+                f"--setgid={uid}", "--", *bwrap], encoded
 
     def close(self) -> None:
         """End the staging namespace (also at exit); the empty host directory it was mounted on is removed."""

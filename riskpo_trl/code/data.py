@@ -22,19 +22,28 @@ Schemas (checked against the sources, not guessed):
 
 Decoding the compressed private tests means unpickling downloaded data, which can execute arbitrary code if the file
 was tampered with. It is therefore off unless you pass ``allow_pickle=True`` for a source you trust.
+
+Assert-style check code that the trainer cannot judge without trusting the program's own report (an expected value
+computed in the check code, an assertion on a path only the sandbox knows; `riskpo_trl.code.assertions`) raises
+`UndecidableTestError` in the row adapters; `load_archer_code` drops such rows and logs how many and why.
 """
 
 from __future__ import annotations
 
 import base64
+import collections
 import json
+import logging
 import pickle
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..local_files import load_local_files
+from .assertions import UndecidableTestError
 from .testspec import TestSpec
+
+logger = logging.getLogger(__name__)
 
 LIVECODEBENCH_ID = "livecodebench/code_generation_lite"
 ARCHER_CODE_ID = "wizardII/ArcherCodeR-Dataset"
@@ -171,4 +180,27 @@ def load_archer_code(split: str = "train", data_files: str | list[str] | None = 
         if split not in files:
             raise ValueError(f"split={split!r} is unknown; choose 'train' or 'test'.")
         dataset = load_dataset(ARCHER_CODE_ID, data_files={split: files[split]}, split=split)
+    dataset = drop_undecidable(dataset, archer_to_riskpo, "load_archer_code")
     return dataset.map(archer_to_riskpo, remove_columns=dataset.column_names)
+
+
+def drop_undecidable(dataset, to_riskpo: Callable[[Mapping[str, Any]], dict], loader: str):
+    """``dataset`` without the rows whose tests `to_riskpo` refuses as `UndecidableTestError`, logging how many were
+    dropped and the commonest reasons (other errors still raise: they are a broken schema, not a test form)."""
+    reasons: collections.Counter[str] = collections.Counter()
+
+    def judgeable(row) -> bool:
+        try:
+            to_riskpo(row)
+        except UndecidableTestError as exc:
+            reasons[exc.kind] += 1
+            return False
+        return True
+
+    kept = dataset.filter(judgeable, load_from_cache_file=False)
+    dropped = len(dataset) - len(kept)
+    if dropped:
+        common = "; ".join(f"{count} x {reason}" for reason, count in reasons.most_common(3))
+        logger.warning("%s: dropped %d of %d rows whose assert-style tests the trainer cannot judge without trusting "
+                       "the program (%s). See docs/code_and_multimodal.md.", loader, dropped, len(dataset), common)
+    return kept

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Mapping
@@ -10,6 +11,7 @@ from dataclasses import fields
 from typing import Any
 
 from ..text import completion_text
+from .assertions import UndecidableTestError
 from .sandbox import Sandbox, SandboxLimits, SandboxUnavailableError
 from .testspec import TestSpec
 
@@ -36,9 +38,17 @@ def parse_tests(tests) -> TestSpec | None:
             return TestSpec.from_json(tests)
         if isinstance(tests, dict):
             return TestSpec(**tests)
+    except UndecidableTestError as exc:
+        _warn_refused(str(exc))
     except (ValueError, TypeError):
         return None
     return None
+
+
+@functools.cache
+def _warn_refused(reason: str) -> None:
+    logger.warning("Code reward: assert-style tests refused (%s); their completions are unscorable (None). The dataset "
+                   "loaders of riskpo_trl.code.data drop and count such rows.", reason)
 
 
 class CodeReward:
@@ -64,15 +74,12 @@ class CodeReward:
         spec = parse_tests(tests)
         if spec is None:
             return None
-        try:
-            inputs = spec.sandbox_inputs()
-        except (ValueError, RecursionError, MemoryError):  # assert-style test code that does not parse
-            return None
+        inputs = spec.sandbox_inputs()
         try:
             code = extract_code(completion_text(completion))
             if code is None:
                 return 0.0
-            result = self.sandbox.run(code, inputs, spec.style, spec.fn_name)
+            result = self.sandbox.run(code, inputs, spec.style, spec.fn_name, output_caps=spec.output_caps())
             return float(result.ok and spec.passes(result.outputs))
         except SandboxUnavailableError:
             raise  # the machine's fault, not the completion's: training must not go on rewarding 0.0 for everything

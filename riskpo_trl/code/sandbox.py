@@ -1,13 +1,17 @@
 """Run untrusted, model-written Python programs against test inputs, each in a fresh bubblewrap sandbox.
 
 The boundary is the operating system (`riskpo_trl.code.bwrap`): new user/PID/network/IPC/UTS/cgroup namespaces, no
-capabilities, an unprivileged uid (also on the host when the trainer runs as root), a private ``/proc``, a root
-filesystem of read-only binds of the interpreter only, and a tmpfs capped in bytes (and, as root, in files) as the
-writable working directory, ``HOME`` and ``TMPDIR``. Inside it the runner (`riskpo_trl.code._harness`) adds resource limits (CPU, memory, file
-size, open files, processes), a per-test timer and, as defence in depth only, an audit hook. The whole sandbox (its
-PID namespace) is SIGKILLed when the run ends or its wall-clock cap passes.
+capabilities, an unprivileged uid (also on the host when the trainer runs as root), a seccomp filter, a private
+``/proc`` where the runner is PID 1, a root filesystem of read-only binds of the interpreter only, and a tmpfs capped in
+bytes (and, as root, in files) as the writable working directory, ``HOME``, ``TMPDIR`` and ``/dev/shm``. Where this
+process can make cgroups (`riskpo_trl.code.cgroups`: root, or a delegated cgroup), each run's memory and tasks are
+capped as a whole; elsewhere only per process, which the start-up log states. Inside, the runner
+(`riskpo_trl.code._harness`) adds resource limits (CPU, memory, file size, open files, processes), a per-test timer
+and, as defence in depth only, an audit hook. The whole sandbox (its PID namespace) is SIGKILLed when the run ends or
+its wall-clock cap passes, and its PID 1 is reaped here, not left to whoever reaps orphans.
 
-Only observed outputs come back, through a pipe read with a size cap; expected outputs never leave this process (see
+Only observed outputs come back, through a pipe read up to a cap that the expected outputs set (`TestSpec.output_caps`)
+and parsed by length prefixes, without regular expressions; expected outputs never leave this process (see
 `riskpo_trl.code.testspec`), so a program that forges the runner's report gains nothing it could not print.
 """
 
@@ -29,8 +33,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import bounded_json
-from .bwrap import INSTALL_HINT, BwrapLauncher, SandboxUnavailableError
+from . import cgroups
+from .bwrap import INSTALL_HINT, SHM_DIR, BwrapLauncher, SandboxUnavailableError
+from .seccomp import denied_syscalls_filter
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +43,8 @@ HARNESS_SOURCE = Path(__file__).with_name("_harness.py").read_text()
 TEST_STYLES = ("stdin", "functional", "assert")
 ISOLATION_MODES = ("bwrap", "none")
 _PYTHON_FLAGS = ["-I", "-S", "-B"]  # isolated mode, no site-packages, no bytecode files
+REPORT_MARGIN = 64 * 1024  # report bytes besides the outputs: framing and the error message
+KILL_WAIT_S = 10.0  # how long PID 1 may take to die after SIGKILL (the kernel ends its namespace first)
 
 
 @dataclass(frozen=True)
@@ -47,11 +54,11 @@ class SandboxLimits:
     test_timeout_s: float = 6.0  # wall clock per test (LiveCodeBench uses 6 s)
     total_timeout_s: float = 30.0  # wall clock for the whole run, start-up included; the hard cap per completion
     cpu_time_s: int = 30  # RLIMIT_CPU over all tests
-    memory_mb: int = 2048  # RLIMIT_AS: address space, so it also bounds threads' stacks
-    max_output_bytes: int = 64 * 1024 * 1024  # RLIMIT_FSIZE: any file the program writes, its stdout included
+    memory_mb: int = 2048  # the whole program with a memory cgroup (files it writes included); RLIMIT_AS per process
+    max_output_bytes: int = 64 * 1024 * 1024  # RLIMIT_FSIZE (any file the program writes) and the report's size
     max_open_files: int = 64  # RLIMIT_NOFILE
-    max_processes: int = 16  # RLIMIT_NPROC headroom (threads count) inside the sandbox
-    disk_mb: int = 128  # size of the tmpfs working directory: all files the program writes, together
+    max_processes: int = 16  # processes and threads of the program besides its first (pids cgroup or RLIMIT_NPROC)
+    disk_mb: int = 128  # tmpfs of the working directory and /dev/shm: all files the program writes, together
     max_files: int = 10_000  # files and directories in it (enforced when the trainer runs as root; see the docs)
 
     def __post_init__(self):
@@ -67,13 +74,17 @@ class Isolation:
     mode: str  # "bwrap" or "none"
     bwrap: str | None = None  # path of the bwrap binary
     host_uid_dropped: bool = False  # running as root: sandboxes run as an unprivileged host uid per worker slot
+    program_caps: str = ""  # which whole-program caps (cgroups) apply, and why any is missing
+    seccomp: bool = False  # the seccomp filter exists for this architecture
 
     def describe(self) -> str:
         if self.mode == "none":
             return "NONE (trusted code only): rlimits, audit hook, process-group kill, scrubbed env, temp workdir"
         uid = "an unprivileged host uid per worker" if self.host_uid_dropped else "this user's uid"
+        seccomp = "seccomp filter" if self.seccomp else "no seccomp filter (unknown architecture)"
         return (f"bubblewrap ({self.bwrap}): user/pid/net/ipc/uts/cgroup namespaces, no capabilities, {uid}, "
-                "read-only interpreter binds, tmpfs workdir, rlimits, audit hook, pid-namespace kill")
+                f"{seccomp}, read-only interpreter binds, tmpfs workdir, rlimits, audit hook, pid-namespace kill; "
+                f"{self.program_caps}")
 
 
 @dataclass(frozen=True)
@@ -102,29 +113,62 @@ def _cached_launcher(bwrap: str) -> BwrapLauncher:
     return BwrapLauncher(bwrap)
 
 
+def program_cgroups() -> cgroups.CgroupSupport:
+    """The per-run cgroups this process can make (probed once per process)."""
+    with _PROBE_LOCK:
+        return _cached_cgroups()
+
+
+@functools.cache
+def _cached_cgroups() -> cgroups.CgroupSupport:
+    return cgroups.detect()
+
+
+def fallback_statement(support: cgroups.CgroupSupport) -> str | None:
+    """What a program may hold when a controller is missing, in plain words (None when both are there)."""
+    parts = []
+    if not support.bounds_memory:
+        parts.append("memory_mb bounds each process (RLIMIT_AS), not the program: a program can hold about "
+                     "(max_processes + 1) x memory_mb plus its files (disk_mb); memfds and SysV shared memory, which "
+                     "no rlimit counts, are refused by the seccomp filter")
+    if not support.bounds_processes:
+        parts.append("max_processes is enforced per sandbox uid by RLIMIT_NPROC only")
+    return "; ".join(parts) or None
+
+
 @functools.cache
 def detect_isolation() -> Isolation:
-    """Check (once per process) that bubblewrap can start this interpreter in a sandbox here.
+    """Check (once per process) that bubblewrap can start this interpreter in a sandbox here, and log which
+    whole-program caps apply.
 
     Raises `SandboxUnavailableError` naming the package and kernel settings to fix when it cannot: the code reward
     never silently runs programs with weaker isolation.
     """
     bwrap = _find_bwrap()
     launcher = _launcher(bwrap)
+    support = program_cgroups()
     workdir = launcher.mount_workdir(0, 1 << 20, 64)
     argv = [os.path.realpath(sys.executable), *_PYTHON_FLAGS, "-c", "pass"]
-    command, options = launcher.command(argv, 0, 1 << 20, workdir=workdir)
     try:
-        probe = subprocess.run(command, capture_output=True, timeout=60, cwd="/", **options)
+        with _BwrapStart(launcher, argv, 0, 1 << 20, workdir, None, seccomp=True, stderr=subprocess.PIPE) as start:
+            output = start.process.communicate(timeout=60)[1]
     except (OSError, subprocess.SubprocessError) as exc:
         raise SandboxUnavailableError(f"Starting bwrap failed: {exc}. {INSTALL_HINT}") from exc
     finally:
         launcher.unmount_workdir(workdir)
-    if probe.returncode != 0:
-        stderr = probe.stderr.decode(errors="replace").strip()[-800:]
+    if start.process.returncode != 0:
+        stderr = output.decode(errors="replace").strip()[-800:]
         raise SandboxUnavailableError(
-            f"bwrap cannot start a sandbox here (exit code {probe.returncode}: {stderr!r}). {INSTALL_HINT}")
-    return Isolation("bwrap", bwrap, host_uid_dropped=launcher.as_root)
+            f"bwrap cannot start a sandbox here (exit code {start.process.returncode}: {stderr!r}). {INSTALL_HINT}")
+    isolation = Isolation("bwrap", bwrap, host_uid_dropped=launcher.as_root, program_caps=support.describe(),
+                          seccomp=start.seccomp)
+    fallback = fallback_statement(support)
+    if fallback:
+        logger.warning("Code sandbox: %s. So %s. See docs/code_and_multimodal.md (threat model).",
+                       support.describe(), fallback)
+    else:
+        logger.info("Code sandbox: %s.", support.describe())
+    return isolation
 
 
 def _find_bwrap() -> str:
@@ -140,6 +184,70 @@ def default_max_workers() -> int:
     return max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
 
 
+class _BwrapStart:
+    """Starts bwrap held on its option pipe, moves it into the run's cgroup, then lets it go (a context manager that
+    closes every pipe end it made). ``process.stdout`` carries the runner's report; ``info`` the read end of the pipe
+    where bwrap writes the sandbox's PID 1."""
+
+    def __init__(self, launcher: BwrapLauncher, argv: list[str], slot: int, disk_bytes: int, workdir: str | None,
+                 cgroup: cgroups.RunCgroup | None, seccomp: bool, stdin=None, stderr=subprocess.DEVNULL):
+        self._fds: list[int] = []
+        self.process: subprocess.Popen | None = None
+        try:
+            self._start(launcher, argv, slot, disk_bytes, workdir, cgroup, seccomp, stdin, stderr)
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def _start(self, launcher: BwrapLauncher, argv: list[str], slot: int, disk_bytes: int, workdir: str | None,
+               cgroup: cgroups.RunCgroup | None, seccomp: bool, stdin, stderr) -> None:
+        args_read, args_write = self._pipe()
+        self.info, info_write = self._pipe()
+        seccomp_filter = denied_syscalls_filter() if seccomp else None
+        self.seccomp = seccomp_filter is not None
+        seccomp_read = None
+        if seccomp_filter is not None:
+            seccomp_read, seccomp_write = self._pipe()
+            os.write(seccomp_write, seccomp_filter)  # a few hundred bytes: within any pipe's buffer
+            self._close(seccomp_write)
+        command, options = launcher.command(argv, slot, disk_bytes, args_read, info_write, seccomp_read, workdir)
+        passed = tuple(fd for fd in (args_read, info_write, seccomp_read) if fd is not None)
+        self.process = subprocess.Popen(command, stdin=stdin, stdout=subprocess.PIPE, stderr=stderr, cwd="/",
+                                        env={}, pass_fds=passed)
+        for fd in passed:
+            self._close(fd)  # bwrap holds them now; EOF on ``info`` once it has written the child pid
+        try:
+            if cgroup is not None:
+                cgroup.add(self.process.pid)  # before bwrap reads its options, so before it forks anything
+            with os.fdopen(args_write, "wb", closefd=False) as pipe:
+                pipe.write(options)
+        except OSError:
+            self.process.kill()
+            self.process.wait()
+            raise
+        finally:
+            self._close(args_write)
+
+    def _pipe(self) -> tuple[int, int]:
+        read, write = os.pipe()
+        self._fds += [read, write]
+        return read, write
+
+    def _close(self, fd: int) -> None:
+        if fd in self._fds:
+            self._fds.remove(fd)
+            os.close(fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for fd in list(self._fds):
+            self._close(fd)
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
+
+
 class Sandbox:
     """Runs programs against test inputs, up to ``max_workers`` at a time (thread-safe).
 
@@ -152,10 +260,11 @@ class Sandbox:
             `CodeReward` calls it on every batch).
         audit_guard: install the runner's audit hook (defence in depth). False only to test that the OS layer holds
             on its own.
+        seccomp: install the seccomp filter. False only to measure what it costs (benchmarks/sandbox_overhead.py).
     """
 
     def __init__(self, limits: SandboxLimits | None = None, max_workers: int | None = None,
-                 isolation: str | Isolation | None = None, audit_guard: bool = True):
+                 isolation: str | Isolation | None = None, audit_guard: bool = True, seccomp: bool = True):
         self.limits = limits or SandboxLimits()
         self.max_workers = max_workers or default_max_workers()
         if isinstance(isolation, str):
@@ -164,6 +273,7 @@ class Sandbox:
             isolation = Isolation("none") if isolation == "none" else None
         self._isolation = isolation  # probed on first use, so importing or building a Sandbox starts no process
         self.audit_guard = audit_guard
+        self.seccomp = seccomp
         self._slots: queue.Queue[int] = queue.Queue()
         for slot in range(self.max_workers):
             self._slots.put(slot)
@@ -182,93 +292,128 @@ class Sandbox:
                            "(trusted code and tests only).")
         return isolation
 
-    def run(self, source: str, inputs: list[str], style: str = "stdin", fn_name: str | None = None) -> ExecutionResult:
+    def run(self, source: str, inputs: list[str], style: str = "stdin", fn_name: str | None = None,
+            output_caps: list[int] | None = None) -> ExecutionResult:
         """Run ``source`` once per test input and return the observed outputs.
 
         ``style`` is "stdin" (input is stdin text), "functional" (input is newline-separated JSON arguments of
         ``fn_name``, a function or ``Solution`` method; output is the JSON of its return value) or "assert" (input is
         test code run after the program, instrumented by `TestSpec.sandbox_inputs`; output is the JSON list of the
-        values its assertions recorded, when it completes).
+        values its assertions recorded, when it completes). ``output_caps`` (bytes per test, `TestSpec.output_caps`)
+        bounds what is read back: a report beyond their sum, or an output beyond its cap, is an error and is not
+        parsed. Without caps the whole report is bounded by ``limits.max_output_bytes``.
         """
         if style not in TEST_STYLES:
             raise ValueError(f"style={style!r} is unknown; choose one of {TEST_STYLES}.")
         if style == "functional" and not fn_name:
             raise ValueError("style='functional' needs fn_name, the function or Solution method to call.")
+        if output_caps is not None and len(output_caps) != len(inputs):
+            raise ValueError(f"output_caps has {len(output_caps)} entries for {len(inputs)} inputs; give one each.")
         isolation = self.isolation
         slot = self._slots.get()
         try:
-            return self._run(source, inputs, style, fn_name, slot, isolation)
+            return self._run(source, inputs, style, fn_name, slot, isolation, output_caps)
         finally:
             self._slots.put(slot)
 
-    def _run(self, source: str, inputs: list[str], style: str, fn_name: str | None, slot: int,
-             isolation: Isolation) -> ExecutionResult:
-        start = time.monotonic()
-        spec = {"source": source, "inputs": inputs, "style": style, "fn_name": fn_name,
-                "audit_guard": self.audit_guard, **asdict(self.limits)}
-        argv = [sys.executable if isolation.mode == "none" else os.path.realpath(sys.executable), *_PYTHON_FLAGS,
-                "-c", HARNESS_SOURCE]
-        workdir, info, launcher, capped_dir = None, None, None, None
-        if isolation.mode == "bwrap":
-            launcher = _launcher(isolation.bwrap)
-            capped_dir = launcher.mount_workdir(slot, self.limits.disk_mb << 20, self.limits.max_files)
-            info, info_write = os.pipe()
-            command, options = launcher.command(argv, slot, self.limits.disk_mb << 20, info_write, capped_dir)
-            options.update(cwd="/", pass_fds=(info_write,))
-        else:
-            workdir = tempfile.mkdtemp(prefix="riskpo-sandbox-")
-            command, options = argv, {"cwd": workdir, "start_new_session": True,
-                                      "env": {"HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
-                                              "PYTHONIOENCODING": "utf-8", "PATH": "/usr/bin:/bin"}}
-        try:
-            # The spec (program and inputs, never expected outputs) arrives on stdin from an unnamed read-only file.
-            with tempfile.TemporaryFile() as spec_file:
-                spec_file.write(json.dumps(spec).encode())
-                spec_file.flush()
-                with open(f"/proc/self/fd/{spec_file.fileno()}", "rb") as stdin:
-                    report, error = self._execute(command, options, stdin, len(inputs), info)
-            if report is None:
-                return ExecutionResult([], error or "no report from the sandbox", time.monotonic() - start)
-            return ExecutionResult(report["outputs"], error or report["error"], time.monotonic() - start)
-        finally:
-            for fd in (info, *options.get("pass_fds", ())):
-                if fd is not None:
-                    os.close(fd)
-            if workdir is not None:
-                remove_tree(workdir)
-            if launcher is not None:
-                launcher.unmount_workdir(capped_dir)
+    def report_limit(self, n_tests: int, output_caps: list[int] | None) -> int:
+        """The most report bytes read back from one run."""
+        limit = self.limits.max_output_bytes + REPORT_MARGIN
+        if output_caps is not None:
+            limit = min(limit, sum(output_caps) + 32 * n_tests + REPORT_MARGIN)
+        return limit
 
-    def _execute(self, command: list[str], options: dict, stdin, n_tests: int,
-                 info: int | None) -> tuple[dict | None, str | None]:
-        """Start the sandbox, read its report up to the cap until the total timeout, then SIGKILL it: its PID 1 (the
-        kernel then kills every process of its PID namespace) and bwrap."""
-        limit = 2 * self.limits.max_output_bytes + (1 << 20)
-        deadline = time.monotonic() + self.limits.total_timeout_s
-        process = subprocess.Popen(command, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, **options)
-        for fd in options.pop("pass_fds", ()):
-            os.close(fd)  # bwrap holds the write end now; EOF on ``info`` once it has written the child pid
-        error, init_pidfd = None, None
+    def _run(self, source: str, inputs: list[str], style: str, fn_name: str | None, slot: int,
+             isolation: Isolation, output_caps: list[int] | None) -> ExecutionResult:
+        start = time.monotonic()
+        support = program_cgroups() if isolation.mode == "bwrap" else cgroups.CgroupSupport()
+        spec = {"source": source, "inputs": inputs, "style": style, "fn_name": fn_name,
+                "audit_guard": self.audit_guard, "nproc_rlimit": not support.bounds_processes,
+                "shared_memory_dir": SHM_DIR if isolation.mode == "bwrap" else None, **asdict(self.limits)}
+        # The spec (program and inputs, never expected outputs) arrives on stdin from an unnamed read-only file.
+        with tempfile.TemporaryFile() as spec_file:
+            spec_file.write(json.dumps(spec).encode())
+            spec_file.flush()
+            with open(f"/proc/self/fd/{spec_file.fileno()}", "rb") as stdin:
+                if isolation.mode == "bwrap":
+                    data, error = self._run_bwrap(stdin, slot, isolation, support, len(inputs), output_caps)
+                else:
+                    data, error = self._run_unisolated(stdin, len(inputs), output_caps)
+        if error is None:
+            outputs, error = parse_report(data, len(inputs), output_caps)
+        else:
+            outputs = []
+        return ExecutionResult(outputs, error, time.monotonic() - start)
+
+    def _argv(self, isolation: Isolation) -> list[str]:
+        executable = sys.executable if isolation.mode == "none" else os.path.realpath(sys.executable)
+        return [executable, *_PYTHON_FLAGS, "-c", HARNESS_SOURCE]
+
+    def _run_bwrap(self, stdin, slot: int, isolation: Isolation, support: cgroups.CgroupSupport, n_tests: int,
+                   output_caps: list[int] | None) -> tuple[bytes, str | None]:
+        launcher = _launcher(isolation.bwrap)
+        workdir = launcher.mount_workdir(slot, self.limits.disk_mb << 20, self.limits.max_files)
+        cgroup = None
         try:
-            if info is not None:
-                init_pidfd = _namespace_init(info, process, deadline)
-            data, error = _read_capped(process.stdout, limit, deadline)
-            if error is None:
+            deadline = time.monotonic() + self.limits.total_timeout_s
+            try:
+                if support.hierarchies:
+                    cgroup = support.create(self.limits.memory_mb << 20,
+                                            self.limits.max_processes + cgroups.EXTRA_TASKS)
+                start = _BwrapStart(launcher, self._argv(isolation), slot, self.limits.disk_mb << 20, workdir, cgroup,
+                                    self.seccomp, stdin=stdin)
+            except OSError as exc:  # nothing of the program has run yet: the machine's fault, not the completion's
+                raise SandboxUnavailableError(f"Could not start a sandbox (cgroup, pipe or bwrap): {exc}") from exc
+            with start:
+                init_pidfd = None
                 try:
-                    process.wait(timeout=max(0.1, self.limits.total_timeout_s / 10))
-                except subprocess.TimeoutExpired:
-                    pass
-                if process.returncode not in (0, None):
-                    error = f"sandbox exited with {_describe_status(process.returncode)}"
+                    init_pidfd = _namespace_init(start.info, start.process, deadline)
+                    return self._collect(start.process, n_tests, output_caps, deadline)
+                finally:
+                    _kill_bwrap(start.process, init_pidfd)
         finally:
-            _kill(process, init_pidfd, new_session=options.get("start_new_session", False))
-        if error is not None:
-            return None, error
-        return _parse_report(data, limit, n_tests), None
+            if cgroup is not None:
+                cgroup.remove()
+            launcher.unmount_workdir(workdir)
+
+    def _run_unisolated(self, stdin, n_tests: int, output_caps: list[int] | None) -> tuple[bytes, str | None]:
+        workdir = tempfile.mkdtemp(prefix="riskpo-sandbox-")
+        environment = {"HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8",
+                       "PATH": "/usr/bin:/bin"}
+        deadline = time.monotonic() + self.limits.total_timeout_s
+        try:
+            process = subprocess.Popen(self._argv(Isolation("none")), stdin=stdin, stdout=subprocess.PIPE,
+                                       stderr=subprocess.DEVNULL, cwd=workdir, env=environment,
+                                       start_new_session=True)
+            try:
+                return self._collect(process, n_tests, output_caps, deadline)
+            finally:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                process.wait()
+                process.stdout.close()
+        finally:
+            remove_tree(workdir)
+
+    def _collect(self, process: subprocess.Popen, n_tests: int, output_caps: list[int] | None,
+                 deadline: float) -> tuple[bytes, str | None]:
+        """The runner's report, read up to its cap until the deadline; then a short wait for a clean exit."""
+        data, error = _read_capped(process.stdout, self.report_limit(n_tests, output_caps), deadline)
+        if error is None:
+            try:
+                process.wait(timeout=max(0.1, min(deadline - time.monotonic(), self.limits.total_timeout_s / 10)))
+            except subprocess.TimeoutExpired:
+                pass
+            if process.returncode not in (0, None):
+                error = f"sandbox exited with {_describe_status(process.returncode)}"
+        return data, error
 
 
 def _read_capped(stream, limit: int, deadline: float) -> tuple[bytes, str | None]:
-    """Everything the sandbox writes before EOF, or an error on timeout or when over ``limit`` bytes."""
+    """Everything the sandbox writes before EOF, or an error on timeout or when over ``limit`` bytes (then nothing
+    more is read: the trainer holds at most ``limit`` bytes of a report)."""
     chunks, size = [], 0
     fd = stream.fileno()
     while True:
@@ -278,13 +423,43 @@ def _read_capped(stream, limit: int, deadline: float) -> tuple[bytes, str | None
         ready, _, _ = select.select([fd], [], [], remaining)
         if not ready:
             continue
-        chunk = os.read(fd, 1 << 16)
+        chunk = os.read(fd, min(1 << 16, limit + 1 - size))
         if not chunk:
             return b"".join(chunks), None
         size += len(chunk)
         if size > limit:
-            return b"", f"report over {limit} bytes"
+            return b"", f"report over {limit} bytes (the cap the expected outputs set)"
         chunks.append(chunk)
+
+
+def parse_report(data: bytes, n_tests: int, output_caps: list[int] | None = None) -> tuple[list[str], str | None]:
+    """(outputs, error) from the runner's report: records ``<kind><length>\\n<payload>`` with kind ``O`` (one test's
+    output), ``E`` (the run's error) and ``D`` (done, last). Parsed by length prefixes only (linear, no regular
+    expression); anything malformed, more outputs than tests, or an output over its cap is an error."""
+    outputs: list[str] = []
+    error = None
+    position, end = 0, len(data)
+    while position < end:
+        newline = data.find(b"\n", position, position + 24)
+        kind, digits = data[position:position + 1], data[position + 1:newline]
+        if newline < 0 or kind not in (b"O", b"E", b"D") or not digits.isdigit():
+            return [], "malformed report from the sandbox"
+        start, position = newline + 1, newline + 1 + int(digits)
+        if position > end:
+            return [], "truncated report from the sandbox"
+        if kind == b"D":
+            return outputs, error
+        payload = data[start:position]
+        if kind == b"E":
+            error = payload[:2000].decode("utf-8", errors="replace")
+            continue
+        if len(outputs) == n_tests:
+            return [], "report with more outputs than tests"
+        if output_caps is not None and len(payload) > output_caps[len(outputs)]:
+            return [], (f"output of test {len(outputs)} is {len(payload)} bytes, over its cap of "
+                        f"{output_caps[len(outputs)]} (set by the expected output)")
+        outputs.append(payload.decode("utf-8", errors="replace"))
+    return [], "no report from the sandbox"
 
 
 def _namespace_init(info: int, process: subprocess.Popen, deadline: float) -> int | None:
@@ -315,33 +490,31 @@ def _namespace_init(info: int, process: subprocess.Popen, deadline: float) -> in
     return pidfd
 
 
-def _kill(process: subprocess.Popen, init_pidfd: int | None, new_session: bool) -> None:
-    """SIGKILL the sandbox, also after a normal exit. Under bwrap, its PID 1 is killed directly (and also dies with
-    bwrap through ``--die-with-parent``); the kernel then kills every process left in the sandbox's PID namespace,
-    whatever session or parent-death signal they set."""
+def _kill_bwrap(process: subprocess.Popen, init_pidfd: int | None) -> None:
+    """SIGKILL the sandbox, also after a normal exit, and reap it.
+
+    The sandbox's PID 1 is killed directly (it also dies with bwrap through ``--die-with-parent``); the kernel then
+    kills every process left in its PID namespace, whatever session or parent-death signal they set. bwrap, PID 1's
+    parent, reaps it and exits: it is waited for, not killed first, or PID 1 would be left a zombie for whoever reaps
+    orphans (nobody, when the trainer is a container's PID 1 without an init).
+    """
     if init_pidfd is not None:
         try:
             signal.pidfd_send_signal(init_pidfd, signal.SIGKILL)
             # PID 1 exits only once the kernel has ended every other process of the namespace: wait for that
-            if not select.select([init_pidfd], [], [], 10)[0]:
-                logger.warning("The sandbox's PID 1 did not exit within 10 s of SIGKILL.")
-        except OSError:
+            if not select.select([init_pidfd], [], [], KILL_WAIT_S)[0]:
+                logger.warning("The sandbox's PID 1 did not exit within %.0f s of SIGKILL.", KILL_WAIT_S)
+            process.wait(timeout=KILL_WAIT_S)
+        except (OSError, subprocess.TimeoutExpired):
             pass
         finally:
             os.close(init_pidfd)
+    if process.poll() is None:
+        process.kill()
     try:
-        if new_session:
-            os.killpg(process.pid, signal.SIGKILL)
-        else:
-            process.kill()
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        process.wait(timeout=10)
+        process.wait(timeout=KILL_WAIT_S)
     except subprocess.TimeoutExpired:
         logger.warning("Sandbox process %d did not exit after SIGKILL.", process.pid)
-    if process.stdout is not None:
-        process.stdout.close()
 
 
 def _describe_status(returncode: int) -> str:
@@ -351,24 +524,6 @@ def _describe_status(returncode: int) -> str:
         except ValueError:
             return f"signal {-returncode}"
     return f"exit code {returncode}"
-
-
-def _parse_report(data: bytes, limit: int, n_tests: int) -> dict | None:
-    """The runner's last report line if it is well-formed (outputs: list of str, error: str or None)."""
-    lines = data.decode("utf-8", errors="replace").strip().splitlines()
-    if not lines:
-        return None
-    try:  # a real report is {"outputs": [one string per test], "error": string or null}: little outside strings
-        report = bounded_json.loads(lines[-1], max_bytes=limit, max_depth=2, max_structure=64 + 4 * n_tests)
-    except ValueError:
-        return None
-    if not isinstance(report, dict) or not isinstance(report.get("outputs"), list):
-        return None
-    if not all(isinstance(output, str) for output in report["outputs"]):
-        return None
-    if not (report.get("error") is None or isinstance(report["error"], str)):
-        return None
-    return report
 
 
 def remove_tree(path: str) -> None:

@@ -2,6 +2,8 @@
 
 Every dataset adapter turns its problem's tests into a `TestSpec` stored as a JSON string in the dataset's ``tests``
 column; the reward parses it back. Expected outputs stay in the trainer's process: the sandbox only ever sees inputs.
+They also bound what is read back from the sandbox (`TestSpec.output_caps`): an honest output is about the size of the
+expected one, so a report far beyond that is refused unread instead of parsed.
 """
 
 from __future__ import annotations
@@ -10,8 +12,17 @@ import json
 from dataclasses import asdict, dataclass
 
 from . import bounded_json
-from .assertions import MAX_OBSERVED_CHARS, assertions_pass, instrument_assertions, values_equal
+from .assertions import MAX_OBSERVED_CHARS, assertions_pass, instrument_assertions
 from .sandbox import TEST_STYLES
+from .values import decode_value, values_equal
+
+# Output caps: stdout may differ from the expected text in whitespace only; a returned value's JSON may be longer than
+# the expected JSON (a float's repr, ", " separators); assertion records hold the leaf values the check code computes.
+CAP_MARGIN = 4096
+STDOUT_CAP_FACTOR = 4
+JSON_CAP_FACTOR = 8
+ASSERT_CAP_BASE = 1 << 20
+ASSERT_CAP_FACTOR = 64
 
 
 @dataclass(frozen=True)
@@ -20,9 +31,10 @@ class TestSpec:
 
     Attributes:
         style: "stdin" (stdin text in, stdout text out), "functional" (JSON argument lines in, JSON return value out,
-            calling ``fn_name``) or "assert" (each input is test code run after the program; outputs are ""). Assert
-            code is instrumented first (`riskpo_trl.code.assertions`): the sandbox reports the values each assertion
-            looks at and `passes` decides, so the program cannot forge a pass.
+                calling ``fn_name``) or "assert" (each input is test code run after the program; outputs are ""). Assert
+            code is split first (`riskpo_trl.code.assertions`): the sandbox reports the values of the parts that
+            need the program and `passes` evaluates the rest, so the program cannot forge a pass. Check code the
+            trainer cannot judge that way is refused here (`UndecidableTestError`, a ValueError).
         inputs: one entry per test.
         outputs: the expected output of each test.
         fn_name: function or ``Solution`` method name of "functional" tests.
@@ -47,6 +59,9 @@ class TestSpec:
             raise ValueError("A 'functional' TestSpec needs fn_name: the function or Solution method to call.")
         if not all(isinstance(x, str) for x in [*self.inputs, *self.outputs]):
             raise ValueError("TestSpec inputs and outputs must be strings (JSON text for 'functional' tests).")
+        if self.style == "assert":
+            for code in self.inputs:
+                instrument_assertions(code)  # raises for code that does not parse or that cannot be judged
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -60,17 +75,25 @@ class TestSpec:
                    outputs=list(data.get("outputs") or []), fn_name=data.get("fn_name"))
 
     def sandbox_inputs(self) -> list[str]:
-        """What the sandbox runs the program on: the inputs, with assert code instrumented (ValueError if unparseable)."""
+        """What the sandbox runs the program on: the inputs, with assert code instrumented."""
         if self.style != "assert":
             return list(self.inputs)
-        return [instrument_assertions(code)[0] for code in self.inputs]
+        return [instrument_assertions(code).sandbox_code for code in self.inputs]
+
+    def output_caps(self) -> list[int]:
+        """The most bytes each test's output may take in the sandbox's report: a multiple of the expected output (or,
+        for assert tests, of the check code) plus a margin."""
+        if self.style == "assert":
+            return [ASSERT_CAP_BASE + ASSERT_CAP_FACTOR * len(code.encode()) for code in self.inputs]
+        factor = STDOUT_CAP_FACTOR if self.style == "stdin" else JSON_CAP_FACTOR
+        return [factor * len(expected.encode()) + CAP_MARGIN for expected in self.outputs]
 
     def passes(self, observed: list[str]) -> bool:
         """Whether the observed outputs (one per test, in order) match every expected output."""
         if len(observed) != len(self.outputs):
             return False
         if self.style == "assert":
-            return all(assertions_pass(got, instrument_assertions(code)[1]) for got, code in zip(observed, self.inputs))
+            return all(assertions_pass(got, instrument_assertions(code)) for got, code in zip(observed, self.inputs))
         match = _functional_match if self.style == "functional" else _stdout_match
         return all(match(got, want) for got, want in zip(observed, self.outputs))
 
@@ -87,6 +110,6 @@ def _stdout_match(observed: str, expected: str) -> bool:
 def _functional_match(observed: str, expected: str) -> bool:
     try:
         got = bounded_json.loads(observed, max_bytes=MAX_OBSERVED_CHARS)  # program output: size and depth capped
-        return values_equal(got, json.loads(expected))
+        return values_equal(decode_value(got), json.loads(expected))
     except (ValueError, RecursionError):
         return False

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from ..console import pop_debug_flag, usage_errors
 from ..evaluation.config import EvalConfig
 from .arguments import parse_dataclass
 
@@ -32,11 +33,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
     return results
 
 
-def cli() -> None:
-    try:
-        main()
-    except (ValueError, FileNotFoundError, ImportError, RuntimeError) as error:
-        sys.exit(f"riskpo-eval: error: {error}")
+def cli(argv: Sequence[str] | None = None) -> None:
+    """A bad option, file or benchmark is one ``riskpo-eval: error:`` line and exit code 2 (``--debug``: traceback)."""
+    argv, debug = pop_debug_flag(sys.argv[1:] if argv is None else argv)
+    with usage_errors("riskpo-eval", debug, (ValueError, OSError, ImportError, RuntimeError)):
+        main(argv)
 
 
 if __name__ == "__main__":

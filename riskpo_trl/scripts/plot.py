@@ -50,11 +50,13 @@ def main(argv: list[str] | None = None) -> list[Path]:
     return paths
 
 
-def cli() -> None:
-    try:
-        main()
-    except (ValueError, FileNotFoundError) as error:
-        sys.exit(f"riskpo-plot: error: {error}")
+def cli(argv: list[str] | None = None) -> None:
+    """A bad option or file is one ``riskpo-plot: error:`` line and exit code 2 (``--debug``: traceback)."""
+    from ..console import pop_debug_flag, usage_errors
+
+    argv, debug = pop_debug_flag(sys.argv[1:] if argv is None else argv)
+    with usage_errors("riskpo-plot", debug, (ValueError, OSError)):
+        main(argv)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,10 @@ Every option comes from a YAML recipe and/or the command line (command line wins
 (:data:`riskpo_trl.trainers.TRAINERS`): a GRPO baseline gets ``GRPOConfig``'s own defaults, RiskPO gets
 ``RiskPOConfig``'s. A field the chosen config does not have is reported by name before anything else is checked.
 
-A run restarts from the last checkpoint in ``output_dir`` by itself; at the end the model, the tokenizer and the
-model card are saved there, and pushed to the Hub when ``push_to_hub`` is set.
+A run restarts from the last checkpoint in ``output_dir`` by itself, and a run whose last checkpoint already reached
+its end (``max_steps``, or the epochs) says so and exits without training; at the end the model, the tokenizer and the
+model card are saved there, and pushed to the Hub when ``push_to_hub`` is set. A mistake in the options, the recipe or
+the data is one ``error:`` line and exit code 2 (``--debug`` shows its traceback).
 """
 
 from __future__ import annotations
@@ -21,13 +23,17 @@ import functools
 import json
 import logging
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..console import silence_known_warnings
-from ..trainers import TRAINERS, check_trainer_name, closest_name, get_trainer_classes
+from ..console import pop_debug_flag, silence_known_warnings, usage_errors
+from ..naming import closest_name
+from ..prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
+from ..trainers import TRAINERS, check_trainer_name, get_trainer_classes
+from .recipe_values import check_recipe_values, recipe_field_in
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +60,14 @@ class RiskPOScriptArguments:
         default=None,
         metadata={"help": "Local JSON/JSONL/Parquet files in dataset_name's Hub schema, read instead of the Hub."},
     )
+    prompt_template: str = field(
+        default=DEFAULT_PROMPT_TEMPLATE,
+        metadata={"help": "Prompt of the math datasets: 'qwen_boxed' (problem + 'Please reason step by step, and put "
+                  "your final answer within \\boxed{}.') or 'authors' (the RiskPO authors' scripts: DAPO-Math-17k's "
+                  "own prompt kept as it is; MATH and GSM8K: problem + \" Let's think step by step and output the "
+                  "final answer within \\boxed{}.\"). Also used for eval_benchmark.",
+                  "choices": list(PROMPT_BUILDERS)},
+    )
     max_train_samples: int | None = field(
         default=None, metadata={"help": "Keep only the first N training rows (of a mixture: after a seeded shuffle)."}
     )
@@ -78,7 +92,7 @@ class RiskPOScriptArguments:
     build_tiny_model: bool = field(
         default=False,
         metadata={"help": "If model_name_or_path does not exist, build a tiny random Qwen2 model there first "
-                  "(CPU smoke runs and tests; nothing is downloaded)."},
+                  "(CPU smoke runs and tests; nothing is downloaded). A warning says when it does."},
     )
     build_tiny_vlm: bool = field(
         default=False,
@@ -127,12 +141,19 @@ class RiskPOScriptArguments:
 
 
 def make_parser(config_class: type | None = None):
-    """TRL's parser over the script arguments, ``config_class`` (default: RiskPOConfig) and ``ModelConfig``."""
+    """TRL's parser over the script arguments, ``config_class`` (default: RiskPOConfig) and ``ModelConfig``. A bad
+    command-line value raises a ValueError naming the option, instead of argparse's usage dump of every option."""
     from trl import ModelConfig, TrlParser
 
     if config_class is None:
         config_class, _ = get_trainer_classes(DEFAULT_TRAINER)
-    return TrlParser((RiskPOScriptArguments, config_class, ModelConfig))
+    parser = TrlParser((RiskPOScriptArguments, config_class, ModelConfig))
+
+    def error(message: str):
+        raise ValueError(f"{message} (riskpo-train --help-all lists every option)")
+
+    parser.error = error
+    return parser
 
 
 def _option_value(argv: Sequence[str], name: str) -> str | None:
@@ -153,7 +174,10 @@ def _read_recipe(argv: Sequence[str]) -> dict[str, Any]:
     import yaml
 
     with open(path) as file:
-        recipe = yaml.safe_load(file)
+        try:
+            recipe = yaml.safe_load(file)
+        except yaml.YAMLError as error:
+            raise ValueError(f"{path} is not valid YAML: {error}") from None
     if not isinstance(recipe, dict):
         raise ValueError(f"The recipe {path} must be a YAML mapping of field names to values.")
     return recipe
@@ -182,9 +206,12 @@ def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trai
             problems.append(f"{shown} (a RiskPOConfig field; trainer {trainer!r} does not take it)")
         else:
             problems.append(f"{shown}{closest_name(name, choices)}")
+    recipe_path = _option_value(argv, "config")
+    source = f"{recipe_path} and the command line" if recipe_path and len(unknown) > len(
+        [k for k in recipe if k != "env" and k not in known_fields]) else recipe_path or "the command line"
     raise ValueError(
-        f"Unknown field(s) for trainer {trainer!r} ({config_class.__name__}, the script arguments and ModelConfig): "
-        f"{'; '.join(problems)}. Fix or remove them."
+        f"Unknown field(s) for trainer {trainer!r} ({config_class.__name__}, the script arguments and ModelConfig) in "
+        f"{source}: {'; '.join(problems)}. Fix or remove them."
     )
 
 
@@ -210,6 +237,8 @@ def print_short_help() -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", help="YAML recipe (recipes/...); command-line options override its fields.")
+    parser.add_argument("--debug", action="store_true",
+                        help="Show the traceback of a start-up error (otherwise one 'error:' line, exit code 2).")
     add_dataclass_arguments(parser, RiskPOScriptArguments)
     parser.print_help()
 
@@ -233,7 +262,15 @@ def parse_args(argv: Sequence[str] | None = None):
     config_class, _ = get_trainer_classes(trainer)
     parser = make_parser(config_class)
     _check_field_names(parser, recipe, argv, trainer, config_class)
-    return parser.parse_args_and_config(argv)
+    recipe_path = _option_value(argv, "config")
+    check_recipe_values(parser, recipe, recipe_path)
+    try:
+        return parser.parse_args_and_config(argv)
+    except ValueError as error:  # a config's own validation: say which recipe field it came from
+        where = recipe_field_in(str(error), recipe, argv)
+        if where is None:
+            raise
+        raise ValueError(f"{recipe_path}: {where}: {error}") from error
 
 
 def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args):
@@ -244,16 +281,32 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     from ..console_callback import use_compact_log
     from ..data import load_benchmark, load_train_dataset
 
+    from ..dataset_checks import check_generation_batch_fits
+    from ..model_paths import check_model_path
+
     _, trainer_class = get_trainer_classes(script_args.trainer)
 
+    model_path = model_args.model_name_or_path
+    if model_path is None:
+        raise ValueError("model_name_or_path is not set: give a Hub id or a local directory, in the recipe or as "
+                         "--model_name_or_path.")
     if script_args.build_tiny_model or script_args.build_tiny_vlm:
         if script_args.build_tiny_model:
             from ..tiny_model import build_tiny_model as build
         else:
             from ..multimodal.tiny_vlm import build_tiny_vlm as build
-        with PartialState().local_main_process_first():
-            if not os.path.isdir(model_args.model_name_or_path):
-                build(model_args.model_name_or_path)
+        state = PartialState()
+        with state.local_main_process_first():
+            if not os.path.isdir(model_path):
+                if state.is_local_main_process:
+                    kind = "Qwen2 model" if script_args.build_tiny_model else "LLaVA vision-language model"
+                    logger.warning(
+                        f"{model_path} does not exist: building a tiny RANDOM {kind} there (build_tiny_"
+                        f"{'model' if script_args.build_tiny_model else 'vlm'}: true). It has learned nothing; for a "
+                        "real model give a Hub id or an existing directory and set that option to false."
+                    )
+                build(model_path)
+    check_model_path(model_path, "model_name_or_path")
 
     training_args.model_init_kwargs = {
         "revision": model_args.model_revision,
@@ -269,10 +322,13 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         script_args.dataset_files,
         script_args.max_train_samples,
         seed=training_args.seed,  # which rows of a mixture max_train_samples keeps
+        prompt_template=script_args.prompt_template,
     )
+    check_generation_batch_fits(train_dataset, training_args)  # every trainer: GRPO's drops the last batch too
     eval_dataset = None
     if script_args.eval_benchmark is not None and training_args.eval_strategy != "no":
-        eval_dataset = load_benchmark(script_args.eval_benchmark, limit=script_args.max_eval_samples)
+        eval_dataset = load_benchmark(script_args.eval_benchmark, limit=script_args.max_eval_samples,
+                                      prompt_template=script_args.prompt_template)
 
     # Given a model id, the trainer loads its processing class: the tokenizer, or for a vision-language model (the
     # Geometry3K track) its processor, and then takes TRL's VLM path for the `images` column.
@@ -301,20 +357,93 @@ def hub_datasets(script_args: RiskPOScriptArguments) -> list[str]:
     return [hub_id for part in parts if (hub_id := getattr(TRAIN_DATASETS.get(part), "hub_id", None))]
 
 
-def main(script_args: RiskPOScriptArguments, training_args, model_args):
-    """Build the trainer, train (resuming from the last checkpoint in ``output_dir``), save model, state and card."""
+# What a checkpoint holds besides the model files that save_model writes into output_dir.
+TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "rng_state", "training_args.bin", "riskpo_state.json",
+                        "entropy_ctrl_state.json", "global_step", "latest", "zero_to_fp32.py")
+
+
+def resume_checkpoint(training_args) -> str | None:
+    """``resume_from_checkpoint`` if set, else the last checkpoint in ``output_dir`` (a killed run picks up where it
+    stopped), else None."""
     from transformers.trainer_utils import get_last_checkpoint
 
+    if training_args.resume_from_checkpoint is not None:
+        return training_args.resume_from_checkpoint
+    if os.path.isdir(training_args.output_dir):
+        return get_last_checkpoint(training_args.output_dir)
+    return None
+
+
+def finished_run(checkpoint: str | None, training_args) -> str | None:
+    """Why ``checkpoint`` already ends the run this command asks for (it reached ``max_steps``, or trained all the
+    epochs), or None. Resuming such a checkpoint would take one more step (transformers checks the end only after a
+    step)."""
+    state_file = os.path.join(checkpoint or "", "trainer_state.json")
+    if checkpoint is None or not os.path.isfile(state_file):
+        return None
+    with open(state_file) as f:
+        state = json.load(f)
+    step = state.get("global_step", 0)
+    if training_args.max_steps > 0:
+        if step >= training_args.max_steps:
+            return f"{checkpoint} is at step {step} of max_steps={training_args.max_steps}"
+        return None
+    epoch = state.get("epoch") or 0.0
+    if step >= state.get("max_steps", float("inf")) and epoch >= training_args.num_train_epochs - 1e-6:
+        return f"{checkpoint} has trained {epoch:g} of num_train_epochs={training_args.num_train_epochs:g}"
+    return None
+
+
+def restore_final_save(checkpoint: str, output_dir: str) -> bool:
+    """If ``output_dir`` lacks the final save (a run killed between its last checkpoint and the end), copy the model
+    files and the trainer state from ``checkpoint``, which holds the same weights; True if it copied."""
+    if any(os.path.isfile(os.path.join(output_dir, name)) for name in ("config.json", "adapter_config.json")):
+        return False
+    for name in os.listdir(checkpoint):
+        source = os.path.join(checkpoint, name)
+        if os.path.isfile(source) and not name.startswith(TRAINING_STATE_FILES):
+            shutil.copy2(source, os.path.join(output_dir, name))
+    return True
+
+
+def prepare(script_args: RiskPOScriptArguments, training_args, model_args):
+    """``(trainer, checkpoint to resume from or None)``, or ``(None, checkpoint)`` when that checkpoint already
+    finished the run this command asks for: then nothing is built, and a missing final save is restored from it."""
+    from accelerate import PartialState
+
+    checkpoint = resume_checkpoint(training_args)
+    finished = finished_run(checkpoint, training_args)
+    if finished is None:
+        return build_trainer(script_args, training_args, model_args), checkpoint
+    state = PartialState()
+    with state.main_process_first():
+        restored = state.is_main_process and restore_final_save(checkpoint, training_args.output_dir)
+    state.print(
+        f"Nothing to train: the run in {training_args.output_dir} is finished ({finished})"
+        f"{'; its final model was copied from that checkpoint' if restored else ''}. Raise max_steps (or "
+        "num_train_epochs) to train further, or choose another output_dir."
+    )
+    return None, checkpoint
+
+
+def main(script_args: RiskPOScriptArguments, training_args, model_args):
+    """Build the trainer, train (resuming from the last checkpoint in ``output_dir``), save model, state and card.
+    Returns the trainer, or None when ``output_dir`` already holds a finished run (nothing is trained)."""
+    trainer, checkpoint = prepare(script_args, training_args, model_args)
+    return trainer and train_and_save(trainer, script_args, training_args, checkpoint)
+
+
+def train_and_save(trainer, script_args: RiskPOScriptArguments, training_args, checkpoint: str | None):
+    """Train from ``checkpoint`` (None: from scratch), then save the model, the trainer state and the card; a run
+    that took no step raises before anything is saved."""
     from ..model_card import save_model_card
 
-    trainer = build_trainer(script_args, training_args, model_args)
-
-    checkpoint = training_args.resume_from_checkpoint
-    if checkpoint is None and os.path.isdir(training_args.output_dir):
-        checkpoint = get_last_checkpoint(training_args.output_dir)  # a killed run picks up where it stopped
     if checkpoint is not None:
         trainer.accelerator.print(f"Resuming from {checkpoint}.")
     trainer.train(resume_from_checkpoint=checkpoint)
+    if trainer.state.global_step == 0:  # baselines; RiskPOTrainer.train raises itself
+        raise RuntimeError("Training ended without a single step, so no model or card is saved: the training data "
+                           "yielded less than one generation batch.")
     # trainer_state.json (the log history `riskpo-plot` reads) lands in output_dir even with save_strategy "no".
     trainer.save_state()
 
@@ -331,9 +460,16 @@ def main(script_args: RiskPOScriptArguments, training_args, model_args):
 
 
 def cli(argv: Sequence[str] | None = None) -> None:
-    """The ``riskpo-train`` console script."""
+    """The ``riskpo-train`` console script: a mistake in the options, the recipe, the data or the model path is one
+    ``riskpo-train: error:`` line and exit code 2 (a bare ``--debug`` shows its traceback); training itself is not
+    wrapped, so a crash keeps its traceback."""
+    argv, debug = pop_debug_flag(sys.argv[1:] if argv is None else argv)
     silence_known_warnings()  # before parsing: building the config already warns
-    main(*parse_args(argv))
+    with usage_errors("riskpo-train", debug):
+        script_args, training_args, model_args = parse_args(argv)
+        trainer, checkpoint = prepare(script_args, training_args, model_args)
+    if trainer is not None:
+        train_and_save(trainer, script_args, training_args, checkpoint)
 
 
 if __name__ == "__main__":

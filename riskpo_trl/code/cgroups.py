@@ -1,0 +1,269 @@
+"""Memory and process caps for a whole sandboxed program: one cgroup per run, on cgroup v2 or v1.
+
+Per-process rlimits cannot bound a program: each of its processes gets the full ``RLIMIT_AS``, and memory that is not
+mapped (memfds, SysV shared memory, tmpfs files) counts against no rlimit. A cgroup counts all of it, for all the
+program's processes together. Each run gets its own cgroup with ``memory_mb`` of memory (swap included where the
+kernel accounts it) and ``max_processes`` tasks (threads count), under one parent cgroup per trainer process:
+
+* **cgroup v2** (most current hosts): the parent is made next to the trainer's own cgroup, in its parent, when that
+  parent already delegates ``memory`` and ``pids`` (``cgroup.subtree_control``), or, when the trainer sits in the root
+  cgroup, under it. v2 forbids enabling controllers in a cgroup that holds processes, so the trainer's own cgroup is
+  never used, and no controller is enabled in a cgroup this module did not create, other than the root.
+* **cgroup v1**: a ``memory`` or ``pids`` hierarchy that is mounted and writable; the parent goes under the trainer's
+  own cgroup there.
+
+Each controller is taken from whichever hierarchy offers it. Without root (or a delegated cgroup) or without the
+controllers, `CgroupSupport.missing` says why and the sandbox falls back to per-process rlimits, which it states at
+start-up. A run's processes join its cgroup before bwrap forks anything (the launcher holds bwrap until then).
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import itertools
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+logger = logging.getLogger(__name__)
+
+CONTROLLERS = ("memory", "pids")
+EXTRA_TASKS = 2  # bwrap's monitor process and the runner itself, besides the program's max_processes
+
+
+@dataclass(frozen=True)
+class _Hierarchy:
+    """Where one controller's per-run cgroups are made."""
+
+    controller: str
+    version: int  # 1 or 2
+    parent: str  # the per-trainer-process parent cgroup directory
+
+
+def _read(path: str) -> str:
+    with open(path) as handle:
+        return handle.read()
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(value)
+
+
+def _mounts(mountinfo: str) -> tuple[dict[str, tuple[str, str]], tuple[str, str] | None]:
+    """({v1 controller: (mount point, mount root)}, (v2 mount point, mount root) or None) from mountinfo text."""
+    v1: dict[str, tuple[str, str]] = {}
+    v2 = None
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if " - " not in line or len(fields) < 5:
+            continue
+        after = line.split(" - ", 1)[1].split()
+        if len(after) < 3:
+            continue
+        fstype, options = after[0], after[2].split(",")
+        root, point = fields[3], fields[4].replace("\\040", " ")
+        if fstype == "cgroup2" and v2 is None:
+            v2 = (point, root)
+        elif fstype == "cgroup":
+            for controller in CONTROLLERS:
+                if controller in options and controller not in v1:
+                    v1[controller] = (point, root)
+    return v1, v2
+
+
+def _own_cgroups(text: str) -> tuple[dict[str, str], str | None]:
+    """({v1 controller: own path}, own v2 path or None) from /proc/self/cgroup text."""
+    v1: dict[str, str] = {}
+    v2 = None
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            v2 = parts[2]
+        for controller in parts[1].split(","):
+            if controller in CONTROLLERS:
+                v1[controller] = parts[2]
+    return v1, v2
+
+
+def _join(point: str, root: str, own: str) -> str:
+    """The directory of cgroup ``own`` in a hierarchy mounted at ``point`` whose mount shows cgroup ``root``."""
+    relative = own[len(root):] if root != "/" and (own == root or own.startswith(root + "/")) else own
+    return os.path.join(point, relative.lstrip("/"))
+
+
+@dataclass
+class CgroupSupport:
+    """The cgroups this trainer process can give each run, and why any controller is missing."""
+
+    hierarchies: dict[str, _Hierarchy] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)  # controller -> reason
+    _runs: itertools.count = field(default_factory=itertools.count)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def bounds_memory(self) -> bool:
+        return "memory" in self.hierarchies
+
+    @property
+    def bounds_processes(self) -> bool:
+        return "pids" in self.hierarchies
+
+    def describe(self) -> str:
+        """One line for start-up logs and `Isolation.describe`."""
+        used = [f"{name} (cgroup v{h.version})" for name, h in sorted(self.hierarchies.items())]
+        parts = [f"whole-program caps: {', '.join(used)}"] if used else []
+        if self.missing:
+            parts.append("no cgroup for " + "; ".join(f"{name}: {why}" for name, why in sorted(self.missing.items())))
+        return "; ".join(parts)
+
+    def create(self, memory_bytes: int, max_tasks: int) -> RunCgroup:
+        """A fresh cgroup per available controller with the run's caps (raises OSError if the kernel refuses)."""
+        with self._lock:
+            name = f"run{next(self._runs)}"
+        run = RunCgroup([])
+        try:
+            for controller, hierarchy in sorted(self.hierarchies.items()):
+                path = os.path.join(hierarchy.parent, name)
+                if path not in run.paths:  # v2: one directory holds both controllers
+                    os.mkdir(path)
+                    run.paths.append(path)
+                _set_limits(hierarchy, path, memory_bytes, max_tasks)
+        except OSError:
+            run.remove()
+            raise
+        return run
+
+
+@dataclass
+class RunCgroup:
+    """The cgroup directories of one run (one per controller hierarchy)."""
+
+    paths: list[str]
+
+    def add(self, pid: int) -> None:
+        """Move process ``pid`` (and so everything it starts afterwards) into the run's cgroups."""
+        for path in self.paths:
+            _write(os.path.join(path, "cgroup.procs"), str(pid))
+
+    def remove(self) -> None:
+        """Remove the directories once their processes are gone (retried briefly; never raises)."""
+        for path in reversed(self.paths):
+            for attempt in range(50):
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY or attempt == 49:
+                        logger.warning("Could not remove the sandbox cgroup %s: %s", path, exc)
+                        break
+                    time.sleep(0.02)
+        self.paths = []
+
+
+def _set_limits(hierarchy: _Hierarchy, path: str, memory_bytes: int, max_tasks: int) -> None:
+    if hierarchy.controller == "pids":
+        _write(os.path.join(path, "pids.max"), str(max_tasks))
+    elif hierarchy.version == 2:
+        _write(os.path.join(path, "memory.max"), str(memory_bytes))
+        _write_optional(os.path.join(path, "memory.swap.max"), "0")
+        _write_optional(os.path.join(path, "memory.oom.group"), "1")  # an OOM kill ends the whole program
+    else:
+        _write(os.path.join(path, "memory.limit_in_bytes"), str(memory_bytes))
+        _write_optional(os.path.join(path, "memory.memsw.limit_in_bytes"), str(memory_bytes))  # RAM + swap
+
+
+def _write_optional(path: str, value: str) -> None:
+    """Files that exist only with swap accounting or newer kernels."""
+    try:
+        _write(path, value)
+    except OSError:
+        pass
+
+
+def _make_parent(directory: str, version: int) -> str:
+    parent = os.path.join(directory, f"riskpo-sandbox-{os.getpid()}")
+    os.makedirs(parent, exist_ok=True)
+    if version == 2:
+        _write(os.path.join(parent, "cgroup.subtree_control"), " ".join(f"+{c}" for c in CONTROLLERS))
+    atexit.register(_remove_parent, parent)
+    return parent
+
+
+def _remove_parent(parent: str) -> None:
+    """At exit: the parent and any run cgroup left in it (quietly: the interpreter is ending)."""
+    try:
+        for entry in os.scandir(parent):
+            if entry.is_dir(follow_symlinks=False):
+                os.rmdir(entry.path)
+        os.rmdir(parent)
+    except OSError:
+        pass
+
+
+def _v2_parent_dir(point: str, root: str, own: str) -> tuple[str | None, str]:
+    """A v2 cgroup whose children get memory and pids: (directory, "") or (None, why not)."""
+    own_dir = _join(point, root, own)
+    if own in ("/", ""):  # the root cgroup may hold processes and enable controllers at once
+        candidates = [own_dir]
+    else:
+        candidates = [os.path.dirname(own_dir.rstrip("/"))]
+    for directory in candidates:
+        try:
+            enabled = set(_read(os.path.join(directory, "cgroup.subtree_control")).split())
+            available = set(_read(os.path.join(directory, "cgroup.controllers")).split())
+        except OSError as exc:
+            return None, f"cannot read {directory}: {exc.strerror}"
+        if not set(CONTROLLERS) <= available:
+            return None, f"the v2 hierarchy offers {sorted(available) or 'no controllers'}"
+        if not set(CONTROLLERS) <= enabled:
+            if own not in ("/", ""):
+                return None, ("the cgroup v2 parent of the trainer's cgroup does not delegate memory and pids "
+                              "(cgroup.subtree_control); see docs/code_and_multimodal.md")
+            try:
+                _write(os.path.join(directory, "cgroup.subtree_control"), "+memory +pids")
+            except OSError as exc:
+                return None, f"cannot enable memory and pids in {directory}: {exc.strerror}"
+        if not os.access(directory, os.W_OK):
+            return None, f"no write access to {directory} (not root, and no delegated cgroup)"
+        return directory, ""
+    return None, "no candidate cgroup"
+
+
+def detect(mountinfo_path: str = "/proc/self/mountinfo", cgroup_path: str = "/proc/self/cgroup") -> CgroupSupport:
+    """Find, per controller, a hierarchy where this process can make per-run cgroups (v2 first, then v1)."""
+    support = CgroupSupport()
+    try:
+        v1_mounts, v2_mount = _mounts(_read(mountinfo_path))
+        v1_own, v2_own = _own_cgroups(_read(cgroup_path))
+    except OSError as exc:
+        support.missing = dict.fromkeys(CONTROLLERS, f"cannot read the cgroup mounts: {exc.strerror}")
+        return support
+    v2_reason = "no cgroup v2 hierarchy is mounted"
+    if v2_mount is not None and v2_own is not None:
+        directory, v2_reason = _v2_parent_dir(*v2_mount, v2_own)
+        if directory is not None:
+            try:
+                parent = _make_parent(directory, 2)
+                support.hierarchies = {c: _Hierarchy(c, 2, parent) for c in CONTROLLERS}
+                return support
+            except OSError as exc:
+                v2_reason = f"cannot create a cgroup in {directory}: {exc.strerror}"
+    for controller in CONTROLLERS:
+        if controller not in v1_mounts or controller not in v1_own:
+            support.missing[controller] = f"{v2_reason}; no cgroup v1 {controller} hierarchy is mounted"
+            continue
+        directory = _join(*v1_mounts[controller], v1_own[controller])
+        try:
+            support.hierarchies[controller] = _Hierarchy(controller, 1, _make_parent(directory, 1))
+        except OSError as exc:
+            support.missing[controller] = (f"{v2_reason}; cannot create a cgroup v1 {controller} group in "
+                                           f"{directory}: {exc.strerror} (not root?)")
+    return support

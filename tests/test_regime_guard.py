@@ -1,0 +1,106 @@
+"""The regime guard: its batch signal, its counting, and its warning inside a real training run."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from helpers import make_prompt_dataset
+from test_trainer import tiny_config
+
+from riskpo_trl import RiskPOConfig, RiskPOTrainer
+from riskpo_trl.estimator import RiskEstimator
+from riskpo_trl.regime_guard import RegimeGuard
+from riskpo_trl.riskpo_trainer import RegimeWarning
+from riskpo_trl.risk import riskpo_advantages
+
+
+def paper_batch(rewards: list[float]):
+    """The paper's MVaR advantage of one batch of 10 prompts x 4 completions, bundles of 5, quantiles from the batch."""
+    r = torch.tensor(rewards)
+    return riskpo_advantages(r, num_generations=4, bundle_size=5, q_alpha=1.0, q_beta=3.0, omega=0.5,
+                             generator=torch.Generator().manual_seed(0))
+
+
+def test_a_low_success_batch_pushes_everything_down_and_a_healthy_one_both_ways():
+    # Nearly nothing solved: every bundle scores at or below q_alpha, so the paper's advantage is negative throughout.
+    low = paper_batch([1.0] + [0.0] * 39).push_metrics()
+    assert low["risk/frac_negative_advantage"] == 1.0 and low["risk/frac_positive_advantage"] == 0.0
+    # Half solved, the authors' advantage (quantiles and centring per bundle group): pushed both ways, and the better
+    # a completion scored the higher its advantage.
+    rewards = (torch.rand(40, generator=torch.Generator().manual_seed(0)) < 0.5).float()
+    authors = RiskEstimator(num_generations=4, bundle_size=5, alpha=0.2, beta=0.8, omega=1.5, quantile_source="group",
+                            advantage_scaling="authors_code", natural_baseline=False, credit_assignment="sum_mean")
+    healthy = authors.step(rewards, generator=torch.Generator().manual_seed(1), train=True).push_metrics()
+    assert 0 < healthy["risk/frac_negative_advantage"] < 0.5 and healthy["risk/frac_positive_advantage"] > 0
+    assert healthy["risk/reward_advantage_corr"] > 0
+
+
+def test_unscorable_completions_do_not_count_and_no_spread_means_no_correlation():
+    batch = paper_batch([float("nan")] * 20 + [0.0] * 20)
+    metrics = batch.push_metrics()
+    assert metrics["risk/frac_negative_advantage"] == 1.0  # of the 20 scorable ones, all pushed down
+    assert "risk/reward_advantage_corr" not in metrics  # every scorable reward is 0: no correlation to speak of
+    assert paper_batch([float("nan")] * 40).push_metrics() == {}
+
+
+def test_guard_warns_once_after_patience_batches_in_a_row():
+    guard = RegimeGuard(threshold=0.7, patience=3)
+    degenerate = {"risk/frac_negative_advantage": 0.9, "risk/frac_positive_advantage": 0.0}
+    healthy = {"risk/frac_negative_advantage": 0.4}
+    assert [guard.observe(m) for m in (degenerate, degenerate, healthy, degenerate, degenerate)] == [None] * 5
+    message = guard.observe(degenerate)
+    assert message and "3 training batches in a row" in message and "90% pushed down and 0% up" in message
+    assert "smaller learning rate" in message and "regime_guard_patience=0" in message
+    assert guard.observe(degenerate) is None  # once per run
+    assert RegimeGuard(0.7, patience=0).observe(degenerate) is None
+    guard = RegimeGuard(0.7, patience=2)
+    assert guard.observe(degenerate) is None and guard.observe({}) is None  # a batch without the metric: no change
+    assert guard.observe(degenerate) is not None
+    restored = RegimeGuard(0.7, patience=2)
+    restored.load_state_dict(guard.state_dict())
+    assert restored.warned and restored.observe(degenerate) is None
+
+
+@pytest.mark.parametrize("field, value", [("regime_guard_threshold", 0.0), ("regime_guard_threshold", 1.5),
+                                          ("regime_guard_patience", -1)])
+def test_guard_settings_are_checked(field, value, tmp_path):
+    with pytest.raises(ValueError, match=field):
+        RiskPOConfig(str(tmp_path), **{field: value})
+
+
+def always_wrong(completions, **kwargs):
+    return [0.0] * len(completions)
+
+
+def right_half_the_time(completions, **kwargs):
+    return [float(i % 2) for i in range(len(completions))]
+
+
+def train_recording_warnings(tiny_model_dir, tmp_path, reward, **overrides):
+    args = tiny_config(tmp_path, max_steps=4, regime_guard_threshold=0.7, regime_guard_patience=2, **overrides)
+    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=reward, args=args, train_dataset=make_prompt_dataset())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    logged = [e["risk/frac_negative_advantage"] for e in trainer.state.log_history
+              if "risk/frac_negative_advantage" in e]
+    return [w for w in caught if issubclass(w.category, RegimeWarning)], logged
+
+
+@pytest.mark.slow
+def test_training_in_the_degenerate_regime_warns_once(tiny_model_dir, tmp_path):
+    # Nothing is ever solved: once the trackers leave their warm start at 0, every completion is pushed down.
+    regime, logged = train_recording_warnings(tiny_model_dir, tmp_path, always_wrong)
+    assert len(logged) == 4 and logged[0] == 0.0 and logged[1:] == [1.0, 1.0, 1.0]
+    assert len(regime) == 1 and "2 training batches in a row" in str(regime[0].message)
+
+
+@pytest.mark.slow
+def test_training_in_a_healthy_regime_stays_quiet(tiny_model_dir, tmp_path):
+    regime, logged = train_recording_warnings(
+        tiny_model_dir, tmp_path, right_half_the_time, advantage_scaling="authors_code", quantile_source="group",
+        natural_baseline=False, credit_assignment="sum_mean", risk_omega=1.5,
+    )
+    assert len(logged) == 4 and max(logged) < 0.7 and not regime
