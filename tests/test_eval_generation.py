@@ -131,6 +131,7 @@ def test_vllm_kwargs_reach_the_engine_and_its_own_options_are_refused(monkeypatc
     for bad, message in [
         ({"seed": 1}, r"vllm_kwargs sets \['seed'\]: give them with their own options"),
         ("[1]", "must be a JSON object"),
+        ("{max_model_len: 8}", "is not JSON"),
     ]:
         with pytest.raises(ValueError, match=message):
             EvalConfig(model="m", backend="vllm", dataset_files=[TOY_ROWS], vllm_kwargs=bad)

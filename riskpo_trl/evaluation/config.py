@@ -76,7 +76,11 @@ class EvalConfig:
         if isinstance(self.code_sandbox, str):  # from the command line
             self.code_sandbox = json.loads(self.code_sandbox)
         if isinstance(self.vllm_kwargs, str):
-            self.vllm_kwargs = json.loads(self.vllm_kwargs)
+            try:
+                self.vllm_kwargs = json.loads(self.vllm_kwargs)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"vllm_kwargs={self.vllm_kwargs!r} is not JSON ({error}); write a JSON object, "
+                                 """e.g. '{"max_model_len": 4096}'.""") from error
         if self.vllm_kwargs is not None:
             if not isinstance(self.vllm_kwargs, dict):
                 raise ValueError(f"vllm_kwargs={self.vllm_kwargs!r} must be a JSON object of vllm.LLM arguments.")
