@@ -23,6 +23,10 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}assistant: {% endif %}"
 )
 
+# Sizes for vLLM's CPU build: its attention kernel takes head dimensions 32, 64, 80, ... 256 and 512, not the default
+# model's 8 (32 hidden / 4 heads). ``build_tiny_model(path, **VLLM_CPU_SIZES)`` gives head_dim 64.
+VLLM_CPU_SIZES = {"hidden_size": 128, "num_heads": 2, "num_kv_heads": 2, "intermediate_size": 128}
+
 
 def _byte_level(text: str) -> list[str]:
     """The byte-level (GPT-2) characters that stand for ``text``'s UTF-8 bytes."""
@@ -72,12 +76,14 @@ def build_tiny_model(
     num_kv_heads: int = 2,
     intermediate_size: int = 64,
     max_position_embeddings: int = 512,
+    initializer_range: float = 0.02,
     seed: int = 0,
 ) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
     """Build a randomly initialised few-layer Qwen2 model and its character tokenizer.
 
     If ``output_dir`` is given, both are saved there so ``from_pretrained(output_dir)`` (and every TRL entry point
-    that takes a model path) loads them.
+    that takes a model path) loads them. With the default ``initializer_range`` the logits are nearly flat and greedy
+    decoding repeats one token whatever the prompt; around 0.2 the completions depend on the prompt.
     """
     tokenizer = build_char_tokenizer(alphabet)
     config = Qwen2Config(
@@ -92,6 +98,7 @@ def build_tiny_model(
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.bos_token_id,
         tie_word_embeddings=True,
+        initializer_range=initializer_range,
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)

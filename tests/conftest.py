@@ -6,13 +6,24 @@ import os
 
 import pytest
 from datasets import Dataset
-from helpers import make_prompt_dataset
+from helpers import make_prompt_dataset, real_vllm_missing
 
 from riskpo_trl.tiny_model import build_tiny_model
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_DISABLED", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = None
+    for item in items:
+        if item.get_closest_marker("vllm_real") is None:
+            continue
+        reason = reason or real_vllm_missing()
+        if reason is None:
+            return
+        item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session")

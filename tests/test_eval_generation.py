@@ -8,7 +8,7 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
-from helpers import geometry3k_parquet
+from helpers import geometry3k_parquet, real_vllm_missing
 import torch
 
 from riskpo_trl.evaluation import EvalConfig, evaluate
@@ -48,6 +48,8 @@ def test_transformers_backend_stops_on_every_generation_config_eos():
         num_samples=1, temperature=0.0, max_new_tokens=8, return_logprobs=True
     ))  # fmt: skip
     assert x_samples[0].num_tokens == 1  # was 8 when the padding counted
+    # Its text stops before the stop token, as vLLM's does, though that token is an ordinary character.
+    assert x_samples[0].text == ""
     assert hello_samples[0].num_tokens == 8
     # The log-prob diagnostic covers the one real token, not the padding after it.
     x_alone = TransformersBackend(model, tokenizer).generate(["x"], SamplingSettings(
@@ -115,3 +117,31 @@ def test_vllm_gets_each_prompts_images_in_its_multi_modal_form(monkeypatch, tmp_
     assert all(len(request["multi_modal_data"]["image"]) == 1 for request in fake.prompts)
     assert "Find x" in fake.prompts[0]["prompt"]
     assert results["benchmarks"]["geometry3k_test"]["complete"]
+
+
+def test_vllm_kwargs_reach_the_engine_and_its_own_options_are_refused(monkeypatch, tmp_path):
+    fake = FakeVLLM()
+    monkeypatch.setitem(sys.modules, "vllm", fake.module)
+    config = EvalConfig(model="org/model", backend="vllm", dataset_files=[TOY_ROWS], num_samples=1, ks=[1],
+                        dtype="float32", output_dir=str(tmp_path), vllm_kwargs='{"max_model_len": 4096, '
+                        '"tensor_parallel_size": 2}')  # fmt: skip
+    evaluate(config, progress=False)
+    assert fake.engine_kwargs == [{"model": "org/model", "seed": 0, "dtype": "float32", "max_model_len": 4096,
+                                   "tensor_parallel_size": 2}]
+    for bad, message in [
+        ({"seed": 1}, r"vllm_kwargs sets \['seed'\]: give them with their own options"),
+        ("[1]", "must be a JSON object"),
+        ("{max_model_len: 8}", "is not JSON"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            EvalConfig(model="m", backend="vllm", dataset_files=[TOY_ROWS], vllm_kwargs=bad)
+    with pytest.raises(ValueError, match="backend='transformers'"):
+        EvalConfig(model="m", backend="transformers", dataset_files=[TOY_ROWS], vllm_kwargs={"max_model_len": 8})
+
+
+def test_real_vllm_tests_skip_when_only_a_stand_in_or_no_vllm_is_importable(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", FakeVLLM().module)
+    assert "only a stand-in `vllm` module" in real_vllm_missing()
+    monkeypatch.setitem(sys.modules, "vllm", None)  # what importlib reports for a package that is not there
+    assert "vLLM is not installed" in real_vllm_missing()
+    assert ".ci/vllm_real.sh" in real_vllm_missing()

@@ -53,6 +53,12 @@ class EvalConfig:
         metadata={"help": "Sandbox of the code benchmarks: max_workers and riskpo_trl.code.SandboxLimits fields, as "
                   "a JSON object (the `code_sandbox:` block of a training recipe)."},
     )
+    vllm_kwargs: dict | str | None = field(
+        default=None,
+        metadata={"help": "More arguments of the vLLM engine (vllm.LLM), as a JSON object, e.g. "
+                  "'{\"max_model_len\": 4096, \"tensor_parallel_size\": 2, \"gpu_memory_utilization\": 0.8}'. "
+                  "The model, dtype and seed come from their own options."},
+    )
     resume: bool = field(default=False, metadata={"help": "Skip problems already scored in output_dir/samples.jsonl."})
 
     def __post_init__(self):
@@ -69,6 +75,22 @@ class EvalConfig:
             raise ValueError("Nothing to evaluate: give benchmarks (e.g. `--benchmarks math500`) or dataset_files.")
         if isinstance(self.code_sandbox, str):  # from the command line
             self.code_sandbox = json.loads(self.code_sandbox)
+        if isinstance(self.vllm_kwargs, str):
+            try:
+                self.vllm_kwargs = json.loads(self.vllm_kwargs)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"vllm_kwargs={self.vllm_kwargs!r} is not JSON ({error}); write a JSON object, "
+                                 """e.g. '{"max_model_len": 4096}'.""") from error
+        if self.vllm_kwargs is not None:
+            if not isinstance(self.vllm_kwargs, dict):
+                raise ValueError(f"vllm_kwargs={self.vllm_kwargs!r} must be a JSON object of vllm.LLM arguments.")
+            own = sorted({"model", "dtype", "seed", "tokenizer"} & self.vllm_kwargs.keys())
+            if own:
+                raise ValueError(f"vllm_kwargs sets {own}: give them with their own options (--model, --dtype, "
+                                 "--seed) so the results record them.")
+            if self.backend == "transformers":
+                raise ValueError("vllm_kwargs configures the vLLM engine, but backend='transformers'; drop it or "
+                                 "use backend='vllm'.")
 
     @property
     def sampling(self) -> SamplingSettings:

@@ -63,7 +63,8 @@ def evaluate(
                for kind in {benchmark.kind for benchmark in benchmarks}}
     if backend is None:
         backend = load_backend(
-            config.backend, config.model, config.adapter, config.batch_size, config.dtype, seed=config.seed
+            config.backend, config.model, config.adapter, config.batch_size, config.dtype, seed=config.seed,
+            vllm_kwargs=config.vllm_kwargs,
         )
     output_dir.mkdir(parents=True, exist_ok=True)
     if not config.resume and samples_path.exists():

@@ -116,7 +116,8 @@ class TransformersBackend:
         )
         prompt_length = inputs["input_ids"].shape[1]
         completion_ids = sequences[:, prompt_length:]
-        completion_mask = _completion_mask(completion_ids, self._stop_token_ids(), tokenizer.pad_token_id)
+        stop_ids = self._stop_token_ids()
+        completion_mask = _completion_mask(completion_ids, stop_ids, tokenizer.pad_token_id)
         mean_logprobs = None
         if settings.return_logprobs:
             if images is not None:
@@ -124,7 +125,11 @@ class TransformersBackend:
             mean_logprobs = self._mean_logprobs(
                 sequences, inputs["attention_mask"], completion_mask, settings.num_samples
             )
-        texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+        # The text stops before the stop token, as vLLM's does: a stop id that is no special token (a generation
+        # config may list any) would otherwise end the text here and not there. The token still counts in lengths.
+        kept = [[token for token, keep in zip(ids, mask) if keep and token not in stop_ids]
+                for ids, mask in zip(completion_ids.tolist(), completion_mask.tolist())]
+        texts = tokenizer.batch_decode(kept, skip_special_tokens=True)
         lengths = completion_mask.sum(dim=1).tolist()
         samples = [
             Sample(text, int(length), None if mean_logprobs is None else mean_logprobs[i])
@@ -241,9 +246,11 @@ def load_backend(
     batch_size: int = 8,
     dtype: str = "auto",
     seed: int = 0,
+    vllm_kwargs: dict[str, Any] | None = None,
 ):
     """Build the sampling backend: ``"vllm"``, ``"transformers"``, or ``"auto"`` (vLLM if installed and a GPU is
-    visible, transformers otherwise). A model that fails to load raises a RuntimeError naming it."""
+    visible, transformers otherwise); ``vllm_kwargs`` go to ``vllm.LLM``. A model that fails to load raises a
+    RuntimeError naming it."""
     if backend not in ("auto", "vllm", "transformers"):
         raise ValueError(f"backend={backend!r} is unknown; choose 'auto', 'vllm' or 'transformers'.")
     if backend == "auto":
@@ -252,7 +259,7 @@ def load_backend(
         raise ImportError(VLLM_MISSING)
     try:
         if backend == "vllm":
-            return VLLMBackend(model_name_or_path, adapter, seed=seed, dtype=dtype)
+            return VLLMBackend(model_name_or_path, adapter, seed=seed, dtype=dtype, **(vllm_kwargs or {}))
         return TransformersBackend.from_pretrained(model_name_or_path, adapter, batch_size=batch_size, dtype=dtype)
     except Exception as error:
         raise RuntimeError(
