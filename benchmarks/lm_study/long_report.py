@@ -33,6 +33,13 @@ GUARD_PATIENCE = 10
 COMPARISONS = (("riskpo", "grpo"), ("riskpo", "gspo"), ("riskpo_authors", "grpo"), ("riskpo_authors", "gspo"))
 
 
+def run_time(run: dict[str, Any]) -> str:
+    """Wall minutes of training with evaluation, and the mean 1-minute load while it ran (not recorded by the
+    first runs)."""
+    load = run.get("load_average")
+    return f"{run['train_seconds'] / 60:.0f} ({load['mean']:.1f})" if load else f"{run['train_seconds'] / 60:.0f} (n/r)"
+
+
 def load_long_runs(out: Path, start: str) -> dict[str, dict[str, Any]]:
     return {p.stem: json.loads(p.read_text()) for p in sorted((out / start / "runs").glob("*.json"))}
 
@@ -219,7 +226,7 @@ def _start_section(protocol: LongProtocol, start: str, sft: dict[str, Any], star
     lines += ["", "### The learning-rate grid (seed %d; selection: %s)" % (cfg.grid_seed, LONG_SELECTION_CRITERION),
               "",
               "| method | lr | val Pass@1 | val Pass@16 | criterion | chosen | best val batch | entropy / start | "
-              "coverage collapse at | entropy collapse at | train min |", "|---" * 11 + "|"]
+              "coverage collapse at | entropy collapse at | train min (mean load) |", "|---" * 11 + "|"]
     for m in methods:
         for lr in cfg.learning_rates:
             r = runs.get(run_name(m, lr, cfg.grid_seed))
@@ -233,7 +240,7 @@ def _start_section(protocol: LongProtocol, start: str, sft: dict[str, Any], star
                 f"{r['selection_score']:.3f} | {'yes' if chosen.get(m) == lr else ''} | "
                 f"{r['best_val_generation_batch']} | {val['entropy'] / start_eval['val']['all']['entropy']:.2f} | "
                 f"{collapse_batch(r, start_eval, protocol, 'coverage') or '-'} | "
-                f"{collapse_batch(r, start_eval, protocol, 'entropy') or '-'} | {r['train_seconds'] / 60:.0f} |")
+                f"{collapse_batch(r, start_eval, protocol, 'entropy') or '-'} | {run_time(r)} |")
     lines += ["", "### Test at the chosen learning rate (mean ± std over seeds)", "",
               "| method | lr | seeds | " + " | ".join(f"Pass@{k}" for k in shown) + " | val entropy (end) |",
               "|---" * (len(shown) + 4) + "|",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -291,6 +292,7 @@ def run_long_rl(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: Pat
     tracked: list[dict[str, Any]] = []
     best: dict[str, Any] = {"score": -math.inf, "generation_batch": None, "state": None}
     steps_between = eval_every * cfg.updates_per_generation
+    loads = [os.getloadavg()[0]]  # 1-minute load average: the cores are shared, so each run records its load
 
     class TrackValidation(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kwargs):
@@ -300,6 +302,7 @@ def run_long_rl(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: Pat
             batch = state.global_step // cfg.updates_per_generation
             score = long_selection_score(val)
             tracked.append({"generation_batch": batch, "update": state.global_step, "score": score, "val": val})
+            loads.append(os.getloadavg()[0])
             if score > best["score"]:
                 best.update(score=score, generation_batch=batch,
                             state={k: v.detach().clone() for k, v in model.state_dict().items()})
@@ -318,6 +321,7 @@ def run_long_rl(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: Pat
         "start": start_dir.name,
         "train_buckets": list(train_buckets) if train_buckets else None,
         "train_seconds": seconds,
+        "load_average": {"mean": sum(loads) / len(loads), "max": max(loads), "samples": len(loads)},
         "curves": training_curves(trainer, cfg, seed),
         "batch_signals": getattr(trainer, "batch_signal_history", []),
         "tracked": tracked,
