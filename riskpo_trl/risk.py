@@ -435,6 +435,25 @@ def empirical_quantiles(scores: torch.Tensor, levels: torch.Tensor | list[float]
     return torch.quantile(finite, levels_t)
 
 
+def push_signals(advantages: torch.Tensor, rewards: torch.Tensor | None = None) -> dict[str, float]:
+    """Which way a batch pushes its completions: the shares with a negative and with a positive advantage (beyond
+    1e-6) and, given the rewards, the Pearson correlation between a completion's own reward and its advantage (left
+    out when either has no spread). Empty for an empty batch."""
+    adv = advantages.double()
+    if not adv.numel():
+        return {}
+    signals = {
+        "frac_negative_advantage": (adv < -1e-6).double().mean().item(),
+        "frac_positive_advantage": (adv > 1e-6).double().mean().item(),
+    }
+    if rewards is not None:
+        r_c, a_c = rewards.double() - rewards.double().mean(), adv - adv.mean()
+        denom = (r_c.pow(2).sum() * a_c.pow(2).sum()).sqrt()
+        if denom > 1e-12:
+            signals["reward_advantage_corr"] = ((r_c * a_c).sum() / denom).item()
+    return signals
+
+
 def mvar_objective(scores: torch.Tensor, q_alpha: Quantile, q_beta: Quantile, omega: float) -> torch.Tensor:
     """Batch estimate of the bundled MVaR objective (section 4)::
 
@@ -492,25 +511,14 @@ class RiskPOBatch:
         return metrics
 
     def push_metrics(self) -> dict[str, float]:
-        """Which way the batch pushes its completions, over the scorable ones: the shares with a negative and with a
-        positive advantage (beyond 1e-6), and the correlation between a completion's own reward and its advantage
-        (left out when either has no spread). A batch that pushes most completions down and none up, whatever they
-        scored, is the regime the regime guard watches (see ``RiskPOConfig.regime_guard_threshold``)."""
+        """:func:`push_signals` over the scorable completions, as ``risk/*`` metrics. A batch that pushes most
+        completions down and none up, whatever they scored, is the regime the regime guard watches (see
+        ``RiskPOConfig.regime_guard_threshold``)."""
         scorable = ~self.unscorable if self.unscorable is not None else torch.ones_like(self.advantages, dtype=bool)
-        adv = self.advantages[scorable].double()
-        if not adv.numel():
+        if not scorable.any():
             return {}
-        metrics = {
-            "risk/frac_negative_advantage": (adv < -1e-6).double().mean().item(),
-            "risk/frac_positive_advantage": (adv > 1e-6).double().mean().item(),
-        }
-        if self.rewards is not None:
-            rewards = self.rewards[scorable].double()
-            r_c, a_c = rewards - rewards.mean(), adv - adv.mean()
-            denom = (r_c.pow(2).sum() * a_c.pow(2).sum()).sqrt()
-            if denom > 1e-12:
-                metrics["risk/reward_advantage_corr"] = ((r_c * a_c).sum() / denom).item()
-        return metrics
+        rewards = self.rewards[scorable] if self.rewards is not None else None
+        return {f"risk/{name}": value for name, value in push_signals(self.advantages[scorable], rewards).items()}
 
 
 # --- one batch -----------------------------------------------------------------------------------------------------

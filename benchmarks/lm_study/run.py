@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from riskpo_trl.risk import push_signals
+
 from .config import AUTHORS_FIELDS, METHODS, LMConfig
 from .evaluation import evaluate, evaluate_tracked, selection_score
 from .task import exact_match_reward, make_splits, prompt_of
@@ -44,17 +46,15 @@ def lower_tail_rvar(rewards: list[float], num_generations: int, bundle_size: int
 
 
 def batch_signals(rewards: torch.Tensor, advantages: torch.Tensor, num_generations: int) -> dict[str, float | None]:
-    """What a regime guard could watch on one training generation batch: the shares of completions pushed down and
-    up, the correlation between a completion's own reward and its advantage, and the shares of prompts whose
-    completions all failed or all succeeded."""
-    rewards, advantages = rewards.double(), advantages.double()
-    r_c, a_c = rewards - rewards.mean(), advantages - advantages.mean()
-    denom = float((r_c.pow(2).sum() * a_c.pow(2).sum()).sqrt())
-    grouped = rewards.view(-1, num_generations)
+    """What a regime guard could watch on one training generation batch: the trainer's own
+    :func:`~riskpo_trl.risk.push_signals` (shares pushed down and up, reward-advantage correlation, ``None`` when
+    undefined) and the shares of prompts whose completions all failed or all succeeded."""
+    signals = push_signals(advantages, rewards)
+    grouped = rewards.double().view(-1, num_generations)
     return {
-        "frac_negative_advantage": float((advantages < -1e-6).double().mean()),
-        "frac_positive_advantage": float((advantages > 1e-6).double().mean()),
-        "reward_advantage_corr": float((r_c * a_c).sum()) / denom if denom > 1e-12 else None,
+        "frac_negative_advantage": signals["frac_negative_advantage"],
+        "frac_positive_advantage": signals["frac_positive_advantage"],
+        "reward_advantage_corr": signals.get("reward_advantage_corr"),
         "frac_prompts_all_wrong": float((grouped.max(1).values <= 0).double().mean()),
         "frac_prompts_all_right": float((grouped.min(1).values >= 1).double().mean()),
     }
