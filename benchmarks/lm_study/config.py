@@ -3,7 +3,6 @@ sizes of the short protocol, which the long protocol overrides)."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, replace
 
 METHODS = ("grpo", "gspo", "riskpo", "riskpo_authors", "risk_seeking")
@@ -86,16 +85,6 @@ class LMConfig:
             eval_samples=2,
             ks=(1, 2),
         )
-
-
-def method_available(method: str) -> bool:
-    """``riskpo_authors`` needs the issue-10 fields on ``RiskPOConfig``; every other method always runs."""
-    if method != "riskpo_authors":
-        return True
-    from riskpo_trl import RiskPOConfig
-
-    names = {f.name for f in dataclasses.fields(RiskPOConfig)}
-    return set(AUTHORS_FIELDS) <= names
 
 
 LONG_SELECTION_CRITERION = (

@@ -47,7 +47,7 @@ import torch
 
 from benchmarks._common import RESULTS_DIR
 
-from .config import METHOD_LABELS, METHODS, LMConfig, method_available
+from .config import METHODS, LMConfig
 from .diagnostics import gradient_diagnostics
 from .run import run_name, run_rl, select_lrs
 from .sft import run_sft
@@ -97,8 +97,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cfg = replace(cfg, learning_rates=tuple(sorted(set(cfg.learning_rates) | set(args.extra_lrs))))
     out = args.out or RESULTS_DIR / ("lm-smoke" if args.smoke else "lm")
     out.mkdir(parents=True, exist_ok=True)
-    methods = [m for m in args.methods if method_available(m)]
-    skipped = [METHOD_LABELS[m] for m in args.methods if m not in methods]
+    methods = list(args.methods)
     start = time.perf_counter()
     if not args.report_only:
         run_sft(cfg, out)
@@ -113,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if not args.skip_diagnostics:
             gradient_diagnostics(cfg, out, [m for m in methods if m != "gspo"],  # GSPO's advantage is GRPO's
                                  num_batches=3 if args.smoke else 32)
-    return report(cfg, out, methods, skipped, time.perf_counter() - start)
+    return report(cfg, out, methods, time.perf_counter() - start)
 
 
 if __name__ == "__main__":

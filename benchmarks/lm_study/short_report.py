@@ -62,7 +62,7 @@ def summarize(cfg: LMConfig, out_dir: Path, methods: list[str]) -> dict[str, Any
     return {"chosen_lr": chosen, "grid": grid, "methods": table, "runs": runs}
 
 
-def _markdown(cfg: LMConfig, sft: dict[str, Any], summary: dict[str, Any], methods: list[str], skipped: list[str],
+def _markdown(cfg: LMConfig, sft: dict[str, Any], summary: dict[str, Any], methods: list[str],
               missing: list[str], machine: dict[str, Any], wall: float | None,
               diagnostics: dict[str, Any] | None = None) -> str:
     top = cfg.ks[-1]
@@ -79,8 +79,6 @@ def _markdown(cfg: LMConfig, sft: dict[str, Any], summary: dict[str, Any], metho
         f"{cfg.temperature}; lr grid {list(cfg.learning_rates)} at seed {cfg.grid_seed}, chosen by: "
         f"{SELECTION_CRITERION}; test seeds {list(cfg.test_seeds)}, mean ± std.",
     ]
-    if skipped:
-        lines += ["", "Not run (library lacks the fields): " + ", ".join(skipped) + "."]
     if missing:
         lines += ["", "Not finished (rerun the command to resume): " + ", ".join(missing) + "."]
     lines += ["", "## Test results at the chosen lr", "",
@@ -184,7 +182,7 @@ def plot(cfg: LMConfig, sft: dict[str, Any], summary: dict[str, Any], out_dir: P
     return paths
 
 
-def report(cfg: LMConfig, out_dir: Path, methods: list[str], skipped: list[str], wall: float | None = None):
+def report(cfg: LMConfig, out_dir: Path, methods: list[str], wall: float | None = None):
     sft = json.loads((out_dir / "sft_summary.json").read_text())
     summary = summarize(cfg, out_dir, methods)
     expected = {run_name(m, lr, cfg.grid_seed) for m in methods for lr in cfg.learning_rates}
@@ -194,9 +192,9 @@ def report(cfg: LMConfig, out_dir: Path, methods: list[str], skipped: list[str],
     machine = machine_info()
     diagnostics_path = out_dir / "gradient_diagnostics.json"
     diagnostics = json.loads(diagnostics_path.read_text()) if diagnostics_path.exists() else None
-    text = _markdown(cfg, sft, summary, methods, skipped, missing, machine, wall, diagnostics)
+    text = _markdown(cfg, sft, summary, methods, missing, machine, wall, diagnostics)
     payload = {"config": asdict(cfg), "selection_criterion": SELECTION_CRITERION, "machine": machine,
-               "wall_seconds": wall, "not_run": skipped, "not_finished": missing, "sft": sft,
+               "wall_seconds": wall, "not_finished": missing, "sft": sft,
                "gradient_diagnostics": diagnostics,
                **{k: v for k, v in summary.items() if k != "runs"}}
     write_results("lm_study", payload, text, out_dir)
