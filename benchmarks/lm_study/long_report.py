@@ -98,32 +98,60 @@ def guard_alarm(series: list[float | None], direction: str, threshold: float, pa
 
 def guard_table(all_runs: dict[str, dict[str, dict[str, Any]]], start_evals: dict[str, Any],
                 protocol: LongProtocol) -> list[dict[str, Any]]:
-    """For every candidate (signal, threshold): over every finished run of both starts, how many coverage collapses it
-    announced before they happened (and by how many batches), how many it missed, and how many runs that never
-    collapsed it alarmed on."""
+    """For every candidate (signal, threshold): over every finished run of both starts, how many coverage collapses
+    (see :func:`collapse_batch`) it announced before they happened (and by how many
+    batches), how many it missed, and which runs that never collapsed it alarmed on."""
     rows = []
     for name, (direction, thresholds) in GUARD_CANDIDATES.items():
         for threshold in thresholds:
-            caught, missed, false_alarms, quiet, leads = 0, 0, 0, 0, []
+            caught, missed, false_alarms, quiet, leads = [], [], [], 0, []
             for start, runs in all_runs.items():
-                for run in runs.values():
+                for run_key, run in runs.items():
                     series = signal_series(run, name)
                     if all(v is None for v in series):
                         continue
                     alarm = guard_alarm(series, direction, threshold, GUARD_PATIENCE)
                     collapsed = collapse_batch(run, start_evals[start], protocol, "coverage")
                     if collapsed is None:
-                        false_alarms += alarm is not None
-                        quiet += alarm is None
+                        if alarm is None:
+                            quiet += 1
+                        else:
+                            false_alarms.append(f"{start}/{run_key}")
                     elif alarm is not None and alarm <= collapsed:
-                        caught += 1
+                        caught.append(f"{start}/{run_key}")
                         leads.append(collapsed - alarm)
                     else:
-                        missed += 1
-            rows.append({"signal": name, "rule": f"{direction} {threshold:g}", "caught": caught, "missed": missed,
-                         "false_alarms": false_alarms, "quiet_healthy": quiet,
+                        missed.append(f"{start}/{run_key}")
+            rows.append({"signal": name, "rule": f"{direction} {threshold:g}",
+                         "caught": caught, "missed": missed, "false_alarms": false_alarms, "quiet_healthy": quiet,
                          "median_lead_batches": statistics.median(leads) if leads else None})
     return rows
+
+
+def _by_method(run_keys: list[str]) -> str:
+    """``3 (RiskPO (paper) x2 low, ...)``: how many runs, and which method and start they were."""
+    if not run_keys:
+        return "0"
+    counts: dict[str, int] = {}
+    for key in run_keys:
+        start, name = key.split("/")
+        label = f"{METHOD_LABELS[name.split('-lr')[0]]}, lr {name.split('-lr')[1].split('-seed')[0]}, {start}"
+        counts[label] = counts.get(label, 0) + 1
+    return f"{len(run_keys)} (" + "; ".join(f"{label} x{n}" for label, n in counts.items()) + ")"
+
+
+def guard_lines(guard: list[dict[str, Any]], title: str) -> list[str]:
+    lines = [title, "",
+             f"Every finished run of both starts; a rule fires when the signal stays past its threshold for "
+             f"{GUARD_PATIENCE} training batches in a row.", "",
+             "| signal | rule | collapses caught (before they happen) | missed | false alarms | healthy runs left "
+             "quiet | median lead (batches) |", "|---|---|---|---|---|---|---|"]
+    for row in guard:
+        lead = row["median_lead_batches"]
+        lines.append(f"| {row['signal']} | {row['rule']} | {_by_method(row['caught'])} "
+                     f"| {_by_method(row['missed'])} | {_by_method(row['false_alarms'])} | {row['quiet_healthy']} "
+                     f"| {'-' if lead is None else lead} |")
+    return lines
 
 
 # --- the verdicts ----------------------------------------------------------------------------------------------------
@@ -335,15 +363,7 @@ def report(protocol: LongProtocol, out: Path, starts: list[str], methods: list[s
         }
     guard = guard_table(all_runs, start_evals, protocol)
     payload["guard_candidates"] = guard
-    lines += ["## Which batch signal announces a coverage collapse?", "",
-              f"Every finished run of both starts; a rule fires when the signal stays past its threshold for "
-              f"{GUARD_PATIENCE} training batches in a row.", "",
-              "| signal | rule | collapses caught (before they happen) | missed | false alarms | healthy runs left "
-              "quiet | median lead (batches) |", "|---|---|---|---|---|---|---|"]
-    for row in guard:
-        lead = row["median_lead_batches"]
-        lines.append(f"| {row['signal']} | {row['rule']} | {row['caught']} | {row['missed']} | {row['false_alarms']} "
-                     f"| {row['quiet_healthy']} | {'-' if lead is None else lead} |")
+    lines += guard_lines(guard, "## Which batch signal announces a coverage collapse?")
     lines += ["", f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores shared with other jobs, load "
               f"average at report time {machine.get('load_average_at_start')}, torch {machine['torch']}, trl "
               f"{machine['trl']}."]
