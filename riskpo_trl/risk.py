@@ -454,6 +454,20 @@ def push_signals(advantages: torch.Tensor, rewards: torch.Tensor | None = None) 
     return signals
 
 
+def frac_prompts_all_failed(rewards: torch.Tensor, num_generations: int) -> float | None:
+    """Share of prompts none of whose scorable completions scored above 0: with RLVR's correctness rewards (1/0 or
+    1/-1) the prompts that are all wrong, where the paper's advantage can only push down. Prompts with no scorable
+    completion do not count; ``None`` when no prompt does. (A reward that pays something for a wrong answer, e.g. a
+    format bonus, makes this undercount.)"""
+    rows = rewards.double().view(-1, num_generations)
+    finite = torch.isfinite(rows)
+    counted = finite.any(dim=1)
+    if not counted.any():
+        return None
+    best = torch.where(finite, rows, torch.full_like(rows, -torch.inf)).max(dim=1).values
+    return (best[counted] <= 0).double().mean().item()
+
+
 def mvar_objective(scores: torch.Tensor, q_alpha: Quantile, q_beta: Quantile, omega: float) -> torch.Tensor:
     """Batch estimate of the bundled MVaR objective (section 4)::
 
@@ -478,6 +492,7 @@ class RiskPOBatch:
     q_beta: float | torch.Tensor
     unscorable: torch.Tensor | None = None  # one bool per completion: no reward function scored it
     rewards: torch.Tensor | None = None  # one per completion, NaN where unscorable
+    num_generations: int | None = None  # completions per prompt (G), for the per-prompt metrics
 
     def metrics(self, omega: float) -> dict[str, float]:
         """The per-batch ``risk/*`` metrics the trainer logs (per-bundle quantiles are logged as their mean).
@@ -511,14 +526,18 @@ class RiskPOBatch:
         return metrics
 
     def push_metrics(self) -> dict[str, float]:
-        """:func:`push_signals` over the scorable completions, as ``risk/*`` metrics. A batch that pushes most
-        completions down and none up, whatever they scored, is the regime the regime guard watches (see
-        ``RiskPOConfig.regime_guard_threshold``)."""
+        """:func:`push_signals` over the scorable completions and :func:`frac_prompts_all_failed`, as ``risk/*``
+        metrics. The second is what the regime guard watches (see ``RiskPOConfig.regime_guard_threshold``)."""
         scorable = ~self.unscorable if self.unscorable is not None else torch.ones_like(self.advantages, dtype=bool)
         if not scorable.any():
             return {}
         rewards = self.rewards[scorable] if self.rewards is not None else None
-        return {f"risk/{name}": value for name, value in push_signals(self.advantages[scorable], rewards).items()}
+        metrics = {f"risk/{name}": value for name, value in push_signals(self.advantages[scorable], rewards).items()}
+        if self.rewards is not None and self.num_generations:
+            failed = frac_prompts_all_failed(self.rewards, self.num_generations)
+            if failed is not None:
+                metrics["risk/frac_prompts_all_failed"] = failed
+        return metrics
 
 
 # --- one batch -----------------------------------------------------------------------------------------------------
@@ -592,6 +611,7 @@ def riskpo_advantages(
         q_beta=_as_float_or_tensor(q_beta),
         unscorable=unscorable,
         rewards=rewards,
+        num_generations=num_generations,
     )
 
 

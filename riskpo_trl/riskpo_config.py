@@ -50,7 +50,7 @@ class RiskPOConfig(GRPOConfig):
         natural_baseline (`bool`, defaults to `True`), credit_assignment (`str`, defaults to `"uniform"`), bundling
         (`str`, defaults to `"permutation"`), quantile_lr (`float`, defaults to `0.1`), quantile_lr_decay (`float`,
         defaults to `0.0`), max_unscorable_batches (`int`, defaults to `3`), regime_guard_threshold (`float`, defaults to
-        `0.7`), regime_guard_patience (`int`, defaults to `10`): see each field's help. The non-default
+        `0.5`), regime_guard_patience (`int`, defaults to `10`): see each field's help. The non-default
         advantage choices reproduce the authors' public code (see `docs/algorithm.md`).
         steps_per_generation (`int`, defaults to `4 x gradient_accumulation_steps` unless it or generation_batch_size
         is set): the paper's 4 optimizer updates per generation batch.
@@ -132,11 +132,12 @@ class RiskPOConfig(GRPOConfig):
                   "stops. The share of unscorable completions is logged as risk/frac_unscorable."},
     )
     regime_guard_threshold: float = field(
-        default=0.7,
-        metadata={"help": "The regime guard warns once when at least this share of a training batch's completions get "
-                  "a negative advantage (risk/frac_negative_advantage) for regime_guard_patience batches in a row: "
-                  "the low-success regime in which the paper's advantage was measured to collapse "
-                  "(docs/replication.md). In (0, 1]."},
+        default=0.5,
+        metadata={"help": "The regime guard warns once when at least this share of a training batch's prompts have no "
+                  "completion with a reward above 0 (risk/frac_prompts_all_failed) for "
+                  "regime_guard_patience batches in a row: the low-success regime in which the paper's advantage "
+                  "collapsed at GRPO's learning rate (docs/replication.md). Only with advantage_scaling='none'. "
+                  "In (0, 1]."},
     )
     regime_guard_patience: int = field(
         default=10,

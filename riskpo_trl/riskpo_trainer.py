@@ -119,7 +119,9 @@ class RiskPOTrainer(GRPOTrainer):
         super().__init__(model, reward_funcs, args=args, **kwargs)
         use_compact_log(self)
         self.risk_estimator = RiskEstimator.from_config(args)
-        self.regime_guard = RegimeGuard(args.regime_guard_threshold, args.regime_guard_patience)
+        # The guard's evidence is about the paper's advantage; the authors' scaling did not collapse in its regime.
+        patience = args.regime_guard_patience if args.advantage_scaling == "none" else 0
+        self.regime_guard = RegimeGuard(args.regime_guard_threshold, patience)
         self._unscorable_batches = 0  # consecutive training batches without a scorable completion
         self._eval_batches = 0
         self._last_rewards_per_func: torch.Tensor | None = None

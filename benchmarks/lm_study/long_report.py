@@ -29,6 +29,12 @@ GUARD_CANDIDATES: dict[str, tuple[str, tuple[float, ...]]] = {
     "quantile_gap": ("<=", (0.0, 0.5)),
 }
 GUARD_PATIENCE = 10
+# Added after the low start's runs and the moderate start's RiskPO grid had finished (post hoc, marked * in the
+# report): every run of the paper's advantage pushed ~80% of completions down in both regimes, so the first candidate
+# could not tell them apart; the share of all-wrong prompts (recorded from the first run) can.
+POST_HOC_GUARD_CANDIDATES: dict[str, tuple[str, tuple[float, ...]]] = {
+    "frac_prompts_all_wrong": (">=", (0.3, 0.5, 0.7)),
+}
 # The pairs the verdicts compare: (challenger, reference).
 COMPARISONS = (("riskpo", "grpo"), ("riskpo", "gspo"), ("riskpo_authors", "grpo"), ("riskpo_authors", "gspo"))
 
@@ -102,7 +108,9 @@ def guard_table(all_runs: dict[str, dict[str, dict[str, Any]]], start_evals: dic
     (see :func:`collapse_batch`) it announced before they happened (and by how many
     batches), how many it missed, and which runs that never collapsed it alarmed on."""
     rows = []
-    for name, (direction, thresholds) in GUARD_CANDIDATES.items():
+    candidates = [(name, rule, False) for name, rule in GUARD_CANDIDATES.items()]
+    candidates += [(name, rule, True) for name, rule in POST_HOC_GUARD_CANDIDATES.items()]
+    for name, (direction, thresholds), post_hoc in candidates:
         for threshold in thresholds:
             caught, missed, false_alarms, quiet, leads = [], [], [], 0, []
             for start, runs in all_runs.items():
@@ -122,7 +130,7 @@ def guard_table(all_runs: dict[str, dict[str, dict[str, Any]]], start_evals: dic
                         leads.append(collapsed - alarm)
                     else:
                         missed.append(f"{start}/{run_key}")
-            rows.append({"signal": name, "rule": f"{direction} {threshold:g}",
+            rows.append({"signal": name, "rule": f"{direction} {threshold:g}", "post_hoc": post_hoc,
                          "caught": caught, "missed": missed, "false_alarms": false_alarms, "quiet_healthy": quiet,
                          "median_lead_batches": statistics.median(leads) if leads else None})
     return rows
@@ -143,12 +151,12 @@ def _by_method(run_keys: list[str]) -> str:
 def guard_lines(guard: list[dict[str, Any]], title: str) -> list[str]:
     lines = [title, "",
              f"Every finished run of both starts; a rule fires when the signal stays past its threshold for "
-             f"{GUARD_PATIENCE} training batches in a row.", "",
+             f"{GUARD_PATIENCE} training batches in a row. Signals marked * were added post hoc.", "",
              "| signal | rule | collapses caught (before they happen) | missed | false alarms | healthy runs left "
              "quiet | median lead (batches) |", "|---|---|---|---|---|---|---|"]
     for row in guard:
         lead = row["median_lead_batches"]
-        lines.append(f"| {row['signal']} | {row['rule']} | {_by_method(row['caught'])} "
+        lines.append(f"| {row['signal']}{'*' if row['post_hoc'] else ''} | {row['rule']} | {_by_method(row['caught'])} "
                      f"| {_by_method(row['missed'])} | {_by_method(row['false_alarms'])} | {row['quiet_healthy']} "
                      f"| {'-' if lead is None else lead} |")
     return lines
