@@ -4,8 +4,9 @@ In the long-horizon tiny-LM study (``docs/replication.md``) the paper's MVaR adv
 prompts were never solved, and only at the learning rate that suited GRPO. The share of completions it pushes down
 did not tell that regime apart (78-81% in every run, none ever pushed up: the paper's advantage is never positive
 with its natural baseline); the share of prompts with no successful completion did (a run mean of 0.69-0.90 in the
-low-success regime, 0.07-0.15 in the moderate one). So the guard watches ``risk/frac_prompts_all_failed`` and warns once when it
-stays at or above a threshold for several training batches in a row. It only reads metrics, so any loop can drive it.
+low-success regime, 0.07-0.15 in the moderate one). So the guard watches ``risk/frac_prompts_all_failed`` and warns
+once when it stays at or above a threshold for several training batches in a row. It only reads metrics, so any loop
+can drive it.
 """
 
 from __future__ import annotations
