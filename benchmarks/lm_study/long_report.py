@@ -43,7 +43,8 @@ def run_time(run: dict[str, Any]) -> str:
     """Wall minutes of training with evaluation, and the mean 1-minute load while it ran (not recorded by the
     first runs)."""
     load = run.get("load_average")
-    return f"{run['train_seconds'] / 60:.0f} ({load['mean']:.1f})" if load else f"{run['train_seconds'] / 60:.0f} (n/r)"
+    minutes = f"{run['train_seconds'] / 60:.0f}"
+    return f"{minutes} ({load['mean']:.1f})" if load else f"{minutes} (n/r)"
 
 
 def load_long_runs(out: Path, start: str) -> dict[str, dict[str, Any]]:
@@ -156,9 +157,10 @@ def guard_lines(guard: list[dict[str, Any]], title: str) -> list[str]:
              "quiet | median lead (batches) |", "|---|---|---|---|---|---|---|"]
     for row in guard:
         lead = row["median_lead_batches"]
-        lines.append(f"| {row['signal']}{'*' if row['post_hoc'] else ''} | {row['rule']} | {_by_method(row['caught'])} "
-                     f"| {_by_method(row['missed'])} | {_by_method(row['false_alarms'])} | {row['quiet_healthy']} "
-                     f"| {'-' if lead is None else lead} |")
+        cells = [row["signal"] + ("*" if row["post_hoc"] else ""), row["rule"], _by_method(row["caught"]),
+                 _by_method(row["missed"]), _by_method(row["false_alarms"]), str(row["quiet_healthy"]),
+                 "-" if lead is None else str(lead)]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
