@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from riskpo_trl.risk import push_signals
+from riskpo_trl.risk import frac_prompts_all_failed, push_signals
 
 from .config import AUTHORS_FIELDS, METHODS, LMConfig
 from .evaluation import evaluate, evaluate_tracked, selection_score
@@ -55,7 +55,7 @@ def batch_signals(rewards: torch.Tensor, advantages: torch.Tensor, num_generatio
         "frac_negative_advantage": signals["frac_negative_advantage"],
         "frac_positive_advantage": signals["frac_positive_advantage"],
         "reward_advantage_corr": signals.get("reward_advantage_corr"),
-        "frac_prompts_all_wrong": float((grouped.max(1).values <= 0).double().mean()),
+        "frac_prompts_all_wrong": frac_prompts_all_failed(rewards, num_generations),  # the trainer's guard signal
         "frac_prompts_all_right": float((grouped.min(1).values >= 1).double().mean()),
     }
 
