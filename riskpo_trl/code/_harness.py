@@ -333,6 +333,10 @@ def _observe(leaf):
 
 
 def main():
+    # Python's 4,300-digit int/str conversion limit guards servers against slow conversions; here the program's own
+    # CPU limit does, and big-number problems need integers beyond it (in the input, printed, or returned).
+    if hasattr(sys, "set_int_max_str_digits"):
+        sys.set_int_max_str_digits(0)
     with open(0, "rb", closefd=False) as f:
         spec = json.loads(f.read())
     report = os.fdopen(os.dup(1), "wb")  # the parent reads this; the program's stdout goes to a per-test file

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 MAX_DEPTH = 100
+MAX_INT_DIGITS = 100_000  # an integer literal longer than this is refused (converting it costs quadratic time)
 # Outside strings, valid JSON has only brackets and these; deleting them (a fast translate) leaves the brackets
 _SKELETON = str.maketrans("[{]}", "(())", "0123456789+-.eE,: \t\r\naflsnrtuNIiy")
 
@@ -46,6 +47,28 @@ def nesting_depth(text: str, stop_above: int | None = None) -> int:
     return depth + skeleton.count("(")  # unmatched openers of invalid text: counted as if nested
 
 
+def _bounded_int(digits: str) -> int:
+    """An integer literal, also beyond the interpreter's int/str digit limit (4,300 by default), up to
+    `MAX_INT_DIGITS` digits: temporarily lifting that limit would lift it for every thread."""
+    if len(digits) > MAX_INT_DIGITS:
+        raise JSONLimitError(f"an integer of {len(digits)} digits is over the cap of {MAX_INT_DIGITS}")
+    if len(digits) <= 4000:
+        return int(digits)
+    return _int_from_decimal(digits)
+
+
+def _int_from_decimal(digits: str) -> int:
+    """``int(digits)`` by divide and conquer on chunks within the digit limit (no global state touched)."""
+    negative = digits.startswith("-")
+    digits = digits.lstrip("-")
+    if len(digits) <= 4000:
+        value = int(digits)
+    else:
+        half = len(digits) // 2
+        value = _int_from_decimal(digits[:half]) * 10 ** (len(digits) - half) + _int_from_decimal(digits[half:])
+    return -value if negative else value
+
+
 def loads(text: str | bytes, max_bytes: int, max_depth: int = MAX_DEPTH):
     """``json.loads`` of ``text``, or ValueError (JSONLimitError when over ``max_bytes`` characters or ``max_depth``
     nesting)."""
@@ -57,6 +80,6 @@ def loads(text: str | bytes, max_bytes: int, max_depth: int = MAX_DEPTH):
     if openers > max_depth and nesting_depth(text, stop_above=max_depth) > max_depth:
         raise JSONLimitError(f"JSON nested deeper than {max_depth}")
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_bounded_int)
     except RecursionError as exc:  # not expected below the depth cap; kept so no parse error escapes as non-ValueError
         raise JSONLimitError("JSON nested too deeply") from exc

@@ -35,12 +35,12 @@ from pathlib import Path
 
 from . import cgroups
 from .bwrap import INSTALL_HINT, SHM_DIR, BwrapLauncher, SandboxUnavailableError
+from .report import TEST_STYLES, parse_report
 from .seccomp import denied_syscalls_filter
 
 logger = logging.getLogger(__name__)
 
 HARNESS_SOURCE = Path(__file__).with_name("_harness.py").read_text()
-TEST_STYLES = ("stdin", "functional", "assert")
 ISOLATION_MODES = ("bwrap", "none")
 _PYTHON_FLAGS = ["-I", "-S", "-B"]  # isolated mode, no site-packages, no bytecode files
 REPORT_MARGIN = 64 * 1024  # report bytes besides the outputs: framing and the error message
@@ -303,6 +303,18 @@ class Sandbox:
         bounds what is read back: a report beyond their sum, or an output beyond its cap, is an error and is not
         parsed. Without caps the whole report is bounded by ``limits.max_output_bytes``.
         """
+        start = time.monotonic()
+        data, error = self.run_report(source, inputs, style, fn_name, output_caps)
+        if error is None:
+            outputs, error = parse_report(data, len(inputs), output_caps)
+        else:
+            outputs = []
+        return ExecutionResult(outputs, error, time.monotonic() - start)
+
+    def run_report(self, source: str, inputs: list[str], style: str = "stdin", fn_name: str | None = None,
+                   output_caps: list[int] | None = None) -> tuple[bytes, str | None]:
+        """Like `run`, but the runner's report unparsed: (report bytes, error or None). What the code reward hands to
+        its judge process (`riskpo_trl.code.judge`), so that the trainer never decodes a program's output."""
         if style not in TEST_STYLES:
             raise ValueError(f"style={style!r} is unknown; choose one of {TEST_STYLES}.")
         if style == "functional" and not fn_name:
@@ -324,8 +336,7 @@ class Sandbox:
         return limit
 
     def _run(self, source: str, inputs: list[str], style: str, fn_name: str | None, slot: int,
-             isolation: Isolation, output_caps: list[int] | None) -> ExecutionResult:
-        start = time.monotonic()
+             isolation: Isolation, output_caps: list[int] | None) -> tuple[bytes, str | None]:
         support = program_cgroups() if isolation.mode == "bwrap" else cgroups.CgroupSupport()
         spec = {"source": source, "inputs": inputs, "style": style, "fn_name": fn_name,
                 "audit_guard": self.audit_guard, "nproc_rlimit": not support.bounds_processes,
@@ -339,11 +350,7 @@ class Sandbox:
                     data, error = self._run_bwrap(stdin, slot, isolation, support, len(inputs), output_caps)
                 else:
                     data, error = self._run_unisolated(stdin, len(inputs), output_caps)
-        if error is None:
-            outputs, error = parse_report(data, len(inputs), output_caps)
-        else:
-            outputs = []
-        return ExecutionResult(outputs, error, time.monotonic() - start)
+        return data, error
 
     def _argv(self, isolation: Isolation) -> list[str]:
         executable = sys.executable if isolation.mode == "none" else os.path.realpath(sys.executable)
@@ -430,36 +437,6 @@ def _read_capped(stream, limit: int, deadline: float) -> tuple[bytes, str | None
         if size > limit:
             return b"", f"report over {limit} bytes (the cap the expected outputs set)"
         chunks.append(chunk)
-
-
-def parse_report(data: bytes, n_tests: int, output_caps: list[int] | None = None) -> tuple[list[str], str | None]:
-    """(outputs, error) from the runner's report: records ``<kind><length>\\n<payload>`` with kind ``O`` (one test's
-    output), ``E`` (the run's error) and ``D`` (done, last). Parsed by length prefixes only (linear, no regular
-    expression); anything malformed, more outputs than tests, or an output over its cap is an error."""
-    outputs: list[str] = []
-    error = None
-    position, end = 0, len(data)
-    while position < end:
-        newline = data.find(b"\n", position, position + 24)
-        kind, digits = data[position:position + 1], data[position + 1:newline]
-        if newline < 0 or kind not in (b"O", b"E", b"D") or not digits.isdigit():
-            return [], "malformed report from the sandbox"
-        start, position = newline + 1, newline + 1 + int(digits)
-        if position > end:
-            return [], "truncated report from the sandbox"
-        if kind == b"D":
-            return outputs, error
-        payload = data[start:position]
-        if kind == b"E":
-            error = payload[:2000].decode("utf-8", errors="replace")
-            continue
-        if len(outputs) == n_tests:
-            return [], "report with more outputs than tests"
-        if output_caps is not None and len(payload) > output_caps[len(outputs)]:
-            return [], (f"output of test {len(outputs)} is {len(payload)} bytes, over its cap of "
-                        f"{output_caps[len(outputs)]} (set by the expected output)")
-        outputs.append(payload.decode("utf-8", errors="replace"))
-    return [], "no report from the sandbox"
 
 
 def _namespace_init(info: int, process: subprocess.Popen, deadline: float) -> int | None:
