@@ -38,12 +38,23 @@ from typing import Any
 
 from . import bounded_json
 from ._harness import _PRELUDE, PROBE_NAME
-from .check_eval import CONSTANT_NAMES, FUNCTIONS, LEAF_PREFIX, EvaluationFailed, dotted_name, evaluate, truth
+from .check_eval import (
+    CONSTANT_NAMES,
+    FUNCTIONS,
+    LEAF_PREFIX,
+    WORK_BUDGET,
+    EvaluationFailed,
+    dotted_name,
+    evaluate,
+    truth,
+    work_budget,
+)
 from .values import decode_value
 
 MAX_OBSERVED_CHARS = 16 * 1024 * 1024  # a returned value or assertion record beyond this fails (none real comes close)
 MAX_UNROLLED_ASSERTIONS = 5000  # more (after unrolling loops) is refused as too large to judge
 MAX_LOOP_ITERATIONS = 2000
+JUDGE_WORK_BUDGET = 50 * WORK_BUDGET  # per probe, in the judge process (whose CPU limit bounds it anyway)
 
 _STRUCTURE = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.UnaryOp, ast.BinOp, ast.BoolOp, ast.Compare,
               ast.IfExp, ast.Subscript, ast.Slice)
@@ -200,6 +211,8 @@ class _Splitter:
             for argument in [*node.args, *(keyword.value for keyword in node.keywords)]
             for name in ast.walk(argument) if isinstance(name, ast.Name)}
         self.probes: list[Probe] = []
+        self.expected_names: set[str] = set()  # constants the trainer's side of an assertion reads
+        self._trainer_reads: set[str] = set()  # constants the last `split` folded in
 
     # --- expressions ---------------------------------------------------------------------------------------------
 
@@ -234,6 +247,8 @@ class _Splitter:
             return ast.Name(f"{LEAF_PREFIX}{len(leaves) - 1}", ast.Load())
         if isinstance(node, ast.Name):
             known, value = scope.constant(node.id)
+            if known:
+                self._trainer_reads.add(node.id)
             return ast.Constant(value) if known else node
         if isinstance(node, ast.Attribute):
             return ast.Constant(CONSTANT_NAMES[dotted_name(node)])
@@ -303,6 +318,9 @@ class _Splitter:
             return
         if isinstance(node, ast.Call) and self._function(node.func, scope) is math.isclose and len(node.args) >= 2:
             self._check_pair(node.args[0], node.args[1], scope)
+            for tolerance in [*node.args[2:], *(keyword.value for keyword in node.keywords)]:
+                if not self.leaf_free(tolerance, scope):  # the program could set it (EPS = 1e308)
+                    raise UndecidableTestError("a tolerance computed in the sandbox", ast.unparse(tolerance)[:80])
             return
         if isinstance(node, ast.BoolOp):
             for value in node.values:
@@ -337,7 +355,10 @@ class _Splitter:
     def assertion(self, node: ast.Assert, scope: _Scope) -> ast.stmt:
         self._check_decidable(node.test, scope, truth_context=True)
         leaves: list[ast.expr] = []
+        self._trainer_reads = set()
         expression = self.split(node.test, scope, leaves)
+        self.expected_names |= self._trainer_reads
+        leaves = [self.fold(leaf, scope) for leaf in leaves]
         for leaf in leaves:
             if _contains([leaf], (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)):
                 raise UndecidableTestError("a sub-expression that cannot be evaluated on its own",
@@ -376,7 +397,10 @@ class _Splitter:
             raise UndecidableTestError(
                 "an assertion on a path the trainer cannot know (only straight-line code, loops over literal tables "
                 "and ifs on known values are judged)", ast.unparse(node).splitlines()[0][:80])
-        return [node]
+        if isinstance(node, ast.If):
+            raise UndecidableTestError("an if on values only the sandbox knows (whatever it does there, the program "
+                                       "decides)", ast.unparse(node.test)[:80])
+        return [self.fold(node, scope)]
 
     def _assign(self, node: ast.Assign, name: str, scope: _Scope) -> list[ast.stmt]:
         if name in scope.assigned_once and self.leaf_free(node.value, scope):
@@ -386,7 +410,7 @@ class _Splitter:
             scope.program.add(name)
             if not self._program_rooted(node.value, scope):  # `sol = Solution()` holds the program, not a result
                 scope.outputs.add(name)
-        return [node]
+        return [self.fold(node, scope)]
 
     def _unroll(self, node: ast.For, scope: _Scope, functions) -> list[ast.stmt] | None:
         targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
@@ -406,7 +430,9 @@ class _Splitter:
                 raise UndecidableTestError("a loop item that does not unpack", f"{item!r:.80} into {names}")
             for name, value in zip(names, values):
                 scope.bind_constant(name, value)
-                out.append(ast.Assign([ast.Name(name, ast.Store())], _literal_node(value), lineno=node.lineno))
+                assign = ast.Assign([ast.Name(name, ast.Store())], _literal_node(value), lineno=node.lineno)
+                assign.riskpo_constant = True  # dropped unless the sandbox reads it (`_prune`)
+                out.append(assign)
             out.extend(self.block(copy.deepcopy(node.body), scope, functions))
         for name in names:
             scope.constants.pop(name, None)
@@ -424,6 +450,12 @@ class _Splitter:
         new.body = _prune(new.body, inner) or [ast.Pass()]
         return new
 
+    def fold(self, node: ast.AST, scope: _Scope) -> ast.AST:
+        """``node`` (sandbox code) with the known values it reads written in as literals: subscripts of known rows
+        (``t[0]``, ``t[:-1]``, ``tc["input"]``) and names of known immutable values. So a loop table's row, or a
+        ``case = (args, want)``, is never bound in the sandbox: only the parts the program is called with are."""
+        return _Folder(self, scope).visit(copy.deepcopy(node))
+
     def evaluate_constant(self, node: ast.expr, scope: _Scope):
         try:
             return evaluate(self.split(node, scope, []), [])
@@ -432,6 +464,7 @@ class _Splitter:
                                        f"{ast.unparse(node)[:80]}: {exc}") from exc
 
     def run(self) -> InstrumentedCheck:
+        _refuse_checks_decided_in_the_sandbox(self.tree)
         functions = {}
         for statement in self.tree.body:  # check functions the top level calls in its straight line
             if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) and isinstance(
@@ -445,10 +478,79 @@ class _Splitter:
         scope = _Scope(self.tree.body, self)
         scope.program.update(self.program_refs)
         body = _prune(self.block(self.tree.body, scope, functions), scope)
+        sandbox_reads = {node.id for statement in body for node in ast.walk(statement)
+                         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+        leaked = sorted((sandbox_reads & self.expected_names) - self.demoted)
+        if leaked:  # a name an assertion compares with, bound where the program could read it
+            raise UndecidableTestError("an expected value the sandbox would also hold", ", ".join(leaked)[:80])
         if not any(probe.n_leaves for probe in self.probes):
             raise UndecidableTestError("check code with no assertion on the program's values: only the runner, which "
                                        "the program controls, would say that it passed")
         return InstrumentedCheck(ast.unparse(ast.fix_missing_locations(ast.Module(body, []))), tuple(self.probes))
+
+
+_IMMUTABLE = (int, float, complex, str, bytes, bool, type(None))
+_NEW_SCOPES = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ListComp, ast.SetComp,
+               ast.DictComp, ast.GeneratorExp)
+# Unittest methods (``self.assertEqual``...), exits and checks that fail by raising: each would decide a verdict in
+# the sandbox, where the program decides what they see.
+_EXIT_CALLS = {"exit", "quit", "sys.exit", "os._exit", "os.abort", "os.kill", "unittest.main"}
+
+
+def _immutable(value) -> bool:
+    if isinstance(value, (tuple, frozenset)):
+        return all(_immutable(item) for item in value)
+    return isinstance(value, _IMMUTABLE)
+
+
+class _Folder(ast.NodeTransformer):
+    """Writes known values into sandbox code (`_Splitter.fold`); leaves nested scopes alone (their names may be
+    rebound there)."""
+
+    def __init__(self, splitter: _Splitter, scope: _Scope):
+        self.splitter, self.scope = splitter, scope
+
+    def generic_visit(self, node):
+        if isinstance(node, _NEW_SCOPES):
+            return node
+        return super().generic_visit(node)
+
+    def visit_Name(self, node: ast.Name):
+        if isinstance(node.ctx, ast.Load):
+            known, value = self.scope.constant(node.id)
+            if known and _immutable(value):
+                return ast.copy_location(_literal_node(value), node)
+        return node
+
+    def visit_Subscript(self, node: ast.Subscript):
+        if isinstance(node.ctx, ast.Load) and isinstance(_root_name(node), str) and self.splitter.leaf_free(
+                node, self.scope) and self.scope.constant(_root_name(node))[0]:
+            return ast.copy_location(_literal_node(self.splitter.evaluate_constant(node, self.scope)), node)
+        return self.generic_visit(node)
+
+
+def _refuse_checks_decided_in_the_sandbox(tree: ast.Module) -> None:
+    """Refuse check code that can fail other than by an assertion the trainer judges: whatever decides such a
+    failure runs in the sandbox, where the program can make it pass (``if f(5) != 25: raise AssertionError``)."""
+    for node in ast.walk(tree):
+        detail = ast.unparse(node).splitlines()[0][:80] if isinstance(node, (ast.stmt, ast.expr)) else ""
+        if isinstance(node, ast.Raise):
+            raise UndecidableTestError("a check that fails by raising instead of asserting", detail)
+        if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try), ast.With, ast.AsyncWith)):
+            raise UndecidableTestError("a check inside try or with (e.g. expecting an exception)", detail)
+        if isinstance(node, ast.While):
+            raise UndecidableTestError("a while loop (whether and how often it runs is up to the program)", detail)
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0] == "unittest"
+                for alias in node.names):
+            raise UndecidableTestError("a unittest check (its assert methods run in the sandbox)", detail)
+        if isinstance(node, ast.Call):
+            name = dotted_name(node.func)
+            method = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+            if method.startswith("assert") or method in ("fail", "failUnless", "failIf"):
+                raise UndecidableTestError("a unittest check (its assert methods run in the sandbox)", detail)
+            if name in _EXIT_CALLS:
+                raise UndecidableTestError("an exit or kill that decides the check in the sandbox", detail)
 
 
 def _calls_in(tree: ast.AST, name: str) -> int:
@@ -481,7 +583,8 @@ def _prune(body: list[ast.stmt], scope: _Scope) -> list[ast.stmt]:
         if (isinstance(statement, ast.Assign) and len(statement.targets) == 1
                 and isinstance(statement.targets[0], ast.Name)):
             name = statement.targets[0].id
-            if name not in read and (name in scope.constants or _is_literal_assignment(statement)):
+            if name not in read and (name in scope.constants or _is_literal_assignment(statement)
+                                     or getattr(statement, "riskpo_constant", False)):
                 continue
         kept.append(statement)
     return kept
@@ -507,16 +610,17 @@ def instrument_assertions(test_code: str) -> InstrumentedCheck:
         raise ValueError(f"assert-style test code does not parse: {exc}") from exc
     demoted: set[str] = set()
     try:
-        while True:  # each further pass demotes at least one name, so this ends
-            splitter = _Splitter(tree, demoted)
-            check = splitter.run()
-            sandbox = ast.parse(check.sandbox_code)
-            read = {node.id for node in ast.walk(sandbox)
-                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
-            newly = (read & splitter.mutable_constants) - demoted
-            if not newly:
-                return check
-            demoted |= newly
+        with work_budget(WORK_BUDGET):  # folding the check's own constants: bounded however they are written
+            while True:  # each further pass demotes at least one name, so this ends
+                splitter = _Splitter(tree, demoted)
+                check = splitter.run()
+                sandbox = ast.parse(check.sandbox_code)
+                read = {node.id for node in ast.walk(sandbox)
+                        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+                newly = (read & splitter.mutable_constants) - demoted
+                if not newly:
+                    return check
+                demoted |= newly
     except RecursionError as exc:
         raise UndecidableTestError("check code nested too deeply") from exc
 
@@ -542,8 +646,9 @@ def assertions_pass(observed: str, check: InstrumentedCheck) -> bool:
                 and len(record[1]) == probes[record[0]].n_leaves and record[0] not in reached):
             return False
         try:
-            if not truth(evaluate(probes[record[0]].expression, [decode_value(leaf) for leaf in record[1]])):
-                return False
+            with work_budget(JUDGE_WORK_BUDGET):
+                if not truth(evaluate(probes[record[0]].expression, [decode_value(leaf) for leaf in record[1]])):
+                    return False
         except (EvaluationFailed, RecursionError):
             return False
         reached.add(record[0])
