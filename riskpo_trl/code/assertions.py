@@ -32,13 +32,17 @@ import builtins
 import collections
 import copy
 import functools
+import io
 import math
+import re
+import tokenize
 from dataclasses import dataclass
 from typing import Any
 
 from . import bounded_json
 from ._harness import _PRELUDE, PROBE_NAME
 from .check_eval import (
+    BIG_INT,
     CONSTANT_NAMES,
     FUNCTIONS,
     LEAF_PREFIX,
@@ -49,7 +53,7 @@ from .check_eval import (
     truth,
     work_budget,
 )
-from .values import decode_value
+from .values import decode_value, int_to_decimal
 
 MAX_OBSERVED_CHARS = 16 * 1024 * 1024  # a returned value or assertion record beyond this fails (none real comes close)
 MAX_UNROLLED_ASSERTIONS = 5000  # more (after unrolling loops) is refused as too large to judge
@@ -201,7 +205,7 @@ class _Splitter:
         harmless = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
                     for alias in node.names if _harmless_import(node, alias)}
         self.bound_anywhere = {name for name in stored if not (name in harmless and stored[name] == 1)}
-        known = self.bound_anywhere | set(dir(builtins)) | _prelude_names()
+        known = self.bound_anywhere | set(dir(builtins)) | _prelude_names() | {BIG_INT}
         self.program_refs = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)
                              and isinstance(node.ctx, ast.Load) and node.id not in known}
         parameters = {node.arg for node in ast.walk(tree) if isinstance(node, ast.arg)}
@@ -570,7 +574,30 @@ def _literal_node(value) -> ast.expr:
         return ast.Call(ast.Name("set", ast.Load()), [ast.List(elements, ast.Load())], [])
     if isinstance(value, dict):
         return ast.Dict([_literal_node(k) for k in value], [_literal_node(v) for v in value.values()])
+    if isinstance(value, int) and value.bit_length() > 13_000:  # unparsing it would pass the int/str digit limit
+        return ast.Call(ast.Name("int", ast.Load()), [ast.Constant(int_to_decimal(value))], [])
     return ast.Constant(value)
+
+
+_DIGIT_RUN = re.compile(r"[0-9_]+")  # greedy, no backtracking: one pass over the code
+
+
+def _spell_out_long_ints(code: str) -> str:
+    """``code`` with each integer literal of over 4,000 digits written as ``__riskpo_int__("digits")``: parsing it
+    as a literal would pass the interpreter's int/str digit limit (and lifting that limit would lift it for every
+    thread); the call is evaluated by a chunked conversion (`riskpo_trl.code.values.int_from_decimal`)."""
+    if all(len(run) <= 4000 for run in _DIGIT_RUN.findall(code)):
+        return code
+    lines = code.splitlines(keepends=True)
+    edits = []
+    for token in tokenize.generate_tokens(io.StringIO(code).readline):
+        text = token.string.replace("_", "")
+        if token.type == tokenize.NUMBER and len(text) > 4000 and text.isdigit():
+            edits.append((token.start, token.end, f"{BIG_INT}({text!r})"))
+    for (row, col), (end_row, end_col), replacement in reversed(edits):  # NUMBER tokens sit on one line
+        line = lines[row - 1]
+        lines[row - 1] = line[:col] + replacement + line[end_col:]
+    return "".join(lines)
 
 
 def _prune(body: list[ast.stmt], scope: _Scope) -> list[ast.stmt]:
@@ -605,8 +632,8 @@ def instrument_assertions(test_code: str) -> InstrumentedCheck:
     (the message says which construct).
     """
     try:
-        tree = ast.parse(test_code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        tree = ast.parse(_spell_out_long_ints(test_code))
+    except (SyntaxError, ValueError, RecursionError, MemoryError, tokenize.TokenError) as exc:
         raise ValueError(f"assert-style test code does not parse: {exc}") from exc
     demoted: set[str] = set()
     try:

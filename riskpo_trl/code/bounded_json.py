@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 
+from .values import int_from_decimal
+
 MAX_DEPTH = 100
-MAX_INT_DIGITS = 100_000  # an integer literal longer than this is refused (converting it costs quadratic time)
 # Outside strings, valid JSON has only brackets and these; deleting them (a fast translate) leaves the brackets
 _SKELETON = str.maketrans("[{]}", "(())", "0123456789+-.eE,: \t\r\naflsnrtuNIiy")
 
@@ -49,24 +50,11 @@ def nesting_depth(text: str, stop_above: int | None = None) -> int:
 
 def _bounded_int(digits: str) -> int:
     """An integer literal, also beyond the interpreter's int/str digit limit (4,300 by default), up to
-    `MAX_INT_DIGITS` digits: temporarily lifting that limit would lift it for every thread."""
-    if len(digits) > MAX_INT_DIGITS:
-        raise JSONLimitError(f"an integer of {len(digits)} digits is over the cap of {MAX_INT_DIGITS}")
-    if len(digits) <= 4000:
-        return int(digits)
-    return _int_from_decimal(digits)
-
-
-def _int_from_decimal(digits: str) -> int:
-    """``int(digits)`` by divide and conquer on chunks within the digit limit (no global state touched)."""
-    negative = digits.startswith("-")
-    digits = digits.lstrip("-")
-    if len(digits) <= 4000:
-        value = int(digits)
-    else:
-        half = len(digits) // 2
-        value = _int_from_decimal(digits[:half]) * 10 ** (len(digits) - half) + _int_from_decimal(digits[half:])
-    return -value if negative else value
+    `MAX_INT_DIGITS` digits."""
+    try:
+        return int_from_decimal(digits)
+    except ValueError as exc:
+        raise JSONLimitError(str(exc)) from None
 
 
 def loads(text: str | bytes, max_bytes: int, max_depth: int = MAX_DEPTH):

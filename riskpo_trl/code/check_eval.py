@@ -24,9 +24,10 @@ import operator
 import threading
 from typing import Any
 
-from .values import Opaque, Raised, _hashable, values_equal
+from .values import Opaque, Raised, _hashable, int_from_decimal, values_equal
 
 LEAF_PREFIX = "__riskpo_leaf_"  # a probe expression names its i-th leaf LEAF_PREFIX + str(i)
+BIG_INT = "__riskpo_int__"  # check code's integer literals beyond the int/str digit limit, spelled as calls of this
 _MAX_SIZE = 1 << 20  # elements, characters or bits a computed value may reach
 WORK_BUDGET = 20_000_000  # elements or machine words one `work_budget` may touch
 _MAX_HASH_COLLIDERS = 256  # numbers beyond 2**61 a hashed collection may hold
@@ -102,7 +103,7 @@ FUNCTIONS: dict[str, Any] = {
     "zip": lambda *items: list(zip(*items)), "Counter": collections.Counter, "isclose": math.isclose,
     "math.isclose": math.isclose, "math.fabs": math.fabs, "math.floor": math.floor, "math.ceil": math.ceil,
     "math.sqrt": math.sqrt, "collections.Counter": collections.Counter, "isinstance": _isinstance, "dict": dict,
-    "bytes": _bytes, "math.pow": math.pow,
+    "bytes": _bytes, "math.pow": math.pow, BIG_INT: int_from_decimal,
 }
 CONSTANT_NAMES = {"inf": math.inf, "nan": math.nan, "math.inf": math.inf, "math.nan": math.nan, "math.pi": math.pi}
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
