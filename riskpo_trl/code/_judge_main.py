@@ -1,35 +1,120 @@
-"""Judge-side entry point (see `riskpo_trl.code.judge`): runs in a bounded process of its own, never in the trainer.
+"""Judge-side code (see `riskpo_trl.code.judge`): runs in processes of its own, never in the trainer.
 
-Reads ``<TestSpec JSON>\\n<report bytes>`` from stdin and writes ``P`` (every test passed) or ``F<reason>``. Standard
-library only (through this package's own modules), so the process starts in tens of milliseconds.
+`serve` is the judge server: a single-threaded process that has imported the judging modules once and forks one
+judge per request. A request is a small header (CPU seconds, memory bytes, wall-clock seconds) with two file
+descriptors: an unnamed file holding ``<TestSpec JSON>\\n<report bytes>``, and the write end of a pipe for the verdict,
+``P`` (every test passed) or ``F<reason>``. Each judge sets its own RLIMIT_CPU and RLIMIT_AS before reading anything;
+the server SIGKILLs it when its wall-clock time is up and reaps it. The server itself never reads a report.
+
+Standard library only (through this package's own modules).
 """
 
 import os
+import resource
+import select
+import signal
+import socket
 import sys
+import time
 
 VERDICT_REASON_CHARS = 300
+HEADER_BYTES = 64
 
 
-def _verdict(passed: bool, reason: str = "") -> None:
-    data = b"P" if passed else b"F" + reason[:VERDICT_REASON_CHARS].encode("utf-8", errors="replace")
-    os.write(1, data)
-    os._exit(0)
+def _limit(kind: int, value: int) -> None:
+    resource.setrlimit(kind, (value, value))
 
 
-def main() -> None:
+def _decide(data: bytes) -> bytes:
+    from .report import parse_report
+    from .testspec import TestSpec
+
     try:
-        data = sys.stdin.buffer.read()
-        from .report import parse_report
-        from .testspec import TestSpec
-
         newline = data.find(b"\n")
         spec = TestSpec.from_json(data[:newline].decode("utf-8", errors="surrogatepass"))
         outputs, error = parse_report(data[newline + 1:], len(spec.inputs), spec.output_caps())
         if error is not None:
-            _verdict(False, error)
+            return _fail(error)
         failed = spec.first_failure(outputs)
-        _verdict(failed is None, "" if failed is None else f"test {failed} failed")
+        return b"P" if failed is None else _fail(f"test {failed} failed")
     except MemoryError:
-        _verdict(False, "judge: out of memory")
+        return _fail("judge: out of memory")
     except Exception as exc:  # noqa: BLE001 - whatever the report makes the judge do fails the completion
-        _verdict(False, f"judge: {type(exc).__name__}: {exc}")
+        return _fail(f"judge: {type(exc).__name__}: {exc}")
+
+
+def _fail(reason: str) -> bytes:
+    return b"F" + reason[:VERDICT_REASON_CHARS].encode("utf-8", errors="replace")
+
+
+def _judge(payload_fd: int, verdict_fd: int, cpu_s: int, memory_bytes: int) -> None:
+    """One judge (a forked child of the server): limits first, then read, decide, answer, exit."""
+    _limit(resource.RLIMIT_CPU, cpu_s)
+    _limit(resource.RLIMIT_AS, memory_bytes)
+    _limit(resource.RLIMIT_CORE, 0)
+    verdict = _fail("judge: could not read its input")
+    try:
+        with os.fdopen(payload_fd, "rb") as payload:
+            payload.seek(0)
+            data = payload.read()
+        verdict = _decide(data)
+    except BaseException:  # noqa: BLE001 - even MemoryError while reading: answer, then exit
+        pass
+    try:
+        os.write(verdict_fd, verdict)
+    finally:
+        os._exit(0)
+
+
+def serve(sock_fd: int) -> None:
+    """The judge server's loop (until the trainer closes its end of the socket)."""
+    from . import report, testspec  # noqa: F401 - imported once here, so every forked judge starts with them
+
+    channel = socket.socket(fileno=sock_fd)
+    deadlines: dict[int, float] = {}  # judge pid -> when to kill it
+    while True:
+        now = time.monotonic()
+        timeout = max(0.0, min(deadlines.values()) - now) if deadlines else None
+        ready = select.select([channel], [], [], timeout)[0]
+        _reap(deadlines)
+        if not ready:
+            continue
+        try:
+            header, fds, _, _ = socket.recv_fds(channel, HEADER_BYTES, 2)
+        except OSError:
+            fds, header = [], b""
+        if not header:  # the trainer is gone: its judges die by their deadlines, and the server goes now
+            os._exit(0)
+        if len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            continue
+        cpu_s, memory_bytes, timeout_s = header.split()
+        pid = os.fork()
+        if pid == 0:
+            channel.close()
+            _judge(fds[0], fds[1], int(cpu_s), int(memory_bytes))
+        for fd in fds:
+            os.close(fd)  # the judge holds the verdict pipe now: the trainer sees EOF when it exits
+        deadlines[pid] = time.monotonic() + float(timeout_s)
+
+
+def _reap(deadlines: dict[int, float]) -> None:
+    """Reap finished judges and SIGKILL overdue ones (each still our unreaped child, so its pid is not reused)."""
+    now = time.monotonic()
+    for pid, deadline in list(deadlines.items()):
+        if now >= deadline:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG if now < deadline else 0)
+        except ChildProcessError:
+            done = pid
+        if done:
+            del deadlines[pid]
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))
