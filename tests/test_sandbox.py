@@ -17,6 +17,8 @@ import pytest
 from helpers import processes_with
 from riskpo_trl.code import bounded_json, cgroups
 from riskpo_trl.code.assertions import assertions_pass, instrument_assertions
+from riskpo_trl.code.executor import Executor
+from riskpo_trl.code.judge import JudgeLimits, Verdict, judge
 from riskpo_trl.code.reward import CodeReward, code_reward_from_settings, extract_code
 from riskpo_trl.code.sandbox import (
     Sandbox,
@@ -225,6 +227,51 @@ def test_missing_or_broken_tests_are_unscorable(reward):
         TestSpec("assert", ["assert f(1) == ("], [""])
     tests = [None, "not json", '{"style": "stdin"}', broken_check]
     assert reward([as_completion("print(1)")] * 4, tests) == [None] * 4
+
+
+class StubExecutor:
+    """An executor that runs nothing: passes a program iff it is in ``passing`` (a remote service would run it)."""
+
+    max_workers = 2
+
+    def __init__(self, passing: set[str]):
+        self.passing, self.checked, self.runs = passing, 0, []
+
+    def check(self):
+        self.checked += 1
+
+    def run(self, program: str, tests: TestSpec) -> Verdict:
+        self.runs.append((program.strip(), tests.style))
+        return Verdict(program.strip() in self.passing, "stub")
+
+
+def test_code_reward_talks_to_any_executor():
+    stub = StubExecutor({"print(3)"})
+    reward = CodeReward(executor=stub)
+    spec = TestSpec("stdin", [""], ["3"]).to_json()
+    scores = reward([as_completion("print(3)"), as_completion("print(4)"), as_completion("print(3)")],
+                    [spec, spec, "not json"])
+    assert scores == [1.0, 0.0, None]
+    assert stub.checked == 1 and sorted(stub.runs) == [("print(3)", "stdin"), ("print(4)", "stdin")]
+    assert isinstance(CodeReward(sandbox=Sandbox(FAST)).executor, Executor)
+    with pytest.raises(ValueError, match="configure your executor"):
+        CodeReward(FAST, executor=stub)
+    with pytest.raises(TypeError, match="max_workers, check"):
+        CodeReward(executor=object())
+
+
+def test_the_judge_fails_a_completion_whose_report_it_cannot_judge_in_time():
+    """The judge process, not the trainer, pays for a report built to be slow to judge, and is killed on time."""
+    colliding = json.dumps([[0, [{"__set__": [k * (2**61 - 1) for k in range(1, 30001)]}]]]).encode()
+    report = b"O%d\n" % len(colliding) + colliding + b"D0\n"
+    spec = TestSpec("assert", ["assert f(1) == {1, 2}"], [""]).to_json()
+    limits = JudgeLimits(timeout_s=1.0, cpu_time_s=1, memory_mb=512)
+    start, cpu = time.monotonic(), time.process_time()
+    verdict = judge(spec, report, limits)
+    assert not verdict.passed and "no verdict" in verdict.reason
+    assert time.monotonic() - start < limits.timeout_s + 5 and time.process_time() - cpu < 1.0
+    honest = json.dumps([[0, [{"__set__": [1, 2]}]]]).encode()
+    assert judge(spec, b"O%d\n" % len(honest) + honest + b"D0\n", limits) == Verdict(True)
 
 
 def test_extract_code_takes_last_python_block_after_thinking():

@@ -937,7 +937,7 @@ def test_values_a_program_returns_cannot_make_the_judge_allocate_in_the_trainer(
 
 @pytest.mark.parametrize("check", [
     "x = 'ab' * 5 * 10**8\nassert f(1) == len(x)",
-    "a = 7 ** 100000\n" + "".join(f"{n} = {p} * {p} * {p}\n" for p, n in zip("abcdef", "bcdefg")) + "assert f(1) == g",
+    "a = 3 ** 20000\n" + "".join(f"{n} = {p} * {p} * {p}\n" for p, n in zip("abcdefg", "bcdefgh")) + "assert f(1) == h",
 ], ids=["a 1 GB string in the check code", "8 lines of int * int"])
 def test_dataset_check_code_is_folded_within_bounds(check):
     spec = json.dumps({"style": "assert", "inputs": [check], "outputs": [""]})

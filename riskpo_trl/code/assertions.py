@@ -1,28 +1,33 @@
-"""Assert-style check code, split so that the sandbox only computes the program's values and the trainer decides.
+"""Assert-style check code, split so that the sandbox only computes the program's values and a judge decides.
 
 Check code (Archer's ``{"functional": ...}`` ground truths, HumanEval-style ``check(candidate)``) calls the program's
 functions, so part of it has to run in the program's interpreter, where the program can rewrite anything: the runner,
-its report, ``__eq__`` of what it returns. So no verdict is decided there. `instrument_assertions` cuts every
-``assert`` into
+its report, ``__eq__`` of what it returns, any variable of the check code. So no verdict is decided there, and no
+expected value is put there. `instrument_assertions` (run in the trainer when the tests are parsed, on the check
+code only) cuts every ``assert`` into
 
 * **leaves**: the sub-expressions that need the program (``candidate(x)``, ``Solution().f(1)``, ``res.val``) or other
   names of the check code; the sandbox evaluates them and reports their values as JSON of builtin values;
-* the **rest**, evaluated here by a small interpreter over those values: literals, comparisons, ``and``/``or``/``not``,
-  arithmetic, indexing and a fixed set of builtins (`FUNCTIONS`: ``abs``, ``len``, ``sorted``, ``math.isclose``...).
-  Literal expected values therefore never enter the sandbox.
+* the **rest**, evaluated by the judge process (`riskpo_trl.code.judge`) with a small interpreter over those values
+  (`riskpo_trl.code.check_eval`): literals, comparisons, ``and``/``or``/``not``, arithmetic, indexing and a fixed set
+  of builtins (`FUNCTIONS`: ``abs``, ``len``, ``sorted``, ``math.isclose``...).
 
-Loops over literal tables (``for x, want in [(2, 4), (3, 9)]``, ``for i in range(5)``) are unrolled and ``if``
-statements with a condition known here are folded, before the split, so their expected values stay here too, and an
-assertion in a branch not taken is simply gone. Every remaining assertion must be reached exactly once, so a program
-cannot pass by skipping the check.
+Loops over literal tables (``for x, want in [(2, 4), (3, 9)]``, ``for t in tests: assert f(*t[0]) == t[1]``, dict rows)
+are unrolled and ``if`` statements with a condition known here are folded, before the split, and known values the
+sandbox code reads are written into it as literals: a row's input part (``t[0]``, ``t[:-1]``, ``tc["input"]``), never
+the row. So a loop table's or a ``case = (args, want)``'s expected value stays out of the sandbox, an assertion in a
+branch not taken is simply gone, and a ``math.isclose`` tolerance is known here or refused. Every remaining assertion
+must be reached exactly once, so a program cannot pass by skipping the check.
 
 A program that forges its report can then only claim leaf values, which is what returning them would have done. That
 holds when, in every comparison, one side is known here, or every leaf of both sides derives from the program; and for
-a bare truth test (``assert f(x)``) when its leaves derive from the program. Check code where an expected value is
-computed in the sandbox (``assert f(x) == brute(x)``, ``assert helper(f(x), 2.5)``), assertions inside ``while``,
-``try``, loops over computed values or ``if`` on the program's values, or in functions not called at the top level,
-cannot be judged that way: `instrument_assertions` raises `UndecidableTestError`, and the dataset adapters drop and
-count such rows (docs/code_and_multimodal.md).
+a bare truth test (``assert f(x)``) when its leaves derive from the program. Check code that cannot be judged that
+way raises `UndecidableTestError`, and the dataset adapters drop and count such rows (docs/code_and_multimodal.md):
+an expected value or tolerance computed in the sandbox (``assert f(x) == brute(x)``, ``assert helper(f(x), 2.5)``);
+assertions inside loops over computed values or ``if`` on the program's values, or in functions not called at the
+top level; checks that fail other than by such an assertion (``raise``, unittest's ``assertEqual``, ``try``,
+``with``, ``while``, exits, an ``if`` on the program's values), since the program decides those; and an expected
+value the sandbox code would also hold.
 """
 
 from __future__ import annotations

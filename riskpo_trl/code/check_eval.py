@@ -1,4 +1,4 @@
-"""The trainer's side of an assert-style check: evaluate a probe expression over the values the sandbox reported.
+"""The judge's side of an assert-style check: evaluate a probe expression over the values the sandbox reported.
 
 `riskpo_trl.code.assertions` cuts each assertion into leaves (evaluated in the sandbox) and an expression over them;
 `evaluate` runs that expression here with Python's semantics, on a fixed set of operations: literals, comparisons

@@ -11,8 +11,9 @@ and, as defence in depth only, an audit hook. The whole sandbox (its PID namespa
 its wall-clock cap passes, and its PID 1 is reaped here, not left to whoever reaps orphans.
 
 Only observed outputs come back, through a pipe read up to a cap that the expected outputs set (`TestSpec.output_caps`)
-and parsed by length prefixes, without regular expressions; expected outputs never leave this process (see
-`riskpo_trl.code.testspec`), so a program that forges the runner's report gains nothing it could not print.
+and parsed by length prefixes, without regular expressions. Expected outputs never enter the sandbox, so a program
+that forges the runner's report gains nothing it could not print. The code reward does not parse the report here:
+`run_report` hands it, unread, to a judge process (`riskpo_trl.code.judge`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Values a program reported, decoded in the trainer, and how they are compared with expected values.
+"""Values a program reported, decoded in the judge process, and how they are compared with expected values.
 
 The runner encodes what a program returned as JSON of builtin values (`riskpo_trl.code._harness.encode_value`):
 tuples as lists, sets as ``{"__set__": items}``, dicts with other than str keys as ``{"__dict__": pairs}``, bytes as
