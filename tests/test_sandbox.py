@@ -260,6 +260,14 @@ def test_code_reward_talks_to_any_executor():
         CodeReward(executor=object())
 
 
+def test_recipe_settings_set_the_judge_limits_and_refuse_unknown_judge_keys():
+    reward = code_reward_from_settings({"isolation": "none", "max_workers": 1, "judge_timeout_s": 3,
+                                        "judge_memory_mb": 512})
+    assert reward.executor.judge_limits == JudgeLimits(timeout_s=3, memory_mb=512)
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['judge_cpu_s'\].*'judge_cpu_time_s'"):
+        code_reward_from_settings({"isolation": "none", "judge_cpu_s": 3})
+
+
 def test_the_judge_fails_a_completion_whose_report_it_cannot_judge_in_time():
     """The judge process, not the trainer, pays for a report built to be slow to judge, and is killed on time."""
     colliding = json.dumps([[0, [{"__set__": [k * (2**61 - 1) for k in range(1, 30001)]}]]]).encode()

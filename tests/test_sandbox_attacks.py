@@ -917,7 +917,8 @@ def test_colliding_hashes_in_a_report_cost_the_trainer_nothing():
     records = f'("[[0, [" + json.dumps({{"__set__": {COLLIDING}}}) + "]]]").encode()'
     program = "import json\n" + _forged_report(f'b"O%d\\n" % len({records}) + {records} + b"D0\\n"')
     spec = TestSpec("assert", ["assert f(1) == {1, 2}"], [""]).to_json()
-    assert _judged_in_a_fresh_trainer([program], [spec]) == [0.0]
+    correct = "def f(x):\n    return {2, 1}"  # judged at the same time, while the hostile judge spins
+    assert _judged_in_a_fresh_trainer([program, correct], [spec, spec]) == [0.0, 1.0]
 
 
 def test_a_counter_of_colliding_hashes_neither_freezes_the_trainer_nor_touches_a_neighbour():

@@ -124,7 +124,8 @@ class CodeReward:
 
 def code_reward_from_settings(settings: Mapping[str, Any] | None = None) -> CodeReward:
     """A `CodeReward` from a recipe's ``code_sandbox:`` block: ``max_workers``, ``isolation`` ("bwrap" or, for
-    trusted tests only, "none") plus any `SandboxLimits` field.
+    trusted tests only, "none"), any `SandboxLimits` field, and any `JudgeLimits` field prefixed with ``judge_``
+    (``judge_timeout_s``, ``judge_cpu_time_s``, ``judge_memory_mb``).
 
     Raises naming an unknown key, so a typo in a recipe fails at start-up instead of silently using a default, and
     `SandboxUnavailableError` when bubblewrap does not work on this machine (`Sandbox.check`).
@@ -132,15 +133,18 @@ def code_reward_from_settings(settings: Mapping[str, Any] | None = None) -> Code
     settings = dict(settings or {})
     max_workers = settings.pop("max_workers", None)
     isolation = settings.pop("isolation", None)
+    judge_settings = {key[len("judge_"):]: settings.pop(key) for key in list(settings) if key.startswith("judge_")}
     limit_names = {f.name for f in fields(SandboxLimits)}
-    unknown = sorted(set(settings) - limit_names)
+    judge_names = {f.name for f in fields(JudgeLimits)}
+    unknown = sorted(set(settings) - limit_names) + sorted(f"judge_{key}" for key in set(judge_settings) - judge_names)
     if unknown:
         raise ValueError(
             f"code_sandbox has unknown key(s) {unknown}; valid keys are "
-            f"{['isolation', 'max_workers', *sorted(limit_names)]}."
+            f"{['isolation', 'max_workers', *sorted(limit_names), *sorted(f'judge_{n}' for n in judge_names)]}."
         )
-    reward = CodeReward(limits=SandboxLimits(**settings), max_workers=max_workers, isolation=isolation)
-    reward.sandbox.check()  # fail at start-up, not at the first batch, when bubblewrap does not work here
+    reward = CodeReward(limits=SandboxLimits(**settings), max_workers=max_workers, isolation=isolation,
+                        judge_limits=JudgeLimits(**judge_settings))
+    reward.executor.check()  # fail at start-up, not at the first batch, when bubblewrap does not work here
     return reward
 
 
