@@ -71,13 +71,26 @@ def serve(sock_fd: int) -> None:
     from . import report, testspec  # noqa: F401 - imported once here, so every forked judge starts with them
 
     channel = socket.socket(fileno=sock_fd)
+    # A judge's exit wakes the loop (SIGCHLD through a self-pipe), so it is reaped at once, not left a zombie.
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_read, False)
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     deadlines: dict[int, float] = {}  # judge pid -> when to kill it
     while True:
         now = time.monotonic()
         timeout = max(0.0, min(deadlines.values()) - now) if deadlines else None
-        ready = select.select([channel], [], [], timeout)[0]
+        ready = select.select([channel, wake_read], [], [], timeout)[0]
+        if wake_read in ready:
+            while True:
+                try:
+                    if not os.read(wake_read, 4096):
+                        break
+                except BlockingIOError:
+                    break
         _reap(deadlines)
-        if not ready:
+        if channel not in ready:
             continue
         try:
             header, fds, _, _ = socket.recv_fds(channel, HEADER_BYTES, 2)
@@ -93,6 +106,10 @@ def serve(sock_fd: int) -> None:
         pid = os.fork()
         if pid == 0:
             channel.close()
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.close(wake_read)
+            os.close(wake_write)
             _judge(fds[0], fds[1], int(cpu_s), int(memory_bytes))
         for fd in fds:
             os.close(fd)  # the judge holds the verdict pipe now: the trainer sees EOF when it exits

@@ -129,7 +129,7 @@ def _contains(nodes, kinds) -> bool:
 
 @dataclass(frozen=True)
 class Probe:
-    """One assertion as the trainer evaluates it: ``expression`` with its leaves as ``__riskpo_leaf_<i>`` names."""
+    """One assertion as the judge evaluates it: ``expression`` with its leaves as ``__riskpo_leaf_<i>`` names."""
 
     expression: ast.expr
     n_leaves: int
@@ -138,7 +138,7 @@ class Probe:
 
 @dataclass(frozen=True)
 class InstrumentedCheck:
-    """Check code for the sandbox (assertions replaced by leaf probes) and the probes the trainer evaluates."""
+    """Check code for the sandbox (assertions replaced by leaf probes) and the probes the judge evaluates."""
 
     sandbox_code: str
     probes: tuple[Probe, ...]
@@ -232,7 +232,7 @@ class _Splitter:
         return FUNCTIONS.get(name)
 
     def _structural(self, node: ast.expr, scope: _Scope) -> bool:
-        """Whether the trainer evaluates ``node`` itself (its children may still be leaves)."""
+        """Whether ``node`` is evaluated outside the sandbox (its children may still be leaves)."""
         if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
             return not any(isinstance(item, ast.Starred) for item in node.elts)
         if isinstance(node, ast.Dict):
@@ -606,7 +606,7 @@ def _spell_out_long_ints(code: str) -> str:
 
 
 def _prune(body: list[ast.stmt], scope: _Scope) -> list[ast.stmt]:
-    """Drop the assignments of constants the sandbox never reads, so their values stay in the trainer. A mutable
+    """Drop the assignments of constants the sandbox never reads, so their values stay out of the sandbox. A mutable
     constant the sandbox does read (passed to the program, which may change it) is demoted by a second pass."""
     read = {node.id for statement in body for node in ast.walk(statement)
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}

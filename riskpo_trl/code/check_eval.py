@@ -94,7 +94,7 @@ def _int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-# What the trainer evaluates itself when check code calls these names (and does not bind them).
+# What is evaluated outside the sandbox when check code calls these names (and does not bind them).
 FUNCTIONS: dict[str, Any] = {
     "abs": abs, "len": len, "sorted": sorted, "min": min, "max": max, "sum": sum, "round": _round, "int": int,
     "float": float, "str": str, "bool": bool, "list": list, "tuple": tuple, "set": hashable_set,
@@ -266,6 +266,12 @@ def _binary(op: ast.operator, left, right):
         raise EvaluationFailed("shift too large")
     elif isinstance(op, ast.Mod) and isinstance(left, (str, bytes)):
         raise EvaluationFailed("%-formatting is not evaluated")
+    if _int(left) and _int(right):  # big-int products and divisions cost about words x words, not words
+        words = (left.bit_length() >> 6) + 1, (right.bit_length() >> 6) + 1
+        if isinstance(op, (ast.Mult, ast.FloorDiv, ast.Mod)):
+            _charge(words[0] * words[1] >> 4)
+        elif isinstance(op, ast.Pow) and right > 0:
+            _charge(((words[0] * right) >> 4) * words[0])
     return _call(_BINARY[type(op)], [left, right], {})
 
 

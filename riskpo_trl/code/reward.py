@@ -35,15 +35,28 @@ def parse_tests(tests) -> TestSpec | None:
     """A `TestSpec` from a ``tests`` cell (its JSON string, a dict or a TestSpec), or None if missing/unparseable."""
     if isinstance(tests, TestSpec):
         return tests
+    if isinstance(tests, str):
+        return _parse_json_tests(tests)
     try:
-        if isinstance(tests, str):
-            return TestSpec.from_json(tests)
         if isinstance(tests, dict):
             return TestSpec(**tests)
     except UndecidableTestError as exc:
         _warn_refused(str(exc))
     except (ValueError, TypeError):
         return None
+    return None
+
+
+@functools.lru_cache(maxsize=64)  # a batch has a few dozen prompts; a cell can be megabytes (LiveCodeBench)
+def _parse_json_tests(tests: str) -> TestSpec | None:
+    """`parse_tests` of a JSON cell, remembered: every completion of a prompt carries the same cell, and a refusal
+    (which may have spent the folding budget) is not recomputed for each."""
+    try:
+        return TestSpec.from_json(tests)
+    except UndecidableTestError as exc:
+        _warn_refused(str(exc))
+    except (ValueError, TypeError):
+        pass
     return None
 
 
