@@ -953,9 +953,12 @@ def test_values_over_4300_digits_pass():
         ("def f(x):\n    return 2 ** (10000 * x)", TestSpec("assert", ["assert f(2) == 2 ** 20000"], [""])),
         ("def f(x):\n    return 10 ** 5000 - 1", TestSpec("assert", [f"assert f(1) == {'9' * 5000}"], [""])),
         ("print(int(input()) + 1)", TestSpec("stdin", ["9" * 5000 + "\n"], ["1" + "0" * 5000])),
+        ("def f(x):\n    return str(10 ** 5000)",
+         TestSpec("assert", ["assert int(f(1)) == 10 ** 5000\nassert isinstance(f(1), str)"], [""])),
     ]
     reward = CodeReward(sandbox=Sandbox(LIMITS, max_workers=2))
     assert reward([as_completion(p) for p, _ in cases], [spec.to_json() for _, spec in cases]) == [1.0] * len(cases)
     wrong = ["def f(x):\n    return 10 ** 5000 + 1", "def f(x):\n    return [x, 10 ** 5000]",
-             "def f(x):\n    return 2 ** 20000 + 1", "def f(x):\n    return 10 ** 5000", "print(int(input()))"]
+             "def f(x):\n    return 2 ** 20000 + 1", "def f(x):\n    return 10 ** 5000", "print(int(input()))",
+             "def f(x):\n    return str(10 ** 5000 + 1)"]
     assert reward([as_completion(p) for p in wrong], [spec.to_json() for _, spec in cases]) == [0.0] * len(cases)

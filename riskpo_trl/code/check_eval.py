@@ -24,7 +24,7 @@ import operator
 import threading
 from typing import Any
 
-from .values import Opaque, Raised, _hashable, int_from_decimal, values_equal
+from .values import Opaque, Raised, _hashable, int_from_decimal, int_to_decimal, values_equal
 
 LEAF_PREFIX = "__riskpo_leaf_"  # a probe expression names its i-th leaf LEAF_PREFIX + str(i)
 BIG_INT = "__riskpo_int__"  # check code's integer literals beyond the int/str digit limit, spelled as calls of this
@@ -63,6 +63,7 @@ def _isinstance(value, kinds) -> bool:
     kinds = kinds if isinstance(kinds, tuple) else (kinds,)
     wanted: list[type] = []
     for kind in kinds:
+        kind = {_int_of: int, _str_of: str}.get(kind, kind)
         if kind in (list, tuple):
             wanted += [list, tuple]
         elif kind in (hashable_set, set, frozenset):
@@ -86,6 +87,24 @@ def _bytes(*args):
     return bytes(*args)
 
 
+def _int_of(value=0, *args):
+    """``int``, also for decimal text beyond the int/str digit limit (converted in chunks below it)."""
+    if isinstance(value, str) and not args and len(value) > 4000:
+        text = value.strip()
+        sign = "-" if text.startswith("-") else ""
+        digits = text.lstrip("+-")
+        if digits.isdigit() and digits.isascii() and len(text) - len(digits) <= 1:
+            return int_from_decimal(sign + digits)
+    return int(value, *args)
+
+
+def _str_of(*args):
+    """``str``, also for integers beyond the int/str digit limit."""
+    if len(args) == 1 and _int(args[0]) and args[0].bit_length() > 13_000:
+        return int_to_decimal(args[0])
+    return str(*args)
+
+
 def _dict_of_pairs(pairs):
     return {_hashable(key): value for key, value in pairs}
 
@@ -96,8 +115,8 @@ def _int(value) -> bool:
 
 # What is evaluated outside the sandbox when check code calls these names (and does not bind them).
 FUNCTIONS: dict[str, Any] = {
-    "abs": abs, "len": len, "sorted": sorted, "min": min, "max": max, "sum": sum, "round": _round, "int": int,
-    "float": float, "str": str, "bool": bool, "list": list, "tuple": tuple, "set": hashable_set,
+    "abs": abs, "len": len, "sorted": sorted, "min": min, "max": max, "sum": sum, "round": _round, "int": _int_of,
+    "float": float, "str": _str_of, "bool": bool, "list": list, "tuple": tuple, "set": hashable_set,
     "frozenset": hashable_set, "all": all, "any": any, "reversed": lambda items: list(reversed(items)),
     "range": _bounded_range, "enumerate": lambda items, start=0: list(enumerate(items, start)),
     "zip": lambda *items: list(zip(*items)), "Counter": collections.Counter, "isclose": math.isclose,
