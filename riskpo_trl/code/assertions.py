@@ -542,24 +542,25 @@ def _refuse_checks_decided_in_the_sandbox(tree: ast.Module) -> None:
     """Refuse check code that can fail other than by an assertion the trainer judges: whatever decides such a
     failure runs in the sandbox, where the program can make it pass (``if f(5) != 25: raise AssertionError``)."""
     for node in ast.walk(tree):
-        detail = ast.unparse(node).splitlines()[0][:80] if isinstance(node, (ast.stmt, ast.expr)) else ""
+        reason = None
         if isinstance(node, ast.Raise):
-            raise UndecidableTestError("a check that fails by raising instead of asserting", detail)
-        if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try), ast.With, ast.AsyncWith)):
-            raise UndecidableTestError("a check inside try or with (e.g. expecting an exception)", detail)
-        if isinstance(node, ast.While):
-            raise UndecidableTestError("a while loop (whether and how often it runs is up to the program)", detail)
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+            reason = "a check that fails by raising instead of asserting"
+        elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try), ast.With, ast.AsyncWith)):
+            reason = "a check inside try or with (e.g. expecting an exception)"
+        elif isinstance(node, ast.While):
+            reason = "a while loop (whether and how often it runs is up to the program)"
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and any(
                 (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0] == "unittest"
                 for alias in node.names):
-            raise UndecidableTestError("a unittest check (its assert methods run in the sandbox)", detail)
-        if isinstance(node, ast.Call):
-            name = dotted_name(node.func)
+            reason = "a unittest check (its assert methods run in the sandbox)"
+        elif isinstance(node, ast.Call):
             method = node.func.attr if isinstance(node.func, ast.Attribute) else ""
             if method.startswith("assert") or method in ("fail", "failUnless", "failIf"):
-                raise UndecidableTestError("a unittest check (its assert methods run in the sandbox)", detail)
-            if name in _EXIT_CALLS:
-                raise UndecidableTestError("an exit or kill that decides the check in the sandbox", detail)
+                reason = "a unittest check (its assert methods run in the sandbox)"
+            elif dotted_name(node.func) in _EXIT_CALLS:
+                reason = "an exit or kill that decides the check in the sandbox"
+        if reason is not None:
+            raise UndecidableTestError(reason, ast.unparse(node).splitlines()[0][:80])
 
 
 def _calls_in(tree: ast.AST, name: str) -> int:
