@@ -12,9 +12,10 @@ Variants, all with ``max_workers`` = `default_max_workers()` and the same limits
 
 * ``bwrap``: `CodeReward` as shipped: bubblewrap sandbox, then a judge process per completion.
 * ``none``: the same `CodeReward` with ``isolation="none"`` (the same runner and judge, no OS isolation).
-* ``bwrap_in_process``: the bubblewrap sandbox with the report judged in the benchmark's own interpreter
-  (`Sandbox.run` then `TestSpec.passes`, as the reward did before judges were separate processes): what the
-  judge processes cost, for comparison only.
+* ``bwrap_in_process`` and ``none_in_process``: the same sandboxes with the report judged in the benchmark's own
+  interpreter (`Sandbox.run` then `TestSpec.passes`, as the reward did before judges were separate processes), for
+  comparison only: what the judge processes cost, and the isolated/unisolated ratio of that earlier design measured
+  under the same load.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "bwrap": CodeReward(sandbox=Sandbox(limits, max_workers=workers)),
         "none": CodeReward(sandbox=Sandbox(limits, max_workers=workers, isolation="none")),
         "bwrap_in_process": InProcessJudging(Sandbox(limits, max_workers=workers)),
+        "none_in_process": InProcessJudging(Sandbox(limits, max_workers=workers, isolation="none")),
     }
     isolation = variants["bwrap"].sandbox.check().describe()
     completions, tests, expected = batch(args.completions, args.tests)
@@ -95,6 +97,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rate = {name: [args.completions / s for s in values] for name, values in seconds.items()}
     median = {name: statistics.median(values) for name, values in rate.items()}
     paired = [b / n for b, n in zip(rate["bwrap"], rate["none"])]
+    paired_in_process = [b / n for b, n in zip(rate["bwrap_in_process"], rate["none_in_process"])]
     payload = {
         "machine": machine_info(),
         "load_average_before": load_before,
@@ -109,6 +112,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "median_programs_per_s": {name: round(value, 2) for name, value in median.items()},
         "bwrap_over_none_ratio_of_medians": round(median["bwrap"] / median["none"], 3),
         "bwrap_over_none_median_paired_ratio": round(statistics.median(paired), 3),
+        "in_process_bwrap_over_none_ratio_of_medians": round(median["bwrap_in_process"] / median["none_in_process"], 3),
+        "in_process_bwrap_over_none_median_paired_ratio": round(statistics.median(paired_in_process), 3),
         "judge_process_over_in_process": round(median["bwrap"] / median["bwrap_in_process"], 3),
     }
     markdown = _markdown(payload)
@@ -137,6 +142,9 @@ def _markdown(payload: dict[str, Any]) -> str:
         lines.append(f"| {name} | {value:.2f} | {rounds} |")
     lines += ["", (f"bwrap / none: {payload['bwrap_over_none_ratio_of_medians']:.3f} (ratio of medians), "
                    f"{payload['bwrap_over_none_median_paired_ratio']:.3f} (median of per-round ratios). "
+                   "Judged in-process (the earlier design), bwrap / none: "
+                   f"{payload['in_process_bwrap_over_none_ratio_of_medians']:.3f} (ratio of medians), "
+                   f"{payload['in_process_bwrap_over_none_median_paired_ratio']:.3f} (paired). "
                    f"Judge processes / judging in-process, both under bwrap: "
                    f"{payload['judge_process_over_in_process']:.3f}.")]
     return "\n".join(lines)

@@ -68,7 +68,9 @@ def _judge(payload_fd: int, verdict_fd: int, cpu_s: int, memory_bytes: int) -> N
 
 def serve(sock_fd: int) -> None:
     """The judge server's loop (until the trainer closes its end of the socket)."""
-    from . import report, testspec  # noqa: F401 - imported once here, so every forked judge starts with them
+    from . import assertions, report, testspec  # noqa: F401 - imported once here, so every forked judge has them
+
+    assertions._prelude_names()  # the stdlib modules the runner's prelude imports, also loaded once
 
     channel = socket.socket(fileno=sock_fd)
     # A judge's exit wakes the loop (SIGCHLD through a self-pipe), so it is reaped at once, not left a zombie.
