@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "median_programs_per_s": {name: round(value, 2) for name, value in median.items()},
         "bwrap_over_none_ratio_of_medians": round(median["bwrap"] / median["none"], 3),
         "bwrap_over_none_median_paired_ratio": round(statistics.median(paired), 3),
-        "in_process_bwrap_over_none_ratio_of_medians": round(median["bwrap_in_process"] / median["none_in_process"], 3),
+        "in_process_bwrap_over_none_ratio_of_medians": round(
+            median["bwrap_in_process"] / median["none_in_process"], 3),
         "in_process_bwrap_over_none_median_paired_ratio": round(statistics.median(paired_in_process), 3),
         "judge_process_over_in_process": round(median["bwrap"] / median["bwrap_in_process"], 3),
     }

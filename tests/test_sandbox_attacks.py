@@ -806,6 +806,7 @@ LOOP_TABLES = {
     "t[:-1] / t[-1]": "for t in [(2, 4), (3, 9)]:\n    assert f(*t[:-1]) == t[-1]",
     'dict rows tc["expected"]': ('for tc in [{"input": [2], "expected": 4}, {"input": [3], "expected": 9}]:\n'
                                  '    assert f(*tc["input"]) == tc["expected"]'),
+    "x, want = t": "for t in [(2, 4), (3, 9)]:\n    x, want = t\n    assert f(x) == want",
 }
 
 
@@ -833,8 +834,11 @@ SANDBOX_DECIDED = {
     "if ...: raise AssertionError": "if f(5) != 25:\n    raise AssertionError\nassert f(1) == 1",
     "unittest assertEqual": ("import unittest\ncase = unittest.TestCase()\ncase.assertEqual(f(5), 25)\n"
                              "assert f(1) == 1"),
-    "assertEqual method": "class T:\n    def test(self):\n        self.assertEqual(f(5), 25)\nT().test()\nassert f(1) == 1",
+    "assertEqual method": ("class T:\n    def test(self):\n        self.assertEqual(f(5), 25)\nT().test()\n"
+                           "assert f(1) == 1"),
     "try/except": "try:\n    f(-1)\n    ok = False\nexcept ValueError:\n    ok = True\nassert f(1) == 1",
+    "a printed comparison": "print(f(5) == 25)\nassert f(1) == 1",
+    "a bare comparison": "f(5) == 25\nassert f(1) == 1",
 }
 AGREEABLE = textwrap.dedent("""
     class Agreeable(int):
@@ -938,7 +942,8 @@ def test_values_a_program_returns_cannot_make_the_judge_allocate_in_the_trainer(
 
 @pytest.mark.parametrize("check", [
     "x = 'ab' * 5 * 10**8\nassert f(1) == len(x)",
-    "a = 7 ** 10000\n" + "".join(f"{n} = {p} * {p} * {p}\n" for p, n in zip("abcdefg", "bcdefgh")) + "assert f(1) == h",
+    "a = 7 ** 10000\n" + "".join(f"{n} = {p} * {p} * {p}\n" for p, n in zip("abcdefg", "bcdefgh"))
+    + "assert f(1) == h",
 ], ids=["a 1 GB string in the check code", "8 lines of int * int"])
 def test_dataset_check_code_is_folded_within_bounds(check):
     spec = json.dumps({"style": "assert", "inputs": [check], "outputs": [""]})

@@ -26,8 +26,8 @@ way raises `UndecidableTestError`, and the dataset adapters drop and count such 
 an expected value or tolerance computed in the sandbox (``assert f(x) == brute(x)``, ``assert helper(f(x), 2.5)``);
 assertions inside loops over computed values or ``if`` on the program's values, or in functions not called at the
 top level; checks that fail other than by such an assertion (``raise``, unittest's ``assertEqual``, ``try``,
-``with``, ``while``, exits, an ``if`` on the program's values), since the program decides those; and an expected
-value the sandbox code would also hold.
+``with``, ``while``, exits, an ``if`` on the program's values, a comparison nothing asserts), since the program
+decides those; and an expected value the sandbox code would also hold.
 """
 
 from __future__ import annotations
@@ -393,6 +393,11 @@ class _Splitter:
             return [self.assertion(node, scope)]
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             return self._assign(node, node.targets[0].id, scope)
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0],
+                                                                                     (ast.Tuple, ast.List)):
+            unpacked = self._unpack(node, node.targets[0], scope)
+            if unpacked is not None:
+                return unpacked
         if isinstance(node, ast.For) and not node.orelse:
             unrolled = self._unroll(node, scope, functions)
             if unrolled is not None:
@@ -420,6 +425,26 @@ class _Splitter:
             if not self._program_rooted(node.value, scope):  # `sol = Solution()` holds the program, not a result
                 scope.outputs.add(name)
         return [self.fold(node, scope)]
+
+    def _unpack(self, node: ast.Assign, target: ast.Tuple | ast.List, scope: _Scope) -> list[ast.stmt] | None:
+        """``x, want = t`` of a known ``t``: each name becomes a known value (so ``want`` stays out of the sandbox)."""
+        names = [item.id for item in target.elts if isinstance(item, ast.Name)]
+        if len(names) != len(target.elts) or not set(names) <= scope.assigned_once or not self.leaf_free(
+                node.value, scope):
+            return None
+        try:
+            values = list(self.evaluate_constant(node.value, scope))
+        except TypeError:
+            values = []
+        if len(values) != len(names):
+            raise UndecidableTestError("an assignment that does not unpack", ast.unparse(node)[:80])
+        out: list[ast.stmt] = []
+        for name, value in zip(names, values):
+            scope.bind_constant(name, value)
+            assign = ast.Assign([ast.Name(name, ast.Store())], _literal_node(value), lineno=node.lineno)
+            assign.riskpo_constant = True  # dropped unless the sandbox reads it (`_prune`)
+            out.append(assign)
+        return out
 
     def _unroll(self, node: ast.For, scope: _Scope, functions) -> list[ast.stmt] | None:
         targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
@@ -553,12 +578,16 @@ def _refuse_checks_decided_in_the_sandbox(tree: ast.Module) -> None:
                 (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0] == "unittest"
                 for alias in node.names):
             reason = "a unittest check (its assert methods run in the sandbox)"
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Compare):
+            reason = "a comparison whose result nothing checks"
         elif isinstance(node, ast.Call):
             method = node.func.attr if isinstance(node.func, ast.Attribute) else ""
             if method.startswith("assert") or method in ("fail", "failUnless", "failIf"):
                 reason = "a unittest check (its assert methods run in the sandbox)"
             elif dotted_name(node.func) in _EXIT_CALLS:
                 reason = "an exit or kill that decides the check in the sandbox"
+            elif dotted_name(node.func) == "print" and _contains(node.args, ast.Compare):
+                reason = "a check that is printed, not asserted"
         if reason is not None:
             raise UndecidableTestError(reason, ast.unparse(node).splitlines()[0][:80])
 

@@ -1,9 +1,10 @@
 """A normalised test specification for code problems, and how observed outputs are judged against it.
 
 Every dataset adapter turns its problem's tests into a `TestSpec` stored as a JSON string in the dataset's ``tests``
-column; the reward parses it back. Expected outputs never enter the sandbox, which only ever sees inputs: a judge process
-(`riskpo_trl.code.judge`) compares what the sandbox reported with them (`TestSpec.passes`). They also bound what is read back from the sandbox (`TestSpec.output_caps`): an honest output is about the size of the
-expected one, so a report far beyond that is refused unread instead of parsed.
+column; the reward parses it back. Expected outputs never enter the sandbox, which only ever sees inputs: a judge
+process (`riskpo_trl.code.judge`) compares what the sandbox reported with them (`TestSpec.passes`). They also bound
+what is read back from the sandbox (`TestSpec.output_caps`): an honest output is about the size of the expected one,
+so a report far beyond that is refused unread instead of parsed.
 """
 
 from __future__ import annotations
