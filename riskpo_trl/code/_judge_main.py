@@ -1,7 +1,7 @@
 """Judge-side code (see `riskpo_trl.code.judge`): runs in processes of its own, never in the trainer.
 
 `serve` is the judge server: a single-threaded process that has imported the judging modules once and forks one
-judge per request. A request is a small header (CPU seconds, memory bytes, wall-clock seconds) with two file
+judge per request. A request is a small header (CPU seconds, memory bytes, wall-clock milliseconds) with two file
 descriptors: an unnamed file holding ``<TestSpec JSON>\\n<report bytes>``, and the write end of a pipe for the verdict,
 ``P`` (every test passed) or ``F<reason>``. Each judge sets its own RLIMIT_CPU and RLIMIT_AS before reading anything;
 the server SIGKILLs it when its wall-clock time is up and reaps it. The server itself never reads a report.
@@ -104,18 +104,22 @@ def serve(sock_fd: int) -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        cpu_s, memory_bytes, timeout_s = header.split()
-        pid = os.fork()
+        try:
+            cpu_s, memory_bytes, timeout_s = (int(part) for part in header.split())
+            pid = os.fork()
+        except (ValueError, OSError):  # a malformed request, or no process to be had: that judgement fails
+            pid = None
         if pid == 0:
             channel.close()
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             os.close(wake_read)
             os.close(wake_write)
-            _judge(fds[0], fds[1], int(cpu_s), int(memory_bytes))
+            _judge(fds[0], fds[1], cpu_s, memory_bytes)
         for fd in fds:
             os.close(fd)  # the judge holds the verdict pipe now: the trainer sees EOF when it exits
-        deadlines[pid] = time.monotonic() + float(timeout_s)
+        if pid is not None:
+            deadlines[pid] = time.monotonic() + timeout_s / 1000
 
 
 def _reap(deadlines: dict[int, float]) -> None:

@@ -57,6 +57,9 @@ class JudgeLimits:
         for name, value in asdict(self).items():
             if value <= 0:
                 raise ValueError(f"JudgeLimits.{name}={value} must be > 0.")
+        for name in ("cpu_time_s", "memory_mb"):
+            if not isinstance(getattr(self, name), int):
+                raise ValueError(f"JudgeLimits.{name}={getattr(self, name)!r} must be a whole number (an rlimit).")
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ class _JudgeServer:
 
     @classmethod
     def submit(cls, payload_fd: int, verdict_fd: int, limits: JudgeLimits) -> None:
-        header = f"{limits.cpu_time_s} {limits.memory_mb << 20} {limits.timeout_s}".encode()
+        header = f"{limits.cpu_time_s} {limits.memory_mb << 20} {round(limits.timeout_s * 1000)}".encode()
         for attempt in (0, 1):
             with cls._lock:
                 if cls._current is None or not cls._current.alive():
