@@ -302,7 +302,8 @@ class Sandbox:
         test code run after the program, instrumented by `TestSpec.sandbox_inputs`; output is the JSON list of the
         values its assertions recorded, when it completes). ``output_caps`` (bytes per test, `TestSpec.output_caps`)
         bounds what is read back: a report beyond their sum, or an output beyond its cap, is an error and is not
-        parsed. Without caps the whole report is bounded by ``limits.max_output_bytes``.
+        parsed. Without caps the whole report is bounded by ``limits.max_output_bytes``. The report is parsed in this
+        process; the code reward instead hands it unparsed to a judge process (`run_report`).
         """
         start = time.monotonic()
         data, error = self.run_report(source, inputs, style, fn_name, output_caps)
