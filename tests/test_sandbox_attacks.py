@@ -819,6 +819,14 @@ def test_loop_table_rows_never_reach_the_sandbox(check):
     assert "4" not in spec.sandbox_inputs()[0] and "9" not in spec.sandbox_inputs()[0], spec.sandbox_inputs()[0]
 
 
+def test_a_list_the_check_passes_to_the_program_and_compares_with_is_refused():
+    """The program could change the expected value in place before it is compared."""
+    check = "row = [2, 4]\nassert f(row) == row[1]"
+    mutator = "def f(row):\n    row[1] = 0\n    return 0"
+    spec = json.dumps({"style": "assert", "inputs": [check], "outputs": [""]})
+    assert _score_both_guards(mutator, spec) == {True: None, False: None}
+
+
 def test_an_isclose_tolerance_is_computed_by_the_trainer_not_the_program():
     check = "import math\nEPS = math.pow(10, -9)\nassert math.isclose(f(2), 4.0, rel_tol=EPS)"
     program = "def f(x):\n    globals()['EPS'] = 1e308\n    return 0.0"
