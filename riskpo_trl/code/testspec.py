@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from . import bounded_json
 from .assertions import MAX_OBSERVED_CHARS, assertions_pass, instrument_assertions
 from .sandbox import TEST_STYLES
+from .stdout_compare import stdout_matches
 from .values import decode_value, values_equal
 
 # Output caps: stdout may differ from the expected text in whitespace only; a returned value's JSON may be longer than
@@ -94,17 +95,8 @@ class TestSpec:
             return False
         if self.style == "assert":
             return all(assertions_pass(got, instrument_assertions(code)) for got, code in zip(observed, self.inputs))
-        match = _functional_match if self.style == "functional" else _stdout_match
+        match = _functional_match if self.style == "functional" else stdout_matches
         return all(match(got, want) for got, want in zip(observed, self.outputs))
-
-
-def normalize_stdout(text: str) -> list[str]:
-    """Lines with runs of whitespace collapsed and blank lines at the ends dropped: what stdin/stdout tests compare."""
-    return [" ".join(line.split()) for line in text.strip().splitlines()]
-
-
-def _stdout_match(observed: str, expected: str) -> bool:
-    return normalize_stdout(observed) == normalize_stdout(expected)
 
 
 def _functional_match(observed: str, expected: str) -> bool:
