@@ -526,7 +526,8 @@ def test_cgroup_v2_caps_come_from_a_delegating_parent(tmp_path):
     run = support.create(64 << 20, 10)
     names = ("memory.max", "memory.swap.max", "pids.max", "cpu.max")
     limits = {name: (parent / "run0" / name).read_text() for name in names}
-    assert limits == {"memory.max": str(64 << 20), "memory.swap.max": "0", "pids.max": "10", "cpu.max": "100000 100000"}
+    assert limits == {"memory.max": str(64 << 20), "memory.swap.max": "0", "pids.max": "10",
+                      "cpu.max": "100000 100000"}
     run.add(4242)
     assert (parent / "run0" / "cgroup.procs").read_text() == "4242"
 

@@ -8,6 +8,7 @@ worked, and where a host-side check exists (the vsock port) it does not depend o
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import socket
 import textwrap
@@ -302,6 +303,46 @@ def test_cpu_caps_on_cgroup_v1_and_an_honest_fallback_without_cpu(tmp_path):
     assert "CPU time is shared per process, not per run" in fallback_statement(no_cpu)
 
 
+def test_a_v1_quota_above_an_ancestors_is_left_to_the_ancestor(tmp_path, monkeypatch):
+    """cgroup v1 refuses (EINVAL) a quota above an ancestor's, e.g. a container capped below one core: the run is then
+    capped by that ancestor, and starting it must not fail."""
+    cpu = tmp_path / "cpu"
+    cpu.mkdir()
+    (tmp_path / "cgroup").write_text("1:cpu:/\n")
+    (tmp_path / "mountinfo").write_text(f"1 1 0:1 / {cpu} rw - cgroup cgroup rw,cpu\n")
+    support = cgroups.detect(str(tmp_path / "mountinfo"), str(tmp_path / "cgroup"))
+    real_write = cgroups._write
+
+    def write(path, value):
+        if path.endswith("cpu.cfs_quota_us"):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        real_write(path, value)
+
+    monkeypatch.setattr(cgroups, "_write", write)
+    run = support.create(32 << 20, 4)
+    assert len(run.paths) == 1 and (cpu / f"riskpo-sandbox-{os.getpid()}" / "run0" / "cpu.cfs_period_us").exists()
+
+
+def test_start_up_warns_once_when_the_cpu_controller_is_missing(monkeypatch, caplog):
+    from riskpo_trl.code import sandbox as sandbox_module
+
+    real = program_cgroups()
+    without_cpu = cgroups.CgroupSupport(hierarchies={k: v for k, v in real.hierarchies.items() if k != "cpu"},
+                                        missing={"cpu": "no cgroup v1 cpu hierarchy is mounted"})
+    monkeypatch.setattr(sandbox_module, "program_cgroups", lambda: without_cpu)
+    sandbox_module.detect_isolation.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="riskpo_trl.code.sandbox"):
+            isolation = Sandbox(LIMITS, max_workers=1).check()
+            Sandbox(LIMITS, max_workers=1).check()
+    finally:
+        sandbox_module.detect_isolation.cache_clear()
+    assert "no cgroup for cpu: no cgroup v1 cpu hierarchy is mounted" in isolation.describe()
+    messages = [record.getMessage() for record in caplog.records]
+    warnings = [message for message in messages if "CPU time is shared per process" in message]
+    assert len(warnings) == 1 and "no cgroup for cpu" in warnings[0]
+
+
 # --- stdout: LiveCodeBench's semantics ------------------------------------------------------------------------------
 
 
@@ -316,7 +357,7 @@ def test_stdout_that_matches(observed, expected):
 
 @pytest.mark.parametrize(("observed", "expected"), [
     ("0.5000001", "0.5"), ("1 2", "1 2 3"), ("1\n2", "1 2"), ("a\n\nb", "a\nb"), ("yes", "Yes"), ("nan", "NaN"),
-    ("0x10", "16"), ("1.", "1.0.0"), ("3", ""), ("sNaN", "snan"), ("1e999999999999999999999", "1e999999999999999999999x"),
+    ("0x10", "16"), ("1.", "1.0.0"), ("3", ""), ("sNaN", "snan"), ("1e99999999999999999999", "1e99999999999999999999x"),
 ])
 def test_stdout_that_does_not_match(observed, expected):
     assert not stdout_matches(observed, expected)
@@ -335,7 +376,7 @@ def test_numbers_printed_differently_score_one_through_the_reward():
 
 
 def test_comparing_is_linear_in_the_output():
-    """Work grows with the output, not faster: 16 x the output costs well under 64 x the time (quadratic would be 256 x).
+    """Work grows with the output, not faster: 16 x the output costs well under 64 x the time (quadratic: 256 x).
     Medians of 3, side by side, on numbers that differ in form (so every token is parsed)."""
     def seconds(lines: int) -> float:
         observed, expected = "\n".join(["0.50 1e3"] * lines), "\n".join(["0.5 1000"] * lines)

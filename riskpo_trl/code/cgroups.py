@@ -42,6 +42,7 @@ EXTRA_TASKS = 2  # bwrap's monitor process and the runner itself, besides the pr
 CPU_CORES_PER_RUN = 1  # a run's CPU cap: its runner and a program that needs no more than one core
 CPU_PERIOD_US = 100_000  # the scheduler period the quota is counted in (the kernel's default)
 V1_SHARES, V2_WEIGHT = 1024, 100  # the default weight of one cgroup (or one thread) on v1 and v2
+V1_MAX_SHARES, V2_MAX_WEIGHT = 262_144, 10_000
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,11 @@ def _set_limits(hierarchy: _Hierarchy, path: str, memory_bytes: int, max_tasks: 
             _write(os.path.join(path, "cpu.max"), f"{quota} {CPU_PERIOD_US}")
         else:
             _write(os.path.join(path, "cpu.cfs_period_us"), str(CPU_PERIOD_US))
-            _write(os.path.join(path, "cpu.cfs_quota_us"), str(quota))
+            try:
+                _write(os.path.join(path, "cpu.cfs_quota_us"), str(quota))
+            except OSError as exc:  # v1 refuses a quota above an ancestor's, which then caps the run more tightly
+                if exc.errno != errno.EINVAL:
+                    raise
     elif hierarchy.version == 2:
         _write(os.path.join(path, "memory.max"), str(memory_bytes))
         _write_optional(os.path.join(path, "memory.swap.max"), "0")
@@ -219,9 +224,9 @@ def _make_parent(directory: str, version: int, controllers: tuple[str, ...]) -> 
     if "cpu" in controllers:  # the runs together weigh as much as one busy thread per core
         cores = os.cpu_count() or 1
         if version == 2:
-            _write(os.path.join(parent, "cpu.weight"), str(min(10_000, V2_WEIGHT * cores)))
+            _write(os.path.join(parent, "cpu.weight"), str(min(V2_MAX_WEIGHT, V2_WEIGHT * cores)))
         else:
-            _write(os.path.join(parent, "cpu.shares"), str(V1_SHARES * cores))
+            _write(os.path.join(parent, "cpu.shares"), str(min(V1_MAX_SHARES, V1_SHARES * cores)))
     return parent
 
 

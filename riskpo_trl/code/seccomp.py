@@ -1,9 +1,9 @@
 """A small seccomp filter for sandboxed programs, as the classic BPF program bwrap's ``--seccomp FD`` loads.
 
 It refuses, with EPERM, the system calls that a test program never needs and that would let it step around the
-sandbox's other layers: tracing or reading other processes (``ptrace``, ``process_vm_readv``/``writev``), memory no
-rlimit counts (``memfd_create``, ``memfd_secret``, SysV ``shmget`` and ``msgget``), kernel interfaces with a long record
-of exploitable bugs (``io_uring_*``, ``bpf``, ``userfaultfd``, ``perf_event_open``, the keyring calls) and
+sandbox's other layers: tracing or reading other processes (``ptrace``, ``process_vm_readv``/``writev``), memory
+no rlimit counts (``memfd_create``, ``memfd_secret``, SysV ``shmget`` and ``msgget``), kernel interfaces with a long
+record of exploitable bugs (``io_uring_*``, ``bpf``, ``userfaultfd``, ``perf_event_open``, the keyring calls) and
 ``personality`` (which can, e.g., turn off address-space randomisation).
 
 It also closes what the namespaces leave shared between concurrent sandboxes and with the host:

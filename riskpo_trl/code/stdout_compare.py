@@ -1,7 +1,7 @@
 """Whether a program's stdout matches a stdin/stdout test's expected output, with LiveCodeBench's number semantics.
 
-LiveCodeBench's grader strips both texts, splits them into lines at ``\\n``, strips each line and needs as many lines on
-both sides; a line passes when it is identical, or when every whitespace-separated token on both sides parses as a
+LiveCodeBench's grader strips both texts, splits them into lines at ``\\n``, strips each line and needs as many lines
+on both sides; a line passes when it is identical, or when every whitespace-separated token on both sides parses as a
 Python ``decimal.Decimal`` and the two lists of Decimals are equal (so ``0.50`` matches ``0.5``, ``3.0000000000``
 matches ``3.0`` and ``1e3`` matches ``1000``, while ``0.5000001`` does not match ``0.5``: there is no tolerance).
 
