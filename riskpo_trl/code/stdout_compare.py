@@ -10,10 +10,9 @@ order, each pair passing when the two strings are identical or when both parse a
 that mixes words and numbers (``Case #1: 0.50``) passes when its words are identical and its numbers equal, and runs
 of whitespace inside a line never matter (LiveCodeBench fails both unless the lines are identical).
 
-A pure function whose work is linear in the size of its inputs: one pass to split, at most one Decimal parse per
-differing token (linear in its digits: CPython's ``decimal`` parses a string into base-10 words) and one comparison
-(linear: two Decimals with the same adjusted exponent differ in exponent by at most their digit counts). Nothing is
-hashed, formatted or evaluated; the caller bounds the sizes (`TestSpec.output_caps`).
+A pure function whose work is linear in the size of its inputs: one split, and for each pair of differing tokens at
+most two Decimal parses and one comparison, each linear in the token's digits. Nothing is hashed, formatted or
+evaluated; the caller bounds the sizes (`TestSpec.output_caps`).
 """
 
 from __future__ import annotations
