@@ -349,7 +349,8 @@ def test_the_program_sees_a_minimal_unprivileged_machine():
         view = {{
             "uid": os.getuid(), "groups": os.getgroups(), "root": sorted(os.listdir("/")),
             "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
-            "hostname": socket.gethostname(), "interfaces": [name for _, name in socket.if_nameindex()],
+            "hostname": socket.gethostname(),  # the interfaces from /proc: seccomp refuses every socket
+            "interfaces": [line.split(":")[0].strip() for line in open("/proc/net/dev").readlines()[2:]],
             "caps": [line.split()[1] for line in open("/proc/self/status") if line.startswith("Cap")],
             "env": sorted(os.environ), "site_packages_hidden": importlib.util.find_spec("pytest") is None,
             "root_writable": os.access("/", os.W_OK), "cwd": os.getcwd(),

@@ -255,7 +255,7 @@ HONEST_CPU_WORK = """
     import time
     time.sleep(0.5)  # the neighbour's 16 children are busy by now
     total = 0
-    for i in range(6_000_000):
+    for i in range(9_000_000):
         total += i & 7
     print(total)
     """
@@ -265,13 +265,13 @@ HONEST_CPU_WORK = """
                     reason=f"no cpu cgroup here ({program_cgroups().describe()}): CPU time is shared per process")
 def test_sixteen_busy_setsid_children_cannot_make_a_correct_neighbour_time_out():
     """A hostile completion forks 16 busy children (each in its own session) while a correct one, scored in the same
-    batch, needs about 0.4 s of CPU within a 3.5 s test timeout. Shared per process, the correct one would get a
-    seventeenth or less of the CPU that is free (about 4 s and more of wall clock: it times out); with a CPU cap and
-    fair sharing per run it gets as much as the hostile one, and passes every time."""
-    limits = SandboxLimits(test_timeout_s=3.5, total_timeout_s=5.0, cpu_time_s=8, memory_mb=512,
+    batch, needs about 0.6 s of CPU within a 5.5 s test timeout. Shared per process, the correct one would get a
+    seventeenth or less of the CPU that is free (on 2 cores, 5 s and more of wall clock: it times out); with a CPU cap
+    and fair sharing per run it gets as much as the hostile one, and passes every time."""
+    limits = SandboxLimits(test_timeout_s=5.5, total_timeout_s=7.0, cpu_time_s=8, memory_mb=512,
                            max_output_bytes=1 << 20, disk_mb=16, max_processes=20, max_files=2000)
     reward = CodeReward(sandbox=Sandbox(limits, max_workers=2))
-    spec = TestSpec("stdin", [""], [str(sum(i & 7 for i in range(6_000_000)))]).to_json()
+    spec = TestSpec("stdin", [""], [str(sum(i & 7 for i in range(9_000_000)))]).to_json()
     completions = [as_completion(textwrap.dedent(CPU_HOG)), as_completion(textwrap.dedent(HONEST_CPU_WORK))]
     for attempt in range(3):
         assert reward(completions, [spec, spec]) == [0.0, 1.0], attempt
