@@ -9,9 +9,9 @@ record of exploitable bugs (``io_uring_*``, ``bpf``, ``userfaultfd``, ``perf_eve
 It also closes what the namespaces leave shared between concurrent sandboxes and with the host:
 
 * **Sockets**: ``socket`` and ``socketpair`` fail with EAFNOSUPPORT whatever the family: the runner needs none, and
-  the runner's audit hook already refuses every socket to programs. The filter makes that hold without the hook, for
-  the families no namespace confines above all: ``AF_VSOCK`` (its ports are one space for the whole VM, so a program
-  could take a port the host needs), and with them netlink, raw packets and the rest.
+  the runner's audit hook already refuses every socket to programs. The filter makes that hold without the hook,
+  above all for ``AF_VSOCK``, which no namespace confines (its ports are one space for the whole VM, so a program
+  could take a port the VM's own agent needs).
 * **File-system watches**: ``inotify_*``, ``fanotify_*`` and ``fcntl(F_NOTIFY)`` are refused: on the read-only files
   every sandbox shares (the interpreter and its standard library) they would show which files the trainer and the
   other sandboxes open.
