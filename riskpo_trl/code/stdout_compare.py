@@ -20,9 +20,9 @@ from __future__ import annotations
 from decimal import Decimal, DecimalException
 
 
-def stdout_lines(text: str) -> list[list[str]]:
-    """The tokens of each line: the text stripped, split at ``\\n``, each line split at runs of whitespace."""
-    return [line.split() for line in text.strip().split("\n")]
+def _lines(text: str) -> list[str]:
+    """The text stripped and split at ``\\n`` (each line is split into tokens only when it is compared)."""
+    return text.strip().split("\n")
 
 
 def _number(token: str) -> Decimal | None:
@@ -47,11 +47,12 @@ def tokens_match(observed: str, expected: str) -> bool:
 
 def stdout_matches(observed: str, expected: str) -> bool:
     """Whether ``observed`` stdout matches ``expected``: the same number of lines and, on each line, the same number
-    of tokens, each pair matching by `tokens_match`."""
-    got_lines, want_lines = stdout_lines(observed), stdout_lines(expected)
+    of whitespace-separated tokens, each pair matching by `tokens_match`."""
+    got_lines, want_lines = _lines(observed), _lines(expected)
     if len(got_lines) != len(want_lines):
         return False
-    for got, want in zip(got_lines, want_lines):
-        if len(got) != len(want) or not all(map(tokens_match, got, want)):
+    for got, want in zip(got_lines, want_lines):  # one line's tokens at a time: no list per line is kept
+        got_tokens, want_tokens = got.split(), want.split()
+        if len(got_tokens) != len(want_tokens) or not all(map(tokens_match, got_tokens, want_tokens)):
             return False
     return True
