@@ -277,7 +277,8 @@ def test_sixteen_busy_setsid_children_cannot_make_a_correct_neighbour_time_out()
         assert reward(completions, [spec, spec]) == [0.0, 1.0], attempt
 
 
-def test_cpu_caps_on_cgroup_v1_and_an_honest_fallback_without_cpu(tmp_path):
+def test_cpu_caps_on_cgroup_v1_and_an_honest_fallback_without_cpu(tmp_path, monkeypatch):
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     cpu = tmp_path / "cpu"
     cpu.mkdir()
     (tmp_path / "cgroup").write_text("1:cpu,cpuacct:/\n")

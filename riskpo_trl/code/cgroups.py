@@ -6,9 +6,10 @@ program's processes together. Each run gets its own cgroup with ``memory_mb`` of
 kernel accounts it), ``max_processes`` tasks (threads count) and, with the ``cpu`` controller, at most
 ``CPU_CORES_PER_RUN`` cores of CPU time (``cpu.max``; v1 ``cpu.cfs_quota_us``), under one parent cgroup per trainer
 process. The scheduler then shares CPU time between runs, not between their processes: a program that starts 16 busy
-processes gets no more CPU than one that runs one, so it cannot starve a concurrent run into its timeout. The parent
-weighs as much as one busy thread per core (``cpu.weight``; v1 ``cpu.shares``), so the runs together compete with the
-rest of the machine about as their single-threaded processes did without the controller.
+processes gets no more CPU than one that runs one, so it cannot take a concurrent run's share of it. The parent
+weighs as much as one busy thread per core of this training process (the cores divided by ``LOCAL_WORLD_SIZE``, as
+for the default number of workers; ``cpu.weight``, v1 ``cpu.shares``), so the runs together compete with the rest
+of the machine about as their single-threaded processes did without the controller.
 
 * **cgroup v2** (most current hosts): the parent is made next to the trainer's own cgroup, in its parent, when that
   parent already delegates ``memory`` and ``pids`` (``cgroup.subtree_control``; ``cpu`` is used when delegated too),
@@ -221,8 +222,8 @@ def _make_parent(directory: str, version: int, controllers: tuple[str, ...]) -> 
     atexit.register(_remove_parent, parent)
     if version == 2:
         _write(os.path.join(parent, "cgroup.subtree_control"), " ".join(f"+{c}" for c in controllers))
-    if "cpu" in controllers:  # the runs together weigh as much as one busy thread per core
-        cores = os.cpu_count() or 1
+    if "cpu" in controllers:  # the runs together weigh as much as one busy thread per core of this training process
+        cores = max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
         if version == 2:
             _write(os.path.join(parent, "cpu.weight"), str(min(V2_MAX_WEIGHT, V2_WEIGHT * cores)))
         else:
