@@ -404,7 +404,8 @@ def test_the_program_sees_a_minimal_unprivileged_machine():
         view = {{
             "uid": os.getuid(), "groups": os.getgroups(), "root": sorted(os.listdir("/")),
             "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
-            "hostname": socket.gethostname(), "interfaces": [name for _, name in socket.if_nameindex()],
+            "hostname": socket.gethostname(),  # the interfaces from /proc: seccomp refuses every socket
+            "interfaces": [line.split(":")[0].strip() for line in open("/proc/net/dev").readlines()[2:]],
             "caps": [line.split()[1] for line in open("/proc/self/status") if line.startswith("Cap")],
             "env": sorted(os.environ), "site_packages_hidden": importlib.util.find_spec("pytest") is None,
             "root_writable": os.access("/", os.W_OK), "cwd": os.getcwd(),
@@ -575,20 +576,24 @@ def test_start_up_states_what_holds_without_cgroups(fresh_probe, monkeypatch, ca
 
 def test_cgroup_v2_caps_come_from_a_delegating_parent(tmp_path):
     """v2 (most hosts): the per-run cgroups go next to the trainer's cgroup when its parent delegates memory and pids
-    (v2 forbids controllers in a cgroup that holds processes); each run gets memory.max, no swap, and pids.max."""
+    (v2 forbids controllers in a cgroup that holds processes); each run gets memory.max, no swap, pids.max and, where
+    cpu is delegated too, cpu.max."""
     root = tmp_path / "unified"
     (root / "trainer").mkdir(parents=True)
     (root / "cgroup.controllers").write_text("cpu memory pids\n")
-    (root / "cgroup.subtree_control").write_text("memory pids\n")
+    (root / "cgroup.subtree_control").write_text("cpu memory pids\n")
     paths = _fake_cgroup_host(tmp_path, [f"/ {root} rw - cgroup2 cgroup2 rw"], "0::/trainer\n")
     support = cgroups.detect(*paths)
-    assert support.bounds_memory and support.bounds_processes and not support.missing
-    assert "memory (cgroup v2), pids (cgroup v2)" in support.describe() and fallback_statement(support) is None
+    assert support.bounds_memory and support.bounds_processes and support.bounds_cpu and not support.missing
+    assert "cpu (cgroup v2), memory (cgroup v2), pids (cgroup v2)" in support.describe()
+    assert fallback_statement(support) is None
     parent = root / f"riskpo-sandbox-{os.getpid()}"
-    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids"
+    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
     run = support.create(64 << 20, 10)
-    limits = {name: (parent / "run0" / name).read_text() for name in ("memory.max", "memory.swap.max", "pids.max")}
-    assert limits == {"memory.max": str(64 << 20), "memory.swap.max": "0", "pids.max": "10"}
+    names = ("memory.max", "memory.swap.max", "pids.max", "cpu.max")
+    limits = {name: (parent / "run0" / name).read_text() for name in names}
+    assert limits == {"memory.max": str(64 << 20), "memory.swap.max": "0", "pids.max": "10",
+                      "cpu.max": "100000 100000"}
     run.add(4242)
     assert (parent / "run0" / "cgroup.procs").read_text() == "4242"
 

@@ -126,7 +126,7 @@ def _cached_cgroups() -> cgroups.CgroupSupport:
 
 
 def fallback_statement(support: cgroups.CgroupSupport) -> str | None:
-    """What a program may hold when a controller is missing, in plain words (None when both are there)."""
+    """What a program may hold when a controller is missing, in plain words (None when all are there)."""
     parts = []
     if not support.bounds_memory:
         parts.append("memory_mb bounds each process (RLIMIT_AS), not the program: a program can hold about "
@@ -134,6 +134,9 @@ def fallback_statement(support: cgroups.CgroupSupport) -> str | None:
                      "no rlimit counts, are refused by the seccomp filter")
     if not support.bounds_processes:
         parts.append("max_processes is enforced per sandbox uid by RLIMIT_NPROC only")
+    if not support.bounds_cpu:
+        parts.append("CPU time is shared per process, not per run: a program with many busy processes can slow "
+                     "concurrent runs past their timeouts")
     return "; ".join(parts) or None
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from . import bounded_json
 from .assertions import MAX_OBSERVED_CHARS, assertions_pass, instrument_assertions
 from .report import TEST_STYLES
+from .stdout_compare import stdout_matches
 from .values import decode_value, values_equal
 
 # Output caps: stdout may differ from the expected text in whitespace only; a returned value's JSON may be longer than
@@ -105,19 +106,10 @@ class TestSpec:
             elif self.style == "functional":
                 ok = _functional_match(got, want)
             else:
-                ok = _stdout_match(got, want)
+                ok = stdout_matches(got, want)
             if not ok:
                 return index
         return None
-
-
-def normalize_stdout(text: str) -> list[str]:
-    """Lines with runs of whitespace collapsed and blank lines at the ends dropped: what stdin/stdout tests compare."""
-    return [" ".join(line.split()) for line in text.strip().splitlines()]
-
-
-def _stdout_match(observed: str, expected: str) -> bool:
-    return normalize_stdout(observed) == normalize_stdout(expected)
 
 
 def _functional_match(observed: str, expected: str) -> bool:
