@@ -50,7 +50,7 @@ from typing import Any
 import torch
 
 from benchmarks._common import RESULTS_DIR, headless_pyplot, machine_info, mean_std, save_figure, write_results
-from riskpo_trl.estimator import RiskEstimator
+from riskpo_trl.risk.estimator import RiskEstimator
 from riskpo_trl.risk import riskpo_advantages
 
 METHODS = ("grpo", "riskpo", "risk_seeking", "riskpo_authors")
@@ -158,7 +158,7 @@ def policy_metrics(theta: torch.Tensor, start_p: torch.Tensor, ks: tuple[int, ..
 class AdvantageFn:
     """One method's advantage for a flat batch of ``P * G`` binary rewards, with its state (the trackers).
 
-    The RiskPO variants go through the library's :class:`~riskpo_trl.estimator.RiskEstimator`, the same object the
+    The RiskPO variants go through the library's :class:`~riskpo_trl.risk.estimator.RiskEstimator`, the same object the
     trainer calls once per generation batch (bundling, tracker step, quantiles, advantage, credit rule)."""
 
     def __init__(self, method: str, cfg: TabularConfig, seed: int) -> None:

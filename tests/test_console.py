@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from riskpo_trl.console import compact_log_line, silence_known_warnings
+from riskpo_trl.scripts.console import compact_log_line, silence_known_warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from riskpo_trl import (
-    ADVANTAGE_VARIANTS,
     BUNDLINGS,
     RISK_PROFILES,
     authors_code_mvar_advantage,
@@ -275,12 +274,16 @@ def test_positional_bundles_pair_completion_j_of_every_prompt():
 
 def test_every_advantage_variant_is_reachable_by_name_and_unknown_pairs_are_refused():
     z = torch.linspace(0, 5, 12, dtype=torch.float64)
-    for (scaling, profile), variant in ADVANTAGE_VARIANTS.items():
+    pairs = [(scaling, profile) for profile, entry in RISK_PROFILES.items() for scaling in entry.scalings]
+    assert len(pairs) == 5 and ("authors_code", "mvar") in pairs
+    for scaling, profile in pairs:
+        variant = RISK_PROFILES[profile].scalings[scaling]
         batch = riskpo_advantages(z.repeat_interleave(2).float(), num_generations=4, bundle_size=1, q_alpha=1.0,
                                   q_beta=3.0, omega=0.5, risk_profile=profile, advantage_scaling=scaling,
                                   levels=(0.2, 0.8), bundling="positional")
-        direct = variant.fn(batch.bundle_scores.double(), 1.0, 3.0, 0.5, alpha=0.2, beta=0.8, num_generations=4,
-                            natural_baseline=True)
+        direct = variant.fn(batch.bundle_scores.double(), 1.0, 3.0, 0.5, **{
+            name: value for name, value in dict(alpha=0.2, beta=0.8, num_generations=4, natural_baseline=True).items()
+            if name in variant.wants})
         assert torch.allclose(batch.advantages, direct[batch.bundle_ids].float()), (scaling, profile)
     with pytest.raises(ValueError, match="not 'rvar'"):
         riskpo_advantages(z, num_generations=4, bundle_size=1, q_alpha=1.0, q_beta=3.0, omega=0.5,

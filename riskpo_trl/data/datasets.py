@@ -6,7 +6,7 @@ Every adapter turns a dataset in its Hub schema into rows with
 - ``answer`` (str): the gold final answer, e.g. ``"72"`` or ``"\frac{1}{2}"``;
 - ``prompt`` (list of messages): ``problem`` followed by :data:`PROMPT_TEMPLATE`'s instruction, in TRL's
   conversational format (``prompt_template="authors"``: the RiskPO authors' prompt instead, see
-  :data:`riskpo_trl.prompts.PROMPT_BUILDERS`);
+  :data:`riskpo_trl.data.prompts.PROMPT_BUILDERS`);
 - ``solution`` (str): the same gold answer, under the name the math rewards read (``solution=`` keyword);
 - ``data_source`` (str): the source dataset's Hub id, which ``verl_by_source`` grades by, as verl does.
 
@@ -32,7 +32,7 @@ from typing import Any
 import datasets
 from datasets import Dataset, Features, Value, concatenate_datasets
 
-from .grading import last_boxed
+from ..rewards.grading import last_boxed
 from .local_files import load_local_files
 from .prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS, PROMPT_TEMPLATE, make_prompt  # noqa: F401
 
@@ -142,13 +142,13 @@ class LoaderSpec:
 
 # The track loaders are imported on use: the multi-modal package pulls in torch and the VLM classes.
 def _archer_code(split: str, data_files: str | Sequence[str] | None) -> Dataset:
-    from .code.data import load_archer_code
+    from ..code.data import load_archer_code
 
     return load_archer_code(split, data_files=data_files)
 
 
 def _geometry3k(split: str, data_files: str | Sequence[str] | None) -> Dataset:
-    from .multimodal.geometry3k import load_geometry3k
+    from ..multimodal.geometry3k import load_geometry3k
 
     return load_geometry3k(split, data_files=data_files)
 

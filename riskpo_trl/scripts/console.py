@@ -97,3 +97,24 @@ def compact_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | N
 
 def _format(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
+
+
+# --- the compact console line as a callback (transformers is imported on use: this module stays light)
+
+
+def use_compact_log(trainer) -> None:
+    """Swap the trainer's tqdm progress callback for one that prints a step's metrics as one compact line (the full
+    set still goes to ``report_to`` and ``trainer_state.json``; other logs, such as the run summary, print as before).
+    Nothing changes when tqdm is off (``disable_tqdm``: the plain printer keeps printing every metric)."""
+    from transformers.trainer_callback import ProgressCallback
+
+    class CompactLogCallback(ProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            line = compact_log_line(logs or {}, state.global_step, state.max_steps)
+            if line is None or self.training_bar is None:
+                return super().on_log(args, state, control, logs=logs, **kwargs)
+            if state.is_world_process_zero:
+                self.training_bar.write(line)
+
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(CompactLogCallback)

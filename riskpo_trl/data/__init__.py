@@ -1,0 +1,36 @@
+"""Training sets and benchmarks: a registry of datasets (``datasets``), the prompts they are rendered with
+(``prompts``) and local files read instead of the Hub (``local_files``). ``from riskpo_trl.data import ...`` gives the
+public names of all three."""
+
+from .datasets import (
+    ADAPTED_COLUMNS,
+    ADAPTED_FEATURES,
+    BENCHMARKS,
+    DAPO_INSTRUCTION_PREFIX,
+    DAPO_INSTRUCTION_SUFFIX,
+    DatasetSpec,
+    DatasetUnavailableError,
+    HARD_MATH_BENCHMARKS,
+    LoaderSpec,
+    TRAIN_DATASETS,
+    TRAIN_MIXTURES,
+    adapt_dataset,
+    answer_text,
+    boxed_answer,
+    check_prompt_template,
+    dapo_answer,
+    dapo_own_prompt,
+    dapo_problem,
+    gsm8k_answer,
+    load_benchmark,
+    load_train_dataset,
+)
+from .local_files import load_local_files
+from .prompts import (
+    AUTHORS_INSTRUCTION,
+    DEFAULT_PROMPT_TEMPLATE,
+    PROMPT_BUILDERS,
+    PROMPT_TEMPLATE,
+    make_authors_prompt,
+    make_prompt,
+)
