@@ -157,8 +157,8 @@ TRAIN_DATASETS: dict[str, DatasetSpec | LoaderSpec] = {
     # prompt: [{"role": "user", "content": <DAPO instruction + problem>}], reward_model: {"style", "ground_truth"},
     # plus data_source / ability / extra_info (verl format). Schema: the dataset card as quoted by
     # AISBench's dapo_math README, and loaders reading prompt[0]["content"] / reward_model["ground_truth"].
-    # The released file repeats its ~17k problems about 100 times (1.79M rows; BytedTsinghua-SIA/DAPO issue #36),
-    # hence dedupe.
+    # The released file repeats its ~17k problems about 100 times (1.79M rows;
+    # github.com/BytedTsinghua-SIA/DAPO/issues/36), hence dedupe.
     "dapo_math": DatasetSpec(
         "BytedTsinghua-SIA/DAPO-Math-17k", "train", "prompt", "reward_model", dapo_problem, dapo_answer, dedupe=True,
         own_prompt=dapo_own_prompt,

@@ -102,7 +102,7 @@ def settings_table(args: Any) -> str:
     missing = object()
     for label, name in (*method_settings(args), *TRAINING_SETTINGS):
         value = getattr(args, name, missing)
-        if value is not missing:
+        if value is not missing and value is not None:  # None: an optional setting left unset
             default = defaults.get(name)
             default = f"`{default}`" if default is not None else "derived" if name in defaults else ""
             rows.append(f"| {label} | `{name}={value}` | {default} |")
