@@ -326,3 +326,44 @@ def test_metrics_leave_out_empty_tails_and_count_unscorable_completions():
     assert metrics["risk/lower_rvar"] == pytest.approx(0.0)
     assert metrics["risk/frac_unscorable"] == pytest.approx(1 / 8)
     assert all(math.isfinite(v) for k, v in metrics.items() if k != "risk/bundle_score_std")
+
+
+def test_a_new_risk_profile_is_one_decorated_function(monkeypatch, tmp_path):
+    """The drill of docs/architecture.md: one decorated function, and the config, the advantage step and the
+    metrics take the new profile by name."""
+    from riskpo_trl import RiskPOConfig
+    from riskpo_trl.risk import register_risk_profile
+
+    monkeypatch.setattr(RISK_PROFILES, "_entries", dict(RISK_PROFILES._entries))  # leave the registry as found
+    monkeypatch.setattr(RISK_PROFILES, "_help", dict(RISK_PROFILES._help))
+
+    def mean_objective(scores, q_alpha, q_beta, omega):
+        return scores[torch.isfinite(scores)].mean()
+
+    @register_risk_profile("mean", objective=mean_objective, help="the bundle score's mean")
+    def mean_advantage(scores, q_alpha, q_beta, omega):
+        return scores - scores.mean()
+
+    config = RiskPOConfig(output_dir=str(tmp_path), risk_profile="mean", use_cpu=True)
+    assert config.risk_profile == "mean"
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+    batch = riskpo_advantages(rewards, num_generations=4, bundle_size=2, q_alpha=0.5, q_beta=1.5, omega=0.5,
+                              risk_profile="mean", bundling="positional")
+    expected = batch.bundle_scores - batch.bundle_scores.mean()
+    assert torch.allclose(batch.advantages, expected[batch.bundle_ids])
+    metrics = batch.metrics(0.5)
+    assert metrics["risk/mean"] == pytest.approx(batch.bundle_scores.mean().item()) and "risk/mvar" not in metrics
+    with pytest.raises(ValueError, match="risk_profile='meen' is unknown \\(did you mean mean\\?\\)"):
+        RiskPOConfig(output_dir=str(tmp_path), risk_profile="meen", use_cpu=True)
+
+
+def test_each_profile_logs_its_own_objective():
+    scores = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    for profile, metric_value in [("mvar", (1.5 * 0 + 1.5 * 1 + 2 + 3) / 5), ("rvar", (2 + 3) / 5),
+                                  ("risk_seeking", (2 + 3 + 1.5 * 4) / 5)]:
+        batch = riskpo_advantages(scores.float(), num_generations=5, bundle_size=1, q_alpha=1.0, q_beta=3.0,
+                                  omega=0.5, risk_profile=profile, bundling="positional")
+        metrics = batch.metrics(0.5)
+        assert metrics[f"risk/{profile}"] == pytest.approx(metric_value), profile
+        assert [name for name in ("risk/mvar", "risk/rvar", "risk/risk_seeking") if name in metrics] == [
+            f"risk/{profile}"]

@@ -32,7 +32,9 @@ COMPACT_METRICS = (
         ("q_alpha", "risk/q_alpha"),
         ("q_beta", "risk/q_beta"),
         ("bundle_score", "risk/bundle_score_mean"),
-        ("mvar", "risk/mvar"),
+        ("mvar", "risk/mvar"),  # the risk profile's objective: at most one of these three is logged
+        ("rvar", "risk/rvar"),
+        ("risk_seeking", "risk/risk_seeking"),
         ("lower_rvar", "risk/lower_rvar"),
         ("upper_rvar", "risk/upper_rvar"),
         ("zero_adv", "risk/frac_zero_advantage"),
