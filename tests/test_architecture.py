@@ -150,3 +150,12 @@ def test_leaf_modules_import_nothing_from_the_package():
     for leaf in ("riskpo_trl.registry", "riskpo_trl.tiny_model", "riskpo_trl.rewards.grading", "riskpo_trl.data.prompts",
                  "riskpo_trl.data.local_files", "riskpo_trl.scripts.console"):
         assert GRAPH[leaf] == set(), leaf
+
+
+def test_the_docs_list_the_registered_trainers():
+    from riskpo_trl.trainer.registry import TRAINERS
+
+    readme = (PACKAGE_DIR.parent / "README.md").read_text()
+    architecture = (PACKAGE_DIR.parent / "docs" / "architecture.md").read_text()
+    assert "(the `trainer:` registry: " + ", ".join(f"`{name}`" for name in TRAINERS) + ")" in readme
+    assert "TRAINERS: " + " | ".join(TRAINERS) + " -> (config, trainer)" in architecture
