@@ -5,15 +5,15 @@ from its recipe's ``code_sandbox:`` settings (:data:`REWARD_BUILDERS`).
 
 Why not just ``trl.rewards.accuracy_reward``? TRL's reward (which we also register, as ``trl_accuracy``) only reads
 LaTeX answers (``\\boxed{}`` or ``$...$``) and lets math-verify match *any* expression of the completion. The paper's
-setting scores the model's *final* answer: :func:`riskpo_trl.rewards.grading.verify_answer` (re-exported here) grades the
-last ``\\boxed{}`` when there is one, and otherwise the plain-text tail; the evaluator uses the same function, so
+setting scores the model's *final* answer: :func:`riskpo_trl.rewards.grading.verify_answer` (re-exported here) grades
+the last ``\\boxed{}`` when there is one, and otherwise the plain-text tail; the evaluator uses the same function, so
 training rewards and benchmark scores agree. ``geometry_accuracy`` is the same grader under the multi-modal track's
 name.
 
-The ``verl_*`` rewards are the graders the RiskPO authors' published runs used (:mod:`riskpo_trl.rewards.verl_graders`), for
-reproducing those runs: ``verl_gsm8k`` (strict ``#### <number>``, 1/0), ``verl_math`` (last ``\\boxed{}``, string
-equivalence, 1/0), ``verl_math_dapo`` (``Answer:`` line, +1/-1) and ``verl_by_source``, which picks one of them per
-row from its ``data_source`` column as verl does (GSM8K rows strict, MATH rows boxed, DAPO rows ``Answer:``).
+The ``verl_*`` rewards are the graders the RiskPO authors' published runs used (:mod:`riskpo_trl.rewards.verl_graders`),
+for reproducing those runs: ``verl_gsm8k`` (strict ``#### <number>``, 1/0), ``verl_math`` (last ``\\boxed{}``, string
+equivalence, 1/0), ``verl_math_dapo`` (``Answer:`` line, +1/-1) and ``verl_by_source``, which picks one of them per row
+from its ``data_source`` column as verl does (GSM8K rows strict, MATH rows boxed, DAPO rows ``Answer:``).
 """
 
 from __future__ import annotations

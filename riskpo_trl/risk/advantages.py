@@ -154,7 +154,8 @@ def rvar_window(
 
 
 @register_risk_profile(
-    "mvar", objective=mvar_objective, help="the paper's Mixed VaR, risk-averse: the lower tail weighted by 1 + risk_omega"
+    "mvar", objective=mvar_objective,
+    help="the paper's Mixed VaR, risk-averse: the lower tail weighted by 1 + risk_omega",
 )
 def mvar_advantage(
     scores: torch.Tensor, q_alpha: Quantile, q_beta: Quantile, omega: float, natural_baseline: bool = True

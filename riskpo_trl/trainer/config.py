@@ -89,24 +89,24 @@ class RiskPOConfig(GRPOConfig):
     )
     quantile_source: str = field(
         default="tracked",
-        metadata={"help": f"Quantile source: where the advantage's quantiles come from: {QUANTILE_SOURCES.describe()}. The trackers run and are "
-                  "logged in every case.", "choices": list(QUANTILE_SOURCES)},
+        metadata={"help": f"Quantile source: where the advantage's quantiles come from: {QUANTILE_SOURCES.describe()}. "
+                  "The trackers run and are logged in every case.", "choices": list(QUANTILE_SOURCES)},
     )
     advantage_scaling: str = field(
         default="none",
-        metadata={"help": f"Advantage scaling: how the risk profile's advantage is computed: {ADVANTAGE_SCALINGS.describe()}.",
-                  "choices": list(ADVANTAGE_SCALINGS)},
+        metadata={"help": "Advantage scaling: how the risk profile's advantage is computed: "
+                  f"{ADVANTAGE_SCALINGS.describe()}.", "choices": list(ADVANTAGE_SCALINGS)},
     )
     natural_baseline: bool = field(
         default=True,
-        metadata={"help": "Natural baseline: keep the constant q_alpha - q_beta of the window g(R, q_alpha, q_beta) (the paper). False "
-                  "drops it, as the authors' DAPO script (natural_baseline_adv=False): most advantages become "
-                  "positive."},
+        metadata={"help": "Natural baseline: keep the constant q_alpha - q_beta of the window g(R, q_alpha, q_beta) "
+                  "(the paper). False drops it, as the authors' DAPO script (natural_baseline_adv=False): most "
+                  "advantages become positive."},
     )
     credit_assignment: str = field(
         default="uniform",
-        metadata={"help": f"Credit assignment: how a bundle's advantage reaches its members: {CREDIT_ASSIGNMENTS.describe()}.",
-                  "choices": list(CREDIT_ASSIGNMENTS)},
+        metadata={"help": "Credit assignment: how a bundle's advantage reaches its members: "
+                  f"{CREDIT_ASSIGNMENTS.describe()}.", "choices": list(CREDIT_ASSIGNMENTS)},
     )
     bundling: str = field(
         default="permutation",
@@ -115,33 +115,34 @@ class RiskPOConfig(GRPOConfig):
     )
     max_unscorable_batches: int = field(
         default=3,
-        metadata={"help": "Unscorable batches before stopping: stop with an error after this many consecutive training batches in which no completion "
-                  "could be scored (every reward function returned None): such a run trains on nothing. 0 never "
-                  "stops. The share of unscorable completions is logged as risk/frac_unscorable."},
+        metadata={"help": "Unscorable batches before stopping: stop with an error after this many consecutive "
+                  "training batches in which no completion could be scored (every reward function returned None): "
+                  "such a run trains on nothing. 0 never stops. The share of unscorable completions is logged as "
+                  "risk/frac_unscorable."},
     )
     regime_guard_threshold: float = field(
         default=0.5,
-        metadata={"help": "Regime guard threshold: the regime guard warns once when at least this share of a training batch's prompts have no "
-                  "completion with a reward above 0 (risk/frac_prompts_all_failed) for "
+        metadata={"help": "Regime guard threshold: the regime guard warns once when at least this share of a training "
+                  "batch's prompts have no completion with a reward above 0 (risk/frac_prompts_all_failed) for "
                   "regime_guard_patience batches in a row: the low-success regime in which the paper's advantage "
-                  "collapsed at GRPO's learning rate (docs/replication.md). Only with advantage_scaling='none'. "
-                  "In (0, 1]."},
+                  "collapsed at GRPO's learning rate (docs/replication.md). Only with advantage_scaling='none'. In "
+                  "(0, 1]."},
     )
     regime_guard_patience: int = field(
         default=10,
-        metadata={"help": "Regime guard patience: consecutive training batches past regime_guard_threshold before the regime guard warns "
-                  "(once per run). 0 disables the guard; the metric is logged either way."},
+        metadata={"help": "Regime guard patience: consecutive training batches past regime_guard_threshold before the "
+                  "regime guard warns (once per run). 0 disables the guard; the metric is logged either way."},
     )
     quantile_lr: float = field(
         default=0.1,
-        metadata={"help": "Quantile tracker step: step size gamma of the quantile trackers, in units of the bundle score. The first batch "
-                  "warm-starts the trackers at its empirical quantiles."},
+        metadata={"help": "Quantile tracker step: step size gamma of the quantile trackers, in units of the bundle "
+                  "score. The first batch warm-starts the trackers at its empirical quantiles."},
     )
     quantile_lr_decay: float = field(
         default=0.0,
-        metadata={"help": "Quantile tracker step decay: exponent p of the tracker step, gamma_k = quantile_lr / k**p. 0 keeps it constant "
-                  "(the authors' code); a value in (0.5, 1] gives the classic decreasing stochastic-approximation "
-                  "steps."},
+        metadata={"help": "Quantile tracker step decay: exponent p of the tracker step, gamma_k = quantile_lr / k**p. "
+                  "0 keeps it constant (the authors' code); a value in (0.5, 1] gives the classic decreasing "
+                  "stochastic-approximation steps."},
     )
 
     # GRPOConfig fields whose defaults follow the paper or fit the bundling
@@ -168,8 +169,8 @@ class RiskPOConfig(GRPOConfig):
     )
     loss_token_mean_sequences: int | None = field(
         default=None,
-        metadata={"help": "Token-mean group size: with loss_type='bnpo', take the token mean over groups of this many sequences of an "
-                  "optimizer step, then the mean over groups (verl's token-mean over a micro-batch of "
+        metadata={"help": "Token-mean group size: with loss_type='bnpo', take the token mean over groups of this many "
+                  "sequences of an optimizer step, then the mean over groups (verl's token-mean over a micro-batch of "
                   "ppo_micro_batch_size_per_gpu sequences), whatever per_device_train_batch_size is. It must be a "
                   "multiple of per_device_train_batch_size and should divide the sequences of an optimizer step. "
                   "None: TRL's bnpo, one token mean per micro-batch."},
@@ -238,10 +239,11 @@ class RiskPOConfig(GRPOConfig):
             )
         if self.bundle_size < 1:
             raise ValueError(f"bundle_size={self.bundle_size} must be >= 1 (1 disables bundling; the paper uses 5).")
-        for registry, value in ((RISK_PROFILES, self.risk_profile), (QUANTILE_SOURCES, self.quantile_source),
-                                (ADVANTAGE_SCALINGS, self.advantage_scaling), (CREDIT_ASSIGNMENTS, self.credit_assignment),
-                                (BUNDLINGS, self.bundling)):
-            registry.check(value)
+        RISK_PROFILES.check(self.risk_profile)
+        QUANTILE_SOURCES.check(self.quantile_source)
+        ADVANTAGE_SCALINGS.check(self.advantage_scaling)
+        CREDIT_ASSIGNMENTS.check(self.credit_assignment)
+        BUNDLINGS.check(self.bundling)
         variant = scaled_advantage(self.advantage_scaling, self.risk_profile)
         if not variant.levels_ok(self.risk_alpha, self.risk_beta):
             raise ValueError(

@@ -185,7 +185,8 @@ class RiskPOTrainer(
         # Hub, so a checkpoint that exists (locally or pushed) always carries the trackers.
         super()._save_optimizer_and_scheduler(output_dir)
         if self.args.should_save:
-            write_state(output_dir, {**self.risk_estimator.state_dict(), "regime_guard": self.regime_guard.state_dict()})
+            state = {**self.risk_estimator.state_dict(), "regime_guard": self.regime_guard.state_dict()}
+            write_state(output_dir, state)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)

@@ -111,7 +111,8 @@ class UnscoredRewardsMixin:
 
     def count_unscored_rewards(self) -> None:
         self.reward_funcs = [
-            func if isinstance(func, nn.Module) else _counting(func, i, self) for i, func in enumerate(self.reward_funcs)
+            func if isinstance(func, nn.Module) else _counting(func, index, self)
+            for index, func in enumerate(self.reward_funcs)
         ]
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
