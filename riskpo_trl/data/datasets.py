@@ -224,8 +224,7 @@ def _require_columns(dataset: Dataset, columns: Sequence[str], name: str) -> Non
 
 def check_prompt_template(prompt_template: str) -> None:
     """Raise naming the valid choices if ``prompt_template`` is not one of :data:`PROMPT_BUILDERS`."""
-    if prompt_template not in PROMPT_BUILDERS:
-        raise ValueError(f"prompt_template={prompt_template!r} is unknown; choose one of {sorted(PROMPT_BUILDERS)}.")
+    PROMPT_BUILDERS.check(prompt_template)
 
 
 def adapt_dataset(
