@@ -79,7 +79,7 @@ def riskpo_advantages(
     rewards: torch.Tensor,
     *,
     num_generations: int,
-    bundle_size: int,
+    bundle_size: int | None = None,
     q_alpha: Quantile,
     q_beta: Quantile,
     omega: float,
@@ -100,7 +100,7 @@ def riskpo_advantages(
 
     Args:
         rewards: ``P * G`` rewards, ``NaN`` for an unscorable completion.
-        num_generations, bundle_size: ``G`` and ``B``.
+        num_generations, bundle_size: ``G`` and ``B`` (``B`` only to draw ``bundles``).
         q_alpha, q_beta: the quantiles; floats, 0-d tensors or one value per bundle.
         omega: the tail weight (``w_mix`` / ``upper_weight`` in the authors' scaling).
         risk_profile, advantage_scaling: pick the formula (:data:`RISK_PROFILES`); ``"authors_code"`` needs
@@ -117,6 +117,8 @@ def riskpo_advantages(
     variant = scaled_advantage(advantage_scaling, risk_profile)
     credit = CREDIT_ASSIGNMENTS.get(credit_assignment)
     if bundles is None:
+        if bundle_size is None:
+            raise ValueError("riskpo_advantages needs bundle_size to draw the bundles (or pass bundles=).")
         bundles = BUNDLINGS.get(bundling)(rewards, num_generations, bundle_size, generator)
     if variant.needs_levels and levels is None:
         raise ValueError(

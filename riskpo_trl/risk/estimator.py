@@ -124,7 +124,6 @@ class RiskEstimator:
         return riskpo_advantages(
             rewards,
             num_generations=num_generations,
-            bundle_size=self.bundle_size,
             q_alpha=q_alpha,
             q_beta=q_beta,
             omega=self.omega,
