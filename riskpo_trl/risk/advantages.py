@@ -40,8 +40,17 @@ ADVANTAGE_SCALINGS.add(
 )
 
 
-def _any_levels(alpha: float, beta: float) -> bool:
+# The quantile levels' rules, each in one place: every formula needs them in order, the authors' scalings more.
+def levels_in_order(alpha: float, beta: float) -> bool:
     return 0 <= alpha < beta <= 1
+
+
+def _alpha_positive(alpha: float, beta: float) -> bool:
+    return 0 < alpha and levels_in_order(alpha, beta)
+
+
+def _beta_below_one(alpha: float, beta: float) -> bool:
+    return beta < 1 and levels_in_order(alpha, beta)
 
 
 @dataclass(frozen=True)
@@ -50,7 +59,7 @@ class ScaledAdvantage:
     ``levels_rule``, for error messages) and the context arguments it asks for."""
 
     fn: AdvantageFn
-    levels_ok: Callable[[float, float], bool] = _any_levels
+    levels_ok: Callable[[float, float], bool] = levels_in_order
     levels_rule: str = "0 <= alpha < beta <= 1"
 
     @property
@@ -105,7 +114,7 @@ def register_risk_profile(
     *,
     objective: ObjectiveFn,
     help: str,
-    levels_ok: Callable[[float, float], bool] = _any_levels,
+    levels_ok: Callable[[float, float], bool] = levels_in_order,
     levels_rule: str = "0 <= alpha < beta <= 1",
 ) -> Callable[[AdvantageFn], AdvantageFn]:
     """Decorator: register the paper's advantage formula of the risk profile ``name`` and its ``objective``."""
@@ -220,7 +229,7 @@ def _divide_by_group_std(advantage: torch.Tensor, scores: torch.Tensor, num_gene
 
 
 @register_scaled_advantage(
-    "authors_code", "mvar", levels_ok=lambda alpha, beta: 0 < alpha < beta <= 1,
+    "authors_code", "mvar", levels_ok=_alpha_positive,
     levels_rule="risk_alpha > 0 (it divides by alpha)",
 )
 def authors_code_mvar_advantage(
@@ -246,7 +255,7 @@ def authors_code_mvar_advantage(
     3.5 (4.25 at beta = 0.9), up to a positive factor. ``natural_baseline=False`` drops ``g``'s constant (the
     authors' ``natural_baseline_adv=False``).
     """
-    if not 0 < alpha < beta <= 1:
+    if not _alpha_positive(alpha, beta):
         raise ValueError(
             f"The authors' MVaR scaling divides by alpha and beta - alpha; got alpha={alpha}, beta={beta}."
         )
@@ -256,7 +265,7 @@ def authors_code_mvar_advantage(
 
 
 @register_scaled_advantage(
-    "authors_code", "risk_seeking", levels_ok=lambda alpha, beta: 0 <= alpha < beta < 1,
+    "authors_code", "risk_seeking", levels_ok=_beta_below_one,
     levels_rule="risk_beta < 1 (it divides by 1 - beta)",
 )
 def authors_code_risk_seeking_advantage(
@@ -278,7 +287,7 @@ def authors_code_risk_seeking_advantage(
     ``upper_weight`` and uses 1.5. Unlike the paper's form (:func:`risk_seeking_advantage`) the lower tail keeps
     ``g``'s negative constant unless ``natural_baseline=False``.
     """
-    if not 0 <= alpha < beta < 1:
+    if not _beta_below_one(alpha, beta):
         raise ValueError(
             f"The authors' risk-seeking scaling divides by 1 - beta and beta - alpha; got alpha={alpha}, beta={beta}."
         )

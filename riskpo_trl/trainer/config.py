@@ -19,6 +19,7 @@ from trl import GRPOConfig
 
 from ..registry import closest_name
 from ..risk import ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, QUANTILE_SOURCES, RISK_PROFILES, scaled_advantage
+from ..risk.advantages import levels_in_order
 
 # The paper updates 4 times per generation batch (batch 512 prompts, mini-batches of 128).
 UPDATES_PER_GENERATION = 4
@@ -227,7 +228,7 @@ class RiskPOConfig(GRPOConfig):
         self._validate_token_mean_groups()
 
     def _validate_risk_fields(self) -> None:
-        if not (0.0 <= self.risk_alpha < self.risk_beta <= 1.0):
+        if not levels_in_order(self.risk_alpha, self.risk_beta):
             raise ValueError(
                 f"risk_alpha={self.risk_alpha} and risk_beta={self.risk_beta} must satisfy 0 <= risk_alpha < "
                 "risk_beta <= 1 (the paper uses risk_alpha=0.2, risk_beta=0.8)."
