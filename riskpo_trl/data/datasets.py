@@ -34,7 +34,7 @@ from datasets import Dataset, Features, Value, concatenate_datasets
 
 from ..rewards.grading import last_boxed
 from .local_files import load_local_files
-from .prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS, PROMPT_TEMPLATE, make_prompt  # noqa: F401
+from .prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
 
 logger = logging.getLogger(__name__)
 
