@@ -93,7 +93,6 @@ class RiskPOTrainer(
             )
         check_start_up(type(self), GRPOTrainer, model, reward_funcs, args, kwargs)
         super().__init__(model, reward_funcs, args=args, **kwargs)
-        self.count_unscored_rewards()
         self.risk_estimator = RiskEstimator.from_config(args)
         # The guard's evidence is about the paper's advantage; the authors' scaling did not collapse in its regime.
         patience = args.regime_guard_patience if args.advantage_scaling == "none" else 0

@@ -102,23 +102,24 @@ def _holding_back_trl_all_none_warning() -> Iterator[None]:
 class UnscoredRewardsMixin:
     """For a `GRPOTrainer`: count, per reward function, the completions it returned None and NaN for, and warn by name.
 
-    :meth:`count_unscored_rewards` (call it once, after ``GRPOTrainer.__init__``) wraps each reward function (reward
-    models, which always score, are left as they are) so that it counts into :attr:`unscored_counts`, which every
-    batch resets. After TRL scores a batch, NaN rewards are named as NaN and the completions no function scored are
+    While TRL scores a batch, each reward function (reward models, which always score, are left as they are) counts
+    into :attr:`unscored_counts`; ``reward_funcs`` holds the user's own objects again as soon as the batch is scored,
+    so they stay inspectable as given. Then NaN rewards are named as NaN and the completions no function scored are
     counted in one warning."""
 
     unscored_counts: UnscoredCounts | None = None
 
-    def count_unscored_rewards(self) -> None:
-        self.reward_funcs = [
-            func if isinstance(func, nn.Module) else _counting(func, index, self)
-            for index, func in enumerate(self.reward_funcs)
-        ]
-
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         self.unscored_counts = UnscoredCounts(list(self.reward_func_names))
-        with _holding_back_trl_all_none_warning():
-            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        original = self.reward_funcs
+        self.reward_funcs = [
+            func if isinstance(func, nn.Module) else _counting(func, index, self) for index, func in enumerate(original)
+        ]
+        try:
+            with _holding_back_trl_all_none_warning():
+                rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        finally:
+            self.reward_funcs = original
         start = self.accelerator.process_index * len(prompts)  # the rewards come back gathered over all processes
         self._warn_unscored(rewards_per_func[start : start + len(prompts)], completions)
         return rewards_per_func
