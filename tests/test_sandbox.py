@@ -164,7 +164,7 @@ def test_honest_programs_pass_varied_assert_forms(reward):
     assert reward([as_completion(good), as_completion(wrong)], [spec] * 2) == [1.0, 0.0]
 
 
-# --- honest programs the red team saw fail (issue 17, item 7) -----------------------------------------------------
+# --- honest programs the red team saw fail ------------------------------------------------------------------------
 
 
 def test_exit_and_quit_end_a_stdin_program(reward):

@@ -485,7 +485,7 @@ def test_hostile_outputs_score_zero_and_never_raise():
     assert dict(zip([name for name, _, _ in specs], scores)) == {name: 0.0 for name, _, _ in specs}
 
 
-# --- the red team's findings (issue 17), each as an attack that must fail --------------------------------------------
+# --- the red team's findings, each as an attack that must fail -------------------------------------------------------
 
 
 def _score_both_guards(program: str, spec: str, limits: SandboxLimits = LIMITS, seccomp: bool = True

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from typing import Any
 
-from ..text import completion_text
+from ..rewards.grading import completion_text
 from .assertions import UndecidableTestError
 from .executor import Executor, SandboxExecutor
 from .judge import JudgeLimits

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..registry import Registry
+
 # The standard Qwen2.5-Math / DeepSeek-R1-Distill instruction: reason, then box the answer. The paper does not print
 # its prompt template; this is the usual one for the models it trains, and the math rewards read the boxed answer.
 PROMPT_TEMPLATE = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
@@ -26,8 +28,7 @@ def make_authors_prompt(problem: str) -> list[dict[str, str]]:
 
 # prompt_template name -> prompt builder for a problem; "authors" uses a dataset's own prompt where it ships one
 # (riskpo_trl.data.DatasetSpec.own_prompt), as the authors' DAPO runs did.
-PROMPT_BUILDERS: dict[str, Callable[[str], list[dict[str, str]]]] = {
-    "qwen_boxed": make_prompt,
-    "authors": make_authors_prompt,
-}
+PROMPT_BUILDERS: Registry[Callable[[str], list[dict[str, str]]]] = Registry("prompt_template")
+PROMPT_BUILDERS.add("qwen_boxed", make_prompt, help="the Qwen2.5-Math / DeepSeek-R1-Distill instruction")
+PROMPT_BUILDERS.add("authors", make_authors_prompt, help="the RiskPO authors' data script's instruction")
 DEFAULT_PROMPT_TEMPLATE = "qwen_boxed"

@@ -18,8 +18,12 @@ every micro-batch's token count, gathered once per generation batch.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
+
+# Key of a training micro-batch's factor on its bnpo loss when loss_token_mean_sequences is set.
+TOKEN_MEAN_SCALE = "token_mean_scale"
 
 
 def token_mean_group_scales(
@@ -40,3 +44,44 @@ def token_mean_group_scales(
     group_tokens = torch.zeros(steps, num_groups, dtype=torch.float64).index_add_(1, group_of, by_step)
     scales = (per_step / num_groups) * by_step / group_tokens[:, group_of].clamp(min=1.0)
     return scales.reshape(steps, gradient_accumulation_steps, processes).permute(2, 0, 1).reshape(processes, -1)
+
+
+class TokenMeanLossMixin:
+    """For a `GRPOTrainer` whose config has ``loss_token_mean_sequences``: each training micro-batch's ``bnpo`` loss is
+    multiplied by its :func:`token_mean_group_scales` factor, so the optimizer step's loss is verl's token mean over
+    groups of that many sequences. Without the field set, nothing changes."""
+
+    _scaled_buffer: list | None = None  # the generation batch the loss scales below belong to
+    _token_mean_scales: torch.Tensor | None = None
+
+    def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
+        inputs = super()._prepare_inputs(generation_batch)
+        if not self.model.training or getattr(self.args, "loss_token_mean_sequences", None) is None:
+            return inputs
+        if self._buffered_inputs is not self._scaled_buffer:  # a new generation batch: one gather for all its steps
+            self._scaled_buffer = self._buffered_inputs
+            self._token_mean_scales = self._gathered_token_mean_scales(self._buffered_inputs)
+        index = self._step % self.args.steps_per_generation
+        return {**inputs, TOKEN_MEAN_SCALE: self._token_mean_scales[index]}
+
+    def _gathered_token_mean_scales(self, micro_batches: list[dict[str, Any]]) -> torch.Tensor:
+        """This process's loss factor for each micro-batch of the generation batch."""
+        counts = torch.stack([_loss_mask(batch).sum() for batch in micro_batches]).float()
+        gathered = self.accelerator.gather(counts).reshape(self.accelerator.num_processes, -1).cpu()
+        scales = token_mean_group_scales(
+            gathered,
+            self.args.gradient_accumulation_steps,
+            self.args.loss_token_mean_sequences // self.args.per_device_train_batch_size,
+        )
+        return scales[self.accelerator.process_index].to(counts.device, torch.float32)
+
+    def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)
+        scale = inputs.get(TOKEN_MEAN_SCALE)
+        return loss if scale is None else loss * scale
+
+
+def _loss_mask(batch: dict[str, Any]) -> torch.Tensor:
+    """The tokens TRL's loss averages over (its `_compute_loss` mask)."""
+    mask = batch["completion_mask"]
+    return mask if "tool_mask" not in batch else mask * batch["tool_mask"]

@@ -6,7 +6,7 @@ quantiles come from, which advantage variant and credit rule apply), so a traine
     estimator = RiskEstimator.from_config(args)
     batch = estimator.step(rewards, generator=generator, train=True)   # -> RiskPOBatch
 
-Pure math below it (``risk.py``, ``quantile_tracker.py``), no trainer or TRL import: it can be driven by any loop.
+Pure math below it (the other modules of ``riskpo_trl.risk``), no trainer or TRL import: it can be driven by any loop.
 """
 
 from __future__ import annotations
@@ -15,18 +15,21 @@ from typing import Any
 
 import torch
 
+from ..registry import Registry
+from .advantages import scaled_advantage
+from .batch import RiskPOBatch, riskpo_advantages
+from .bundling import BUNDLINGS
+from .credit import CREDIT_ASSIGNMENTS
 from .quantile_tracker import QuantileTracker
-from .risk import (
-    BUNDLINGS,
-    CREDIT_ASSIGNMENTS,
-    RiskPOBatch,
-    advantage_variant,
-    empirical_quantiles,
-    group_quantiles,
-    riskpo_advantages,
-)
+from .quantiles import empirical_quantiles, group_quantiles
 
-QUANTILE_SOURCES = ("tracked", "batch", "group")
+# Where the advantage's quantiles come from (the config's quantile_source); RiskEstimator._quantiles reads them.
+QUANTILE_SOURCES: Registry[str] = Registry("quantile_source")
+QUANTILE_SOURCES.add("tracked", "tracked", help="the paper: stochastic-approximation trackers updated once per "
+                     "generation batch")
+QUANTILE_SOURCES.add("batch", "batch", help="empirical quantiles of the current batch's bundle scores")
+QUANTILE_SOURCES.add("group", "group", help="empirical quantiles within each bundle group, what the authors' public "
+                     "code does")
 
 
 class RiskEstimator:
@@ -58,14 +61,10 @@ class RiskEstimator:
         quantile_lr: float = 0.1,
         quantile_lr_decay: float = 0.0,
     ) -> None:
-        advantage_variant(advantage_scaling, risk_profile)  # raises on an unknown pair
-        for name, value, choices in [
-            ("quantile_source", quantile_source, QUANTILE_SOURCES),
-            ("credit_assignment", credit_assignment, list(CREDIT_ASSIGNMENTS)),
-            ("bundling", bundling, list(BUNDLINGS)),
-        ]:
-            if value not in choices:
-                raise ValueError(f"{name}={value!r} is unknown; choose one of {list(choices)}.")
+        scaled_advantage(advantage_scaling, risk_profile)  # raises on an unknown pair
+        QUANTILE_SOURCES.check(quantile_source)
+        CREDIT_ASSIGNMENTS.check(credit_assignment)
+        BUNDLINGS.check(bundling)
         self.num_generations = num_generations
         self.bundle_size = bundle_size
         self.levels = (float(alpha), float(beta))
@@ -80,7 +79,8 @@ class RiskEstimator:
 
     @classmethod
     def from_config(cls, args: Any) -> RiskEstimator:
-        """Build from any object with ``RiskPOConfig``'s field names (the issue-10 opt-ins default to the paper)."""
+        """Build from any object with ``RiskPOConfig``'s field names (the authors' code's opt-ins default to the
+        paper's choices when absent)."""
         return cls(
             num_generations=args.num_generations,
             bundle_size=args.bundle_size,
@@ -124,7 +124,6 @@ class RiskEstimator:
         return riskpo_advantages(
             rewards,
             num_generations=num_generations,
-            bundle_size=self.bundle_size,
             q_alpha=q_alpha,
             q_beta=q_beta,
             omega=self.omega,

@@ -5,15 +5,15 @@ from its recipe's ``code_sandbox:`` settings (:data:`REWARD_BUILDERS`).
 
 Why not just ``trl.rewards.accuracy_reward``? TRL's reward (which we also register, as ``trl_accuracy``) only reads
 LaTeX answers (``\\boxed{}`` or ``$...$``) and lets math-verify match *any* expression of the completion. The paper's
-setting scores the model's *final* answer: :func:`riskpo_trl.grading.verify_answer` (re-exported here) grades the
-last ``\\boxed{}`` when there is one, and otherwise the plain-text tail; the evaluator uses the same function, so
+setting scores the model's *final* answer: :func:`riskpo_trl.rewards.grading.verify_answer` (re-exported here) grades
+the last ``\\boxed{}`` when there is one, and otherwise the plain-text tail; the evaluator uses the same function, so
 training rewards and benchmark scores agree. ``geometry_accuracy`` is the same grader under the multi-modal track's
 name.
 
-The ``verl_*`` rewards are the graders the RiskPO authors' published runs used (:mod:`riskpo_trl.verl_graders`), for
-reproducing those runs: ``verl_gsm8k`` (strict ``#### <number>``, 1/0), ``verl_math`` (last ``\\boxed{}``, string
-equivalence, 1/0), ``verl_math_dapo`` (``Answer:`` line, +1/-1) and ``verl_by_source``, which picks one of them per
-row from its ``data_source`` column as verl does (GSM8K rows strict, MATH rows boxed, DAPO rows ``Answer:``).
+The ``verl_*`` rewards are the graders the RiskPO authors' published runs used (:mod:`riskpo_trl.rewards.verl_graders`),
+for reproducing those runs: ``verl_gsm8k`` (strict ``#### <number>``, 1/0), ``verl_math`` (last ``\\boxed{}``, string
+equivalence, 1/0), ``verl_math_dapo`` (``Answer:`` line, +1/-1) and ``verl_by_source``, which picks one of them per row
+from its ``data_source`` column as verl does (GSM8K rows strict, MATH rows boxed, DAPO rows ``Answer:``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ from typing import Any
 
 from trl.rewards import accuracy_reward, think_format_reward
 
-from .code.reward import code_reward_from_settings
-from .grading import final_answer_preview, last_boxed, verify_answer
-from .text import completion_text
+from ..registry import Registry
+from .grading import completion_text, final_answer_preview, last_boxed, verify_answer
 from .verl_graders import DAPO_ANSWER, GRADERS_BY_SOURCE, GSM8K_STRICT, MATH_EQUIV, Grader, grader_for_source
 
 __all__ = [
@@ -133,26 +132,32 @@ def _check_sources(dataset: Any) -> None:
 verl_by_source_reward.check_dataset = _check_sources
 
 
-REWARD_FUNCS: dict[str, RewardFunc] = {
-    "math_verify": math_verify_reward,
-    "boxed_format": boxed_format_reward,
-    # TRL's own rewards, for comparison: LaTeX-only accuracy and the <think>...</think> format.
-    "trl_accuracy": accuracy_reward,
-    "think_format": think_format_reward,
-    # Multi-modal track (Geometry3K): math-verify on the last \boxed{} against the `solution` column.
-    "geometry_accuracy": geometry_accuracy_reward,
-    # The RiskPO authors' graders (verl 0.4.1's stock scorers), to reproduce their runs.
-    "verl_gsm8k": verl_gsm8k_reward,
-    "verl_math": verl_math_reward,
-    "verl_math_dapo": verl_math_dapo_reward,
-    "verl_by_source": verl_by_source_reward,
-}
+REWARD_FUNCS: Registry[RewardFunc] = Registry("reward_funcs")
+REWARD_FUNCS.add("math_verify", math_verify_reward)
+REWARD_FUNCS.add("boxed_format", boxed_format_reward)
+# TRL's own rewards, for comparison: LaTeX-only accuracy and the <think>...</think> format.
+REWARD_FUNCS.add("trl_accuracy", accuracy_reward)
+REWARD_FUNCS.add("think_format", think_format_reward)
+# Multi-modal track (Geometry3K): math-verify on the last \boxed{} against the `solution` column.
+REWARD_FUNCS.add("geometry_accuracy", geometry_accuracy_reward)
+# The RiskPO authors' graders (verl 0.4.1's stock scorers), to reproduce their runs.
+REWARD_FUNCS.add("verl_gsm8k", verl_gsm8k_reward)
+REWARD_FUNCS.add("verl_math", verl_math_reward)
+REWARD_FUNCS.add("verl_math_dapo", verl_math_dapo_reward)
+REWARD_FUNCS.add("verl_by_source", verl_by_source_reward)
+
+
+def _code_reward(settings: Mapping[str, Any] | None) -> RewardFunc:
+    """Code track: runs the completion's last ```python block on the row's `tests` in the sandbox. The sandbox is
+    imported here, on use, so a math-only run never loads it."""
+    from ..code.reward import code_reward_from_settings
+
+    return code_reward_from_settings(settings)
+
 
 # Rewards built from settings (a block of the recipe, e.g. ``code_sandbox:``): name -> builder(settings) -> reward.
-REWARD_BUILDERS: dict[str, Callable[[Mapping[str, Any] | None], RewardFunc]] = {
-    # Code track: runs the completion's last ```python block on the row's `tests` in the sandbox.
-    "code": code_reward_from_settings,
-}
+REWARD_BUILDERS: Registry[Callable[[Mapping[str, Any] | None], RewardFunc]] = Registry("reward_funcs")
+REWARD_BUILDERS.add("code", _code_reward)
 
 
 def get_reward_funcs(

@@ -19,26 +19,12 @@ from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
-from .model_paths import hub_id_or_none
+from .checks import hub_id_or_none
 
 logger = logging.getLogger(__name__)
 
-# (label, config field); rows whose field the config lacks are left out, so a baseline's card has no risk rows and
-# opt-ins added to RiskPOConfig show up once listed here.
-RISK_SETTINGS = (
-    ("risk measure", "risk_profile"),
-    ("alpha (lower quantile level)", "risk_alpha"),
-    ("beta (upper quantile level)", "risk_beta"),
-    ("omega (extra weight of the lower tail)", "risk_omega"),
-    ("B (prompts per bundle)", "bundle_size"),
-    ("quantile source", "quantile_source"),
-    ("quantile tracker step", "quantile_lr"),
-    ("quantile tracker step decay", "quantile_lr_decay"),
-    ("advantage scaling", "advantage_scaling"),
-    ("natural baseline", "natural_baseline"),
-    ("credit assignment", "credit_assignment"),
-    ("bundling", "bundling"),
-)
+# The method's own settings are the fields its config adds to GRPOConfig (none for a GRPO baseline), labelled by the
+# words before the first ': ' of their help; these are GRPO's, shown for every trainer.
 TRAINING_SETTINGS = (
     ("G (completions per prompt)", "num_generations"),
     ("loss type", "loss_type"),
@@ -89,6 +75,24 @@ def card_model_name(args: Any) -> str:
     return Path(os.path.abspath(args.output_dir)).name
 
 
+def method_settings(args: Any) -> list[tuple[str, str]]:
+    """``(label, field)`` for each field ``args``'s config class adds to `GRPOConfig`, in declaration order; the label
+    is what precedes the first ': ' of the field's help ("Lower quantile level alpha" for ``risk_alpha``)."""
+    from trl import GRPOConfig
+
+    if not dataclasses.is_dataclass(args):
+        return []
+    grpo_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    return [(_first_clause(f.metadata.get("help", "")) or f.name, f.name)
+            for f in dataclasses.fields(type(args)) if f.init and f.name not in grpo_fields]
+
+
+def _first_clause(text: str) -> str:
+    """The help's label: what precedes its first ': ' (every field RiskPOConfig adds has one)."""
+    label, colon, _ = text.partition(": ")
+    return label if colon else ""
+
+
 def settings_table(args: Any) -> str:
     """Markdown table of the run's settings next to its config class's defaults (RiskPOConfig's are the paper's)."""
     defaults = {
@@ -96,9 +100,9 @@ def settings_table(args: Any) -> str:
     } if dataclasses.is_dataclass(args) else {}
     rows = [f"| setting | value | {type(args).__name__} default |", "| --- | --- | --- |"]
     missing = object()
-    for label, name in (*RISK_SETTINGS, *TRAINING_SETTINGS):
+    for label, name in (*method_settings(args), *TRAINING_SETTINGS):
         value = getattr(args, name, missing)
-        if value is not missing:
+        if value is not missing and value is not None:  # None: an optional setting left unset
             default = defaults.get(name)
             default = f"`{default}`" if default is not None else "derived" if name in defaults else ""
             rows.append(f"| {label} | `{name}={value}` | {default} |")

@@ -6,13 +6,18 @@ did not tell that regime apart (78-81% in every run, none ever pushed up: the pa
 with its natural baseline); the share of prompts with no successful completion did (a run mean of 0.69-0.90 in the
 low-success regime, 0.07-0.15 in the moderate one). So the guard watches ``risk/frac_prompts_all_failed`` and warns
 once when it stays at or above a threshold for several training batches in a row. It only reads metrics, so any loop
-can drive it.
+can drive it; the trainer drives it as a batch observer (:meth:`RegimeGuard.observe_batch`).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
+
+
+class RegimeWarning(UserWarning):
+    """The regime guard's warning: training sits where the paper's advantage was measured to collapse."""
 
 
 @dataclass
@@ -36,6 +41,14 @@ class RegimeGuard:
             return None
         self.warned = True
         return self.message(metrics)
+
+    def observe_batch(self, batch: Any) -> None:
+        """A trainer's batch observer: feed it each training batch's metrics and warn (on the main process) once."""
+        if batch.mode != "train":
+            return
+        warning = self.observe(batch.metrics)
+        if warning and batch.trainer.accelerator.is_main_process:
+            warnings.warn(warning, RegimeWarning, stacklevel=2)
 
     def message(self, metrics: dict[str, float]) -> str:
         pushed = ""

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import difflib
 import functools
 import math
 import os
 import warnings
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import torch
 
 from transformers.utils import is_torch_bf16_gpu_available
 from trl import GRPOConfig
 
-from .config_conversion import converted_config_kwargs
-from .estimator import QUANTILE_SOURCES
-from .naming import closest_name
-from .risk import ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, RISK_PROFILES, advantage_variant
+from ..registry import closest_name
+from ..risk import ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, QUANTILE_SOURCES, RISK_PROFILES, scaled_advantage
+from ..risk.advantages import levels_in_order
 
 # The paper updates 4 times per generation batch (batch 512 prompts, mini-batches of 128).
 UPDATES_PER_GENERATION = 4
@@ -56,7 +59,7 @@ class RiskPOConfig(GRPOConfig):
         is set): the paper's 4 optimizer updates per generation batch.
         loss_token_mean_sequences (`int`, defaults to `None`): with loss_type `"bnpo"`, the token mean over groups of
         this many sequences instead of over each micro-batch, as verl's (the authors' code; see
-        `riskpo_trl.token_mean_groups`).
+        `riskpo_trl.trainer.token_mean`).
     """
 
     # Risk measure
@@ -77,83 +80,70 @@ class RiskPOConfig(GRPOConfig):
     )
     bundle_size: int = field(
         default=5,
-        metadata={"help": "Prompts per bundle B. Each prompt's completions are randomly permuted and matched "
+        metadata={"help": "Prompts per bundle B: each prompt's completions are randomly permuted and matched "
                   "one-to-one with those of the other B - 1 prompts of its group; a bundle's score is the sum of its "
                   "members' rewards. 1 disables bundling. Prompts per generation batch must be a multiple of it."},
     )
     risk_profile: str = field(
         default="mvar",
-        metadata={"help": "Risk measure to optimise: 'mvar' (the paper's Mixed VaR, risk-averse), 'rvar' (RVaR "
-                  "between the alpha and beta quantiles alone; risk_alpha=0 gives CVaR) or 'risk_seeking' (the "
-                  "paper's ablation weighting the upper tail).", "choices": sorted(RISK_PROFILES)},
+        metadata={"help": f"Risk measure to optimise: {RISK_PROFILES.describe()}.", "choices": list(RISK_PROFILES)},
     )
     quantile_source: str = field(
         default="tracked",
-        metadata={"help": "Quantiles used in the advantage: 'tracked' (the paper: stochastic-approximation trackers "
-                  "updated once per generation batch), 'batch' (empirical quantiles of the current batch's bundle "
-                  "scores) or 'group' (empirical quantiles within each bundle group, what the authors' public code "
-                  "does). The trackers run and are logged in every case.",
-                  "choices": list(QUANTILE_SOURCES)},
+        metadata={"help": f"Quantile source: where the advantage's quantiles come from: {QUANTILE_SOURCES.describe()}. "
+                  "The trackers run and are logged in every case.", "choices": list(QUANTILE_SOURCES)},
     )
     advantage_scaling: str = field(
         default="none",
-        metadata={"help": "'none' (the paper's advantage) or 'authors_code', the authors' public code's scaling: for "
-                  "mvar [omega*(-(q_a-R)^+/alpha) + g/(beta-alpha)]/(1+omega) (needs risk_alpha > 0), for "
-                  "risk_seeking [omega*(R-q_b)^+/(1-beta) + g/(beta-alpha)]/(1+omega) (needs risk_beta < 1), each "
-                  "divided by the std of the bundle group's scores. Their scripts use omega=1.5 with "
-                  "quantile_source='group'.",
-                  "choices": list(ADVANTAGE_SCALINGS)},
+        metadata={"help": "Advantage scaling: how the risk profile's advantage is computed: "
+                  f"{ADVANTAGE_SCALINGS.describe()}.", "choices": list(ADVANTAGE_SCALINGS)},
     )
     natural_baseline: bool = field(
         default=True,
-        metadata={"help": "Keep the constant q_alpha - q_beta of the window g(R, q_alpha, q_beta) (the paper). False "
-                  "drops it, as the authors' DAPO script (natural_baseline_adv=False): most advantages become "
-                  "positive."},
+        metadata={"help": "Natural baseline: keep the constant q_alpha - q_beta of the window g(R, q_alpha, q_beta) "
+                  "(the paper). False drops it, as the authors' DAPO script (natural_baseline_adv=False): most "
+                  "advantages become positive."},
     )
     credit_assignment: str = field(
         default="uniform",
-        metadata={"help": "How a bundle's advantage reaches its members: 'uniform' (the paper: all the same), "
-                  "'score' (x0.5 for a rewarded member, x1.5 otherwise), 'std' (divided by the member's prompt's "
-                  "reward std over its G completions, std <= 1e-3 counts as 1; the authors' MATH scripts) or "
-                  "'sum_mean' (A x (r - prompt mean) / sum over the bundle of (r - prompt mean), A / B when that sum "
-                  "is ~0; the authors' DAPO script).",
-                  "choices": list(CREDIT_ASSIGNMENTS)},
+        metadata={"help": "Credit assignment: how a bundle's advantage reaches its members: "
+                  f"{CREDIT_ASSIGNMENTS.describe()}.", "choices": list(CREDIT_ASSIGNMENTS)},
     )
     bundling: str = field(
         default="permutation",
-        metadata={"help": "'permutation' (the paper: an independent uniform permutation of each prompt's completions) "
-                  "or 'positional' (the authors' code: completion j of every prompt of a group forms bundle j).",
+        metadata={"help": f"Bundling: how completions are matched into bundles: {BUNDLINGS.describe()}.",
                   "choices": list(BUNDLINGS)},
     )
     max_unscorable_batches: int = field(
         default=3,
-        metadata={"help": "Stop with an error after this many consecutive training batches in which no completion "
-                  "could be scored (every reward function returned None): such a run trains on nothing. 0 never "
-                  "stops. The share of unscorable completions is logged as risk/frac_unscorable."},
+        metadata={"help": "Unscorable batches before stopping: stop with an error after this many consecutive "
+                  "training batches in which no completion could be scored (every reward function returned None): "
+                  "such a run trains on nothing. 0 never stops. The share of unscorable completions is logged as "
+                  "risk/frac_unscorable."},
     )
     regime_guard_threshold: float = field(
         default=0.5,
-        metadata={"help": "The regime guard warns once when at least this share of a training batch's prompts have no "
-                  "completion with a reward above 0 (risk/frac_prompts_all_failed) for "
+        metadata={"help": "Regime guard threshold: the regime guard warns once when at least this share of a training "
+                  "batch's prompts have no completion with a reward above 0 (risk/frac_prompts_all_failed) for "
                   "regime_guard_patience batches in a row: the low-success regime in which the paper's advantage "
-                  "collapsed at GRPO's learning rate (docs/replication.md). Only with advantage_scaling='none'. "
-                  "In (0, 1]."},
+                  "collapsed at GRPO's learning rate (docs/replication.md). Only with advantage_scaling='none'. In "
+                  "(0, 1]."},
     )
     regime_guard_patience: int = field(
         default=10,
-        metadata={"help": "Consecutive training batches past regime_guard_threshold before the regime guard warns "
-                  "(once per run). 0 disables the guard; the metric is logged either way."},
+        metadata={"help": "Regime guard patience: consecutive training batches past regime_guard_threshold before the "
+                  "regime guard warns (once per run). 0 disables the guard; the metric is logged either way."},
     )
     quantile_lr: float = field(
         default=0.1,
-        metadata={"help": "Step size gamma of the quantile trackers, in units of the bundle score. The first batch "
-                  "warm-starts the trackers at its empirical quantiles."},
+        metadata={"help": "Quantile tracker step: step size gamma of the quantile trackers, in units of the bundle "
+                  "score. The first batch warm-starts the trackers at its empirical quantiles."},
     )
     quantile_lr_decay: float = field(
         default=0.0,
-        metadata={"help": "Decay exponent p of the tracker step, gamma_k = quantile_lr / k**p. 0 keeps it constant "
-                  "(the authors' code); a value in (0.5, 1] gives the classic decreasing stochastic-approximation "
-                  "steps."},
+        metadata={"help": "Quantile tracker step decay: exponent p of the tracker step, gamma_k = quantile_lr / k**p. "
+                  "0 keeps it constant (the authors' code); a value in (0.5, 1] gives the classic decreasing "
+                  "stochastic-approximation steps."},
     )
 
     # GRPOConfig fields whose defaults follow the paper or fit the bundling
@@ -180,8 +170,8 @@ class RiskPOConfig(GRPOConfig):
     )
     loss_token_mean_sequences: int | None = field(
         default=None,
-        metadata={"help": "With loss_type='bnpo': take the token mean over groups of this many sequences of an "
-                  "optimizer step, then the mean over groups (verl's token-mean over a micro-batch of "
+        metadata={"help": "Token-mean group size: with loss_type='bnpo', take the token mean over groups of this many "
+                  "sequences of an optimizer step, then the mean over groups (verl's token-mean over a micro-batch of "
                   "ppo_micro_batch_size_per_gpu sequences), whatever per_device_train_batch_size is. It must be a "
                   "multiple of per_device_train_batch_size and should divide the sequences of an optimizer step. "
                   "None: TRL's bnpo, one token mean per micro-batch."},
@@ -238,7 +228,7 @@ class RiskPOConfig(GRPOConfig):
         self._validate_token_mean_groups()
 
     def _validate_risk_fields(self) -> None:
-        if not (0.0 <= self.risk_alpha < self.risk_beta <= 1.0):
+        if not levels_in_order(self.risk_alpha, self.risk_beta):
             raise ValueError(
                 f"risk_alpha={self.risk_alpha} and risk_beta={self.risk_beta} must satisfy 0 <= risk_alpha < "
                 "risk_beta <= 1 (the paper uses risk_alpha=0.2, risk_beta=0.8)."
@@ -250,28 +240,17 @@ class RiskPOConfig(GRPOConfig):
             )
         if self.bundle_size < 1:
             raise ValueError(f"bundle_size={self.bundle_size} must be >= 1 (1 disables bundling; the paper uses 5).")
-        if self.risk_profile not in RISK_PROFILES:
-            raise ValueError(f"risk_profile={self.risk_profile!r} is unknown; choose one of {sorted(RISK_PROFILES)}.")
-        if self.quantile_source not in QUANTILE_SOURCES:
-            raise ValueError(
-                f"quantile_source={self.quantile_source!r} is unknown; choose one of {list(QUANTILE_SOURCES)}."
-            )
-        if self.advantage_scaling not in ADVANTAGE_SCALINGS:
-            raise ValueError(
-                f"advantage_scaling={self.advantage_scaling!r} is unknown; choose one of {list(ADVANTAGE_SCALINGS)}."
-            )
-        variant = advantage_variant(self.advantage_scaling, self.risk_profile)
+        RISK_PROFILES.check(self.risk_profile)
+        QUANTILE_SOURCES.check(self.quantile_source)
+        ADVANTAGE_SCALINGS.check(self.advantage_scaling)
+        CREDIT_ASSIGNMENTS.check(self.credit_assignment)
+        BUNDLINGS.check(self.bundling)
+        variant = scaled_advantage(self.advantage_scaling, self.risk_profile)
         if not variant.levels_ok(self.risk_alpha, self.risk_beta):
             raise ValueError(
                 f"advantage_scaling={self.advantage_scaling!r} with risk_profile={self.risk_profile!r} needs "
                 f"{variant.levels_rule}; got risk_alpha={self.risk_alpha}, risk_beta={self.risk_beta}."
             )
-        if self.credit_assignment not in CREDIT_ASSIGNMENTS:
-            raise ValueError(
-                f"credit_assignment={self.credit_assignment!r} is unknown; choose one of {list(CREDIT_ASSIGNMENTS)}."
-            )
-        if self.bundling not in BUNDLINGS:
-            raise ValueError(f"bundling={self.bundling!r} is unknown; choose one of {list(BUNDLINGS)}.")
         if not self.natural_baseline and not variant.has_natural_baseline:
             raise ValueError(
                 f"natural_baseline=False changes nothing for risk_profile={self.risk_profile!r} with "
@@ -438,3 +417,55 @@ def _multiples(step: int, count: int = 3) -> str:
 
 def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+# --- carrying a built GRPOConfig over to another config class (RiskPOConfig.from_grpo_config)
+
+# Deprecated fields that GRPOConfig copies into their replacement in __post_init__; passing both again would only
+# repeat the deprecation warning.
+_DEPRECATED_ALIASES = {
+    "vllm_importance_sampling_cap": "vllm_importance_sampling_clip_max",
+    "use_transformers_paged": "use_transformers_continuous_batching",
+}
+
+
+def init_field_names(config_class: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(config_class) if f.init}
+
+
+def converted_config_kwargs(source: Any, target_class: type, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments that rebuild ``source`` (a built TrainingArguments/GRPOConfig) as ``target_class``.
+
+    Values are read from the attributes, not from ``to_dict()``, which masks tokens (``hub_token``) and flattens
+    nested configs. Of the pair ``generation_batch_size`` / ``steps_per_generation``, which GRPOConfig derives from each
+    other and refuses both of, ``steps_per_generation`` carries over, so the source's generation schedule stays (GRPO's
+    default is one generation batch per optimizer step, not RiskPOConfig's four); with the source's default relation
+    (``steps_per_generation == gradient_accumulation_steps``) a new ``gradient_accumulation_steps`` moves it along.
+    ``overrides`` win over the source's values; naming either field of the pair replaces both.
+    """
+    target_fields = init_field_names(target_class)
+    unknown = sorted(set(overrides) - target_fields)
+    if unknown:
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, sorted(target_fields), n=1)
+            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise TypeError(f"{target_class.__name__} has no field {', '.join(hints)}.")
+
+    kwargs = {
+        name: copy.deepcopy(getattr(source, name))
+        for name in init_field_names(type(source)) & target_fields
+        if hasattr(source, name)
+    }
+    for old, new in _DEPRECATED_ALIASES.items():
+        if old in kwargs and new in kwargs and kwargs[old] is not None and kwargs[old] == kwargs[new]:
+            kwargs.pop(old)
+    kwargs.pop("generation_batch_size", None)
+    if {"generation_batch_size", "steps_per_generation"} & set(overrides):
+        kwargs.pop("steps_per_generation", None)
+    elif "gradient_accumulation_steps" in overrides and kwargs.get("steps_per_generation") == getattr(
+        source, "gradient_accumulation_steps", None
+    ):
+        kwargs["steps_per_generation"] = overrides["gradient_accumulation_steps"]
+    kwargs.update(overrides)
+    return kwargs

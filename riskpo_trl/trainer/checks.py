@@ -1,12 +1,19 @@
-"""Construction-time checks of a trainer's datasets, so a missing column or a training set too small for one generation
-batch fails before the model loads with a message that names it, rather than as a KeyError inside TRL at the first
-step or as a run that trains 0 steps and exits as if it had succeeded."""
+"""The trainer's start-up checks, run once by :func:`check_start_up` before anything loads: a misspelled keyword, a
+model path that does not exist, the dataset columns TRL and the reward functions read, and a training set too small
+for one generation batch each fail with a message that names them, rather than as a KeyError inside TRL at the first
+step, a Hub lookup that blames the network, or a run that trains 0 steps and exits as if it had succeeded."""
 
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 from typing import Any
+
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+
+from ..registry import closest_name
 
 # Keyword arguments GRPOTrainer passes to reward functions itself; every other one is read from a dataset column.
 TRL_REWARD_KWARGS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
@@ -128,3 +135,70 @@ def _check_split(dataset: Any, reward_funcs: Any, environment_factory: Any, spli
                 check(dataset)
             except ValueError as error:
                 raise ValueError(f"The {split} dataset does not fit the reward function {name}: {error}") from None
+
+
+# --- model names that are local paths, not Hub ids: said at once, instead of a Hub lookup that retries for half a
+# minute and then blames the network
+
+
+def reads_as_local_path(name: str) -> bool:
+    """Whether ``name`` can only mean a local directory: absolute, ``./``, ``../`` or ``~``, not of the Hub's
+    ``namespace/name`` form, or under a directory that exists here (``outputs/no-such-model`` next to ``outputs/``)."""
+    if os.path.isabs(name) or name.startswith((".", "~")) or os.sep != "/" and os.sep in name:
+        return True
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return True
+    head, _, _ = name.partition("/")
+    return bool(_) and os.path.isdir(head)
+
+
+def hub_id_or_none(name: str | None) -> str | None:
+    """``name`` if it reads as a Hub repository id and is not a local path, else None."""
+    if not name or os.path.exists(name) or reads_as_local_path(name):
+        return None
+    return name
+
+
+def check_model_path(name: str, what: str = "model") -> None:
+    """Raise FileNotFoundError for a ``name`` that reads as a local path (see `reads_as_local_path`) but does not
+    exist, naming it as such; a Hub id or an existing path passes."""
+    if os.path.exists(name) or not reads_as_local_path(name):
+        return
+    parent = os.path.dirname(os.path.abspath(os.path.expanduser(name)))
+    hint = (
+        f" ({os.path.dirname(name)}/ exists here, so this is read as a local path)"
+        if os.path.isdir(parent) and not os.path.isabs(name) and "/" in name else ""
+    )
+    raise FileNotFoundError(
+        f"{what} {name!r}: no such directory, and not a Hub id{hint}. Give an existing directory (saved with "
+        "save_pretrained) or a Hub id such as 'Qwen/Qwen2.5-Math-1.5B-Instruct'; riskpo-train's build_tiny_model: "
+        "true builds a tiny random model at a missing path."
+    )
+
+
+# --- all of them, once
+
+
+def check_keywords(kwargs: dict[str, Any], trainer_class: type, base_class: type) -> None:
+    """A misspelled keyword is named with the closest one ``base_class.__init__`` takes, before anything loads."""
+    accepted = set(inspect.signature(base_class.__init__).parameters) - {"self", "model", "reward_funcs", "args"}
+    for name in kwargs:
+        if name not in accepted:
+            raise TypeError(
+                f"{trainer_class.__name__} got an unexpected keyword argument {name!r}{closest_name(name, accepted)}; "
+                f"it takes {base_class.__name__}'s: model, reward_funcs, args, {', '.join(sorted(accepted))}."
+            )
+
+
+def check_start_up(trainer_class: type, base_class: type, model: Any, reward_funcs: Any, args: Any,
+                   kwargs: dict[str, Any]) -> None:
+    """Every start-up check of a GRPO-family trainer's arguments (``kwargs``: the keywords besides ``model``,
+    ``reward_funcs`` and ``args``)."""
+    check_keywords(kwargs, trainer_class, base_class)
+    train_dataset = kwargs.get("train_dataset")
+    check_dataset_columns(train_dataset, kwargs.get("eval_dataset"), reward_funcs, kwargs.get("environment_factory"))
+    check_generation_batch_fits(train_dataset, args)
+    if isinstance(model, str):
+        check_model_path(model)

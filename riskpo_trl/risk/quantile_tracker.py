@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .risk import empirical_quantiles
+from .quantiles import empirical_quantiles
 
 
 class QuantileTracker:

@@ -32,7 +32,9 @@ COMPACT_METRICS = (
         ("q_alpha", "risk/q_alpha"),
         ("q_beta", "risk/q_beta"),
         ("bundle_score", "risk/bundle_score_mean"),
-        ("mvar", "risk/mvar"),
+        ("mvar", "risk/mvar"),  # the risk profile's objective: at most one of these three is logged
+        ("rvar", "risk/rvar"),
+        ("risk_seeking", "risk/risk_seeking"),
         ("lower_rvar", "risk/lower_rvar"),
         ("upper_rvar", "risk/upper_rvar"),
         ("zero_adv", "risk/frac_zero_advantage"),
@@ -97,3 +99,24 @@ def compact_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | N
 
 def _format(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
+
+
+# --- the compact console line as a callback (transformers is imported on use: this module stays light)
+
+
+def use_compact_log(trainer) -> None:
+    """Swap the trainer's tqdm progress callback for one that prints a step's metrics as one compact line (the full
+    set still goes to ``report_to`` and ``trainer_state.json``; other logs, such as the run summary, print as before).
+    Nothing changes when tqdm is off (``disable_tqdm``: the plain printer keeps printing every metric)."""
+    from transformers.trainer_callback import ProgressCallback
+
+    class CompactLogCallback(ProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            line = compact_log_line(logs or {}, state.global_step, state.max_steps)
+            if line is None or self.training_bar is None:
+                return super().on_log(args, state, control, logs=logs, **kwargs)
+            if state.is_world_process_zero:
+                self.training_bar.write(line)
+
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(CompactLogCallback)

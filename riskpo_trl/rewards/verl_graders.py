@@ -1,6 +1,6 @@
 r"""The three graders of the RiskPO authors' published pipeline (verl 0.4.1's stock scorers), re-implemented from
 what they do. Each grades one completion's text against one gold answer and never raises; all three compare strings,
-so they are mostly stricter than math-verify (:mod:`riskpo_trl.grading`, whose brace matcher they share):
+so they are mostly stricter than math-verify (:mod:`riskpo_trl.rewards.grading`, whose brace matcher they share):
 
 - :func:`gsm8k_strict_score` (``verl/utils/reward_score/gsm8k.py``, strict mode): the last ``#### <number>`` in the
   completion's last 300 characters, commas dropped, must equal the gold string. 1.0 or 0.0. A ``\boxed{72}`` answer
@@ -117,7 +117,8 @@ def hendrycks_normalise(answer: str) -> str:
         if len(units) != 1:
             raise _Unnormalisable
         answer = value
-    answer = answer.replace("\\%", "").replace(" .", " 0.").replace("{.", "{0.")
+    # verl removes \% twice (two identical calls), so a \% that the first removal forms goes too.
+    answer = answer.replace("\\%", "").replace("\\%", "").replace(" .", " 0.").replace("{.", "{0.")
     if not answer:
         return answer
     if answer[0] == ".":

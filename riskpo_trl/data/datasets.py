@@ -6,7 +6,7 @@ Every adapter turns a dataset in its Hub schema into rows with
 - ``answer`` (str): the gold final answer, e.g. ``"72"`` or ``"\frac{1}{2}"``;
 - ``prompt`` (list of messages): ``problem`` followed by :data:`PROMPT_TEMPLATE`'s instruction, in TRL's
   conversational format (``prompt_template="authors"``: the RiskPO authors' prompt instead, see
-  :data:`riskpo_trl.prompts.PROMPT_BUILDERS`);
+  :data:`riskpo_trl.data.prompts.PROMPT_BUILDERS`);
 - ``solution`` (str): the same gold answer, under the name the math rewards read (``solution=`` keyword);
 - ``data_source`` (str): the source dataset's Hub id, which ``verl_by_source`` grades by, as verl does.
 
@@ -32,9 +32,9 @@ from typing import Any
 import datasets
 from datasets import Dataset, Features, Value, concatenate_datasets
 
-from .grading import last_boxed
+from ..rewards.grading import last_boxed
 from .local_files import load_local_files
-from .prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS, PROMPT_TEMPLATE, make_prompt  # noqa: F401
+from .prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
 
 logger = logging.getLogger(__name__)
 
@@ -142,13 +142,13 @@ class LoaderSpec:
 
 # The track loaders are imported on use: the multi-modal package pulls in torch and the VLM classes.
 def _archer_code(split: str, data_files: str | Sequence[str] | None) -> Dataset:
-    from .code.data import load_archer_code
+    from ..code.data import load_archer_code
 
     return load_archer_code(split, data_files=data_files)
 
 
 def _geometry3k(split: str, data_files: str | Sequence[str] | None) -> Dataset:
-    from .multimodal.geometry3k import load_geometry3k
+    from ..multimodal.geometry3k import load_geometry3k
 
     return load_geometry3k(split, data_files=data_files)
 
@@ -157,8 +157,8 @@ TRAIN_DATASETS: dict[str, DatasetSpec | LoaderSpec] = {
     # prompt: [{"role": "user", "content": <DAPO instruction + problem>}], reward_model: {"style", "ground_truth"},
     # plus data_source / ability / extra_info (verl format). Schema: the dataset card as quoted by
     # AISBench's dapo_math README, and loaders reading prompt[0]["content"] / reward_model["ground_truth"].
-    # The released file repeats its ~17k problems about 100 times (1.79M rows; BytedTsinghua-SIA/DAPO issue #36),
-    # hence dedupe.
+    # The released file repeats its ~17k problems about 100 times (1.79M rows;
+    # github.com/BytedTsinghua-SIA/DAPO/issues/36), hence dedupe.
     "dapo_math": DatasetSpec(
         "BytedTsinghua-SIA/DAPO-Math-17k", "train", "prompt", "reward_model", dapo_problem, dapo_answer, dedupe=True,
         own_prompt=dapo_own_prompt,
@@ -224,8 +224,7 @@ def _require_columns(dataset: Dataset, columns: Sequence[str], name: str) -> Non
 
 def check_prompt_template(prompt_template: str) -> None:
     """Raise naming the valid choices if ``prompt_template`` is not one of :data:`PROMPT_BUILDERS`."""
-    if prompt_template not in PROMPT_BUILDERS:
-        raise ValueError(f"prompt_template={prompt_template!r} is unknown; choose one of {sorted(PROMPT_BUILDERS)}.")
+    PROMPT_BUILDERS.check(prompt_template)
 
 
 def adapt_dataset(
