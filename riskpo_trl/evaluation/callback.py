@@ -124,8 +124,11 @@ class PassAtKCallback(TrainerCallback):
         if trainer.accelerator.is_main_process:
             state.log_history.append({**metrics, "step": state.global_step})
         # Forward to the reporters (W&B, TensorBoard, ...) without going through trainer.log, which would also
-        # flush the trainer's accumulated training metrics at this step.
+        # flush the trainer's accumulated training metrics at this step. The handler's on_log clears should_log,
+        # which the trainer checks after on_step_end to log this step's training metrics: keep it as it was.
+        should_log = trainer.control.should_log
         trainer.control = trainer.callback_handler.on_log(trainer.args, state, trainer.control, dict(metrics))
+        trainer.control.should_log = should_log
 
     @staticmethod
     def curves(log_history: list[dict[str, Any]], prefix: str = "eval/") -> dict[str, list[tuple[int, float]]]:
