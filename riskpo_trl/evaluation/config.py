@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 from dataclasses import dataclass, field
 
 from .metrics import default_ks
 from .sampling import SamplingSettings
+
+logger = logging.getLogger(__name__)
+
+ADAPTER_CONFIG = "adapter_config.json"  # what PEFT's save_pretrained writes into an adapter directory
 
 
 @dataclass
 class EvalConfig:
     """What to evaluate and how; also the command-line arguments of ``riskpo-eval``."""
 
-    model: str = field(metadata={"help": "Model to evaluate: a local path or a Hub id."})
+    model: str = field(
+        metadata={"help": "Model to evaluate: a local path or a Hub id. A local PEFT (LoRA) adapter directory (one "
+                  "with adapter_config.json) is loaded on the base model its adapter_config.json names."}
+    )
     adapter: str | None = field(default=None, metadata={"help": "Optional PEFT (LoRA) adapter on top of `model`."})
     benchmarks: list[str] = field(
         default_factory=list,
@@ -27,7 +36,11 @@ class EvalConfig:
         metadata={"help": "Local JSON/JSONL files of rows with `problem` and `answer` (optional `prompt`); each is "
                   "one math benchmark named after the file."},
     )
-    output_dir: str = field(default="eval_results", metadata={"help": "Where samples.jsonl, results.json/.md go."})
+    output_dir: str = field(
+        default="eval_results",
+        metadata={"help": "Where samples.jsonl, results.json/.md go. If it already holds samples.jsonl, say what to "
+                  "do with them: --resume true or --overwrite true."},
+    )
     num_samples: int = field(default=8, metadata={"help": "Completions sampled per problem (n)."})
     ks: list[int] | None = field(
         default=None, metadata={"help": "k's of Pass@k; each must be <= num_samples. Default: 1, 2, 4, ..., n."}
@@ -59,7 +72,16 @@ class EvalConfig:
                   "'{\"max_model_len\": 4096, \"tensor_parallel_size\": 2, \"gpu_memory_utilization\": 0.8}'. "
                   "The model, dtype and seed come from their own options."},
     )
-    resume: bool = field(default=False, metadata={"help": "Skip problems already scored in output_dir/samples.jsonl."})
+    resume: bool = field(
+        default=False,
+        metadata={"help": "Keep the problems already scored in output_dir/samples.jsonl and sample only the rest "
+                  "(after a crash, or with more benchmarks)."},
+    )
+    overwrite: bool = field(
+        default=False, metadata={"help": "Delete output_dir/samples.jsonl from an earlier run and start over."}
+    )
+    # Where `model` came from, for messages: the option itself, or an adapter directory's base model.
+    model_source: str = field(default="model", init=False, repr=False)
 
     def __post_init__(self):
         if self.num_samples < 1:
@@ -73,6 +95,10 @@ class EvalConfig:
             )
         if not self.benchmarks and not self.dataset_files:
             raise ValueError("Nothing to evaluate: give benchmarks (e.g. `--benchmarks math500`) or dataset_files.")
+        if self.resume and self.overwrite:
+            raise ValueError("resume=True keeps the samples already in output_dir and overwrite=True deletes them; "
+                             "set one of them.")
+        self._split_adapter_directory()
         if isinstance(self.code_sandbox, str):  # from the command line
             self.code_sandbox = json.loads(self.code_sandbox)
         if isinstance(self.vllm_kwargs, str):
@@ -91,6 +117,25 @@ class EvalConfig:
             if self.backend == "transformers":
                 raise ValueError("vllm_kwargs configures the vLLM engine, but backend='transformers'; drop it or "
                                  "use backend='vllm'.")
+
+    def _split_adapter_directory(self) -> None:
+        """``model`` naming a PEFT adapter directory means: that adapter on the base model it was trained on."""
+        adapter_config = os.path.join(self.model, ADAPTER_CONFIG)
+        if not os.path.isfile(adapter_config) or os.path.isfile(os.path.join(self.model, "config.json")):
+            return
+        if self.adapter is not None:
+            raise ValueError(f"model={self.model!r} is a PEFT adapter directory (it has {ADAPTER_CONFIG}) and "
+                             f"adapter={self.adapter!r} is set too; give the base model as --model and the adapter "
+                             "as --adapter.")
+        with open(adapter_config) as f:
+            base = json.load(f).get("base_model_name_or_path")
+        if not base:
+            raise ValueError(f"{adapter_config} names no base_model_name_or_path; give the base model as --model and "
+                             f"this directory as --adapter {self.model}.")
+        logger.warning(f"{self.model} is a PEFT adapter: evaluating it on its base model {base} (from "
+                       f"{ADAPTER_CONFIG}).")
+        self.model, self.adapter = base, self.model
+        self.model_source = f"the base model of adapter {self.adapter!r} (base_model_name_or_path in its {ADAPTER_CONFIG})"
 
     @property
     def sampling(self) -> SamplingSettings:

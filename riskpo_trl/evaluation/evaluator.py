@@ -2,7 +2,8 @@
 
 The pieces: :mod:`.config` (what to run), :mod:`.benchmarks` (loading and prompts), :mod:`.scorers` (a grader per
 benchmark kind: math, geometry, code), :mod:`.records` (files written as the run goes, resume) and :mod:`.report`
-(metrics and the table). A crash loses at most one batch, and ``resume=True`` skips the problems already scored.
+(metrics and the table). A crash loses at most one batch, and ``resume=True`` skips the problems already scored; earlier samples in
+``output_dir`` are never replaced unless ``overwrite=True`` says so.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from tqdm.auto import tqdm
 from transformers import set_seed
 
+from ..model_paths import check_model_path
 from .benchmarks import check_benchmark_names, problem_text, render_prompt, resolve_benchmarks
 from .config import EvalConfig
 from .generation import load_backend
@@ -23,6 +25,7 @@ from .records import (
     RESULTS_FILE,
     SAMPLES_FILE,
     TABLE_FILE,
+    check_earlier_samples,
     check_resumable,
     read_done,
     sampling_record,
@@ -56,8 +59,16 @@ def evaluate(
     settings = config.sampling
     output_dir = Path(config.output_dir)
     samples_path = output_dir / SAMPLES_FILE
-    done = read_done(samples_path) if config.resume else {}
-    check_resumable(done, settings, samples_path)  # before the (slow) data and model loads
+    # Before the (slow) data and model loads: what to do with earlier samples, whether the model can be found.
+    done = read_done(samples_path)
+    check_earlier_samples(done, samples_path, resume=config.resume, overwrite=config.overwrite)
+    if not config.resume:
+        done = {}
+    check_resumable(done, settings, samples_path)
+    if backend is None:
+        check_model_path(config.model, config.model_source)
+        if config.adapter is not None:
+            check_model_path(config.adapter, "adapter")
     benchmarks = resolve_benchmarks(config)
     scorers = {kind: scorer_for(kind, math_grader=scorer, sandbox_settings=config.code_sandbox)
                for kind in {benchmark.kind for benchmark in benchmarks}}
