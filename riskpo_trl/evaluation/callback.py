@@ -10,6 +10,7 @@ from trl.models.utils import unwrap_model_for_generation
 
 from ..grading import verify_answer
 from .benchmarks import render_prompt
+from .config import TrainingPassAtK
 from .generation import TransformersBackend
 from .metrics import benchmark_metrics, default_ks
 from .sampling import SamplingSettings
@@ -139,3 +140,32 @@ class PassAtKCallback(TrainerCallback):
                 if key.startswith(prefix) and ("pass@" in key or "avg@" in key):
                     curves.setdefault(key[len(prefix):], []).append((entry["step"], value))
         return curves
+
+
+def add_pass_at_k_callback(trainer, settings: TrainingPassAtK, prompt_template: str | None = None) -> PassAtKCallback:
+    """Load the held-out benchmarks ``settings`` names (a recipe's ``pass_at_k:`` block), prompted like the training
+    set, and add a :class:`PassAtKCallback` on them to ``trainer``; completions are at most the trainer's
+    ``max_completion_length`` unless ``settings.max_new_tokens`` says otherwise."""
+    from datasets import concatenate_datasets
+
+    from ..data import load_benchmark
+
+    template = {} if prompt_template is None else {"prompt_template": prompt_template}
+    parts = []
+    for entry in settings.benchmarks:
+        name, _, path = entry.partition("=")
+        parts.append(load_benchmark(name, data_files=path or None, limit=settings.max_problems, **template))
+    callback = PassAtKCallback(
+        trainer,
+        concatenate_datasets(parts) if len(parts) > 1 else parts[0],
+        num_samples=settings.num_samples,
+        ks=settings.ks,
+        eval_steps=settings.eval_steps,
+        max_new_tokens=settings.max_new_tokens or trainer.args.max_completion_length,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        batch_size=settings.batch_size,
+        eval_on_start=settings.eval_on_start,
+    )
+    trainer.add_callback(callback)
+    return callback

@@ -147,3 +147,76 @@ class EvalConfig:
             seed=self.seed,
             return_logprobs=self.logprobs,
         )
+
+
+@dataclass
+class TrainingPassAtK:
+    """Held-out Pass@k during ``riskpo-train``: the ``pass_at_k:`` block of a recipe (see docs/evaluation.md).
+
+    The named benchmarks form one held-out set; every ``eval_steps`` optimizer steps (and at the start and the end)
+    :class:`riskpo_trl.evaluation.PassAtKCallback` samples ``num_samples`` completions per problem and logs
+    ``eval/pass@k`` for each ``k`` and ``eval/avg@n``.
+    """
+
+    benchmarks: list[str]  # math benchmarks of riskpo_trl.data.BENCHMARKS, or NAME=FILE (local rows in its schema)
+    num_samples: int = 8
+    ks: list[int] | None = None  # default: 1, 2, 4, ..., num_samples
+    eval_steps: int = 50
+    max_problems: int | None = None  # first N problems of each benchmark (sampling runs on the training model)
+    max_new_tokens: int | None = None  # default: the trainer's max_completion_length
+    temperature: float = 0.8
+    top_p: float = 1.0
+    batch_size: int = 8
+    eval_on_start: bool = True
+
+    @classmethod
+    def from_block(cls, block: dict | str) -> TrainingPassAtK:
+        """The settings of a recipe's ``pass_at_k:`` mapping (or its JSON form from the command line), checked:
+        unknown keys, benchmark names and k's are reported by name before anything loads."""
+        import dataclasses
+
+        from ..naming import closest_name
+
+        if isinstance(block, str):
+            try:
+                block = json.loads(block)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"pass_at_k={block!r} is not JSON ({error}); write a JSON object such as "
+                                 """'{"benchmarks": ["math500"], "ks": [1, 8], "num_samples": 8}'.""") from error
+        if not isinstance(block, dict):
+            raise ValueError(f"pass_at_k must be a mapping of settings ({', '.join(cls.__dataclass_fields__)}), "
+                             f"got {block!r}.")
+        names = [field.name for field in dataclasses.fields(cls)]
+        unknown = [f"{key}{closest_name(key, names)}" for key in block if key not in names]
+        if unknown:
+            raise ValueError(f"pass_at_k: unknown setting(s) {', '.join(unknown)}; it takes {', '.join(names)}.")
+        if not block.get("benchmarks"):
+            raise ValueError("pass_at_k: name the held-out benchmarks, e.g. `benchmarks: [math500]` (or "
+                             "`[math500=path/to/rows.jsonl]` for local rows in that benchmark's Hub schema).")
+        settings = cls(**block)
+        if isinstance(settings.benchmarks, str):
+            settings.benchmarks = [settings.benchmarks]
+        settings._check()
+        return settings
+
+    def _check(self) -> None:
+        from ..data import BENCHMARKS
+        from ..naming import closest_name
+
+        for entry in self.benchmarks:
+            name = entry.partition("=")[0]
+            if name not in BENCHMARKS:
+                raise ValueError(f"pass_at_k: benchmark {name!r} is unknown{closest_name(name, BENCHMARKS)}; "
+                                 f"choose one of {sorted(BENCHMARKS)}.")
+            if BENCHMARKS[name].kind != "math":
+                raise ValueError(f"pass_at_k: {name!r} is a {BENCHMARKS[name].kind} benchmark; held-out Pass@k "
+                                 "during training grades math answers only (evaluate it with riskpo-eval).")
+        for setting in ("num_samples", "eval_steps", "batch_size", "max_problems", "max_new_tokens"):
+            value = getattr(self, setting)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"pass_at_k: {setting}={value!r} must be a positive integer.")
+        self.ks = sorted(set(self.ks)) if self.ks else default_ks(self.num_samples)
+        if max(self.ks) > self.num_samples or min(self.ks) < 1:
+            raise ValueError(f"pass_at_k: ks={self.ks} must lie in [1, num_samples={self.num_samples}]; raise "
+                             "num_samples or drop k.")
+
