@@ -90,7 +90,8 @@ def test_adapter_directory_mistakes_name_the_fix(adapter_dir, tmp_path, capsys):
     moved = tmp_path / "moved-adapter"
     moved.mkdir()
     config = json.loads(Path(adapter_dir, "adapter_config.json").read_text())
-    (moved / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": str(tmp_path / "gone")}))
+    config["base_model_name_or_path"] = str(tmp_path / "gone")
+    (moved / "adapter_config.json").write_text(json.dumps(config))
     line = one_error_line(["--model", str(moved), "--dataset_files", TOY_ROWS,
                            "--output_dir", str(tmp_path / "out")], capsys)
     assert f"the base model of adapter {str(moved)!r}" in line and "no such directory, and not a Hub id" in line

@@ -135,7 +135,8 @@ class EvalConfig:
         logger.warning(f"{self.model} is a PEFT adapter: evaluating it on its base model {base} (from "
                        f"{ADAPTER_CONFIG}).")
         self.model, self.adapter = base, self.model
-        self.model_source = f"the base model of adapter {self.adapter!r} (base_model_name_or_path in its {ADAPTER_CONFIG})"
+        self.model_source = (f"the base model of adapter {self.adapter!r} (base_model_name_or_path in its "
+                             f"{ADAPTER_CONFIG})")
 
     @property
     def sampling(self) -> SamplingSettings:

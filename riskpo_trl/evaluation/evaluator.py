@@ -2,8 +2,8 @@
 
 The pieces: :mod:`.config` (what to run), :mod:`.benchmarks` (loading and prompts), :mod:`.scorers` (a grader per
 benchmark kind: math, geometry, code), :mod:`.records` (files written as the run goes, resume) and :mod:`.report`
-(metrics and the table). A crash loses at most one batch, and ``resume=True`` skips the problems already scored; earlier samples in
-``output_dir`` are never replaced unless ``overwrite=True`` says so.
+(metrics and the table). A crash loses at most one batch, and ``resume=True`` skips the problems already scored;
+earlier samples in ``output_dir`` are never replaced unless ``overwrite=True`` says so.
 """
 
 from __future__ import annotations
