@@ -28,7 +28,7 @@ def command(tmp_path: Path, recipe: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_recipe_pass_at_k_block_logs_held_out_pass_at_k(tmp_path):
+def test_a_recipe_pass_at_k_block_logs_held_out_pass_at_k(tmp_path, capsys):
     recipe = recipe_with(tmp_path, f"""
 pass_at_k:
   benchmarks: [gsm8k={TINY_DATA}]
@@ -46,6 +46,9 @@ pass_at_k:
     assert all(0 <= entry["eval/pass@1"] <= entry["eval/pass@2"] <= 1 for entry in evaluated)
     for key in ("loss", "learning_rate", "grad_norm"):  # evaluation steps keep their training metrics
         assert sorted(entry["step"] for entry in history if key in entry) == [1, 2, 3, 4], key
+    console = capsys.readouterr().out
+    assert all(f"[step {step}/4] loss" in console for step in (1, 2, 3, 4))  # a line for every step
+    assert "'eval/pass@1'" in console
 
 
 @pytest.mark.parametrize(("block", "message"), [
