@@ -72,14 +72,14 @@ def test_pass_at_k_block_mistakes_are_one_error_line(tmp_path, capsys, block, me
 def test_riskpo_train_uses_the_cpu_thread_default(tmp_path, monkeypatch, caplog):
     import torch
 
-    from riskpo_trl import cpu_threads
+    from riskpo_trl.scripts import cpu_threads
 
     threads = torch.get_num_threads()
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(cpu_threads.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
     monkeypatch.setattr(train, "prepare", lambda *args: (None, None))  # stop before building anything
     try:
-        with caplog.at_level(logging.WARNING, logger="riskpo_trl.cpu_threads"):
+        with caplog.at_level(logging.WARNING, logger="riskpo_trl.scripts.cpu_threads"):
             train.cli(command(tmp_path, TINY_RECIPE))  # the recipe sets use_cpu: true
     finally:
         torch.set_num_threads(threads)

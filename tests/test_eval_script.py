@@ -140,7 +140,7 @@ def test_rows_from_a_local_file_are_labelled_with_the_file(tmp_path):
     (4, 16, 0.0, 1, 4),  # never more than torch's choice
 ])
 def test_suggested_threads(current, cores, load, processes, expected):
-    from riskpo_trl import cpu_threads
+    from riskpo_trl.scripts import cpu_threads
 
     assert cpu_threads.suggested_threads(current, cores, load, processes) == expected
 
@@ -153,13 +153,13 @@ def restore_torch_threads():
 
 
 def test_a_cpu_run_without_omp_num_threads_picks_a_count_and_says_so(monkeypatch, caplog, restore_torch_threads):
-    from riskpo_trl import cpu_threads
+    from riskpo_trl.scripts import cpu_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(cpu_threads, "usable_cores", lambda: 2)
     monkeypatch.setattr(cpu_threads.os, "getloadavg", lambda: (6.0, 6.0, 6.0))
     torch.set_num_threads(2)
-    with caplog.at_level(logging.WARNING, logger="riskpo_trl.cpu_threads"):
+    with caplog.at_level(logging.WARNING, logger="riskpo_trl.scripts.cpu_threads"):
         assert cpu_threads.use_default_cpu_threads(use_cpu=True) == 1
     assert torch.get_num_threads() == 1
     assert "CPU run: 1 torch thread(s) (2 usable core(s), load average 6.0" in caplog.text
@@ -171,12 +171,15 @@ def test_a_cpu_run_without_omp_num_threads_picks_a_count_and_says_so(monkeypatch
     assert torch.get_num_threads() == 2  # the user's choice stands
 
 
-def test_riskpo_eval_uses_the_cpu_thread_default(monkeypatch, tmp_path, caplog, restore_torch_threads):
-    from riskpo_trl import cpu_threads  # a module of its own, shared with riskpo-train
+def test_riskpo_eval_uses_the_cpu_thread_default(tiny_model_dir, monkeypatch, tmp_path, caplog,
+                                                 restore_torch_threads):
+    from riskpo_trl.scripts import cpu_threads  # a module of its own, shared with riskpo-train
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(cpu_threads, "running_on_cpu", lambda use_cpu=False: True)
     monkeypatch.setattr(cpu_threads.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
-    with caplog.at_level(logging.WARNING, logger="riskpo_trl.cpu_threads"), pytest.raises(SystemExit):
-        eval_script.cli(["--model", str(tmp_path / "missing"), "--dataset_files", TOY_ROWS])
+    with caplog.at_level(logging.WARNING, logger="riskpo_trl.scripts.cpu_threads"), pytest.raises(SystemExit):
+        # stops at the missing rows file, after the thread count is set and before the model loads
+        eval_script.cli(["--model", tiny_model_dir, "--dataset_files", str(tmp_path / "missing.jsonl"),
+                         "--output_dir", str(tmp_path / "out")])
     assert "CPU run: 1 torch thread(s)" in caplog.text

@@ -17,7 +17,6 @@ from typing import Any
 from tqdm.auto import tqdm
 from transformers import set_seed
 
-from ..model_paths import check_model_path
 from .benchmarks import check_benchmark_names, problem_text, render_prompt, resolve_benchmarks
 from .config import EvalConfig
 from .generation import load_backend
@@ -59,16 +58,12 @@ def evaluate(
     settings = config.sampling
     output_dir = Path(config.output_dir)
     samples_path = output_dir / SAMPLES_FILE
-    # Before the (slow) data and model loads: what to do with earlier samples, whether the model can be found.
+    # Before the (slow) data and model loads: what to do with earlier samples.
     done = read_done(samples_path)
     check_earlier_samples(done, samples_path, resume=config.resume, overwrite=config.overwrite)
     if not config.resume:
         done = {}
     check_resumable(done, settings, samples_path)
-    if backend is None:
-        check_model_path(config.model, config.model_source)
-        if config.adapter is not None:
-            check_model_path(config.adapter, "adapter")
     benchmarks = resolve_benchmarks(config)
     scorers = {kind: scorer_for(kind, math_grader=scorer, sandbox_settings=config.code_sandbox)
                for kind in {benchmark.kind for benchmark in benchmarks}}

@@ -482,7 +482,7 @@ def cli(argv: Sequence[str] | None = None) -> None:
     silence_known_warnings()  # before parsing: building the config already warns
     with usage_errors("riskpo-train", debug):
         script_args, training_args, model_args = parse_args(argv)
-        from ..cpu_threads import use_default_cpu_threads
+        from .cpu_threads import use_default_cpu_threads
 
         use_default_cpu_threads(training_args.use_cpu)
         trainer, checkpoint = prepare(script_args, training_args, model_args)

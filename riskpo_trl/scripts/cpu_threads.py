@@ -1,4 +1,4 @@
-"""A default torch thread count for CPU runs (a leaf module, shared by ``riskpo-train`` and ``riskpo-eval``).
+"""A default torch thread count for CPU runs, shared by ``riskpo-train`` and ``riskpo-eval`` (a leaf module).
 
 torch starts one thread per core whatever else runs on the machine. With several processes per machine, or cores
 already busy, its threads wait on each other: on a loaded 2-core machine, torch's default made a tiny training run
