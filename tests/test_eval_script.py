@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ import torch
 from riskpo_trl.evaluation import EvalConfig, evaluate
 from riskpo_trl.scripts import eval as eval_script
 
+ROOT = Path(__file__).resolve().parents[1]
 TOY_ROWS = str(Path(__file__).parent / "data" / "toy_math.jsonl")
 TOY_PROBLEMS = 5
 
@@ -61,6 +65,25 @@ def test_a_missing_local_model_is_said_at_once(tmp_path, capsys):
                            "--output_dir", str(tmp_path / "out")], capsys)
     assert f"model {str(tmp_path / 'no-such-model')!r}: no such directory, and not a Hub id" in line
     assert not (tmp_path / "out").exists()  # said before anything was written
+
+
+PROBE = """
+import sys
+from riskpo_trl.scripts.eval import cli
+try:
+    cli(sys.argv[1:])
+except SystemExit as exit:
+    print("EXIT", exit.code, "torch" in sys.modules)
+"""
+
+
+def test_a_missing_relative_model_path_fails_before_torch_loads(tmp_path):
+    (tmp_path / "outputs").mkdir()  # so `outputs/tiny-qwen2` reads as a local path, as riskpo-train reads it
+    result = subprocess.run([sys.executable, "-c", PROBE, "--model", "outputs/tiny-qwen2", "--benchmarks", "math500"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.stdout.split() == ["EXIT", "2", "False"], result.stderr
+    assert "model 'outputs/tiny-qwen2': no such directory, and not a Hub id (outputs/ exists here" in result.stderr
 
 
 @pytest.fixture(scope="module")

@@ -38,15 +38,17 @@ def main(argv: Sequence[str] | None = None) -> dict:
     config = parse_dataclass(EvalConfig, argv, prog="riskpo-eval",
                              description="Sample completions and report Pass@k / Avg@k per benchmark.",
                              formatter_class=DefaultsHelpFormatter)
-    from ..evaluation.evaluator import evaluate
-    from ..evaluation.records import TABLE_FILE
     from ..model_paths import check_model_path
-    from .cpu_threads import use_default_cpu_threads
 
-    # At once, not after the Hub's retries: a local path that does not exist (the same check as riskpo-train's).
+    # At once (before torch loads), not after the Hub's retries: a local path that does not exist, the same check as
+    # riskpo-train's.
     check_model_path(config.model, config.model_source)
     if config.adapter is not None:
         check_model_path(config.adapter, "adapter")
+    from ..evaluation.evaluator import evaluate
+    from ..evaluation.records import TABLE_FILE
+    from .cpu_threads import use_default_cpu_threads
+
     use_default_cpu_threads()
 
     results = evaluate(config)
