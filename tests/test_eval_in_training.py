@@ -59,6 +59,9 @@ pass_at_k:
     ("pass_at_k:\n  benchmarks: [livecodebench_v5]\n", "'livecodebench_v5' is a code benchmark"),
     ("pass_at_k:\n  benchmarks: [math500]\n  num_samples: 4\n  ks: [1, 8]\n", "ks=[1, 8] must lie in [1, "
                                                                              "num_samples=4]"),
+    ("pass_at_k:\n  benchmarks: [math500]\n  ks: 8\n", "ks=8 must be a list of integers"),
+    ("pass_at_k:\n  benchmarks: [math500]\n  eval_steps: 0\n", "eval_steps=0 must be a positive integer"),
+    ("pass_at_k:\n  benchmarks: [math500]\n  top_p: 1.5\n", "top_p=1.5 must be a number in [0.0, 1.0]"),
 ])
 def test_pass_at_k_block_mistakes_are_one_error_line(tmp_path, capsys, block, message):
     with pytest.raises(SystemExit) as exit:

@@ -216,8 +216,15 @@ class TrainingPassAtK:
             value = getattr(self, setting)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"pass_at_k: {setting}={value!r} must be a positive integer.")
+        for setting, low, high in (("temperature", 0.0, None), ("top_p", 0.0, 1.0)):
+            value = getattr(self, setting)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < low or (
+                    high is not None and value > high):
+                raise ValueError(f"pass_at_k: {setting}={value!r} must be a number in [{low}, {high or 'inf'}].")
+        if self.ks is not None and (not isinstance(self.ks, list) or not all(
+                isinstance(k, int) and not isinstance(k, bool) for k in self.ks)):
+            raise ValueError(f"pass_at_k: ks={self.ks!r} must be a list of integers, e.g. [1, 8].")
         self.ks = sorted(set(self.ks)) if self.ks else default_ks(self.num_samples)
         if max(self.ks) > self.num_samples or min(self.ks) < 1:
             raise ValueError(f"pass_at_k: ks={self.ks} must lie in [1, num_samples={self.num_samples}]; raise "
                              "num_samples or drop k.")
-
