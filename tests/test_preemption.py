@@ -34,8 +34,10 @@ from riskpo_trl.preemption import (
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
 TWO_PROCESSES = ROOT / "recipes/accelerate_configs/cpu_2proc.yaml"
-MAX_STEPS = 8
-STOP_LINE = re.compile(r"Stopped by (SIG\w+) at step (\d+) of 8: saved (\S+)\. Run the same command to resume")
+# Four optimizer steps per generation batch, so that a stop has to finish one, and three batches.
+PERIOD, MAX_STEPS = 4, 12
+STOP_LINE = re.compile(rf"Stopped by (SIG\w+) at step (\d+) of {MAX_STEPS}: saved (\S+)\. Run the same command to "
+                       "resume")
 
 
 def environment(**extra: str) -> dict[str, str]:
@@ -43,10 +45,10 @@ def environment(**extra: str) -> dict[str, str]:
 
 
 def train_command(model_dir: str, output_dir: Path, processes: int = 1) -> list[str]:
-    # Two optimizer steps per generation batch, so that a stop has to finish one; no periodic checkpoint.
+    # No periodic checkpoint: the stop's is the only one.
     script = ["-m", "riskpo_trl.scripts.train", "--config", str(TINY_RECIPE), "--model_name_or_path", model_dir,
               "--output_dir", str(output_dir), "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
-              "--max_completion_length", "8", "--steps_per_generation", "2", "--max_steps", str(MAX_STEPS),
+              "--max_completion_length", "8", "--steps_per_generation", str(PERIOD), "--max_steps", str(MAX_STEPS),
               "--save_steps", "100"]
     if processes == 1:
         return [sys.executable, *script]
@@ -97,7 +99,7 @@ def check_stopped(output: str, output_dir: Path, signal_name: str) -> int:
     name, step, checkpoint = stops[0]
     step = int(step)
     assert name == signal_name
-    assert step % 2 == 0 and step < MAX_STEPS
+    assert step % PERIOD == 0 and step < MAX_STEPS
     assert Path(checkpoint) == output_dir / f"checkpoint-{step}"
     assert (Path(checkpoint) / "trainer_state.json").is_file() and (Path(checkpoint) / "riskpo_state.json").is_file()
     assert sorted(p.name for p in output_dir.glob("checkpoint-*")) == [f"checkpoint-{step}"]
@@ -122,7 +124,7 @@ def test_ctrl_c_stops_at_a_checkpoint_and_the_same_command_ends_with_the_uninter
     output_dir = tmp_path / "run"
     command = train_command(tiny_model_dir, output_dir)
     running = Running(command)
-    running.wait_for(r"\[step 1/8\]")
+    running.wait_for(rf"\[step 1/{MAX_STEPS}\]")
     running.process.send_signal(signal.SIGINT)
     code, output = running.finish()
     assert code == STOPPED_EXIT_CODE, output[-3000:]
@@ -164,7 +166,7 @@ def test_two_processes_agree_on_the_stop_and_resume_to_the_uninterrupted_weights
     stop_file = tmp_path / "stopped.txt"
     command = train_command(tiny_model_dir, output_dir, processes=2)
     running = Running(command, **{STOP_FILE_ENV: str(stop_file)})
-    running.wait_for(r"\[step 1/8\]")
+    running.wait_for(rf"\[step 1/{MAX_STEPS}\]")
     if delivery == "SIGUSR1 to rank 1 only":
         rank_process(running.process, 1).send_signal(signal.SIGUSR1)
         signal_name = "SIGUSR1"
