@@ -174,9 +174,11 @@ def test_two_processes_agree_on_the_stop_and_resume_to_the_uninterrupted_weights
         os.killpg(running.process.pid, signal.SIGTERM)
         signal_name = "SIGTERM"
     code, output = running.finish()
-    # torchrun reports the processes' exit code 75 as a failure and exits 1; the stop file carries the stop.
-    assert code != 0
-    assert re.findall(r"exitcode\s*: (\d+)", output) == [str(STOPPED_EXIT_CODE)] * 2, output[-3000:]
+    # The launcher (torchrun) exits 1 either way: it reports the processes' exit code 75 as a failure, or, when it got
+    # SIGTERM itself, raises after they exited. The stop file carries the stop past it.
+    assert code == 1
+    if signal_name == "SIGUSR1":
+        assert re.findall(r"exitcode\s*: (\d+)", output) == [str(STOPPED_EXIT_CODE)] * 2, output[-3000:]
     step = check_stopped(output, output_dir, signal_name)
     assert STOP_LINE.search(stop_file.read_text()).group(2) == str(step)
 
