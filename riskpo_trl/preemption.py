@@ -89,8 +89,9 @@ class StopOnSignal(TrainerCallback):
 
     def install(self) -> None:
         for name in STOP_SIGNALS:
-            number = getattr(signal, name)
-            self._previous[number] = signal.signal(number, self._handle)
+            number = getattr(signal, name, None)  # Windows has no SIGUSR1
+            if number is not None:
+                self._previous[number] = signal.signal(number, self._handle)
 
     def restore(self) -> None:
         for number, handler in self._previous.items():

@@ -159,7 +159,7 @@ def rank_process(launcher: subprocess.Popen, rank: int) -> psutil.Process:
 
 @pytest.mark.slow
 @pytest.mark.distributed
-@pytest.mark.parametrize("delivery", ["SIGUSR1 to rank 1 only", "SIGTERM to every process"])
+@pytest.mark.parametrize("delivery", ["SIGUSR1 to rank 1 only", "SIGTERM to every process", "SIGINT to every process"])
 def test_two_processes_agree_on_the_stop_and_resume_to_the_uninterrupted_weights(
         tiny_model_dir, uninterrupted_two, tmp_path, delivery):
     output_dir = tmp_path / "run"
@@ -170,9 +170,9 @@ def test_two_processes_agree_on_the_stop_and_resume_to_the_uninterrupted_weights
     if delivery == "SIGUSR1 to rank 1 only":
         rank_process(running.process, 1).send_signal(signal.SIGUSR1)
         signal_name = "SIGUSR1"
-    else:  # SLURM's SIGTERM goes to every process of the step; the launcher passes it on once more
-        os.killpg(running.process.pid, signal.SIGTERM)
-        signal_name = "SIGTERM"
+    else:  # Ctrl-C in a terminal, or SLURM's SIGTERM, reaches every process; the launcher passes it on once more
+        signal_name = delivery.split()[0]
+        os.killpg(running.process.pid, getattr(signal, signal_name))
     code, output = running.finish()
     # The launcher (torchrun) exits 1 either way: it reports the processes' exit code 75 as a failure, or, when it got
     # SIGTERM itself, raises after they exited. The stop file carries the stop past it.
