@@ -59,15 +59,6 @@ def generation_period(args) -> int:
     return every // math.gcd(every, args.gradient_accumulation_steps)
 
 
-def is_generation_boundary(args, global_step: int) -> bool:
-    """Whether ``global_step`` ends a generation batch (the runs start on one: from scratch, or from a checkpoint this
-    module or a ``save_steps`` multiple of the period wrote)."""
-    every = getattr(args, "steps_per_generation", None)
-    if not every:
-        return True
-    return (global_step * args.gradient_accumulation_steps) % (every * getattr(args, "num_iterations", 1)) == 0
-
-
 def _is_main_process() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
@@ -86,6 +77,7 @@ class StopOnSignal(TrainerCallback):
         self.signal_name: str | None = None  # of the signal the processes agreed on
         self._requested_at = 0.0
         self._previous: dict[int, object] = {}
+        self._first_step = 0  # TRL generates at the first step of train(), also on resume
 
     def install(self) -> None:
         for name in STOP_SIGNALS:
@@ -130,8 +122,11 @@ class StopOnSignal(TrainerCallback):
             number = int(flag.item())
         return number
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._first_step = state.global_step
+
     def on_step_end(self, args, state, control, **kwargs):
-        if not is_generation_boundary(args, state.global_step):
+        if (state.global_step - self._first_step) % self.period:  # inside a generation batch
             return
         number = self._agreed_signal(args)  # every process reaches every boundary: the collective matches
         if number and state.global_step < state.max_steps:

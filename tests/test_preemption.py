@@ -26,7 +26,6 @@ from riskpo_trl.preemption import (
     STOPPED_EXIT_CODE,
     StopOnSignal,
     generation_period,
-    is_generation_boundary,
     last_complete_checkpoint,
     remove_card_without_model,
 )
@@ -195,16 +194,17 @@ def test_the_stop_waits_for_the_end_of_the_generation_batch(steps_per_generation
     args = SimpleNamespace(steps_per_generation=steps_per_generation, gradient_accumulation_steps=accumulation,
                            num_iterations=iterations, device="cpu")
     assert generation_period(args) == period
-    stop = StopOnSignal(period)
-    stop.requested = signal.SIGTERM
-    state = TrainerState(max_steps=100)
-    for step in range(1, 3 * period + 1):
-        state.global_step = step
-        control = TrainerControl()
-        stop.on_step_end(args, state, control)
-        assert control.should_training_stop == control.should_save == (step % period == 0)
-        assert is_generation_boundary(args, step) == (step % period == 0)
-    assert stop.stopped_at == 3 * period and stop.signal_name == "SIGTERM"
+    for first_step in (0, 5):  # from scratch, or resumed at step 5: TRL generates anew at the first step
+        stop = StopOnSignal(period)
+        state = TrainerState(max_steps=100, global_step=first_step)
+        stop.on_train_begin(args, state, TrainerControl())
+        stop.requested = signal.SIGTERM
+        for step in range(first_step + 1, first_step + 3 * period + 1):
+            state.global_step = step
+            control = TrainerControl()
+            stop.on_step_end(args, state, control)
+            assert control.should_training_stop == control.should_save == ((step - first_step) % period == 0)
+        assert stop.stopped_at == first_step + 3 * period and stop.signal_name == "SIGTERM"
 
 
 def test_a_signal_during_the_last_step_lets_the_run_finish():
