@@ -97,8 +97,9 @@ class StopOnSignal(TrainerCallback):
                 when = ("after the current optimizer step" if self.period == 1 else
                         f"at the end of the current generation batch (at most {self.period - 1} more optimizer "
                         f"step{'s' if self.period > 2 else ''})")
-                self._say(f"{signal.Signals(number).name} received: stopping {when} and saving a checkpoint there; "
-                          "press Ctrl-C again to abort without saving.")
+                abort = "; press Ctrl-C again to abort without saving" if number == signal.SIGINT else ""
+                self._say(f"{signal.Signals(number).name} received: stopping {when} and saving a checkpoint "
+                          f"there{abort}.")
             return
         if number == signal.SIGINT and time.monotonic() - self._requested_at > REPEAT_WINDOW_S:
             if _is_main_process():

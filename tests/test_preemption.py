@@ -5,6 +5,7 @@ launch`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -149,7 +150,7 @@ def rank_process(launcher: subprocess.Popen, rank: int) -> psutil.Process:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for child in psutil.Process(launcher.pid).children(recursive=True):
-            with __import__("contextlib").suppress(psutil.Error):
+            with contextlib.suppress(psutil.Error):
                 if child.environ().get("RANK") == str(rank):
                     return child
         time.sleep(0.2)
