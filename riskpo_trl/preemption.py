@@ -10,8 +10,8 @@ even when the signal reached only some of them.
 
 A second Ctrl-C more than :data:`REPEAT_WINDOW_S` after the first aborts at once: the process kills itself with
 SIGINT (exit status 130) without saving, and ``output_dir`` keeps its earlier checkpoints. A repeat within the window
-counts as the same request (``accelerate launch`` passes the terminal's Ctrl-C on to its processes, which then get it
-twice); a repeated SIGTERM or SIGUSR1 is ignored, as the stop is under way.
+counts as the same request (SLURM signals every process of a job step, and the launcher of ``accelerate launch``
+passes the signal on once more); a repeated SIGTERM or SIGUSR1 is ignored, as the stop is under way.
 """
 
 from __future__ import annotations

@@ -159,7 +159,7 @@ def rank_process(launcher: subprocess.Popen, rank: int) -> psutil.Process:
 
 @pytest.mark.slow
 @pytest.mark.distributed
-@pytest.mark.parametrize("delivery", ["SIGUSR1 to rank 1 only", "SIGTERM to every process", "SIGINT to every process"])
+@pytest.mark.parametrize("delivery", ["SIGUSR1 to rank 1 only", "SIGINT to the launcher", "SIGTERM to every process"])
 def test_two_processes_agree_on_the_stop_and_resume_to_the_uninterrupted_weights(
         tiny_model_dir, uninterrupted_two, tmp_path, delivery):
     output_dir = tmp_path / "run"
@@ -167,12 +167,16 @@ def test_two_processes_agree_on_the_stop_and_resume_to_the_uninterrupted_weights
     command = train_command(tiny_model_dir, output_dir, processes=2)
     running = Running(command, **{STOP_FILE_ENV: str(stop_file)})
     running.wait_for(rf"\[step 1/{MAX_STEPS}\]")
-    if delivery == "SIGUSR1 to rank 1 only":
-        rank_process(running.process, 1).send_signal(signal.SIGUSR1)
-        signal_name = "SIGUSR1"
-    else:  # Ctrl-C in a terminal, or SLURM's SIGTERM, reaches every process; the launcher passes it on once more
-        signal_name = delivery.split()[0]
-        os.killpg(running.process.pid, getattr(signal, signal_name))
+    signal_name = delivery.split()[0]
+    ranks = [rank_process(running.process, rank) for rank in (0, 1)]
+    if delivery == "SIGUSR1 to rank 1 only":  # the other process learns of it from the all-reduce
+        ranks[1].send_signal(signal.SIGUSR1)
+    elif delivery == "SIGINT to the launcher":  # Ctrl-C: torchrun starts its processes in their own sessions, so the
+        running.process.send_signal(signal.SIGINT)  # terminal's signal reaches the launcher, which passes it on
+    else:  # SLURM signals every process of a step; the launcher passes it on once more
+        running.process.send_signal(signal.SIGTERM)
+        for process in ranks:
+            process.send_signal(signal.SIGTERM)
     code, output = running.finish()
     # The launcher (torchrun) exits 1 either way: it reports the processes' exit code 75 as a failure, or, when it got
     # SIGTERM itself, raises after they exited. The stop file carries the stop past it.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,15 +19,19 @@ from riskpo_trl.preemption import STOPPED_EXIT_CODE
 ROOT = Path(__file__).resolve().parents[1]
 SLURM = ROOT / "examples/launch/slurm_riskpo.sh"
 RECIPE = ROOT / "recipes/DeepSeek-R1-Distill-Qwen-1.5B/riskpo/config_dapo_math.yaml"
+TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
 
-# srun: runs the step here with SLURM_NODEID=0; a signal to srun goes to every process of the step, as slurmstepd does.
+# srun: runs the step here with SLURM_NODEID=0; a signal to srun goes to every process of the step, as slurmstepd
+# sends it to the step's whole process-tracking container (torchrun starts each training process in its own session).
 SRUN = """#!/usr/bin/env bash
 while [[ "$1" == --* ]]; do shift; done
 export SLURM_NODEID=0
-setsid "$@" &
+"$@" &
 step=$!
-trap 'kill -USR1 -- -$step 2>/dev/null; signalled=1' USR1
-trap 'kill -TERM -- -$step 2>/dev/null; signalled=1' TERM
+descendants() { local child; for child in $(pgrep -P "$1"); do echo "$child"; descendants "$child"; done; }
+forward() { kill -"$1" "$step" $(descendants "$step") 2>/dev/null; signalled=1; }
+trap 'forward USR1' USR1
+trap 'forward TERM' TERM
 while :; do signalled=0; wait "$step"; status=$?; (( signalled && status > 128 )) || break; done
 exit "$status"
 """
@@ -119,3 +124,46 @@ def test_a_finished_or_crashed_run_is_not_requeued(tmp_path, worker, signal_firs
     output, _ = job.communicate(timeout=60)
     assert job.returncode == code, output
     assert requeues(tmp_path) == []
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_the_real_training_step_stops_on_the_forwarded_signal_and_the_requeued_job_resumes(tmp_path, tiny_model_dir):
+    """The stubs stand in for SLURM only: `accelerate launch` (torchrun) starts two real training processes of the
+    tiny recipe, on this machine."""
+    (tmp_path / "started").touch()  # the real training process does not write it
+    output_dir = tmp_path / "run"
+    command = ["bash", str(SLURM), "--nodelist", "localhost localhost", "--config", str(TINY_RECIPE), "--model", "m",
+               "--accelerate-config", str(ROOT / "recipes/accelerate_configs/cpu_2proc.yaml"), "--gpus-per-node", "2",
+               "--main-port", str(free_port()), "--",
+               "--model_name_or_path", tiny_model_dir, "--output_dir", str(output_dir),
+               "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"), "--max_completion_length", "8",
+               "--steps_per_generation", "4", "--max_steps", "12", "--save_steps", "100"]
+    env = {**os.environ, "PATH": f"{stubs(tmp_path)}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "4242",
+           "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    bin_dir = tmp_path / "bin"
+    (bin_dir / "accelerate").unlink()  # the real launcher
+    job = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    for line in job.stdout:
+        lines.append(line)
+        if "[step 1/12]" in line:
+            job.send_signal(signal.SIGUSR1)
+            break
+    lines.extend(job.stdout)
+    job.wait(600)
+    output = "".join(lines)
+    assert job.returncode == STOPPED_EXIT_CODE, output[-4000:]
+    assert "Stopped by SIGUSR1 at step 4 of 12" in output or "Stopped by SIGUSR1 at step 8 of 12" in output, output
+    assert requeues(tmp_path) == ["scontrol requeue 4242"]
+
+    rerun = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert rerun.returncode == 0, rerun.stdout[-4000:] + rerun.stderr[-4000:]
+    assert "Resuming from" in rerun.stdout and (output_dir / "model.safetensors").is_file()
+    assert requeues(tmp_path) == ["scontrol requeue 4242"]
