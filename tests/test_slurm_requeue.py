@@ -1,6 +1,7 @@
 """examples/launch/slurm_riskpo.sh under stub `srun`, `scontrol`, `curl`, `trl` and `accelerate` (no SLURM needed):
 SLURM's early SIGUSR1 to the batch shell reaches the training processes through a launcher that would die of it, and
-the job requeues itself when training stopped at a checkpoint (exit code 75), not when it finished or crashed."""
+the job requeues itself when training stopped at a checkpoint (exit code 75), not when it finished or crashed; and
+once with the real training step (torchrun and two processes of the tiny recipe) in place of the stub launcher."""
 
 from __future__ import annotations
 
