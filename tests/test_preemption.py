@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import TrainerControl, TrainerState
 
-from riskpo_trl.preemption import (
+from riskpo_trl.trainer.preemption import (
     STOP_FILE_ENV,
     STOPPED_EXIT_CODE,
     StopOnSignal,
@@ -251,7 +251,7 @@ def test_a_card_without_a_model_is_removed_a_card_with_one_is_kept(tmp_path):
 
 HANDLER_PROCESS = """
 import sys, time
-from riskpo_trl.preemption import StopOnSignal
+from riskpo_trl.trainer.preemption import StopOnSignal
 stop = StopOnSignal(4)
 stop.install()
 print("ready", flush=True)

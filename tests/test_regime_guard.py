@@ -10,9 +10,8 @@ from helpers import make_prompt_dataset
 from test_trainer import tiny_config
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
-from riskpo_trl.estimator import RiskEstimator
-from riskpo_trl.regime_guard import RegimeGuard
-from riskpo_trl.riskpo_trainer import RegimeWarning
+from riskpo_trl.risk.estimator import RiskEstimator
+from riskpo_trl.trainer.regime_guard import RegimeGuard, RegimeWarning
 from riskpo_trl.risk import frac_prompts_all_failed, riskpo_advantages
 
 

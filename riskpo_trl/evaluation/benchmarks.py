@@ -11,7 +11,7 @@ from typing import Any
 from datasets import Dataset
 
 from ..data import BENCHMARKS, load_benchmark
-from ..prompts import make_prompt
+from ..data.prompts import make_prompt
 from .config import EvalConfig
 
 

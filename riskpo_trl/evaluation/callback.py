@@ -8,7 +8,7 @@ from datasets import Dataset
 from transformers import TrainerCallback
 from trl.models.utils import unwrap_model_for_generation
 
-from ..grading import verify_answer
+from ..rewards.grading import verify_answer
 from .benchmarks import render_prompt
 from .generation import TransformersBackend
 from .metrics import benchmark_metrics, default_ks

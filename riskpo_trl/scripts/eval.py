@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from ..console import pop_debug_flag, usage_errors
+from .console import pop_debug_flag, usage_errors
 from ..evaluation.config import EvalConfig
 from .arguments import parse_dataclass
 

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
 
 def cli(argv: list[str] | None = None) -> None:
     """A bad option or file is one ``riskpo-plot: error:`` line and exit code 2 (``--debug``: traceback)."""
-    from ..console import pop_debug_flag, usage_errors
+    from .console import pop_debug_flag, usage_errors
 
     argv, debug = pop_debug_flag(sys.argv[1:] if argv is None else argv)
     with usage_errors("riskpo-plot", debug, (ValueError, OSError)):

@@ -8,7 +8,7 @@ Every option comes from a YAML recipe and/or the command line (command line wins
         --config recipes/DeepSeek-R1-Distill-Qwen-1.5B/riskpo/config_dapo_math.yaml
 
 ``trainer:`` (recipe or ``--trainer``) is read first and picks the config class the rest is parsed into
-(:data:`riskpo_trl.trainers.TRAINERS`): a GRPO baseline gets ``GRPOConfig``'s own defaults, RiskPO gets
+(:data:`riskpo_trl.trainer.registry.TRAINERS`): a GRPO baseline gets ``GRPOConfig``'s own defaults, RiskPO gets
 ``RiskPOConfig``'s. A field the chosen config does not have is reported by name before anything else is checked.
 
 A run restarts from the last checkpoint in ``output_dir`` by itself, and a run whose last checkpoint already reached
@@ -18,8 +18,9 @@ the data is one ``error:`` line and exit code 2 (``--debug`` shows its traceback
 
 SIGINT (Ctrl-C), SIGTERM or SIGUSR1 during training stops the run at the end of the current generation batch, saves a
 checkpoint there, prints one line (the step, the checkpoint, "Run the same command to resume") and exits with code 75
-(``riskpo_trl.preemption.STOPPED_EXIT_CODE``), writing no model card; the same command resumes it exactly. A second
-Ctrl-C more than a second later aborts at once without saving (exit status 130). See ``riskpo_trl.preemption``.
+(``riskpo_trl.trainer.preemption.STOPPED_EXIT_CODE``), writing no model card; the same command resumes it exactly. A
+second Ctrl-C more than a second later aborts at once without saving (exit status 130). See
+``riskpo_trl.trainer.preemption``.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..console import pop_debug_flag, silence_known_warnings, usage_errors
-from ..naming import closest_name
-from ..prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
-from ..trainers import TRAINERS, check_trainer_name, get_trainer_classes
+from ..data.prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
+from ..registry import closest_name
+from ..trainer.registry import TRAINERS, check_trainer_name, get_trainer_classes
+from .console import pop_debug_flag, silence_known_warnings, usage_errors
 from .recipe_values import check_recipe_values, recipe_field_in
 
 logger = logging.getLogger(__name__)
@@ -51,9 +52,8 @@ class RiskPOScriptArguments:
 
     trainer: str = field(
         default=DEFAULT_TRAINER,
-        metadata={"help": "'riskpo' (RiskPOTrainer), 'grpo' (trl.GRPOTrainer: GRPO, Dr. GRPO, DAPO, ... through "
-                  "loss_type) or 'gmpo' (trl.experimental.gmpo.GMPOTrainer). Picks the config class the recipe is "
-                  "parsed into, so a baseline gets its own config's defaults.",
+        metadata={"help": f"{TRAINERS.describe()}. Picks the config class the recipe is parsed into, so a baseline "
+                  "gets its own config's defaults.",
                   "choices": list(TRAINERS)},
     )
     dataset_name: str = field(
@@ -283,11 +283,9 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     from accelerate import PartialState
     from trl import get_peft_config, get_quantization_config
 
-    from ..console_callback import use_compact_log
     from ..data import load_benchmark, load_train_dataset
-
-    from ..dataset_checks import check_generation_batch_fits
-    from ..model_paths import check_model_path
+    from ..trainer.checks import check_generation_batch_fits, check_model_path
+    from .console import use_compact_log
 
     _, trainer_class = get_trainer_classes(script_args.trainer)
 
@@ -364,13 +362,13 @@ def hub_datasets(script_args: RiskPOScriptArguments) -> list[str]:
 
 # What a checkpoint holds besides the model files that save_model writes into output_dir.
 TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "rng_state", "training_args.bin", "riskpo_state.json",
-                        "entropy_ctrl_state.json", "global_step", "latest", "zero_to_fp32.py")
+                        "global_step", "latest", "zero_to_fp32.py")
 
 
 def resume_checkpoint(training_args) -> str | None:
     """``resume_from_checkpoint`` if set, else the last checkpoint in ``output_dir`` (a killed run picks up where it
     stopped), else None."""
-    from ..preemption import last_complete_checkpoint
+    from ..trainer.preemption import last_complete_checkpoint
 
     if training_args.resume_from_checkpoint is not None:
         return training_args.resume_from_checkpoint
@@ -441,8 +439,8 @@ def main(script_args: RiskPOScriptArguments, training_args, model_args):
 def train_and_save(trainer, script_args: RiskPOScriptArguments, training_args, checkpoint: str | None):
     """Train from ``checkpoint`` (None: from scratch), then save the model, the trainer state and the card; a run
     that took no step raises before anything is saved."""
-    from ..model_card import save_model_card
-    from ..preemption import stopping_on_signals
+    from ..trainer.model_card import save_model_card
+    from ..trainer.preemption import stopping_on_signals
 
     if checkpoint is not None:
         trainer.accelerator.print(f"Resuming from {checkpoint}.")
