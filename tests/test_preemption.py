@@ -183,7 +183,10 @@ def test_two_processes_agree_on_the_stop_and_resume_to_the_uninterrupted_weights
     assert code == 1
     if signal_name == "SIGUSR1":
         reported = re.findall(r"^\s*exitcode\s*: (\d+) \(pid", output, flags=re.MULTILINE)  # its failure table
-        assert reported == [str(STOPPED_EXIT_CODE)] * 2, output[-3000:]
+        # Each process exits 75 once the checkpoint is complete; one that is still exiting when the launcher sees
+        # the other's code may be torn down by it (SIGTERM, -15), which the complete checkpoint makes harmless.
+        assert str(STOPPED_EXIT_CODE) in reported, output[-3000:]
+        assert set(reported) <= {str(STOPPED_EXIT_CODE), "-15"} and len(reported) in (1, 2), output[-3000:]
     step = check_stopped(output, output_dir, signal_name)
     assert STOP_LINE.search(stop_file.read_text()).group(2) == str(step)
 

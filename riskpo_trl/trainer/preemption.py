@@ -143,6 +143,9 @@ class StopOnSignal(TrainerCallback):
         it to ``$RISKPO_STOP_FILE``), release the process group, and raise :class:`RunStopped`."""
         args = trainer.args
         checkpoint = self.checkpoint(args)
+        # Every process has finished writing its part of the checkpoint before any exits: a launcher that sees one
+        # process end tears down the others, which must not happen mid-save.
+        trainer.accelerator.wait_for_everyone()
         if args.should_save:
             remove_card_without_model(args.output_dir)
         line = (f"Stopped by {self.signal_name} at step {self.stopped_at} of {trainer.state.max_steps}: saved "
