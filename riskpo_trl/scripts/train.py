@@ -33,7 +33,7 @@ from ..data.prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
 from ..registry import closest_name
 from ..trainer.registry import TRAINERS, check_trainer_name, get_trainer_classes
 from .console import pop_debug_flag, silence_known_warnings, usage_errors
-from .recipe_values import check_recipe_values, recipe_field_in
+from .recipe_values import check_recipe_values, error_source
 
 logger = logging.getLogger(__name__)
 
@@ -276,11 +276,11 @@ def parse_args(argv: Sequence[str] | None = None):
     check_recipe_values(parser, recipe, recipe_path)
     try:
         return parser.parse_args_and_config(argv)
-    except ValueError as error:  # a config's own validation: say which recipe field it came from
-        where = recipe_field_in(str(error), recipe, argv)
+    except ValueError as error:  # a config's own validation: say which flag or recipe field it came from
+        where = error_source(str(error), recipe, argv, recipe_path)
         if where is None:
             raise
-        raise ValueError(f"{recipe_path}: {where}: {error}") from error
+        raise ValueError(f"{where}: {error}") from error
 
 
 def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args):
