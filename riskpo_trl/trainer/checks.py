@@ -1,5 +1,5 @@
 """The trainer's start-up checks, run once by :func:`check_start_up` before anything loads: a misspelled keyword, a
-model path that does not exist, the dataset columns TRL and the reward functions read, and a training set too small
+model path that does not exist (and a warning for a tiny random model built by this package), the dataset columns TRL and the reward functions read, and a training set too small
 for one generation batch each fail with a message that names them, rather than as a KeyError inside TRL at the first
 step, a Hub lookup that blames the network, or a run that trains 0 steps and exits as if it had succeeded."""
 
@@ -14,6 +14,7 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from ..registry import closest_name
+from ..tiny_model import warn_if_tiny_random_model
 
 # Keyword arguments GRPOTrainer passes to reward functions itself; every other one is read from a dataset column.
 TRL_REWARD_KWARGS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
@@ -240,7 +241,7 @@ def check_model_path(name: str, what: str = "model") -> None:
     raise FileNotFoundError(
         f"{what} {name!r}: no such directory, and not a Hub id{hint}. Give an existing directory (saved with "
         "save_pretrained) or a Hub id such as 'Qwen/Qwen2.5-Math-1.5B-Instruct'; riskpo-train's build_tiny_model: "
-        "true builds a tiny random model at a missing path."
+        "true builds a tiny random model at a missing path that can only be local, such as this one."
     )
 
 
@@ -268,3 +269,4 @@ def check_start_up(trainer_class: type, base_class: type, model: Any, reward_fun
     check_generation_batch_fits(train_dataset, args)
     if isinstance(model, str):
         check_model_path(model)
+    warn_if_tiny_random_model(model)
