@@ -293,6 +293,7 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     from ..tiny_model import warn_if_tiny_random_model
     from ..trainer.checks import check_generation_batch_fits, check_model_path
     from ..trainer.model_card import record_absolute_base_model
+    from ..trainer.resumed_schedule import continue_schedule_on_resume
     from .console import use_compact_log
 
     _, trainer_class = get_trainer_classes(script_args.trainer)
@@ -342,6 +343,7 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         quantization_config=get_quantization_config(model_args),
     )
     record_absolute_base_model(trainer.model)  # baselines too: a saved adapter loads from any working directory
+    continue_schedule_on_resume(trainer)  # and a raised max_steps continues at the new schedule's learning rate
     use_compact_log(trainer)  # baselines too: one console line per logging step
     if script_args.pass_at_k is not None:
         from ..evaluation.callback import add_pass_at_k_callback
