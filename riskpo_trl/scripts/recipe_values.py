@@ -83,7 +83,10 @@ def recipe_field_in(message: str, recipe: dict[str, Any], argv: Sequence[str]) -
 def error_source(message: str, recipe: dict[str, Any], argv: Sequence[str], recipe_path: str | None) -> str | None:
     """Where the value a config's validation error is about came from: ``--bundle_size (command line)`` when the
     message names a field given on the command line (the recipe's values were checked together with it, and a flag
-    is what the user just changed), else ``recipe.yaml: num_generations`` for a recipe field it names, else None."""
+    is what the user just changed), else ``recipe.yaml: num_generations`` for a recipe field it names, else None
+    (also for argparse's own errors, which name their option: ``argument --max_steps: ...``)."""
+    if message.startswith("argument "):
+        return None
     flag = _first_named(message, command_line_fields(argv))
     if flag is not None:
         return f"--{flag} (command line)"

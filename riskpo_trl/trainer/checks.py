@@ -91,22 +91,25 @@ def _fitting_schedule(rows: int, args: Any, completions_per_step: int) -> str:
     fits ``rows`` and holds whole prompt groups and bundle groups; when none does with the config's bundle_size (and
     gradient_accumulation_steps), a bundle_size (and gradient_accumulation_steps) that fits along with it. For a
     RiskPOConfig, also the drop-in path from a GRPO script, ``RiskPOConfig.from_grpo_config``."""
-    bundle = getattr(args, "bundle_size", 1)
+    bundled = hasattr(args, "bundle_size")
     accumulation = args.gradient_accumulation_steps
     fit = _largest_fit(rows, args, completions_per_step, change_bundle=False, change_accumulation=False)
     if fit is not None:
         return _describe_fit(*fit, changed=("steps_per_generation",)) + _from_grpo_hint(rows, args)
-    fit = _largest_fit(rows, args, completions_per_step, change_bundle=True, change_accumulation=False)
-    changed = ("steps_per_generation", "bundle_size")
-    if fit is None:
-        fit = _largest_fit(rows, args, completions_per_step, change_bundle=True, change_accumulation=True)
-        changed = ("steps_per_generation", "gradient_accumulation_steps", "bundle_size")
-    if fit is None or bundle == 1 and len(changed) == 2:
+    attempts = [(True, False), (True, True)] if bundled else [(False, True)]
+    for change_bundle, change_accumulation in attempts:
+        fit = _largest_fit(rows, args, completions_per_step, change_bundle, change_accumulation)
+        if fit is not None:
+            break
+    else:
         return _from_grpo_hint(rows, args)
     steps, ga, fit_bundle, prompts = fit
-    held = f"bundle_size={bundle}" + (f" with gradient_accumulation_steps={accumulation}" if ga != accumulation else "")
+    changed = ("steps_per_generation", *(["gradient_accumulation_steps"] if change_accumulation else []),
+               *(["bundle_size"] if change_bundle else []))
+    held = [f"bundle_size={args.bundle_size}"] if bundled else []
+    held += [f"gradient_accumulation_steps={accumulation}"] if change_accumulation else []
     return (
-        f" No steps_per_generation fits {held} and {rows} example{'s' if rows != 1 else ''}."
+        f" No steps_per_generation fits {' with '.join(held)} and {rows} example{'s' if rows != 1 else ''}."
         + _describe_fit(steps, ga, fit_bundle, prompts, changed=changed)
         + _from_grpo_hint(rows, args)
     )
@@ -162,7 +165,8 @@ def _from_grpo_hint(rows: int, args: Any) -> str:
         " From a GRPO script, RiskPOConfig.from_grpo_config(grpo_config, bundle_size=...) is the drop-in path: it "
         "keeps the GRPO config's generation schedule, by default one generation batch per optimizer step ("
         f"{prompts} prompt{'s' if prompts != 1 else ''} here with per_device_train_batch_size="
-        f"{args.per_device_train_batch_size} and num_generations={args.num_generations}), e.g. "
+        f"{args.per_device_train_batch_size}{f' on {args.world_size} processes' if args.world_size > 1 else ''} and "
+        f"num_generations={args.num_generations}), e.g. "
         f"args = RiskPOConfig.from_grpo_config(GRPOConfig(output_dir=..., per_device_train_batch_size="
         f"{args.per_device_train_batch_size}, num_generations={args.num_generations}), bundle_size={fit_bundle})."
     )
