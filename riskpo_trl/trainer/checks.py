@@ -14,7 +14,6 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from ..registry import closest_name
-from ..tiny_model import warn_if_tiny_random_model
 
 # Keyword arguments GRPOTrainer passes to reward functions itself; every other one is read from a dataset column.
 TRL_REWARD_KWARGS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
@@ -273,4 +272,6 @@ def check_start_up(trainer_class: type, base_class: type, model: Any, reward_fun
     check_generation_batch_fits(train_dataset, args)
     if isinstance(model, str):
         check_model_path(model)
+    from ..tiny_model import warn_if_tiny_random_model  # here: this module stays light for the scripts' early checks
+
     warn_if_tiny_random_model(model)
