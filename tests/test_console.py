@@ -48,7 +48,8 @@ def test_the_run_summary_prints_numbers_not_strings():
     written = []
 
     class Trainer:  # the two methods use_compact_log calls
-        callbacks = [ProgressCallback()]
+        def __init__(self):
+            self.callbacks = [ProgressCallback()]
 
         def pop_callback(self, kind):
             return self.callbacks.pop() if self.callbacks else None

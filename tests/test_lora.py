@@ -105,10 +105,11 @@ def test_a_lora_run_from_a_relative_path_gives_an_adapter_and_card_that_load_fro
     assert "- peft" in header and "- lora" in header
     assert "LoRA adapter (PEFT), not a full model" in body
     assert f"The base model is the local directory `{tmp_path / 'tiny'}`, not a Hub model" in body
-    code = re.search(r"## Quick start\n\n```python\n(.*?)```", card, re.S).group(1)
+    code = re.search(r"## Quick start\n\n```python\n(.*?)```", card, re.DOTALL).group(1)
     assert "AutoPeftModelForCausalLM.from_pretrained" in code and f'"{tmp_path / "run"}"' in code
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     code = code.replace("max_new_tokens=256", "max_new_tokens=4")  # same call, shorter
-    result = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True, timeout=300,
+                            check=False)
     assert result.returncode == 0, result.stderr[-2000:]

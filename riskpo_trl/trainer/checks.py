@@ -1,7 +1,8 @@
 """The trainer's start-up checks, run once by :func:`check_start_up` before anything loads: a misspelled keyword, a
-model path that does not exist (and a warning for a tiny random model built by this package), the dataset columns TRL and the reward functions read, and a training set too small
+model path that does not exist, the dataset columns TRL and the reward functions read, and a training set too small
 for one generation batch each fail with a message that names them, rather than as a KeyError inside TRL at the first
-step, a Hub lookup that blames the network, or a run that trains 0 steps and exits as if it had succeeded."""
+step, a Hub lookup that blames the network, or a run that trains 0 steps and exits as if it had succeeded. A tiny
+random model built by this package gets a one-line warning."""
 
 from __future__ import annotations
 

@@ -399,7 +399,10 @@ def _checkpoints_off_generation_boundaries(args: GRPOConfig, generate_every: int
     every = _save_interval(args)
     if every is None:
         return []
-    off = lambda step: (step * args.gradient_accumulation_steps) % generate_every != 0  # noqa: E731
+
+    def off(step: int) -> bool:
+        return (step * args.gradient_accumulation_steps) % generate_every != 0
+
     if args.max_steps > 0:
         return [step for step in range(every, args.max_steps, every) if off(step)]
     period = generate_every // math.gcd(generate_every, args.gradient_accumulation_steps)
