@@ -7,8 +7,11 @@ prompt handling works as it does for real chat models.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import string
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -22,6 +25,14 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant: {% endif %}"
 )
+
+logger = logging.getLogger(__name__)
+
+# A field of config.json that marks a model built here, so that whatever loads it later (riskpo-train, riskpo-eval,
+# the trainer) says it is a tiny random model: a directory named like a Hub id must not pass for the real model. It
+# stays in the config of a model trained from it.
+TINY_MODEL_MARK = "riskpo_trl_tiny_random_model"
+_announced: set[str] = set()
 
 # Sizes for vLLM's CPU build: its attention kernel takes head dimensions 32, 64, 80, ... 256 and 512, not the default
 # model's 8 (32 hidden / 4 heads). ``build_tiny_model(path, **VLLM_CPU_SIZES)`` gives head_dim 64.
@@ -81,6 +92,7 @@ def build_tiny_model(
 ) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
     """Build a randomly initialised few-layer Qwen2 model and its character tokenizer.
 
+    The config carries ``TINY_MODEL_MARK``: `warn_if_tiny_random_model` names such a model whenever it is loaded.
     If ``output_dir`` is given, both are saved there so ``from_pretrained(output_dir)`` (and every TRL entry point
     that takes a model path) loads them. With the default ``initializer_range`` the logits are nearly flat and greedy
     decoding repeats one token whatever the prompt; around 0.2 the completions depend on the prompt.
@@ -100,6 +112,7 @@ def build_tiny_model(
         tie_word_embeddings=True,
         initializer_range=initializer_range,
     )
+    setattr(config, TINY_MODEL_MARK, True)
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -108,3 +121,40 @@ def build_tiny_model(
         model.save_pretrained(output_dir)
         tokenizer.save_pretrained(output_dir)
     return model, tokenizer
+
+
+def is_tiny_random_model(model_or_path: Any) -> bool:
+    """Whether ``model_or_path`` (a loaded model, or a local directory with a config.json) was built by
+    `build_tiny_model` (or `build_tiny_vlm`), or trained from such a model."""
+    if isinstance(model_or_path, (str, os.PathLike)):
+        config_file = os.path.join(os.path.expanduser(model_or_path), "config.json")
+        if not os.path.isfile(config_file):
+            return False
+        try:
+            with open(config_file) as f:
+                config = json.load(f)
+        except (OSError, ValueError):
+            return False
+        return bool(config.get(TINY_MODEL_MARK))
+    return bool(getattr(getattr(model_or_path, "config", None), TINY_MODEL_MARK, False))
+
+
+def warn_if_tiny_random_model(model_or_path: Any, what: str = "model", message: str | None = None) -> bool:
+    """Log one warning line if ``model_or_path`` is a tiny random model (see `is_tiny_random_model`), once per
+    process and model, from the first process only (``message`` in place of the default text); True if it is
+    one."""
+    if not is_tiny_random_model(model_or_path):
+        return False
+    if isinstance(model_or_path, (str, os.PathLike)):
+        key, name = os.path.abspath(os.path.expanduser(model_or_path)), f"{what} {os.fspath(model_or_path)!r}"
+    else:
+        key = name = f"{what} {getattr(getattr(model_or_path, 'config', None), '_name_or_path', '') or '(loaded)'}"
+    if key not in _announced and os.environ.get("RANK", "0") == "0":
+        _announced.add(key)
+        logger.warning(message or
+            f"{name} is a tiny RANDOM model built by riskpo_trl's build_tiny_model or build_tiny_vlm (config.json: "
+            f"{TINY_MODEL_MARK}), "
+            "for smoke runs and tests, not a pretrained model; for real training or evaluation give a Hub id or a "
+            "pretrained model's directory."
+        )
+    return True

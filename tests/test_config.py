@@ -98,6 +98,19 @@ def test_checkpoints_off_generation_boundaries_warn(tmp_path):
         RiskPOConfig(output_dir=str(tmp_path), save_steps=4, steps_per_generation=10)
 
 
+def test_the_checkpoint_warning_comes_only_when_a_checkpoint_will_land_mid_batch_and_points_at_the_caller(tmp_path):
+    with pytest.warns(UserWarning, match="do not fall on generation batch boundaries") as caught:
+        RiskPOConfig(output_dir=str(tmp_path), save_steps=3, steps_per_generation=10, max_steps=12)
+    ours = [warning for warning in caught if "generation batch boundaries" in str(warning.message)]
+    assert [warning.filename for warning in ours] == [__file__]  # this line, not the dataclass's <string>
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        # No checkpoint is written: nothing to warn about.
+        RiskPOConfig(output_dir=str(tmp_path), save_steps=3, steps_per_generation=10, save_strategy="no")
+        # The only checkpoint is the final one, at the end of the run.
+        RiskPOConfig(output_dir=str(tmp_path), save_steps=30, steps_per_generation=10, max_steps=12)
+
+
 def test_default_schedule_takes_four_optimizer_steps_per_generation_batch(tmp_path):
     config = RiskPOConfig(output_dir=str(tmp_path))
     assert config.steps_per_generation == 4 * config.gradient_accumulation_steps == 20

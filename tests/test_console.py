@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from riskpo_trl.scripts.console import compact_log_line, silence_known_warnings
+from riskpo_trl.scripts.console import compact_log_line, silence_known_warnings, use_compact_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,6 +31,40 @@ def test_compact_line_shows_the_risk_metrics_and_skips_empty_ones():
     # A step that reuses its generation batch logs no reward: still one line, not TRL's raw dict.
     reuse = {"loss": 0.01, "grad_norm": 0.3, "learning_rate": 1e-4, "clip_ratio/region_mean": 0.0, "epoch": 0.1}
     assert compact_log_line(reuse, 2, 6) == "[step 2/6] loss 0.01 | lr 0.0001"
+
+
+def test_float_noise_prints_as_zero_and_numbers_to_four_significant_digits():
+    logs = {"loss": 2.776e-17, "reward": 0.123456, "risk/q_alpha": -3e-13, "risk/q_beta": 1.5e-9,
+            "learning_rate": 1.23456e-4}
+    assert compact_log_line(logs, 3, 6) == (
+        "[step 3/6] loss 0, reward 0.1235 | risk: q_alpha 0, q_beta 1.5e-09 | lr 0.0001235"
+    )
+
+
+def test_the_run_summary_prints_numbers_not_strings():
+    """The summary line (no loss or reward: the compact line does not cover it) goes through the same format."""
+    from transformers.trainer_callback import ProgressCallback, TrainerControl, TrainerState
+
+    written = []
+
+    class Trainer:  # the two methods use_compact_log calls
+        def __init__(self):
+            self.callbacks = [ProgressCallback()]
+
+        def pop_callback(self, kind):
+            return self.callbacks.pop() if self.callbacks else None
+
+        def add_callback(self, kind):
+            self.callbacks.append(kind())
+
+    trainer = Trainer()
+    use_compact_log(trainer)
+    [callback] = trainer.callbacks
+    callback.training_bar = type("Bar", (), {"write": staticmethod(written.append)})()
+    summary = {"train_runtime": 12.3456, "train_samples_per_second": 0.648, "train_loss": 2.776e-17,
+               "total_flos": 1234.0, "epoch": 3.0}
+    callback.on_log(None, TrainerState(), TrainerControl(), logs=summary)
+    assert written == ["train_runtime 12.35, train_samples_per_second 0.648, train_loss 0, epoch 3"]
 
 
 def test_importing_the_library_changes_no_warning_filter():

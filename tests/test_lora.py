@@ -3,6 +3,10 @@ checkpoint exactly, and the tiny LoRA recipe runs through the script."""
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,3 +84,32 @@ def test_the_tiny_lora_recipe_runs_through_the_script(tmp_path):
     assert type(trainer.model).__name__.startswith("Peft") and trainer.state.global_step == 1
     assert (tmp_path / "run" / "adapter_model.safetensors").is_file()
     assert "trained with RiskPO" in (tmp_path / "run" / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_lora_run_from_a_relative_path_gives_an_adapter_and_card_that_load_from_anywhere(tmp_path, monkeypatch):
+    """The base model is a relative local path: adapter_config.json records it absolute, the card says it is a LoRA
+    adapter on a local base model (PEFT metadata, no Hub base_model), and its quick start runs from another
+    directory."""
+    monkeypatch.chdir(tmp_path)
+    train.main(*train.parse_args([
+        "--config", str(LORA_RECIPE), "--model_name_or_path", "./tiny", "--output_dir", "run",
+        "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+        "--max_steps", "1", "--max_completion_length", "8", "--save_strategy", "no",
+    ]))
+    adapter = json.loads((tmp_path / "run" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == str(tmp_path / "tiny")
+    card = (tmp_path / "run" / "README.md").read_text()
+    _, header, body = card.split("---\n", 2)
+    assert "library_name: peft" in header and "base_model" not in header  # a local base is no Hub id
+    assert "- peft" in header and "- lora" in header
+    assert "LoRA adapter (PEFT), not a full model" in body
+    assert f"The base model is the local directory `{tmp_path / 'tiny'}`, not a Hub model" in body
+    code = re.search(r"## Quick start\n\n```python\n(.*?)```", card, re.DOTALL).group(1)
+    assert "AutoPeftModelForCausalLM.from_pretrained" in code and f'"{tmp_path / "run"}"' in code
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code = code.replace("max_new_tokens=256", "max_new_tokens=4")  # same call, shorter
+    result = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True, timeout=300,
+                            check=False)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -16,14 +16,16 @@ from riskpo_trl.rewards import boxed_format_reward, math_verify_reward
 from helpers import contains_digit_reward, make_prompt_dataset
 
 
-def make_trainer(model_dir, output_dir, steps: int = 3, reward_funcs=contains_digit_reward, **overrides):
+def make_trainer(model_dir, output_dir, steps: int = 3, reward_funcs=contains_digit_reward, peft_config=None,
+                 **overrides):
     """A trainer as after ``steps`` optimizer steps (the card's contents do not depend on the weights)."""
     settings = dict(
         output_dir=str(output_dir), use_cpu=True, bf16=False, report_to="none", num_generations=4,
         per_device_train_batch_size=16, gradient_accumulation_steps=1, bundle_size=2,
     )
     args = RiskPOConfig(**{**settings, **overrides})
-    trainer = RiskPOTrainer(model_dir, reward_funcs=reward_funcs, args=args, train_dataset=make_prompt_dataset())
+    trainer = RiskPOTrainer(model_dir, reward_funcs=reward_funcs, args=args, train_dataset=make_prompt_dataset(),
+                            peft_config=peft_config)
     trainer.state.global_step = steps
     return trainer
 
@@ -70,6 +72,20 @@ def test_hub_run_card_names_the_hub_repo_base_model_and_datasets(tiny_model_dir,
     assert "(https://huggingface.co/Qwen/Qwen2.5-Math-1.5B-Instruct)" in body
     assert "(https://huggingface.co/datasets/openai/gsm8k)" in body
     assert 'model="someone/tiny-riskpo-gsm8k"' in body
+
+
+def test_an_adapter_on_a_hub_model_names_it_as_its_base_in_peft_metadata(tiny_model_dir, tmp_path):
+    from peft import LoraConfig
+
+    trainer = make_trainer(tiny_model_dir, tmp_path / "out", peft_config=LoraConfig(r=2, target_modules="all-linear",
+                                                                                    task_type="CAUSAL_LM"))
+    # An adapter trained on a Hub model records its id as the base (what PEFT writes into adapter_config.json).
+    trainer.model.peft_config["default"].base_model_name_or_path = "Qwen/Qwen2.5-0.5B-Instruct"
+    header, body = header_and_body(str(build_model_card(trainer)))
+    assert "library_name: peft" in header and "base_model: Qwen/Qwen2.5-0.5B-Instruct" in header
+    assert "- lora" in header and "- base_model:adapter:Qwen/Qwen2.5-0.5B-Instruct" in header
+    assert "LoRA adapter (PEFT)" in body and "(https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct) on the Hub" in body
+    assert "AutoPeftModelForCausalLM" in quick_start_code(body)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """A model path that does not exist is reported as such, at once, from Python and from riskpo-train; building a tiny
-model in its place is said loudly."""
+model in its place is said loudly, never happens under a name that could be a Hub id, and a model built so says what
+it is whenever it is loaded."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from pathlib import Path
 import pytest
 import trl.trainer.grpo_trainer
 
-from riskpo_trl import RiskPOConfig, RiskPOTrainer
-from riskpo_trl.trainer.checks import check_model_path, reads_as_local_path
+from riskpo_trl import RiskPOConfig, RiskPOTrainer, tiny_model
+from riskpo_trl.evaluation import evaluator
+from riskpo_trl.scripts import eval as eval_script
 from riskpo_trl.scripts import train
+from riskpo_trl.trainer.checks import check_model_path, reads_as_local_path
 
 from helpers import contains_digit_reward, make_prompt_dataset
 
@@ -70,8 +73,94 @@ def test_building_a_tiny_model_is_said_loudly(tmp_path, caplog):
     ])
     with caplog.at_level(logging.WARNING):
         train.build_trainer(script_args, training_args, model_args)
-    assert f"{tmp_path / 'tiny'} does not exist: building a tiny RANDOM Qwen2 model there" in caplog.text
+    assert f"{tmp_path / 'tiny'} did not exist: built a tiny RANDOM Qwen2 model there" in caplog.text
+    assert len(tiny_model_lines(caplog)) == 1  # the trainer's own check does not repeat it
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         train.build_trainer(script_args, training_args, model_args)  # it exists now: loaded, not built
-    assert "building a tiny" not in caplog.text
+    assert "built a tiny" not in caplog.text
+
+
+def tiny_model_lines(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if "tiny RANDOM" in record.getMessage()]
+
+
+@pytest.fixture
+def new_process(monkeypatch):
+    """As in a new run: the tiny-model warning is given once per process and model."""
+    monkeypatch.setattr(tiny_model, "_announced", set())
+
+
+def test_a_hub_id_is_never_built_into(tmp_path, monkeypatch, capsys, no_loading):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit:
+        train.cli(["--config", str(TINY_RECIPE), "--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct",
+                   "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl")])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert "riskpo-train: error: model_name_or_path 'Qwen/Qwen2.5-0.5B-Instruct' could be a Hub id" in err
+    assert "build_tiny_model: false" in err and "./outputs/tiny-qwen2" in err
+    assert not (tmp_path / "Qwen").exists()
+
+
+def test_the_tiny_recipe_builds_at_its_own_path_in_a_fresh_directory(tmp_path, monkeypatch, caplog, new_process):
+    """The recipe's path can only be local, so it is built even where no outputs/ exists yet."""
+    monkeypatch.chdir(tmp_path)
+    script_args, training_args, model_args = train.parse_args([
+        "--config", str(TINY_RECIPE), "--output_dir", str(tmp_path / "run"),
+        "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+    ])
+    with caplog.at_level(logging.WARNING):
+        train.build_trainer(script_args, training_args, model_args)
+    assert tiny_model.is_tiny_random_model(tmp_path / "outputs" / "tiny-qwen2")
+
+
+def test_a_built_tiny_model_says_so_whenever_it_is_loaded(tmp_path, monkeypatch, caplog, new_process):
+    script_args, training_args, model_args = train.parse_args([
+        "--config", str(TINY_RECIPE), "--model_name_or_path", str(tmp_path / "tiny"),
+        "--output_dir", str(tmp_path / "run"),
+        "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+    ])
+    train.build_trainer(script_args, training_args, model_args)
+    # riskpo-train, later (even with build_tiny_model false): one line.
+    monkeypatch.setattr(tiny_model, "_announced", set())
+    caplog.clear()
+    script_args.build_tiny_model = False
+    with caplog.at_level(logging.WARNING):
+        train.build_trainer(script_args, training_args, model_args)
+    [line] = tiny_model_lines(caplog)
+    assert line.startswith(f"model_name_or_path '{tmp_path / 'tiny'}' is a tiny RANDOM model")
+    # The trainer, from Python.
+    monkeypatch.setattr(tiny_model, "_announced", set())
+    caplog.clear()
+    args = RiskPOConfig(output_dir=str(tmp_path / "run2"), num_generations=2, per_device_train_batch_size=4,
+                        gradient_accumulation_steps=1, bundle_size=2, use_cpu=True, bf16=False)
+    with caplog.at_level(logging.WARNING):
+        RiskPOTrainer(str(tmp_path / "tiny"), reward_funcs=contains_digit_reward, args=args,
+                      train_dataset=make_prompt_dataset())
+    assert len(tiny_model_lines(caplog)) == 1
+    # riskpo-eval, before it evaluates.
+    monkeypatch.setattr(tiny_model, "_announced", set())
+    caplog.clear()
+
+    def stop(config):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluator, "evaluate", stop)
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+        eval_script.main(["--model", str(tmp_path / "tiny"), "--benchmarks", "math500",
+                          "--output_dir", str(tmp_path / "eval")])
+    assert len(tiny_model_lines(caplog)) == 1
+
+
+def test_a_model_not_built_here_gets_no_tiny_model_warning(tmp_path, caplog, new_process):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(tiny_model.build_tiny_model()[0].config.__class__(
+        vocab_size=64, hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1))
+    model.save_pretrained(tmp_path / "plain")
+    with caplog.at_level(logging.WARNING):
+        assert not tiny_model.warn_if_tiny_random_model(str(tmp_path / "plain"))
+        assert not tiny_model.warn_if_tiny_random_model(model)
+    assert not tiny_model_lines(caplog)

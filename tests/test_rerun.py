@@ -5,6 +5,7 @@ batch are warned about when the config is built."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -66,6 +67,22 @@ def test_a_run_killed_after_its_last_checkpoint_gets_its_final_save_back(finishe
     assert load_file(run / "model.safetensors").keys() == load_file(run / "checkpoint-2" / "model.safetensors").keys()
     assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 2
     AutoModelForCausalLM.from_pretrained(run)
+
+
+@pytest.mark.slow
+def test_raising_max_steps_continues_at_the_new_schedules_learning_rate(tmp_path, caplog):
+    """A finished linear decay ends at learning rate 0; continuing to a larger max_steps trains step N+1 at the new
+    schedule's value at step N, learning_rate x (new max_steps - N) / new max_steps without warmup (docs/training.md),
+    and says so before it trains."""
+    schedule = ("--learning_rate", "1e-4", "--lr_scheduler_type", "linear", "--warmup_steps", "0", "--save_steps", "1")
+    train.cli(command(tmp_path, "--max_steps", "2", *schedule))
+    with caplog.at_level(logging.WARNING):
+        train.cli(command(tmp_path, "--max_steps", "4", *schedule))
+    assert "Continuing from step 2 with max_steps=4: the learning-rate schedule is the one for 4 steps" in caplog.text
+    history = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
+    rates = {entry["step"]: entry["learning_rate"] for entry in history if "learning_rate" in entry}
+    assert rates[1] == pytest.approx(1e-4) and rates[2] == pytest.approx(0.5e-4)  # the first run's 2-step decay
+    assert rates[3] == pytest.approx(1e-4 * (4 - 2) / 4) and rates[4] == pytest.approx(1e-4 * (4 - 3) / 4)
 
 
 @pytest.mark.slow

@@ -4,10 +4,12 @@ a model card."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from datasets import IterableDataset
+from trl import GRPOConfig
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.scripts import train
@@ -40,6 +42,43 @@ def test_a_grpo_script_swapped_to_riskpo_with_20_examples_is_refused_naming_the_
                     "steps_per_generation=20", "num_generations=4", "gradient_accumulation_steps=5"):
         assert setting in message
     assert "steps_per_generation=10 fits: 20 prompts per generation batch, taken in 2 optimizer updates" in message
+
+
+def refusal(args, rows: int, model: str) -> str:
+    with pytest.raises(ValueError) as error:
+        RiskPOTrainer(model, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset(rows))
+    return str(error.value)
+
+
+def test_the_refusal_names_from_grpo_config_and_its_one_line_example_trains_on_30_prompts(tiny_model_dir, tmp_path):
+    """The 30-prompt GRPO script with only the names changed: the drop-in path is named, with a call that works."""
+    message = refusal(RiskPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4), 30,
+                      tiny_model_dir)
+    assert "fewer than the 40 prompts" in message
+    [example] = re.findall(r"args = (RiskPOConfig\.from_grpo_config\(.*?, bundle_size=\d+\))", message)
+    assert example.endswith("bundle_size=2)")  # 8 completions per step / 4 = 2 prompts: bundles of 2
+    # output_dir=... stands for the script's own settings; this machine has no bf16 accelerator.
+    args = eval(example.replace("output_dir=...", "output_dir=OUT, use_cpu=True"),
+                {"RiskPOConfig": RiskPOConfig, "GRPOConfig": GRPOConfig, "OUT": str(tmp_path)})
+    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=contains_digit_reward, args=args,
+                            train_dataset=make_prompt_dataset(30))
+    assert trainer.args.generation_batch_size // trainer.args.num_generations == 2
+
+
+def test_with_5_prompts_no_steps_per_generation_fits_bundle_size_5_so_a_fitting_bundle_size_is_named(
+        tiny_model_dir, tmp_path):
+    args = RiskPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4)
+    message = refusal(args, 5, tiny_model_dir)
+    assert "No steps_per_generation fits bundle_size=5 with gradient_accumulation_steps=5 and 5 examples." in message
+    [(steps, accumulation, bundle)] = re.findall(
+        r"For example, steps_per_generation=(\d+), gradient_accumulation_steps=(\d+) and bundle_size=(\d+) fit", message)
+    assert int(bundle) != 5
+    # What it names is accepted by the config and fits the 5 examples.
+    fitted = RiskPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4,
+                          steps_per_generation=int(steps), gradient_accumulation_steps=int(accumulation),
+                          bundle_size=int(bundle))
+    assert fitted.generation_batch_size // fitted.num_generations <= 5
+    RiskPOTrainer(tiny_model_dir, reward_funcs=contains_digit_reward, args=fitted, train_dataset=make_prompt_dataset(5))
 
 
 @pytest.mark.slow

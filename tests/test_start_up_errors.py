@@ -56,7 +56,14 @@ def test_a_config_validation_error_names_the_recipe_field(tmp_path, capsys):
     assert line.startswith(f"riskpo-train: error: {recipe}: bundle_size: bundle_size=0 must be >= 1")
     # The same mistake on the command line is not blamed on the recipe.
     line = run_cli(train.cli, ["--config", str(recipe), "--bf16", "false", "--bundle_size", "0"], capsys)
-    assert line.startswith("riskpo-train: error: bundle_size=0 must be >= 1")
+    assert line.startswith("riskpo-train: error: --bundle_size (command line): bundle_size=0 must be >= 1")
+
+
+def test_a_command_line_flag_that_breaks_the_batch_layout_is_blamed_not_the_recipe_field(capsys):
+    """The layout error names num_generations (set by the recipe) before bundle_size; the flag is the change."""
+    line = run_cli(train.cli, ["--config", str(TINY_RECIPE), "--bundle_size", "3"], capsys)
+    assert line.startswith("riskpo-train: error: --bundle_size (command line): A generation batch holds 2 prompts")
+    assert "num_generations:" not in line
 
 
 def test_a_bad_command_line_value_is_one_line_without_the_usage_dump(tmp_path, capsys):

@@ -11,7 +11,7 @@ import os
 import torch
 from transformers import CLIPImageProcessorPil, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
 
-from ..tiny_model import build_char_tokenizer
+from ..tiny_model import TINY_MODEL_MARK, build_char_tokenizer
 
 IMAGE_TOKEN = "<image>"
 # The char-level chat format of `tiny_model`, with image parts rendered as the image token.
@@ -55,6 +55,7 @@ def build_tiny_vlm(output_dir: str | os.PathLike | None = None, *, image_size: i
         vision_feature_select_strategy="default",
         vision_feature_layer=-1,
     )
+    setattr(config, TINY_MODEL_MARK, True)  # loading it later says it is a tiny random model
     torch.manual_seed(seed)
     model = LlavaForConditionalGeneration(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id

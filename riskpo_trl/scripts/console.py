@@ -91,14 +91,32 @@ def compact_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | N
     groups = []
     for title, metrics in COMPACT_METRICS:
         values = [(label, logs.get(prefix + name)) for label, name in metrics]
-        parts = [f"{label} {_format(value)}" for label, value in values if value is not None]
+        parts = [f"{label} {format_number(value)}" for label, value in values if value is not None]
         if parts:
             groups.append(title + ", ".join(parts))
     return f"[{'eval ' if prefix else ''}step {step}/{max_steps}] " + " | ".join(groups)
 
 
-def _format(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
+# Below this magnitude a logged float is rounding noise of a quantity that is zero (a loss of 2.776e-17).
+FLOAT_NOISE = 1e-12
+
+
+def format_number(value: Any) -> str:
+    """A logged value for the console: numbers to 4 significant digits, with |x| < 1e-12 shown as 0; booleans and
+    anything else as they are."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, float) and abs(value) < FLOAT_NOISE:
+        return "0"
+    return f"{value:.4g}"
+
+
+
+def plain_log_line(logs: dict[str, Any]) -> str:
+    """``train_runtime 12.3, train_loss 0, epoch 3`` for a log the compact line does not cover (the run summary):
+    every value formatted as a number, not TRL's dict of strings. ``total_flos`` is left out, as TRL's printer
+    does."""
+    return ", ".join(f"{name} {format_number(value)}" for name, value in logs.items() if name != "total_flos")
 
 
 # --- the compact console line as a callback (transformers is imported on use: this module stays light)
@@ -106,15 +124,18 @@ def _format(value: Any) -> str:
 
 def use_compact_log(trainer) -> None:
     """Swap the trainer's tqdm progress callback for one that prints a step's metrics as one compact line (the full
-    set still goes to ``report_to`` and ``trainer_state.json``; other logs, such as the run summary, print as before).
+    set still goes to ``report_to`` and ``trainer_state.json``; other logs, such as the run summary, print as one
+    ``name value, ...`` line with the same number format).
     Nothing changes when tqdm is off (``disable_tqdm``: the plain printer keeps printing every metric)."""
     from transformers.trainer_callback import ProgressCallback
 
     class CompactLogCallback(ProgressCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
-            line = compact_log_line(logs or {}, state.global_step, state.max_steps)
-            if line is None or self.training_bar is None:
+            if self.training_bar is None:
                 return super().on_log(args, state, control, logs=logs, **kwargs)
+            line = compact_log_line(logs or {}, state.global_step, state.max_steps)
+            if line is None:
+                line = plain_log_line(logs or {})
             if state.is_world_process_zero:
                 self.training_bar.write(line)
 

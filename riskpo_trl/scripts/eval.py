@@ -45,6 +45,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     check_model_path(config.model, config.model_source)
     if config.adapter is not None:
         check_model_path(config.adapter, "adapter")
+    from ..tiny_model import warn_if_tiny_random_model
+
+    warn_if_tiny_random_model(config.model, config.model_source)
     from ..evaluation.evaluator import evaluate
     from ..evaluation.records import TABLE_FILE
     from .cpu_threads import use_default_cpu_threads

@@ -57,13 +57,38 @@ def check_recipe_values(parser: argparse.ArgumentParser, recipe: dict[str, Any],
         raise ValueError("; ".join(problems))
 
 
-def recipe_field_in(message: str, recipe: dict[str, Any], argv: Sequence[str]) -> str | None:
-    """The recipe field a config's validation error names first (``bundle_size=0 must be ...``), among those the
-    recipe set and the command line did not override; else None."""
-    given = {token.split("=", 1)[0].lstrip("-") for token in argv if token.startswith("--")}
+def _first_named(message: str, names: Sequence[str]) -> str | None:
+    """The name in ``names`` that ``message`` mentions first (as a whole word), or None."""
     found = []
-    for name in recipe:
-        match = name not in given and re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", message)
+    for name in names:
+        match = re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", message)
         if match:
             found.append((match.start(), name))
     return min(found)[1] if found else None
+
+
+def command_line_fields(argv: Sequence[str]) -> list[str]:
+    """The fields given as ``--name value`` or ``--name=value`` on the command line (``--config`` names a file)."""
+    names = [token.split("=", 1)[0][2:] for token in argv if token.startswith("--") and len(token) > 2]
+    return [name for name in names if name != "config"]
+
+
+def recipe_field_in(message: str, recipe: dict[str, Any], argv: Sequence[str]) -> str | None:
+    """The recipe field a config's validation error names first (``bundle_size=0 must be ...``), among those the
+    recipe set and the command line did not override; else None."""
+    given = set(command_line_fields(argv))
+    return _first_named(message, [name for name in recipe if name not in given])
+
+
+def error_source(message: str, recipe: dict[str, Any], argv: Sequence[str], recipe_path: str | None) -> str | None:
+    """Where the value a config's validation error is about came from: ``--bundle_size (command line)`` when the
+    message names a field given on the command line (the recipe's values were checked together with it, and a flag
+    is what the user just changed), else ``recipe.yaml: num_generations`` for a recipe field it names, else None
+    (also for argparse's own errors, which name their option: ``argument --max_steps: ...``)."""
+    if message.startswith("argument "):
+        return None
+    flag = _first_named(message, command_line_fields(argv))
+    if flag is not None:
+        return f"--{flag} (command line)"
+    field = recipe_field_in(message, recipe, argv)
+    return None if field is None else f"{recipe_path}: {field}"

@@ -39,7 +39,7 @@ from ..data.prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
 from ..registry import closest_name
 from ..trainer.registry import TRAINERS, check_trainer_name, get_trainer_classes
 from .console import pop_debug_flag, silence_known_warnings, usage_errors
-from .recipe_values import check_recipe_values, recipe_field_in
+from .recipe_values import check_recipe_values, error_source
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,9 @@ class RiskPOScriptArguments:
     build_tiny_model: bool = field(
         default=False,
         metadata={"help": "If model_name_or_path does not exist, build a tiny random Qwen2 model there first "
-                  "(CPU smoke runs and tests; nothing is downloaded). A warning says when it does."},
+                  "(CPU smoke runs and tests; nothing is downloaded). A warning says when it does, and whenever a "
+                  "model built so is loaded. A path that could be a Hub id (such as Qwen/Qwen2.5-0.5B-Instruct) is "
+                  "refused: give one that can only be local, such as ./outputs/tiny-qwen2."},
     )
     build_tiny_vlm: bool = field(
         default=False,
@@ -282,20 +284,22 @@ def parse_args(argv: Sequence[str] | None = None):
     check_recipe_values(parser, recipe, recipe_path)
     try:
         return parser.parse_args_and_config(argv)
-    except ValueError as error:  # a config's own validation: say which recipe field it came from
-        where = recipe_field_in(str(error), recipe, argv)
+    except ValueError as error:  # a config's own validation: say which flag or recipe field it came from
+        where = error_source(str(error), recipe, argv, recipe_path)
         if where is None:
             raise
-        raise ValueError(f"{recipe_path}: {where}: {error}") from error
+        raise ValueError(f"{where}: {error}") from error
 
 
 def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args):
     """The trainer ``script_args.trainer`` names, on the recipe's model, data and rewards."""
-    from accelerate import PartialState
     from trl import get_peft_config, get_quantization_config
 
     from ..data import load_benchmark, load_train_dataset
+    from ..tiny_model import warn_if_tiny_random_model
     from ..trainer.checks import check_generation_batch_fits, check_model_path
+    from ..trainer.model_card import record_absolute_base_model
+    from ..trainer.resumed_schedule import continue_schedule_on_resume
     from .console import use_compact_log
 
     _, trainer_class = get_trainer_classes(script_args.trainer)
@@ -305,22 +309,9 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         raise ValueError("model_name_or_path is not set: give a Hub id or a local directory, in the recipe or as "
                          "--model_name_or_path.")
     if script_args.build_tiny_model or script_args.build_tiny_vlm:
-        if script_args.build_tiny_model:
-            from ..tiny_model import build_tiny_model as build
-        else:
-            from ..multimodal.tiny_vlm import build_tiny_vlm as build
-        state = PartialState()
-        with state.local_main_process_first():
-            if not os.path.isdir(model_path):
-                if state.is_local_main_process:
-                    kind = "Qwen2 model" if script_args.build_tiny_model else "LLaVA vision-language model"
-                    logger.warning(
-                        f"{model_path} does not exist: building a tiny RANDOM {kind} there (build_tiny_"
-                        f"{'model' if script_args.build_tiny_model else 'vlm'}: true). It has learned nothing; for a "
-                        "real model give a Hub id or an existing directory and set that option to false."
-                    )
-                build(model_path)
+        build_tiny(script_args, model_path)
     check_model_path(model_path, "model_name_or_path")
+    warn_if_tiny_random_model(model_path, "model_name_or_path")  # once: the trainer's own check stays silent
 
     training_args.model_init_kwargs = {
         "revision": model_args.model_revision,
@@ -357,12 +348,47 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         peft_config=get_peft_config(model_args),
         quantization_config=get_quantization_config(model_args),
     )
+    record_absolute_base_model(trainer.model)  # baselines too: a saved adapter loads from any working directory
+    continue_schedule_on_resume(trainer)  # and a raised max_steps continues at the new schedule's learning rate
     use_compact_log(trainer)  # baselines too: one console line per logging step
     if script_args.pass_at_k is not None:
         from ..evaluation.callback import add_pass_at_k_callback
 
         add_pass_at_k_callback(trainer, script_args.pass_at_k, script_args.prompt_template)
     return trainer
+
+
+def build_tiny(script_args: RiskPOScriptArguments, model_path: str) -> None:
+    """Build the tiny random model (or VLM) at ``model_path`` if it does not exist, refusing a path that could be a
+    Hub id: a random model saved under a Hub model's name would later load in its place."""
+    from accelerate import PartialState
+
+    from ..tiny_model import warn_if_tiny_random_model
+    from ..trainer.checks import reads_as_local_path
+
+    option = "build_tiny_model" if script_args.build_tiny_model else "build_tiny_vlm"
+    if os.path.isdir(model_path):
+        return
+    if not reads_as_local_path(model_path):
+        raise ValueError(
+            f"model_name_or_path {model_path!r} could be a Hub id, and {option}: true would build a tiny random model "
+            f"under that name here, which later runs would load in place of the Hub's. To train that Hub model, set "
+            f"{option}: false (--{option} false); for a tiny random model give a path that can only be local, such "
+            "as ./outputs/tiny-qwen2."
+        )
+    if script_args.build_tiny_model:
+        from ..tiny_model import build_tiny_model as build
+    else:
+        from ..multimodal.tiny_vlm import build_tiny_vlm as build
+    state = PartialState()
+    with state.local_main_process_first():
+        if not os.path.isdir(model_path):
+            build(model_path)
+            kind = "Qwen2 model" if script_args.build_tiny_model else "LLaVA vision-language model"
+            warn_if_tiny_random_model(model_path, message=(
+                f"{model_path} did not exist: built a tiny RANDOM {kind} there ({option}: true). It has learned "
+                "nothing, and whatever loads it later says so; for a real model give a Hub id or an existing "
+                "directory and set that option to false."))
 
 
 def hub_datasets(script_args: RiskPOScriptArguments) -> list[str]:

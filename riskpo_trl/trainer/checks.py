@@ -1,7 +1,8 @@
 """The trainer's start-up checks, run once by :func:`check_start_up` before anything loads: a misspelled keyword, a
 model path that does not exist, the dataset columns TRL and the reward functions read, and a training set too small
 for one generation batch each fail with a message that names them, rather than as a KeyError inside TRL at the first
-step, a Hub lookup that blames the network, or a run that trains 0 steps and exits as if it had succeeded."""
+step, a Hub lookup that blames the network, or a run that trains 0 steps and exits as if it had succeeded. A tiny
+random model built by this package gets a one-line warning."""
 
 from __future__ import annotations
 
@@ -87,18 +88,88 @@ def check_generation_batch_fits(train_dataset: Any, args: Any) -> None:
 
 def _fitting_schedule(rows: int, args: Any, completions_per_step: int) -> str:
     """' For example, steps_per_generation=S fits: ...' for the largest steps_per_generation whose generation batch
-    fits ``rows`` and holds whole prompt groups (and bundle groups), or '' when none does."""
+    fits ``rows`` and holds whole prompt groups and bundle groups; when none does with the config's bundle_size (and
+    gradient_accumulation_steps), a bundle_size (and gradient_accumulation_steps) that fits along with it. For a
+    RiskPOConfig, also the drop-in path from a GRPO script, ``RiskPOConfig.from_grpo_config``."""
+    bundled = hasattr(args, "bundle_size")
+    accumulation = args.gradient_accumulation_steps
+    fit = _largest_fit(rows, args, completions_per_step, change_bundle=False, change_accumulation=False)
+    if fit is not None:
+        return _describe_fit(*fit, changed=("steps_per_generation",)) + _from_grpo_hint(rows, args)
+    attempts = [(True, False), (True, True)] if bundled else [(False, True)]
+    for change_bundle, change_accumulation in attempts:
+        fit = _largest_fit(rows, args, completions_per_step, change_bundle, change_accumulation)
+        if fit is not None:
+            break
+    else:
+        return _from_grpo_hint(rows, args)
+    steps, ga, fit_bundle, prompts = fit
+    changed = ("steps_per_generation", *(["gradient_accumulation_steps"] if change_accumulation else []),
+               *(["bundle_size"] if change_bundle else []))
+    held = [f"bundle_size={args.bundle_size}"] if bundled else []
+    held += [f"gradient_accumulation_steps={accumulation}"] if change_accumulation else []
+    return (
+        f" No steps_per_generation fits {' with '.join(held)} and {rows} example{'s' if rows != 1 else ''}."
+        + _describe_fit(steps, ga, fit_bundle, prompts, changed=changed)
+        + _from_grpo_hint(rows, args)
+    )
+
+
+def _largest_fit(rows: int, args: Any, completions_per_step: int, change_bundle: bool,
+                 change_accumulation: bool) -> tuple[int, int, int, int] | None:
+    """``(steps_per_generation, gradient_accumulation_steps, bundle_size, prompts)`` of the largest generation batch
+    below the config's that fits ``rows`` as whole prompt groups, whole bundle groups and whole optimizer updates,
+    changing only what the flags allow (a changed bundle_size or gradient_accumulation_steps: the largest divisor
+    that fits, at most the config's); None if there is none."""
     bundle = getattr(args, "bundle_size", 1)
     for steps in range(args.steps_per_generation - 1, 0, -1):
-        completions = completions_per_step * steps
-        prompts, leftover = divmod(completions, args.num_generations)
-        updates, partial = divmod(steps, args.gradient_accumulation_steps)
-        if not leftover and not partial and 0 < prompts <= rows and prompts % bundle == 0:
-            return (
-                f" For example, steps_per_generation={steps} fits: {prompts} prompts per generation batch, taken in "
-                f"{updates} optimizer update{'s' if updates != 1 else ''}."
-            )
-    return ""
+        accumulation = args.gradient_accumulation_steps
+        if change_accumulation:
+            accumulation = _largest_divisor_at_most(steps, accumulation)
+        prompts, leftover = divmod(completions_per_step * steps, args.num_generations)
+        if leftover or steps % accumulation or not 0 < prompts <= rows:
+            continue
+        fit_bundle = _largest_divisor_at_most(prompts, bundle) if change_bundle else bundle
+        if prompts % fit_bundle == 0:
+            return steps, accumulation, fit_bundle, prompts
+    return None
+
+
+def _largest_divisor_at_most(n: int, limit: int) -> int:
+    return max(d for d in range(1, min(n, limit) + 1) if n % d == 0)
+
+
+def _describe_fit(steps: int, accumulation: int, bundle: int, prompts: int, changed: tuple[str, ...]) -> str:
+    values = {"steps_per_generation": steps, "gradient_accumulation_steps": accumulation, "bundle_size": bundle}
+    settings = [f"{name}={values[name]}" for name in changed]
+    listed = settings[0] if len(settings) == 1 else ", ".join(settings[:-1]) + " and " + settings[-1]
+    updates = steps // accumulation
+    return (
+        f" For example, {listed} fit{'s' if len(settings) == 1 else ''}: {prompts} prompts per generation batch, "
+        f"taken in {updates} optimizer update{'s' if updates != 1 else ''}."
+    )
+
+
+def _from_grpo_hint(rows: int, args: Any) -> str:
+    """For a RiskPOConfig: ``RiskPOConfig.from_grpo_config`` keeps a GRPO config's schedule, by default one
+    generation batch per optimizer step (``gradient_accumulation_steps=1``), which takes fewer prompts than
+    RiskPOConfig's default of four updates per generation batch; with a bundle_size that fits it, when there is one."""
+    bundle = getattr(args, "bundle_size", None)
+    if bundle is None:
+        return ""
+    prompts, leftover = divmod(args.per_device_train_batch_size * args.world_size, args.num_generations)
+    if leftover or not 0 < prompts <= rows:
+        return ""
+    fit_bundle = _largest_divisor_at_most(prompts, bundle)
+    return (
+        " From a GRPO script, RiskPOConfig.from_grpo_config(grpo_config, bundle_size=...) is the drop-in path: it "
+        "keeps the GRPO config's generation schedule, by default one generation batch per optimizer step ("
+        f"{prompts} prompt{'s' if prompts != 1 else ''} here with per_device_train_batch_size="
+        f"{args.per_device_train_batch_size}{f' on {args.world_size} processes' if args.world_size > 1 else ''} and "
+        f"num_generations={args.num_generations}), e.g. "
+        f"args = RiskPOConfig.from_grpo_config(GRPOConfig(output_dir=..., per_device_train_batch_size="
+        f"{args.per_device_train_batch_size}, num_generations={args.num_generations}), bundle_size={fit_bundle})."
+    )
 
 
 def _check_split(dataset: Any, reward_funcs: Any, environment_factory: Any, split: str) -> None:
@@ -174,7 +245,7 @@ def check_model_path(name: str, what: str = "model") -> None:
     raise FileNotFoundError(
         f"{what} {name!r}: no such directory, and not a Hub id{hint}. Give an existing directory (saved with "
         "save_pretrained) or a Hub id such as 'Qwen/Qwen2.5-Math-1.5B-Instruct'; riskpo-train's build_tiny_model: "
-        "true builds a tiny random model at a missing path."
+        "true builds a tiny random model at a missing path that can only be local, such as this one."
     )
 
 
@@ -202,3 +273,6 @@ def check_start_up(trainer_class: type, base_class: type, model: Any, reward_fun
     check_generation_batch_fits(train_dataset, args)
     if isinstance(model, str):
         check_model_path(model)
+    from ..tiny_model import warn_if_tiny_random_model  # here: this module stays light for the scripts' early checks
+
+    warn_if_tiny_random_model(model)

@@ -8,11 +8,14 @@ import difflib
 import functools
 import math
 import os
+import sys
 import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
+import transformers
+import trl
 
 from transformers.utils import is_torch_bf16_gpu_available
 from trl import GRPOConfig
@@ -310,7 +313,7 @@ class RiskPOConfig(GRPOConfig):
             warnings.warn(
                 "credit_assignment='score' (x0.5 for rewarded members, x1.5 otherwise) comes from the authors' code "
                 "and none of their scripts uses it; with the paper's advantage it is an untested mix.",
-                stacklevel=3,
+                stacklevel=_caller_stacklevel(),
             )
 
     def _validate_batch_layout(self) -> None:
@@ -327,19 +330,21 @@ class RiskPOConfig(GRPOConfig):
                 f"bundle_size that divides {prompts} ({_divisors(prompts)})."
             )
         generate_every = self.steps_per_generation * self.num_iterations
-        save_every = _save_interval(self)
-        if save_every is not None and (save_every * self.gradient_accumulation_steps) % generate_every != 0:
+        off_boundary = _checkpoints_off_generation_boundaries(self, generate_every)
+        if off_boundary:
             multiple = generate_every // math.gcd(generate_every, self.gradient_accumulation_steps)
             given = f"save_steps={self.save_steps:g}" + (
-                f" (every {save_every} optimizer steps of max_steps={self.max_steps})" if self.save_steps < 1 else "")
+                f" (every {_save_interval(self)} optimizer steps of max_steps={self.max_steps})"
+                if self.save_steps < 1 else "")
             warnings.warn(
                 f"Checkpoints at {given} do not fall on generation batch boundaries (a new batch every "
-                f"{generate_every} micro-steps: steps_per_generation x num_iterations). TRL regenerates on resume, so "
-                "a run resumed from such a checkpoint draws an extra batch and its quantiles and bundles diverge "
-                f"from an uninterrupted run's. Make save_steps a multiple of {multiple} (with "
-                f"gradient_accumulation_steps={self.gradient_accumulation_steps}, the smallest interval whose "
-                "checkpoints all fall between generation batches).",
-                stacklevel=3,
+                f"{generate_every} micro-steps: steps_per_generation x num_iterations; the first such checkpoint is "
+                f"at step {off_boundary[0]}). TRL regenerates on resume, so a run resumed from such a checkpoint "
+                "draws an extra batch and its quantiles and bundles diverge from an uninterrupted run's. Make "
+                f"save_steps a multiple of {multiple} (with gradient_accumulation_steps="
+                f"{self.gradient_accumulation_steps}, the smallest interval whose checkpoints all fall between "
+                "generation batches).",
+                stacklevel=_caller_stacklevel(),
             )
 
     def _validate_token_mean_groups(self) -> None:
@@ -367,7 +372,7 @@ class RiskPOConfig(GRPOConfig):
                 f"{self.world_size} processes x gradient_accumulation_steps={self.gradient_accumulation_steps}), "
                 f"not a whole number of loss_token_mean_sequences={size} groups: its last group holds "
                 f"{per_step % size} and weighs as much as a full one. Make the step a multiple of {size}.",
-                stacklevel=3,
+                stacklevel=_caller_stacklevel(),
             )
         if self.steps_per_generation % self.gradient_accumulation_steps != 0:
             raise ValueError(
@@ -385,6 +390,42 @@ def _save_interval(args: GRPOConfig) -> int | None:
     if args.save_steps >= 1:
         return int(args.save_steps)
     return math.ceil(args.max_steps * args.save_steps) if args.max_steps > 0 else None
+
+
+def _checkpoints_off_generation_boundaries(args: GRPOConfig, generate_every: int) -> list[int]:
+    """The optimizer steps at which a step-based checkpoint will be written in the middle of a generation batch,
+    leaving out the one at the end of the run (the run is over there; continuing it is not a resume of this run).
+    Saving every ``save_steps`` with no ``max_steps`` (epochs decide the end): the first off-boundary multiple."""
+    every = _save_interval(args)
+    if every is None:
+        return []
+
+    def off(step: int) -> bool:
+        return (step * args.gradient_accumulation_steps) % generate_every != 0
+
+    if args.max_steps > 0:
+        return [step for step in range(every, args.max_steps, every) if off(step)]
+    period = generate_every // math.gcd(generate_every, args.gradient_accumulation_steps)
+    return [step for step in range(every, every * period + 1, every) if off(step)][:1]
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that attributes a warning raised while a config is built to the code that built it: the
+    user's ``RiskPOConfig(...)`` line (or the script that parsed a recipe), not the dataclass's generated
+    ``__init__`` (``<string>``), this module or transformers' and TRL's argument handling."""
+    skipped = (os.path.abspath(__file__), os.path.abspath(dataclasses.__file__))
+    library_dirs = tuple(os.path.dirname(os.path.abspath(module.__file__)) + os.sep
+                         for module in (transformers, trl))
+    frame = sys._getframe(1)  # the function that calls warnings.warn: stacklevel 1
+    level = 1
+    while frame.f_back is not None:
+        filename = frame.f_code.co_filename
+        if not (filename == "<string>" or os.path.abspath(filename) in skipped
+                or os.path.abspath(filename).startswith(library_dirs)):
+            break
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def _name_misspelled_fields(config_class: type) -> None:

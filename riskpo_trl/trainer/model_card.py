@@ -55,6 +55,17 @@ output = generator([{{"role": "user", "content": "{question}"}}], max_new_tokens
 print(output["generated_text"])"""
 MATH_QUESTION = "What is 7 * 8?"
 CODE_QUESTION = "Write a Python function fib(n) that returns the n-th Fibonacci number."
+ADAPTER_QUICK_START = """\
+from peft import AutoPeftModelForCausalLM
+from transformers import AutoTokenizer
+
+model = AutoPeftModelForCausalLM.from_pretrained("{model}", device_map="auto")  # the base model, then this adapter
+tokenizer = AutoTokenizer.from_pretrained("{model}")
+messages = [{{"role": "user", "content": "{question}"}}]
+inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                       return_dict=True).to(model.device)
+output = model.generate(**inputs, max_new_tokens=256)
+print(tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))"""
 VISION_QUICK_START = """\
 from PIL import Image, ImageDraw
 from transformers import pipeline
@@ -123,12 +134,40 @@ def rewards_table(trainer: Any) -> str:
 
 def quick_start(trainer: Any, model: str) -> str:
     """A snippet that loads ``model`` and asks it something fit for its kind: an image and a question for a
-    vision-language model, a programming task for a model trained with a code reward, else an arithmetic question."""
+    vision-language model, a programming task for a model trained with a code reward, else an arithmetic question;
+    a text model's PEFT adapter loads through PEFT, on the base model its adapter_config.json names."""
     if getattr(trainer, "_is_vlm", False):
         return VISION_QUICK_START.format(model=model)
     names = getattr(trainer, "reward_func_names", None) or ()
     question = CODE_QUESTION if any("code" in name for name in names) else MATH_QUESTION
-    return TEXT_QUICK_START.format(model=model, question=question)
+    template = ADAPTER_QUICK_START if adapter_config(trainer.model) is not None else TEXT_QUICK_START
+    return template.format(model=model, question=question)
+
+
+def adapter_config(model: Any) -> Any:
+    """The PEFT config of the adapter ``model`` trains (a PeftModel's active adapter), or None for a full model."""
+    configs = getattr(model, "peft_config", None)
+    if not isinstance(configs, dict) or not configs:
+        return None
+    return configs.get(getattr(model, "active_adapter", None), next(iter(configs.values())))
+
+
+def record_absolute_base_model(model: Any) -> None:
+    """Make a PEFT adapter's ``base_model_name_or_path`` (written to adapter_config.json) absolute when it is a local
+    directory, so the saved adapter loads from any working directory; a Hub id stays as it is."""
+    config = adapter_config(model)
+    name = getattr(config, "base_model_name_or_path", None)
+    if name and os.path.isdir(os.path.expanduser(name)):
+        config.base_model_name_or_path = os.path.abspath(os.path.expanduser(name))
+
+
+def base_model_name(model: Any) -> str | None:
+    """What the model was fine-tuned from: an adapter's base model as its adapter_config.json records it, else the
+    loaded model's name or path."""
+    config = adapter_config(model)
+    if config is not None and getattr(config, "base_model_name_or_path", None):
+        return config.base_model_name_or_path
+    return getattr(getattr(model, "config", None), "_name_or_path", None)
 
 
 def build_model_card(
@@ -143,7 +182,9 @@ def build_model_card(
     Hub); ``dataset_files`` are local files the run read instead, named in the text only."""
     args = trainer.args
     model_name = model_name or card_model_name(args)
-    base_model = hub_id_or_none(getattr(trainer.model.config, "_name_or_path", None))
+    base_name = base_model_name(trainer.model)
+    base_model = hub_id_or_none(base_name)
+    adapter = adapter_config(trainer.model)
     hub_datasets = [datasets] if isinstance(datasets, str) else [name for name in datasets or () if name]
     hub_datasets = [name for name in hub_datasets if hub_id_or_none(name)]
     local_files = [Path(path).name for path in dataset_files or ()]
@@ -151,17 +192,24 @@ def build_model_card(
     paper = getattr(trainer, "_paper", None) or {}
     tag_set = {tags} if isinstance(tags, str) else set(tags or ())
     tag_set.update(getattr(trainer, "_tag_names", ()))
+    if adapter is not None:
+        peft_type = getattr(adapter, "peft_type", None)
+        tag_set.update({"peft", *([str(getattr(peft_type, "value", peft_type)).lower()] if peft_type else [])})
+        if base_model:
+            tag_set.add(f"base_model:adapter:{base_model}")
 
     card_data = ModelCardData(
         base_model=base_model,
         datasets=hub_datasets or None,
-        library_name="transformers",
+        library_name="peft" if adapter is not None else "transformers",
         model_name=model_name,
         tags=["generated_from_trainer", *sorted(tag_set)],
     )
     # Without a Hub repository the model is where the card is: its absolute path loads from any directory.
     usage_id = getattr(trainer, "hub_model_id", None) or args.hub_model_id or os.path.abspath(args.output_dir)
     sections = [f"# Model Card for {model_name}", _provenance(base_model, hub_datasets, local_files)]
+    if adapter is not None:
+        sections.append(_adapter_note(adapter, base_model, base_name))
     sections.append(f"## Quick start\n\n```python\n{quick_start(trainer, usage_id)}\n```")
     method = f"This model was trained with {trainer_name}"
     if paper.get("id"):
@@ -191,6 +239,22 @@ def save_model_card(trainer: Any, **card_fields) -> str | None:
     path = os.path.join(trainer.args.output_dir, "README.md")
     build_model_card(trainer, **card_fields).save(path)
     return path
+
+
+def _adapter_note(adapter: Any, base_model: str | None, base_name: str | None) -> str:
+    """What an adapter directory is and what loading it needs."""
+    kind = str(getattr(getattr(adapter, "peft_type", None), "value", "PEFT"))
+    kind = {"LORA": "LoRA"}.get(kind, kind)
+    text = (f"This repository holds a {kind} adapter (PEFT), not a full model: loading it loads its base model, as "
+            "`base_model_name_or_path` in `adapter_config.json` names it, and applies the adapter on top.")
+    if base_model:
+        return text + f" The base model is [{base_model}](https://huggingface.co/{base_model}) on the Hub."
+    return text + (
+        f" The base model is the local directory `{base_name}`, not a Hub model: the quick start runs where that "
+        "directory exists. Elsewhere, copy the base model along and set `base_model_name_or_path` in "
+        "`adapter_config.json` to its new path (or load it yourself and apply the adapter with "
+        "`PeftModel.from_pretrained(base_model, adapter_directory)`)."
+    )
 
 
 def _provenance(base_model: str | None, hub_datasets: list[str], local_files: list[str]) -> str:

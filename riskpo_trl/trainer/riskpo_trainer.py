@@ -14,8 +14,9 @@ from .batch_hook import BatchObserversMixin, ScoredBatch
 from .checkpoints import RISK_STATE_FILE, TiedWeightsResumeMixin, read_state, write_state
 from .checks import check_start_up
 from .config import RiskPOConfig
-from .model_card import save_model_card
+from .model_card import record_absolute_base_model, save_model_card
 from .regime_guard import RegimeGuard
+from .resumed_schedule import continue_schedule_on_resume
 from .token_mean import TokenMeanLossMixin
 from .unscored_rewards import UnscoredRewardsMixin
 
@@ -93,6 +94,8 @@ class RiskPOTrainer(
             )
         check_start_up(type(self), GRPOTrainer, model, reward_funcs, args, kwargs)
         super().__init__(model, reward_funcs, args=args, **kwargs)
+        record_absolute_base_model(self.model)  # a saved adapter then loads from any working directory
+        continue_schedule_on_resume(self)  # a raised max_steps continues at the new schedule's learning rate
         self.risk_estimator = RiskEstimator.from_config(args)
         # The guard's evidence is about the paper's advantage; the authors' scaling did not collapse in its regime.
         patience = args.regime_guard_patience if args.advantage_scaling == "none" else 0
