@@ -29,6 +29,8 @@ Differences between the supported releases, each handled here:
 - TRL < 1.16: with ``use_liger_kernel=True`` the loss is Liger's and `_compute_loss` never runs
   (`liger_skips_compute_loss`), so RiskPOConfig refuses the settings that act through it.
 - transformers 4.x has no `CLIPImageProcessorPil`; its `CLIPImageProcessor` is the PIL one (`clip_image_processor`).
+- transformers 4.x: TRL refuses tools and ``environment_factory`` (`TOOLS_NEED_TRANSFORMERS`,
+  `ENVIRONMENTS_NEED_TRANSFORMERS`), with its own error when the trainer is built.
 
 Not used, as they are missing from some supported releases: `Trainer.end` (transformers >= 5.18; the train script
 calls `accelerator.end_training()`, all it does) and `PreTrainedModel.all_tied_weights_keys` (transformers 5;
@@ -66,6 +68,10 @@ PINS = {
     "trl": ">=1.13.0,<1.17,!=1.15.0",
     "transformers": ">=4.56.2,<5.24,!=5.1.0,!=5.2.*,!=5.3.*,!=5.4.*,!=5.5.0,!=5.5.1,!=5.5.2,!=5.5.3",
 }
+# TRL (1.13 to 1.16) refuses, when the trainer is built, tools before transformers 5.0.0 and environment_factory
+# before 5.2.0 (within the pins: 5.5.4).
+TOOLS_NEED_TRANSFORMERS = "5.0.0"
+ENVIRONMENTS_NEED_TRANSFORMERS = "5.2.0"
 # Set to 1 to import the trainer with releases outside the range anyway (a warning instead of the error); CI's check
 # of TRL's newest release uses it.
 ALLOW_UNTESTED_ENV = "RISKPO_ALLOW_UNTESTED_VERSIONS"
@@ -132,6 +138,11 @@ def check_versions() -> None:
         warnings.warn(message, stacklevel=2)
         return
     raise UnsupportedVersionError(message)
+
+
+def transformers_at_least(release: str) -> bool:
+    installed = installed_version("transformers")
+    return installed is not None and Version(installed) >= Version(release)
 
 
 def _trl_before(release: str) -> bool:
