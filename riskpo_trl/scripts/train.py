@@ -88,6 +88,13 @@ class RiskPOScriptArguments:
                   "max_files, max_processes, ...), as a YAML mapping in a recipe or a JSON object on the command "
                   "line."},
     )
+    pass_at_k: dict | str | None = field(
+        default=None,
+        metadata={"help": "Held-out Pass@k during training: benchmarks (math ones of riskpo_trl.data.BENCHMARKS, or "
+                  "NAME=FILE), ks, num_samples, eval_steps, max_problems, max_new_tokens, temperature, top_p, "
+                  "batch_size, eval_on_start, as a YAML mapping in a recipe or a JSON object on the command line; "
+                  "logs eval/pass@k (docs/evaluation.md)."},
+    )
     build_tiny_model: bool = field(
         default=False,
         metadata={"help": "If model_name_or_path does not exist, build a tiny random Qwen2 model there first "
@@ -117,6 +124,10 @@ class RiskPOScriptArguments:
             )
         if isinstance(self.code_sandbox, str):  # from the command line
             self.code_sandbox = json.loads(self.code_sandbox)
+        if self.pass_at_k is not None:
+            from ..evaluation.config import TrainingPassAtK
+
+            self.pass_at_k = TrainingPassAtK.from_block(self.pass_at_k)
         if self.build_tiny_model and self.build_tiny_vlm:
             raise ValueError("Set at most one of build_tiny_model and build_tiny_vlm.")
         self.reward_functions  # built here, once: raises naming an unknown reward or setting
@@ -341,6 +352,10 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         quantization_config=get_quantization_config(model_args),
     )
     use_compact_log(trainer)  # baselines too: one console line per logging step
+    if script_args.pass_at_k is not None:
+        from ..evaluation.callback import add_pass_at_k_callback
+
+        add_pass_at_k_callback(trainer, script_args.pass_at_k, script_args.prompt_template)
     return trainer
 
 
@@ -464,6 +479,9 @@ def cli(argv: Sequence[str] | None = None) -> None:
     silence_known_warnings()  # before parsing: building the config already warns
     with usage_errors("riskpo-train", debug):
         script_args, training_args, model_args = parse_args(argv)
+        from .cpu_threads import use_default_cpu_threads
+
+        use_default_cpu_threads(training_args.use_cpu)
         trainer, checkpoint = prepare(script_args, training_args, model_args)
     if trainer is not None:
         train_and_save(trainer, script_args, training_args, checkpoint)
