@@ -12,8 +12,9 @@ transformers 4.56.2 and 5.23.0 (`tests/test_compat.py` checks `PRIVATE_METHODS` 
   `_compute_loss`; and `transformers.Trainer`'s `_save_optimizer_and_scheduler`, `_load_optimizer_and_scheduler`,
   `_issue_warnings_after_load`.
 - `GRPOTrainer` attributes read or written (`PRIVATE_ATTRIBUTES`): `_metrics[mode]`, `_logs["advantages"]` and
-  `_logs["extra"]` (the completions table), `_buffered_inputs` (the generation batch's micro-batches), `_step`; the
-  class attributes `_tag_names`, `_name` and `_paper` feed the model card.
+  `_logs["extra"]` (the completions table), `_buffered_inputs` (the generation batch's micro-batches), `_step`,
+  `_is_vlm` (the model card); the class attributes `_tag_names`, `_name` and `_paper` feed the model card too, as does
+  transformers' `PretrainedConfig._name_or_path`.
 - TRL helpers: `trl.trainer.utils.get_config_model_id`, `trl.models.utils.unwrap_model_for_generation` (through
   `unwrap_for_generation`), `trl.trainer.utils.is_async_callable` (through `trl_awaits`), `trl.experimental.gmpo`
   (the GMPO baseline).
@@ -91,7 +92,7 @@ PRIVATE_METHODS = {
     },
 }
 # Private attributes of a built GRPOTrainer that are read or written.
-PRIVATE_ATTRIBUTES = ("_metrics", "_logs", "_buffered_inputs", "_step")
+PRIVATE_ATTRIBUTES = ("_metrics", "_logs", "_buffered_inputs", "_step", "_is_vlm")
 
 
 class UnsupportedVersionError(ImportError):
