@@ -9,6 +9,10 @@
 #   latest   TRL's newest release on the index, with the newest transformers pip pairs with it: reports whether the
 #            tests pass there, and never fails this script (a release can appear after the last commit)
 #
+# Time on 2 shared cores (load 6): about 12 minutes with the venvs cached (6 per end); building both venvs adds 5-9
+# minutes (2.5-4.5 each with pip's download cache warm), and the newest-release check builds a third only when TRL
+# has a release newer than the newest supported.
+#
 # Each end runs the fast suite and the tests that train the tiny model (SLOW_TESTS below). The ends are read from
 # riskpo_trl/compat.py (TESTED), the same numbers as pyproject.toml's pins (tests/test_compat.py checks that).
 # The venvs live outside the checkout, in a cache directory (RISKPO_COMPAT_CACHE overrides it), one per set of
@@ -21,6 +25,7 @@ cd "$ROOT"
 CACHE="${RISKPO_COMPAT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/riskpo-trl/compat}"
 BUILD_STEPS=1  # bump when the build steps below change, so cached venvs are rebuilt
 TORCH="torch==2.13.0"  # the CPU build, as .ci/run installs it
+PYTHON=${RISKPO_CI_PYTHON:-python3}  # builds the venvs, as .ci/run's base interpreter
 export PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # The tests that train the tiny model end to end through the code paths that differ between versions: the trainer
 # and its loss scaling (checked against verl's gradient), the train script, resume, the image-text model, the pass@k
@@ -31,7 +36,7 @@ FAST_SELECTION="not slow and not distributed and not vllm_real"
 
 # The ends, without importing the package (that needs torch): TESTED in riskpo_trl/compat.py.
 read_tested() {
-    python - "$1" "$2" <<'EOF'
+    "$PYTHON" - "$1" "$2" <<'EOF'
 import ast, sys
 tree = ast.parse(open("riskpo_trl/compat.py").read())
 tested = next(ast.literal_eval(node.value) for node in tree.body
@@ -42,7 +47,7 @@ EOF
 }
 
 # The other runtime dependencies, as pyproject.toml lists them (TRL and transformers are pinned per venv).
-mapfile -t OTHER_DEPS < <(python -c '
+mapfile -t OTHER_DEPS < <("$PYTHON" -c '
 import re, tomllib
 deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
 print(*[d for d in deps if re.split(r"[<>=!~ ;\[]", d)[0] not in ("torch", "trl", "transformers")], sep="\n")')
@@ -52,7 +57,7 @@ TEST_TOOLS=("pytest>=8" "nbclient>=0.10" "nbformat>=5.10" "ipykernel>=6" "matplo
 # venv_for REQUIREMENT...: prints the path of a venv holding exactly these requirements, building it if needed.
 venv_for() {
     local key venv log
-    key=$( { echo "$BUILD_STEPS"; python --version; printf '%s\n' "$TORCH" "$@" "${OTHER_DEPS[@]}" "${TEST_TOOLS[@]}"; } \
+    key=$( { echo "$BUILD_STEPS"; "$PYTHON" --version; printf '%s\n' "$TORCH" "$@" "${OTHER_DEPS[@]}" "${TEST_TOOLS[@]}"; } \
         | sha256sum | cut -c1-16)
     venv="$CACHE/venv-$key"
     if [[ -f "$venv/.complete" ]]; then
@@ -63,7 +68,7 @@ venv_for() {
     echo "Building a venv for $* in $venv (2-4 minutes; log: $log)" >&2
     rm -rf "$venv"
     mkdir -p "$CACHE"
-    python -m venv "$venv"
+    "$PYTHON" -m venv "$venv"
     # torch first and alone, so no dependency pulls the multi-GB CUDA wheels.
     if ! { "$venv/bin/pip" install "$TORCH" && "$venv/bin/pip" install "$@" "${OTHER_DEPS[@]}" "${TEST_TOOLS[@]}"; } \
         > "$log" 2>&1; then
@@ -103,7 +108,7 @@ check_end() {
 check_latest() {
     local latest newest venv
     newest=$(read_tested trl newest)
-    latest=$(python -m pip index versions trl 2>/dev/null | sed -n 's/^trl (\(.*\))$/\1/p')
+    latest=$("$PYTHON" -m pip index versions trl 2>/dev/null | sed -n 's/^trl (\(.*\))$/\1/p')
     if [[ -z "$latest" ]]; then
         echo "LATEST TRL: could not read TRL's releases from the package index; not checked (not a failure)"
         return 0

@@ -530,6 +530,7 @@ def test_values_equal_handles_huge_and_non_finite_numbers():
     assert values_equal(1, 1.0000001) and values_equal([1, {"a": 2.0}], [1.0, {"a": 2}])
 
 
+@pytest.mark.slow
 def test_sandbox_overhead_benchmark_runs_tiny(tmp_path):
     from benchmarks import sandbox_overhead
 

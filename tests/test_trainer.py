@@ -86,7 +86,6 @@ class CaptureOutputs:
         trainer.add_batch_observer(observe)
 
 
-@pytest.mark.slow
 def test_training_logs_risk_metrics_and_feeds_riskpo_advantages(tiny_model_dir, tmp_path):
     trainer = make_trainer(tiny_model_dir, tiny_config(tmp_path, log_completions=True))
     capture = CaptureOutputs(trainer)
@@ -200,7 +199,6 @@ def test_evaluation_never_moves_the_trackers_and_takes_a_partial_last_batch(tiny
     assert math.isfinite(metrics["eval_loss"])
 
 
-@pytest.mark.slow
 def test_resume_restores_trackers_and_reproduces_advantages(tiny_model_dir, tmp_path):
     args = tiny_config(tmp_path / "full", max_steps=4, save_strategy="steps", save_steps=2)
     full = make_trainer(tiny_model_dir, args)

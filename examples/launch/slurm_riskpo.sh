@@ -5,6 +5,9 @@
 #SBATCH --gres=gpu:8
 #SBATCH --exclusive
 #SBATCH --output=logs/%x-%j.out
+#SBATCH --open-mode=append
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@900
 # Multi-node RiskPO: the last node of the allocation serves generations with `trl vllm-serve` (tensor x data
 # parallel over its GPUs), all other nodes train with DeepSpeed ZeRO-3 through `accelerate launch`.
 #
@@ -16,9 +19,14 @@
 # `-- --gradient_accumulation_steps $((240 / T)) --steps_per_generation $((960 / T))` to keep 480 prompts per
 # generation batch in 4 mini-batches (T must divide 240). --dry-run prints the commands (no SLURM needed with
 # --nodelist). See docs/scale_out.md.
+#
+# Time limit and preemption: 900 s before the time limit SLURM sends SIGUSR1 to this script only (B:; a signal to
+# every step would kill the vLLM server), which passes it on to the training step. Training stops at the end of its
+# generation batch, saves a checkpoint and exits with code 75; the script then requeues the job, and the requeued job
+# runs the same command, which resumes from that checkpoint. Give the stop more time with `sbatch --signal=B:USR1@<s>`.
 set -euo pipefail
 
-usage() { sed -n '9,19p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '11,26p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 die() { echo "error: $*" >&2; exit 2; }
 
 CONFIG="" ACCELERATE_CONFIG="recipes/accelerate_configs/zero3.yaml" GPUS_PER_NODE=8 TP=1 PORT=8000 MAIN_PORT=29500
@@ -84,6 +92,25 @@ if (( DRY_RUN )); then
   exit 0
 fi
 
+STOPPED=75  # riskpo_trl.trainer.preemption.STOPPED_EXIT_CODE: stopped at a checkpoint; the same command resumes
+STOP_REQUESTED=0 TERMINATING=0 SIGNALLED=0 TRAIN_PID=""
+requeue() {
+  echo "Training stopped at a checkpoint: requeueing job $SLURM_JOB_ID; it resumes from that checkpoint."
+  scontrol requeue "$SLURM_JOB_ID"
+  exit "$STOPPED"
+}
+on_usr1() {  # SLURM's early warning: pass it on to the training step (srun forwards it to every process of the step)
+  STOP_REQUESTED=1 SIGNALLED=1
+  if [[ -n "$TRAIN_PID" ]]; then
+    echo "SIGUSR1: asking the training step to stop at its next checkpoint."
+    kill -USR1 "$TRAIN_PID" 2>/dev/null || true
+  fi
+}
+trap on_usr1 USR1
+# SIGTERM (scancel, preemption, the time limit) reaches every step from SLURM itself: do not pass it on, wait for the
+# step to save, and do not requeue (a preemption that requeues does it itself; scancel must not be undone).
+trap 'TERMINATING=1 SIGNALLED=1' TERM
+
 mkdir -p logs
 srun --nodes=1 --ntasks=1 --nodelist="$VLLM_NODE" "${SERVE_CMD[@]}" &
 SERVER_PID=$!
@@ -92,11 +119,28 @@ trap 'kill "$SERVER_PID" 2>/dev/null || true' EXIT
 echo "Waiting up to ${HEALTH_TIMEOUT}s for the vLLM server on $VLLM_NODE:$PORT ..."
 deadline=$(( SECONDS + HEALTH_TIMEOUT ))
 until curl -sf "http://$VLLM_NODE:$PORT/health" > /dev/null; do
+  (( ! STOP_REQUESTED )) || requeue  # nothing trained yet: the last checkpoint is still the one to resume from
   kill -0 "$SERVER_PID" 2>/dev/null || die "the vLLM server step exited before becoming healthy (see logs/)"
   (( SECONDS < deadline )) || die "the vLLM server was not healthy after ${HEALTH_TIMEOUT}s"
   sleep 10
 done
+(( ! STOP_REQUESTED )) || requeue
 
-# bash -c so that $SLURM_NODEID expands on each training node, not here.
+# Each training node runs this through bash -c, so that $SLURM_NODEID expands there. The launcher ignores SIGUSR1 (by
+# default it would die of it, and SLURM would then kill the step); the training processes install their own handler.
+# The launcher reports the processes' exit code 75 as a failure (exit 1), so the stop file carries it past it.
+NODE_CMD="trap '' USR1; trap : TERM INT
+export RISKPO_STOP_FILE=\"\${TMPDIR:-/tmp}/riskpo-stop-\$SLURM_JOB_ID-\$SLURM_NODEID\"; rm -f \"\$RISKPO_STOP_FILE\"
+$(printf '%q ' "${TRAIN_CMD[@]}" | sed 's/\\\$SLURM_NODEID/$SLURM_NODEID/')
+status=\$?; if [[ -s \"\$RISKPO_STOP_FILE\" ]]; then rm -f \"\$RISKPO_STOP_FILE\"; exit $STOPPED; fi; exit \$status"
 srun --nodes="$NUM_MACHINES" --ntasks="$NUM_MACHINES" --ntasks-per-node=1 --nodelist="$(IFS=,; echo "${TRAIN_NODES[*]}")" \
-  bash -c "$(printf '%q ' "${TRAIN_CMD[@]}" | sed 's/\\\$SLURM_NODEID/$SLURM_NODEID/')"
+  bash -c "$NODE_CMD" &
+TRAIN_PID=$!
+# `wait` returns early when a trapped signal arrives: wait again until the step itself has ended.
+while :; do
+  SIGNALLED=0
+  status=0; wait "$TRAIN_PID" || status=$?
+  (( SIGNALLED && status > 128 )) || break
+done
+(( status != STOPPED || ! STOP_REQUESTED || TERMINATING )) || requeue
+exit "$status"

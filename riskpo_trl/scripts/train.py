@@ -15,6 +15,12 @@ A run restarts from the last checkpoint in ``output_dir`` by itself, and a run w
 its end (``max_steps``, or the epochs) says so and exits without training; at the end the model, the tokenizer and the
 model card are saved there, and pushed to the Hub when ``push_to_hub`` is set. A mistake in the options, the recipe or
 the data is one ``error:`` line and exit code 2 (``--debug`` shows its traceback).
+
+SIGINT (Ctrl-C), SIGTERM or SIGUSR1 during training stops the run at the end of the current generation batch, saves a
+checkpoint there, prints one line (the step, the checkpoint, "Run the same command to resume") and exits with code 75
+(``riskpo_trl.trainer.preemption.STOPPED_EXIT_CODE``), writing no model card; the same command resumes it exactly. A
+second Ctrl-C more than a second later aborts at once without saving (exit status 130). See
+``riskpo_trl.trainer.preemption``.
 """
 
 from __future__ import annotations
@@ -377,12 +383,12 @@ TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "rng_state", "training_a
 def resume_checkpoint(training_args) -> str | None:
     """``resume_from_checkpoint`` if set, else the last checkpoint in ``output_dir`` (a killed run picks up where it
     stopped), else None."""
-    from transformers.trainer_utils import get_last_checkpoint
+    from ..trainer.preemption import last_complete_checkpoint
 
     if training_args.resume_from_checkpoint is not None:
         return training_args.resume_from_checkpoint
     if os.path.isdir(training_args.output_dir):
-        return get_last_checkpoint(training_args.output_dir)
+        return last_complete_checkpoint(training_args.output_dir)
     return None
 
 
@@ -449,10 +455,14 @@ def train_and_save(trainer, script_args: RiskPOScriptArguments, training_args, c
     """Train from ``checkpoint`` (None: from scratch), then save the model, the trainer state and the card; a run
     that took no step raises before anything is saved."""
     from ..trainer.model_card import save_model_card
+    from ..trainer.preemption import stopping_on_signals
 
     if checkpoint is not None:
         trainer.accelerator.print(f"Resuming from {checkpoint}.")
-    trainer.train(resume_from_checkpoint=checkpoint)
+    with stopping_on_signals(trainer) as stop:
+        trainer.train(resume_from_checkpoint=checkpoint)
+    if stop.stopped_at is not None:
+        stop.finish(trainer)  # one line, no card; raises RunStopped: exit code 75
     if trainer.state.global_step == 0:  # baselines; RiskPOTrainer.train raises itself
         raise RuntimeError("Training ended without a single step, so no model or card is saved: the training data "
                            "yielded less than one generation batch.")

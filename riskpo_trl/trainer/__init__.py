@@ -1,6 +1,6 @@
 """The trainer layer: RiskPO on TRL (``riskpo_trainer``, ``config``), the trainer's plumbing in one module per concern
-(``batch_hook``, ``token_mean``, ``unscored_rewards``, ``checkpoints``, ``checks``, ``regime_guard``), the model card
-and the registry of trainers a recipe can name (``registry``). Public names load on first use."""
+(``batch_hook``, ``token_mean``, ``unscored_rewards``, ``checkpoints``, ``checks``, ``regime_guard``, ``preemption``),
+the model card and the registry of trainers a recipe can name (``registry``). Public names load on first use."""
 
 from typing import Any
 

@@ -1,0 +1,200 @@
+"""Stop a training run cleanly on SIGINT (Ctrl-C), SIGTERM (a cluster's preemption) or SIGUSR1 (SLURM's early
+warning, ``--signal=B:USR1@<seconds>``), so that the same command resumes it exactly.
+
+TRL generates once per generation batch and trains several optimizer steps on it; a checkpoint inside a batch resumes
+with a freshly generated batch, not the one the uninterrupted run trained on. So a signal only sets a flag, and the
+run stops at the end of the current generation batch (at most ``period - 1`` more optimizer steps, without generating
+again), saves a checkpoint there, prints one line and exits with :data:`STOPPED_EXIT_CODE`. The processes of a
+distributed run agree on the flag with one tiny all-reduce per generation batch, so all of them stop at the same step
+even when the signal reached only some of them.
+
+A second Ctrl-C more than :data:`REPEAT_WINDOW_S` after the first aborts at once: the process kills itself with
+SIGINT (exit status 130) without saving, and ``output_dir`` keeps its earlier checkpoints. A repeat within the window
+counts as the same request (SLURM signals every process of a job step, and the launcher of ``accelerate launch``
+passes the signal on once more); a repeated SIGTERM or SIGUSR1 is ignored, as the stop is under way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+
+from transformers import TrainerCallback
+
+# EX_TEMPFAIL of sysexits.h, "temporary failure, try again later": the run stopped at a checkpoint and the same
+# command resumes it. Distinct from a crash (1), a usage error (2) and a death by signal (128 + N).
+STOPPED_EXIT_CODE = 75
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1")
+# A repeated Ctrl-C within this many seconds is the same request, not an abort.
+REPEAT_WINDOW_S = 1.0
+# If set, the stop line is also written to this file by each node's first process: a launcher (torchrun, under
+# `accelerate launch`) reports a process's exit code 75 as a failure and exits 1, so a wrapper script reads this file.
+STOP_FILE_ENV = "RISKPO_STOP_FILE"
+# A checkpoint's trainer state is written last, so a checkpoint without it was cut short while saving.
+CHECKPOINT_COMPLETE_MARKER = "trainer_state.json"
+
+
+class RunStopped(SystemExit):
+    """Raised by the training script after a clean stop: uncaught, the process exits with :data:`STOPPED_EXIT_CODE`
+    and no traceback."""
+
+    def __init__(self, step: int, checkpoint: str, signal_name: str):
+        super().__init__(STOPPED_EXIT_CODE)
+        self.step, self.checkpoint, self.signal_name = step, checkpoint, signal_name
+
+
+def generation_period(args) -> int:
+    """Optimizer steps between two generation batches of a GRPO-family config: TRL generates every
+    ``steps_per_generation * num_iterations`` micro-steps, and an optimizer step takes ``gradient_accumulation_steps``
+    of them. 1 for a config without generation batches."""
+    every = getattr(args, "steps_per_generation", None)
+    if not every:
+        return 1
+    every *= getattr(args, "num_iterations", 1)
+    return every // math.gcd(every, args.gradient_accumulation_steps)
+
+
+def _is_main_process() -> bool:
+    return os.environ.get("RANK", "0") == "0"
+
+
+class StopOnSignal(TrainerCallback):
+    """Turns a stop signal into a checkpoint at the next generation-batch boundary and the end of training.
+
+    Use :func:`stopping_on_signals`, which installs the handlers for the duration of ``trainer.train()`` (they can only
+    be installed from the main thread). After training, ``stopped_at`` is the step the run stopped at for a signal, or
+    None (no signal, or it came during the run's last step: then the run simply finished)."""
+
+    def __init__(self, period: int):
+        self.period = period
+        self.requested: int | None = None  # the signal this process received
+        self.stopped_at: int | None = None
+        self.signal_name: str | None = None  # of the signal the processes agreed on
+        self._requested_at = 0.0
+        self._previous: dict[int, object] = {}
+        self._first_step = 0  # TRL generates at the first step of train(), also on resume
+
+    def install(self) -> None:
+        for name in STOP_SIGNALS:
+            number = getattr(signal, name, None)  # Windows has no SIGUSR1
+            if number is not None:
+                self._previous[number] = signal.signal(number, self._handle)
+
+    def restore(self) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+        self._previous.clear()
+
+    def _handle(self, number: int, frame) -> None:
+        if self.requested is None:
+            self.requested, self._requested_at = number, time.monotonic()
+            if _is_main_process():
+                when = ("after the current optimizer step" if self.period == 1 else
+                        f"at the end of the current generation batch (at most {self.period - 1} more optimizer "
+                        f"step{'s' if self.period > 2 else ''})")
+                abort = "; press Ctrl-C again to abort without saving" if number == signal.SIGINT else ""
+                self._say(f"{signal.Signals(number).name} received: stopping {when} and saving a checkpoint "
+                          f"there{abort}.")
+            return
+        if number == signal.SIGINT and time.monotonic() - self._requested_at > REPEAT_WINDOW_S:
+            if _is_main_process():
+                self._say("Second Ctrl-C: aborting without saving; output_dir keeps its earlier checkpoints.")
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    @staticmethod
+    def _say(message: str) -> None:
+        os.write(2, f"\n{message}\n".encode())  # not print: the handler may interrupt a print in progress
+
+    def _agreed_signal(self, args) -> int:
+        """The largest signal number any process received (0: none), the same on every process."""
+        import torch
+        import torch.distributed as dist
+
+        number = self.requested or 0
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            flag = torch.tensor([number], dtype=torch.int64, device=args.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            number = int(flag.item())
+        return number
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._first_step = state.global_step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if (state.global_step - self._first_step) % self.period:  # inside a generation batch
+            return
+        number = self._agreed_signal(args)  # every process reaches every boundary: the collective matches
+        if number and state.global_step < state.max_steps:
+            self.stopped_at, self.signal_name = state.global_step, signal.Signals(number).name
+            control.should_save = True
+            control.should_training_stop = True
+
+    def checkpoint(self, args) -> str:
+        return os.path.join(args.output_dir, f"checkpoint-{self.stopped_at}")
+
+    def finish(self, trainer) -> None:
+        """After a stop: remove a model card that checkpoint saves left without a model, print the one line (and write
+        it to ``$RISKPO_STOP_FILE``), release the process group, and raise :class:`RunStopped`."""
+        args = trainer.args
+        checkpoint = self.checkpoint(args)
+        if args.should_save:
+            remove_card_without_model(args.output_dir)
+        line = (f"Stopped by {self.signal_name} at step {self.stopped_at} of {trainer.state.max_steps}: saved "
+                f"{checkpoint}. Run the same command to resume (exit code {STOPPED_EXIT_CODE}).")
+        trainer.accelerator.print(line)
+        stop_file = os.environ.get(STOP_FILE_ENV)
+        if stop_file and trainer.accelerator.is_local_main_process:
+            with open(stop_file, "w") as file:
+                file.write(line + "\n")
+        trainer.end()
+        raise RunStopped(self.stopped_at, checkpoint, self.signal_name)
+
+
+def remove_card_without_model(output_dir: str) -> bool:
+    """TRL writes the model card into ``output_dir`` at every checkpoint; without a model next to it (a run stopped
+    before its end) it describes a model that is not there, so remove it. True if it did."""
+    card = os.path.join(output_dir, "README.md")
+    has_model = any(os.path.isfile(os.path.join(output_dir, name)) for name in ("config.json", "adapter_config.json"))
+    if os.path.isfile(card) and not has_model:
+        os.remove(card)
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def stopping_on_signals(trainer) -> Iterator[StopOnSignal]:
+    """Within the block (around ``trainer.train()``), SIGINT, SIGTERM and SIGUSR1 stop the run at the next
+    generation-batch boundary with a checkpoint; the previous handlers come back after it. Outside the main thread
+    (where handlers cannot be installed) signals keep their usual effect."""
+    stop = StopOnSignal(generation_period(trainer.args))
+    trainer.add_callback(stop)
+    with contextlib.suppress(ValueError):  # not the main thread
+        stop.install()
+    try:
+        yield stop
+    finally:
+        stop.restore()
+        trainer.remove_callback(stop)
+
+
+def last_complete_checkpoint(output_dir: str) -> str | None:
+    """The last ``checkpoint-N`` in ``output_dir`` whose save finished (it has its trainer state, written last), or
+    None; later ones that a kill cut short are named in a warning and skipped."""
+    import logging
+
+    names = [name for name in os.listdir(output_dir)
+             if re.fullmatch(r"checkpoint-\d+", name) and os.path.isdir(os.path.join(output_dir, name))]
+    folders = [os.path.join(output_dir, name) for name in sorted(names, key=lambda n: -int(n.split("-")[1]))]
+    complete = next((path for path in folders if os.path.isfile(os.path.join(path, CHECKPOINT_COMPLETE_MARKER))), None)
+    skipped = folders[:folders.index(complete)] if complete else folders
+    if skipped:
+        logging.getLogger(__name__).warning(
+            f"Skipping {', '.join(skipped)}: no {CHECKPOINT_COMPLETE_MARKER}, so a kill cut its save short. "
+            + (f"Resuming from {complete}." if complete else "Starting from scratch."))
+    return complete
