@@ -59,8 +59,8 @@ EXCLUDED = {
     "trl": {"1.15.0": "it cannot train on CPU ('NoneType' object has no attribute 'apply') and has no patch release"},
     "transformers": {
         "5.1.0": "TRL's deepspeed extra excludes it",
-        "5.2.0 to 5.5.3": "they divide the loss by gradient_accumulation_steps twice, so every gradient silently "
-                          "shrinks by that factor (5.5.4 fixed it)",
+        "5.2.0 to 5.5.3": "they divide the loss by gradient_accumulation_steps twice, so with gradient accumulation "
+                          "every gradient silently shrinks by that factor (5.5.4 fixed it)",
     },
 }
 # pyproject.toml's pins: from the lowest tested release to before the minor release after the newest tested one,
