@@ -14,6 +14,7 @@ ENTRY_POINTS = ("riskpo_trl.scripts",)
 # on one layer sit beside each other; the cycle check keeps them from leaning on each other both ways.
 LAYERS = {
     "riskpo_trl.registry": 0,
+    "riskpo_trl.compat": 0,
     "riskpo_trl.tiny_model": 0,
     "riskpo_trl.risk": 1,
     "riskpo_trl.rewards": 1,

@@ -11,10 +11,19 @@ import pytest
 from datasets import Dataset
 from trl.chat_template_utils import qwen3_chat_template
 
-from riskpo_trl import RiskPOConfig, RiskPOTrainer
+from riskpo_trl import RiskPOConfig, RiskPOTrainer, compat
 from riskpo_trl.tiny_model import build_tiny_model
 
 from helpers import contains_digit_reward, make_prompt_dataset
+
+
+# TRL refuses tools before transformers 5.0.0 and environment_factory before 5.2.0 (compat.py).
+needs_tools = pytest.mark.skipif(not compat.transformers_at_least(compat.TOOLS_NEED_TRANSFORMERS),
+                                 reason=f"TRL's tools need transformers >= {compat.TOOLS_NEED_TRANSFORMERS}")
+needs_environments = pytest.mark.skipif(
+    not compat.transformers_at_least(compat.ENVIRONMENTS_NEED_TRANSFORMERS),
+    reason=f"TRL's environment_factory needs transformers >= {compat.ENVIRONMENTS_NEED_TRANSFORMERS}",
+)
 
 
 class IncrementEnv:
@@ -158,6 +167,7 @@ def train(model_dir, args, **kwargs) -> RiskPOTrainer:
 
 
 @pytest.mark.slow
+@needs_environments
 def test_environment_that_owns_data_and_reward_trains_without_a_dataset(tool_model_dir, tmp_path):
     trainer = train(tool_model_dir, config(tmp_path), environment_factory=IncrementEnv)
     [entry, *_] = [e for e in trainer.state.log_history if "rewards/IncrementEnv/mean" in e]
@@ -165,6 +175,7 @@ def test_environment_that_owns_data_and_reward_trains_without_a_dataset(tool_mod
 
 
 @pytest.mark.slow
+@needs_environments
 def test_environment_reads_its_task_from_the_dataset(tool_model_dir, tmp_path):
     dataset = Dataset.from_dict({
         "prompt": [[{"role": "user", "content": f"Increment the counter to {i}."}] for i in range(1, 7)],
@@ -182,6 +193,7 @@ def test_environment_reads_its_task_from_the_dataset(tool_model_dir, tmp_path):
 
 
 @pytest.mark.slow
+@needs_environments
 def test_environments_routed_by_an_environment_only_dataset(tool_model_dir, tmp_path):
     routing = Dataset.from_dict({"environment": ["coding", "game"] * 4})
     trainer = train(tool_model_dir, config(tmp_path), train_dataset=routing, reward_funcs=environment_type_reward,
@@ -192,6 +204,7 @@ def test_environments_routed_by_an_environment_only_dataset(tool_model_dir, tmp_
 
 
 @pytest.mark.slow
+@needs_tools
 def test_sync_and_async_tools(tool_model_dir, tmp_path):
     trainer = train(tool_model_dir, config(tmp_path), train_dataset=make_prompt_dataset(8),
                     reward_funcs=contains_digit_reward, tools=[multiply, async_add])

@@ -6,8 +6,8 @@ from typing import Any
 
 from datasets import Dataset
 from transformers import TrainerCallback
-from trl.models.utils import unwrap_model_for_generation
 
+from ..compat import unwrap_for_generation
 from ..rewards.grading import verify_answer
 from .benchmarks import render_prompt
 from .config import TrainingPassAtK
@@ -99,10 +99,8 @@ class PassAtKCallback(TrainerCallback):
         scored: list[tuple[int, list[float]]] = []
         # Padding keeps the number of generate calls equal on every process (needed under ZeRO-3).
         with accelerator.split_between_processes(indices, apply_padding=True) as shard:
-            with unwrap_model_for_generation(
-                trainer.model_wrapped,
-                accelerator,
-                gradient_checkpointing_kwargs=getattr(trainer.args, "gradient_checkpointing_kwargs", None),
+            with unwrap_for_generation(
+                trainer.model_wrapped, accelerator, getattr(trainer.args, "gradient_checkpointing_kwargs", None)
             ) as model:
                 backend = TransformersBackend(model, tokenizer, batch_size=self.batch_size)
                 rows = [self.eval_dataset[i] for i in shard]

@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 
 import torch
-from transformers import CLIPImageProcessorPil, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+from transformers import LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
 
+from ..compat import clip_image_processor
 from ..tiny_model import TINY_MODEL_MARK, build_char_tokenizer
 
 IMAGE_TOKEN = "<image>"
@@ -32,7 +33,7 @@ def build_tiny_vlm(output_dir: str | os.PathLike | None = None, *, image_size: i
     tokenizer = build_char_tokenizer()
     tokenizer.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
     tokenizer.chat_template = VLM_CHAT_TEMPLATE
-    image_processor = CLIPImageProcessorPil(
+    image_processor = clip_image_processor(
         size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
     )
     processor = LlavaProcessor(

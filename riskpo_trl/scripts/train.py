@@ -503,7 +503,7 @@ def train_and_save(trainer, script_args: RiskPOScriptArguments, training_args, c
         trainer.create_model_card = functools.partial(save_model_card, trainer, **card_fields)
         trainer.push_to_hub()
     trainer.accelerator.print(f"Saved the model and its card to {training_args.output_dir}.")
-    trainer.end()  # close trackers and the process group
+    trainer.accelerator.end_training()  # close trackers and the process group (what transformers' Trainer.end does)
     return trainer
 
 

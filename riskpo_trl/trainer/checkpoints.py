@@ -38,22 +38,18 @@ def read_state(checkpoint: str) -> dict[str, Any]:
         return json.load(f)
 
 
-def tied_parameter_names(model: nn.Module) -> set[str]:
-    """Names of the parameters that are the very tensor of the parameter they are tied to (``lm_head.weight`` in a
-    tied-embeddings model): loading the one loads the other."""
-    tied = getattr(model, "all_tied_weights_keys", None) or {}
-    parameters = dict(model.named_parameters(remove_duplicate=False))
-    return {
-        target for target, source in tied.items()
-        if target in parameters and source in parameters and parameters[target] is parameters[source]
-    }
-
-
 def without_tied_missing_keys(model: nn.Module, load_result: Any) -> Any:
-    """``load_result`` (a ``load_state_dict`` result) without the missing keys that are tied to a loaded tensor."""
-    shared = tied_parameter_names(model)
-    missing = [key for key in load_result.missing_keys if key not in shared]
-    return load_result._replace(missing_keys=missing)
+    """``load_result`` (a ``load_state_dict`` result) without the missing keys of parameters that are the very tensor
+    of a loaded one (``lm_head.weight`` in a tied-embeddings model): loading the one loaded the other."""
+    names_by_tensor: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        names_by_tensor.setdefault(id(parameter), []).append(name)
+    missing = set(load_result.missing_keys)
+    loaded_through_a_tie = {
+        name for names in names_by_tensor.values() if any(other not in missing for other in names)
+        for name in names if name in missing
+    }
+    return load_result._replace(missing_keys=[key for key in load_result.missing_keys if key not in loaded_through_a_tie])
 
 
 class TiedWeightsResumeMixin:

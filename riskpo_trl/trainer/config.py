@@ -17,12 +17,18 @@ import torch
 import transformers
 import trl
 
-from transformers.utils import is_torch_bf16_gpu_available
-from trl import GRPOConfig
+from .. import compat
 
-from ..registry import closest_name
-from ..risk import ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, QUANTILE_SOURCES, RISK_PROFILES, scaled_advantage
-from ..risk.advantages import levels_in_order
+compat.check_versions()  # before TRL loads: a release outside the tested range gets one message naming the range
+
+from transformers.utils import is_torch_bf16_gpu_available  # noqa: E402
+from trl import GRPOConfig  # noqa: E402
+
+from ..registry import closest_name  # noqa: E402
+from ..risk import (  # noqa: E402
+    ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, QUANTILE_SOURCES, RISK_PROFILES, scaled_advantage,
+)
+from ..risk.advantages import levels_in_order  # noqa: E402
 
 # The paper updates 4 times per generation batch (batch 512 prompts, mini-batches of 128).
 UPDATES_PER_GENERATION = 4
@@ -357,6 +363,13 @@ class RiskPOConfig(GRPOConfig):
             raise ValueError(
                 f"loss_token_mean_sequences={size} regroups the token mean of loss_type='bnpo' (verl's token-mean); "
                 f"loss_type={self.loss_type!r} aggregates otherwise. Set loss_type='bnpo' or drop the field."
+            )
+        if self.use_liger_kernel and compat.liger_skips_compute_loss():
+            raise ValueError(
+                f"use_liger_kernel=True with loss_token_mean_sequences={size}: with TRL "
+                f"{compat.installed_version('trl')} the loss is Liger's, which never applies the token-mean factors, "
+                "so the setting would be silently dropped. Set use_liger_kernel=False, drop loss_token_mean_sequences, "
+                "or upgrade to TRL 1.16, where Liger supplies only layer kernels and the factors apply."
             )
         per_device = self.per_device_train_batch_size
         if size < 1 or size % per_device != 0:

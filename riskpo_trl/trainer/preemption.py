@@ -155,7 +155,7 @@ class StopOnSignal(TrainerCallback):
         if stop_file and trainer.accelerator.is_local_main_process:
             with open(stop_file, "w") as file:
                 file.write(line + "\n")
-        trainer.end()
+        trainer.accelerator.end_training()  # what transformers' Trainer.end does (it exists only from 5.18)
         raise RunStopped(self.stopped_at, checkpoint, self.signal_name)
 
 

@@ -6,19 +6,24 @@ import hashlib
 import textwrap
 
 import torch
-from trl import GRPOTrainer
-from trl.trainer.utils import get_config_model_id
 
-from ..risk import QuantileTracker, RiskEstimator
-from .batch_hook import BatchObserversMixin, ScoredBatch
-from .checkpoints import RISK_STATE_FILE, TiedWeightsResumeMixin, read_state, write_state
-from .checks import check_start_up
-from .config import RiskPOConfig
-from .model_card import record_absolute_base_model, save_model_card
-from .regime_guard import RegimeGuard
-from .resumed_schedule import continue_schedule_on_resume
-from .token_mean import TokenMeanLossMixin
-from .unscored_rewards import UnscoredRewardsMixin
+from .. import compat
+
+compat.check_versions()  # before TRL loads: a release outside the tested range gets one message naming the range
+
+from trl import GRPOTrainer  # noqa: E402
+from trl.trainer.utils import get_config_model_id  # noqa: E402
+
+from ..risk import QuantileTracker, RiskEstimator  # noqa: E402
+from .batch_hook import BatchObserversMixin, ScoredBatch  # noqa: E402
+from .checkpoints import RISK_STATE_FILE, TiedWeightsResumeMixin, read_state, write_state  # noqa: E402
+from .checks import check_start_up  # noqa: E402
+from .config import RiskPOConfig  # noqa: E402
+from .model_card import record_absolute_base_model, save_model_card  # noqa: E402
+from .regime_guard import RegimeGuard  # noqa: E402
+from .resumed_schedule import continue_schedule_on_resume  # noqa: E402
+from .token_mean import TokenMeanLossMixin  # noqa: E402
+from .unscored_rewards import UnscoredRewardsMixin  # noqa: E402
 
 __all__ = ["RISK_STATE_FILE", "RiskPOTrainer"]
 
@@ -96,6 +101,7 @@ class RiskPOTrainer(
         super().__init__(model, reward_funcs, args=args, **kwargs)
         record_absolute_base_model(self.model)  # a saved adapter then loads from any working directory
         continue_schedule_on_resume(self)  # a raised max_steps continues at the new schedule's learning rate
+        compat.suppress_image_token(self)
         self.risk_estimator = RiskEstimator.from_config(args)
         # The guard's evidence is about the paper's advantage; the authors' scaling did not collapse in its regime.
         patience = args.regime_guard_patience if args.advantage_scaling == "none" else 0

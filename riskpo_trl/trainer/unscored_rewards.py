@@ -19,7 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 from transformers.utils import logging as transformers_logging
-from trl.trainer.utils import is_async_callable
+
+from ..compat import trl_awaits
 
 # GRPOTrainer's warning for a completion no reward function scored; it says None for NaN too.
 TRL_ALL_NONE_WARNING = "All reward functions returned None"
@@ -72,7 +73,7 @@ def _counting(func: Callable, index: int, owner: Any) -> Callable:
         owner.unscored_counts.nan[index] += nan
         return output
 
-    if is_async_callable(func):
+    if trl_awaits(func):  # the wrapper must be awaited exactly when TRL would await func
         async def counted_async(*args, **kwargs):
             return record(await func(*args, **kwargs))
 

@@ -1,0 +1,216 @@
+"""Every dependence on TRL's or transformers' private API, and every difference between their supported releases.
+
+The supported range is the tested one. `TESTED` holds its ends and `PINS` the pins pyproject.toml declares, the same
+numbers (`tests/test_compat.py` checks that); CI runs the fast suite and the tests that train the tiny model at both
+ends (`.ci/compat.sh`). `check_versions` refuses anything else, once, when the trainer is imported.
+
+Private API used, with the signatures and behaviour relied on checked in TRL 1.13.0, 1.14.2 and 1.16.0 and
+transformers 4.56.2 and 5.23.0 (`tests/test_compat.py` checks `PRIVATE_METHODS` against the installed releases):
+
+- `GRPOTrainer` methods the trainer's classes override (`PRIVATE_METHODS`): `_calculate_rewards` (returns the rewards
+  gathered over processes), `_generate_and_score_completions` (returns a dict with ``advantages``), `_prepare_inputs`,
+  `_compute_loss`; and `transformers.Trainer`'s `_save_optimizer_and_scheduler`, `_load_optimizer_and_scheduler`,
+  `_issue_warnings_after_load`.
+- `GRPOTrainer` attributes read or written (`PRIVATE_ATTRIBUTES`): `_metrics[mode]`, `_logs["advantages"]` and
+  `_logs["extra"]` (the completions table), `_buffered_inputs` (the generation batch's micro-batches), `_step`,
+  `_is_vlm` (the model card); the class attributes `_tag_names`, `_name` and `_paper` feed the model card too, as does
+  transformers' `PretrainedConfig._name_or_path`.
+- TRL helpers: `trl.trainer.utils.get_config_model_id`, `trl.models.utils.unwrap_model_for_generation` (through
+  `unwrap_for_generation`), `trl.trainer.utils.is_async_callable` (through `trl_awaits`), `trl.experimental.gmpo`
+  (the GMPO baseline).
+
+Differences between the supported releases, each handled here:
+
+- TRL < 1.16: `unwrap_model_for_generation` takes no ``gradient_checkpointing_kwargs`` and re-enables gradient
+  checkpointing with the defaults; `unwrap_for_generation` re-enables it with the run's kwargs.
+- TRL < 1.16: generation without vLLM may sample a vision-language model's image token, which then mismatches the
+  image features; `suppress_image_token` keeps it out, as TRL 1.16 does.
+- TRL 1.13 has no `is_async_callable` and awaits coroutine functions only; `trl_awaits` answers as the installed
+  release decides.
+- TRL < 1.16: with ``use_liger_kernel=True`` the loss is Liger's and `_compute_loss` never runs
+  (`liger_skips_compute_loss`), so RiskPOConfig refuses the settings that act through it.
+- transformers 4.x has no `CLIPImageProcessorPil`; its `CLIPImageProcessor` is the PIL one (`clip_image_processor`).
+- transformers 4.x: TRL refuses tools and ``environment_factory`` (`TOOLS_NEED_TRANSFORMERS`,
+  `ENVIRONMENTS_NEED_TRANSFORMERS`), with its own error when the trainer is built.
+
+Not used, as they are missing from some supported releases: `Trainer.end` (transformers >= 5.18; the train script
+calls `accelerator.end_training()`, all it does) and `PreTrainedModel.all_tied_weights_keys` (transformers 5;
+`trainer.checkpoints` finds tied weights by tensor identity).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import inspect
+import os
+import warnings
+from collections.abc import Iterator
+from functools import cache
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+# The lowest and the newest tested release of each.
+TESTED = {"trl": ("1.13.0", "1.16.0"), "transformers": ("4.56.2", "5.23.0")}
+# Releases inside the range that are refused, and why.
+EXCLUDED = {
+    "trl": {"1.15.0": "it cannot train on CPU ('NoneType' object has no attribute 'apply') and has no patch release"},
+    "transformers": {
+        "5.1.0": "TRL's deepspeed extra excludes it",
+        "5.2.0 to 5.5.3": "they divide the loss by gradient_accumulation_steps twice, so with gradient accumulation "
+                          "every gradient silently shrinks by that factor (5.5.4 fixed it)",
+    },
+}
+# pyproject.toml's pins: from the lowest tested release to before the minor release after the newest tested one,
+# without the excluded releases.
+PINS = {
+    "trl": ">=1.13.0,<1.17,!=1.15.0",
+    "transformers": ">=4.56.2,<5.24,!=5.1.0,!=5.2.*,!=5.3.*,!=5.4.*,!=5.5.0,!=5.5.1,!=5.5.2,!=5.5.3",
+}
+# TRL (1.13 to 1.16) refuses, when the trainer is built, tools before transformers 5.0.0 and environment_factory
+# before 5.2.0 (within the pins: 5.5.4).
+TOOLS_NEED_TRANSFORMERS = "5.0.0"
+ENVIRONMENTS_NEED_TRANSFORMERS = "5.2.0"
+# Set to 1 to import the trainer with releases outside the range anyway (a warning instead of the error); CI's check
+# of TRL's newest release uses it.
+ALLOW_UNTESTED_ENV = "RISKPO_ALLOW_UNTESTED_VERSIONS"
+
+# Private methods overridden, by owner, with their parameters after ``self``.
+PRIVATE_METHODS = {
+    "trl.GRPOTrainer": {
+        "_calculate_rewards": ("inputs", "prompts", "completions", "completion_ids_list"),
+        "_generate_and_score_completions": ("inputs",),
+        "_prepare_inputs": ("generation_batch",),
+        "_compute_loss": ("model", "inputs"),
+    },
+    "transformers.Trainer": {
+        "_save_optimizer_and_scheduler": ("output_dir",),
+        "_load_optimizer_and_scheduler": ("checkpoint",),
+        "_issue_warnings_after_load": ("load_result",),
+    },
+}
+# Private attributes of a built GRPOTrainer that are read or written.
+PRIVATE_ATTRIBUTES = ("_metrics", "_logs", "_buffered_inputs", "_step", "_is_vlm")
+
+
+class UnsupportedVersionError(ImportError):
+    """TRL or transformers is outside the tested range."""
+
+
+def installed_version(package: str) -> str | None:
+    """The installed release of ``package``, or None when it is not installed."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def version_problems() -> list[str]:
+    """One line per package outside its pins, naming the installed release and the supported range."""
+    problems = []
+    for package, pins in PINS.items():
+        installed = installed_version(package)
+        if installed is not None and Version(installed) in SpecifierSet(pins):
+            continue
+        lowest, newest = TESTED[package]
+        excluded = "; ".join(f"{releases} excluded: {why}" for releases, why in EXCLUDED[package].items())
+        found = "not installed" if installed is None else f"{installed} installed"
+        problems.append(f"{package} {found}; supported: {package}{pins} (tested {lowest} to {newest}; {excluded})")
+    return problems
+
+
+@cache
+def check_versions() -> None:
+    """Raise one `UnsupportedVersionError` naming every package outside the supported range and the pip command that
+    installs supported releases; with RISKPO_ALLOW_UNTESTED_VERSIONS=1, warn instead."""
+    problems = version_problems()
+    if not problems:
+        return
+    install = " ".join(f"'{package}{pins}'" for package, pins in PINS.items())
+    message = (
+        "riskpo-trl supports the TRL and transformers releases it is tested with, and this environment has others:\n  "
+        + "\n  ".join(problems)
+        + f"\nInstall supported releases: pip install {install}\nTo run untested releases anyway, set "
+        f"{ALLOW_UNTESTED_ENV}=1 (README: Tested versions)."
+    )
+    if os.environ.get(ALLOW_UNTESTED_ENV) == "1":
+        warnings.warn(message, stacklevel=2)
+        return
+    raise UnsupportedVersionError(message)
+
+
+def transformers_at_least(release: str) -> bool:
+    installed = installed_version("transformers")
+    return installed is not None and Version(installed) >= Version(release)
+
+
+def _trl_before(release: str) -> bool:
+    installed = installed_version("trl")
+    return installed is not None and Version(installed) < Version(release)
+
+
+# --- TRL ------------------------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def unwrap_for_generation(model: Any, accelerator: Any, gradient_checkpointing_kwargs: dict | None) -> Iterator[Any]:
+    """TRL's `unwrap_model_for_generation`, after which gradient checkpointing is back on with the run's kwargs in
+    every supported release (before 1.16 TRL takes no such keyword and turns it back on with the defaults)."""
+    from trl.models.utils import unwrap_model_for_generation
+
+    if "gradient_checkpointing_kwargs" in inspect.signature(unwrap_model_for_generation).parameters:
+        with unwrap_model_for_generation(
+            model, accelerator, gradient_checkpointing_kwargs=gradient_checkpointing_kwargs
+        ) as unwrapped:
+            yield unwrapped
+        return
+    with unwrap_model_for_generation(model, accelerator) as unwrapped:
+        yield unwrapped
+    if gradient_checkpointing_kwargs and getattr(unwrapped, "is_gradient_checkpointing", False):
+        unwrapped.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)
+
+
+def suppress_image_token(trainer: Any) -> None:
+    """Keep generation without vLLM from sampling a vision-language model's image token (a sampled one mismatches the
+    image features). TRL 1.16 does this itself, and then this changes nothing; a ``suppress_tokens`` in the config's
+    ``generation_kwargs`` wins, as in TRL."""
+    from transformers import GenerationConfig, ProcessorMixin
+
+    settings = getattr(trainer, "generation_kwargs", None)  # set by GRPOTrainer when it generates without vLLM
+    image_token_id = getattr(trainer.model.config, "image_token_id", None)
+    if (getattr(trainer, "use_vllm", False) or not isinstance(trainer.processing_class, ProcessorMixin)
+            or not isinstance(settings, dict) or image_token_id is None or "suppress_tokens" in settings):
+        return
+    settings["suppress_tokens"] = [image_token_id]
+    trainer.generation_config = GenerationConfig(**settings, disable_compile=True)
+
+
+def trl_awaits(func: Any) -> bool:
+    """Whether GRPOTrainer awaits ``func`` as an async reward function: by TRL's own test, `is_async_callable`, which
+    from 1.14 also takes an object whose ``__call__`` is a coroutine function; 1.13 awaits coroutine functions only."""
+    try:
+        from trl.trainer.utils import is_async_callable
+    except ImportError:
+        return inspect.iscoroutinefunction(func)
+    return is_async_callable(func)
+
+
+def liger_skips_compute_loss() -> bool:
+    """Whether ``use_liger_kernel=True`` makes the loss Liger's, so that `_compute_loss` never runs: TRL 1.13 and
+    1.14 (from 1.16 Liger only supplies layer kernels and the loss is `_compute_loss`)."""
+    return _trl_before("1.16.0")
+
+
+# --- transformers ---------------------------------------------------------------------------------------------------
+
+
+def clip_image_processor(**kwargs: Any) -> Any:
+    """A CLIP image processor that needs no torchvision: `CLIPImageProcessorPil` (transformers 5) or
+    `CLIPImageProcessor` (4.x, where it is the PIL one)."""
+    try:
+        from transformers import CLIPImageProcessorPil as processor_class
+    except ImportError:
+        from transformers import CLIPImageProcessor as processor_class
+    return processor_class(**kwargs)

@@ -1,0 +1,213 @@
+"""The supported TRL and transformers range (pyproject's pins are the tested range; anything outside it is refused with
+one message when the trainer is imported), the private API `riskpo_trl.compat` lists, and its shims."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from helpers import contains_digit_reward, make_prompt_dataset
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from riskpo_trl import compat
+from riskpo_trl.trainer import RiskPOConfig, RiskPOTrainer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def fresh_version_check():
+    compat.check_versions.cache_clear()
+    yield
+    compat.check_versions.cache_clear()
+
+
+def seen_versions(monkeypatch, **versions):
+    """Make the version check see these releases (None: not installed) instead of the installed ones."""
+    real = compat.installed_version
+    monkeypatch.setattr(compat, "installed_version", lambda package: versions.get(package, real(package)))
+
+
+# --- the range --------------------------------------------------------------------------------------------------------
+
+
+def test_pyproject_pins_are_the_tested_range():
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    declared = {req.name: req.specifier for req in map(Requirement, dependencies) if req.name in compat.PINS}
+    assert declared == {name: SpecifierSet(pins) for name, pins in compat.PINS.items()}
+    for package, (lowest, newest) in compat.TESTED.items():
+        bounds = {str(spec) for spec in declared[package]}
+        major, minor = Version(newest).release[:2]
+        assert f">={lowest}" in bounds and f"<{major}.{minor + 1}" in bounds, package
+        assert lowest in declared[package] and newest in declared[package]
+
+
+@pytest.mark.parametrize("release, supported", [
+    ("1.12.0", False), ("1.13.0", True), ("1.14.2", True), ("1.15.0", False), ("1.16.0", True), ("1.17.0", False),
+])
+def test_trl_pins_keep_out_the_broken_release(release, supported):
+    assert (release in SpecifierSet(compat.PINS["trl"])) is supported
+
+
+@pytest.mark.parametrize("release, supported", [
+    ("4.56.1", False), ("4.56.2", True), ("5.0.0", True), ("5.1.0", False), ("5.2.0", False), ("5.4.0", False),
+    ("5.5.3", False), ("5.5.4", True), ("5.23.0", True), ("5.24.0", False),
+])
+def test_transformers_pins_keep_out_the_double_division_releases(release, supported):
+    assert (release in SpecifierSet(compat.PINS["transformers"])) is supported
+
+
+def test_the_installed_releases_are_supported():
+    assert compat.version_problems() == []
+
+
+# --- the check at import -----------------------------------------------------------------------------------------------
+
+
+def test_an_unsupported_trl_gives_one_error_naming_the_range(monkeypatch):
+    seen_versions(monkeypatch, trl="1.17.0")
+    with pytest.raises(compat.UnsupportedVersionError) as error:
+        compat.check_versions()
+    message = str(error.value)
+    assert "trl 1.17.0 installed; supported: trl>=1.13.0,<1.17,!=1.15.0 (tested 1.13.0 to 1.16.0; 1.15.0 excluded" \
+        in message
+    assert "\n  transformers" not in message  # only the package that is out of range
+    assert "pip install 'trl>=1.13.0,<1.17,!=1.15.0' 'transformers>=4.56.2,<5.24" in message
+
+
+def test_every_package_out_of_range_is_named_in_the_same_error(monkeypatch):
+    seen_versions(monkeypatch, trl=None, transformers="5.4.0")
+    with pytest.raises(compat.UnsupportedVersionError, match=r"(?s)trl not installed.*transformers 5\.4\.0 installed.*"
+                       r"divide the loss by gradient_accumulation_steps twice"):
+        compat.check_versions()
+
+
+def test_untested_releases_run_with_a_warning_when_asked(monkeypatch):
+    seen_versions(monkeypatch, trl="1.17.0")
+    monkeypatch.setenv(compat.ALLOW_UNTESTED_ENV, "1")
+    with pytest.warns(UserWarning, match="trl 1.17.0 installed"):
+        compat.check_versions()
+
+
+@pytest.mark.parametrize("module", ["riskpo_trl.trainer.riskpo_trainer", "riskpo_trl.trainer.config"])
+def test_importing_the_trainer_with_an_unsupported_trl_stops_with_the_range(module):
+    # A fresh interpreter whose package metadata reports TRL 1.12.0.
+    code = ("import importlib.metadata as m; real = m.version; "
+            "m.version = lambda name: '1.12.0' if name == 'trl' else real(name); "
+            f"import {module}")
+    env = {key: value for key, value in os.environ.items() if key != compat.ALLOW_UNTESTED_ENV}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode != 0
+    assert "riskpo_trl.compat.UnsupportedVersionError: riskpo-trl supports the TRL and transformers releases" \
+        in result.stderr
+    assert result.stderr.count("trl 1.12.0 installed; supported: trl>=1.13.0") == 1
+
+
+# --- the private API ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("owner", list(compat.PRIVATE_METHODS))
+def test_overridden_private_methods_take_the_parameters_relied_on(owner):
+    module, _, name = owner.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    for method, parameters in compat.PRIVATE_METHODS[owner].items():
+        assert tuple(inspect.signature(getattr(cls, method)).parameters)[1:] == parameters, f"{owner}.{method}"
+
+
+def test_a_built_trainer_has_the_private_attributes_relied_on(tiny_model_dir, tmp_path):
+    args = RiskPOConfig(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8,
+                        gradient_accumulation_steps=1, steps_per_generation=1, bundle_size=2, report_to="none",
+                        use_cpu=True, bf16=False, max_steps=1)
+    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=contains_digit_reward, args=args,
+                            train_dataset=make_prompt_dataset())
+    missing = [name for name in compat.PRIVATE_ATTRIBUTES if not hasattr(trainer, name)]
+    assert missing == []
+    assert set(trainer._logs) >= {"advantages", "extra"} and set(trainer._metrics) >= {"train", "eval"}
+
+
+# --- the shims -------------------------------------------------------------------------------------------------------
+
+
+class CheckpointedModel:
+    is_gradient_checkpointing = True
+
+    def __init__(self):
+        self.enabled_with = []
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
+        self.enabled_with.append(gradient_checkpointing_kwargs)
+
+
+def test_generation_turns_checkpointing_back_on_with_the_runs_kwargs_under_trl_before_1_16(monkeypatch):
+    import trl.models.utils
+
+    @contextlib.contextmanager
+    def unwrap_without_the_keyword(model, accelerator, gather_deepspeed3_params=True, generation_kwargs=None):
+        yield model
+        model.gradient_checkpointing_enable()  # as TRL 1.13 and 1.14 do: the defaults
+
+    monkeypatch.setattr(trl.models.utils, "unwrap_model_for_generation", unwrap_without_the_keyword)
+    model = CheckpointedModel()
+    with compat.unwrap_for_generation(model, None, {"use_reentrant": False}) as unwrapped:
+        assert unwrapped is model
+    assert model.enabled_with == [None, {"use_reentrant": False}]
+
+
+def test_the_image_token_is_suppressed_once_and_a_configured_suppression_wins():
+    from types import SimpleNamespace
+
+    from riskpo_trl.multimodal import build_tiny_vlm
+
+    model, processor = build_tiny_vlm()
+    trainer = SimpleNamespace(processing_class=processor, model=model, generation_kwargs={"max_new_tokens": 4})
+    compat.suppress_image_token(trainer)
+    assert trainer.generation_kwargs["suppress_tokens"] == [model.config.image_token_id]
+    assert trainer.generation_config.suppress_tokens == [model.config.image_token_id]
+    chosen = SimpleNamespace(processing_class=processor, model=model, generation_kwargs={"suppress_tokens": [5]})
+    compat.suppress_image_token(chosen)
+    assert chosen.generation_kwargs == {"suppress_tokens": [5]} and not hasattr(chosen, "generation_config")
+
+
+def test_reward_functions_count_as_async_exactly_when_the_installed_trl_awaits_them():
+    async def coroutine_function(**kwargs):
+        return []
+
+    class AsyncCallable:
+        async def __call__(self, **kwargs):
+            return []
+
+    assert compat.trl_awaits(coroutine_function) and not compat.trl_awaits(lambda **kwargs: [])
+    awaits_objects = Version(compat.installed_version("trl")) >= Version("1.14.0")
+    assert compat.trl_awaits(AsyncCallable()) is awaits_objects
+
+
+def test_the_liger_rule_matches_the_installed_trls_loss():
+    from trl import GRPOTrainer
+
+    liger_branch = "use_liger_kernel" in inspect.getsource(GRPOTrainer.compute_loss)
+    assert compat.liger_skips_compute_loss() is liger_branch
+
+
+@pytest.mark.parametrize("skips", [True, False])
+def test_liger_with_loss_token_mean_sequences_is_refused_where_the_factors_would_be_dropped(monkeypatch, tmp_path,
+                                                                                            skips):
+    monkeypatch.setattr(compat, "liger_skips_compute_loss", lambda: skips)
+    fields = {"output_dir": str(tmp_path), "use_cpu": True, "use_liger_kernel": True, "loss_type": "bnpo",
+              "loss_token_mean_sequences": 16, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
+              "steps_per_generation": 4, "num_generations": 8, "bundle_size": 1}
+    if skips:
+        with pytest.raises(ValueError, match="use_liger_kernel=True with loss_token_mean_sequences=16.*silently "
+                           "dropped"):
+            RiskPOConfig(**fields)
+    else:
+        assert RiskPOConfig(**fields).loss_token_mean_sequences == 16
