@@ -209,6 +209,7 @@ def test_exact_protocol_smoke_resumes_from_its_cache(tmp_path):
     assert len(rows) == len(config.EXACT_CLAIMS)
     assert all(r["verdict"].startswith(("pending", "supported", "contradicted", "not significant")) for r in rows)
     assert "8 of 8 runs finished" in (tmp_path / "lm_exact.md").read_text()
+    assert payload["figure"] and (tmp_path / payload["figure"]).exists()
 
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json")}
     exact_protocol.main(argv)

@@ -210,8 +210,8 @@ def start_report(protocol: ExactProtocol, out: Path, start: str) -> tuple[dict[s
     return payload, lines
 
 
-def report(protocol: ExactProtocol, out: Path) -> dict[str, Any]:
-    """Write ``out/lm_exact.md`` and ``out/lm_exact.json`` from the cached runs; return the JSON payload."""
+def report(protocol: ExactProtocol, out: Path, skip_figure: bool = False) -> dict[str, Any]:
+    """Write ``out/lm_exact.md``, ``out/lm_exact.json`` and the figure from the cached runs; return the payload."""
     total = len(protocol.starts) * len(protocol.methods) * len(protocol.seeds)
     starts = {}
     body: list[str] = []
@@ -219,6 +219,16 @@ def report(protocol: ExactProtocol, out: Path) -> dict[str, Any]:
         starts[start], lines = start_report(protocol, out, start)
         body += lines
     done = sum(s.get("runs", 0) for s in starts.values())
+    figure_name = None
+    if not skip_figure:
+        from .exact_figures import figure
+
+        evals = {s: json.loads((out / s / "start_eval.json").read_text()) for s in protocol.starts
+                 if (out / s / "start_eval.json").exists()}
+        figure_name = figure(protocol, out, {s: load_runs(protocol, out, s) for s in evals}, evals,
+                             buckets_of(protocol))
+        if figure_name:
+            body = [f"![Exact test Pass@k against k, and the gap to GRPO with its band]({figure_name})", ""] + body
     header = [
         "# Tiny-LM study, exact evaluation (`benchmarks/lm_study/exact_protocol.py`)", "",
         f"**{done} of {total} runs finished.** Every number is computed from the finished runs only; rows say how "
@@ -227,7 +237,8 @@ def report(protocol: ExactProtocol, out: Path) -> dict[str, Any]:
         f"Bootstrap: {protocol.bootstrap_resamples} resamples, seed {protocol.bootstrap_seed}, percentile intervals.",
         "", f"Machine: {platform.machine()}, {os.cpu_count()} logical cores (shared).", "",
     ]
-    payload = {"protocol": repr(protocol), "runs_finished": done, "runs_total": total, "starts": starts}
+    payload = {"protocol": repr(protocol), "runs_finished": done, "runs_total": total, "starts": starts,
+               "figure": figure_name}
     (out / "lm_exact.md").write_text("\n".join(header + body) + "\n")
     (out / "lm_exact.json").write_text(json.dumps(payload, indent=1, default=float) + "\n")
     print("\n".join(header + body), flush=True)
