@@ -52,7 +52,8 @@ def figure(protocol: ExactProtocol, out: Path, runs_by_start: dict, start_evals:
         bottom.axhline(0, color="k", lw=0.8)
         bottom.set(xscale="log", xlabel="k", ylabel="difference of exact test Pass@k",
                    title="gap to GRPO, 95% two-level bootstrap band (2,000 resamples)")
-        bottom.legend(fontsize=8)
+        if bottom.get_legend_handles_labels()[0]:
+            bottom.legend(fontsize=8)
     fig.tight_layout()
     name = "lm_exact_pass_at_k.png"
     fig.savefig(out / name, dpi=110)
