@@ -199,6 +199,25 @@ def start_report(protocol: ExactProtocol, out: Path, start: str) -> tuple[dict[s
                      + f" | {row['verdict']} |")
     lines.append("")
 
+    # The regime guard's post hoc signal, described (no collapse definition is part of this protocol).
+    from .long_report import GUARD_PATIENCE, guard_alarm
+
+    lines += ["### The all-wrong share (the regime guard's post hoc signal), descriptive", "",
+              f"Per run: mean share of training prompts whose {protocol.lm.num_generations} completions all failed, "
+              f"and the first generation batch at which it stayed >= 0.5 for {GUARD_PATIENCE} batches in a row.", "",
+              "| method | seed | mean all-wrong share | rule >= 0.5 fires at |", "|---|---|---|---|"]
+    payload["all_wrong"] = {}
+    for m in protocol.methods:
+        for r in runs[m]:
+            series = [b.get("frac_prompts_all_wrong") for b in r["batch_signals"]]
+            known = [v for v in series if v is not None]
+            fired = guard_alarm(series, ">=", 0.5, GUARD_PATIENCE)
+            payload["all_wrong"][f"{m}-seed{r['seed']}"] = {"mean": float(np.mean(known)) if known else None,
+                                                            "fires_at": fired}
+            lines.append(f"| {m} | {r['seed']} | {np.mean(known):.2f} | {fired if fired else 'never'} |"
+                         if known else f"| {m} | {r['seed']} | n/a | n/a |")
+    lines.append("")
+
     # Wall time and load.
     lines += ["### Runs", "", "| run | train min | mean load |", "|---|---|---|"]
     for m in protocol.methods:
