@@ -202,20 +202,31 @@ def start_report(protocol: ExactProtocol, out: Path, start: str) -> tuple[dict[s
     # The regime guard's post hoc signal, described (no collapse definition is part of this protocol).
     from .long_report import GUARD_PATIENCE, guard_alarm
 
-    lines += ["### The all-wrong share (the regime guard's post hoc signal), descriptive", "",
-              f"Per run: mean share of training prompts whose {protocol.lm.num_generations} completions all failed, "
-              f"and the first generation batch at which it stayed >= 0.5 for {GUARD_PATIENCE} batches in a row.", "",
-              "| method | seed | mean all-wrong share | rule >= 0.5 fires at |", "|---|---|---|---|"]
-    payload["all_wrong"] = {}
+    lines += ["### Coverage collapse and the all-wrong share (the regime guard's post hoc signal), descriptive", "",
+              "Not part of this protocol's claims. Per run: the lowest tracked exact validation Pass@64 over the "
+              "start's, and the first tracked generation batch where it is below half (the long protocol's "
+              "definition of a coverage collapse, applied here after the fact); the mean share of training prompts "
+              f"whose {protocol.lm.num_generations} completions all failed, and the first generation batch at which "
+              f"it stayed >= 0.5 for {GUARD_PATIENCE} batches in a row.", "",
+              "| method | seed | lowest val Pass@64 / start | below half at | mean all-wrong share | "
+              "rule >= 0.5 fires at |", "|---|---|---|---|---|---|"]
+    start_val64 = float(pass_at_k(probs_matrix([start_eval["val_p"]], buckets), 64).mean())
+    payload["collapse_and_all_wrong"] = {}
     for m in protocol.methods:
         for r in runs[m]:
+            ratios = [(e["generation_batch"], float(pass_at_k(probs_matrix([e["val_p"]], buckets), 64).mean())
+                       / start_val64) for e in r["tracked"]]
+            lowest = min((x for _, x in ratios), default=None)
+            below = next((batch for batch, x in ratios if x < 0.5), None)
             series = [b.get("frac_prompts_all_wrong") for b in r["batch_signals"]]
             known = [v for v in series if v is not None]
             fired = guard_alarm(series, ">=", 0.5, GUARD_PATIENCE)
-            payload["all_wrong"][f"{m}-seed{r['seed']}"] = {"mean": float(np.mean(known)) if known else None,
-                                                            "fires_at": fired}
-            lines.append(f"| {m} | {r['seed']} | {np.mean(known):.2f} | {fired if fired else 'never'} |"
-                         if known else f"| {m} | {r['seed']} | n/a | n/a |")
+            payload["collapse_and_all_wrong"][f"{m}-seed{r['seed']}"] = {
+                "lowest_val_pass64_ratio": lowest, "below_half_at": below,
+                "mean_all_wrong": float(np.mean(known)) if known else None, "fires_at": fired}
+            lines.append(f"| {m} | {r['seed']} | " + (f"{lowest:.2f}" if lowest is not None else "n/a")
+                         + f" | {below if below else 'never'} | "
+                         + (f"{np.mean(known):.2f}" if known else "n/a") + f" | {fired if fired else 'never'} |")
     lines.append("")
 
     # Wall time and load.
