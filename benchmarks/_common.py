@@ -1,4 +1,4 @@
-"""Small helpers shared by the benchmarks: machine description, result files, the Pass@k estimator."""
+"""Small helpers shared by the benchmarks: machine description, result files, mean and std, headless figures."""
 
 from __future__ import annotations
 

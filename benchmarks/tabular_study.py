@@ -19,8 +19,7 @@ one advantage per sampled answer and takes one Adam step on ``-mean(A * log pi(y
   lr 0.1);
 - ``risk_seeking``: the same with ``risk_profile="risk_seeking"``;
 - ``riskpo_authors``: the authors' DAPO-script advantage (``advantage_scaling="authors_code"``, quantiles of each
-  bundle group, ``natural_baseline=False``, ``credit_assignment="sum_mean"``, omega 1.5). It runs only when
-  ``riskpo_advantages`` accepts those keywords; otherwise it is reported as not run.
+  bundle group, ``natural_baseline=False``, ``credit_assignment="sum_mean"``, omega 1.5).
 
 Design, fixed in :class:`TabularConfig` before any run: the grid of prompts per step x Adam learning rates, the seeds
 (identical for every method), the number of steps, the metrics (exact Pass@k for k = 1..16 from the policy's
@@ -39,7 +38,6 @@ reward; this is the measurement behind the explanation of any loss in the report
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import math
 import time
@@ -50,8 +48,7 @@ from typing import Any
 import torch
 
 from benchmarks._common import RESULTS_DIR, headless_pyplot, machine_info, mean_std, save_figure, write_results
-from riskpo_trl.estimator import RiskEstimator
-from riskpo_trl.risk import riskpo_advantages
+from riskpo_trl.risk.estimator import RiskEstimator
 
 METHODS = ("grpo", "riskpo", "risk_seeking", "riskpo_authors")
 METHOD_LABELS = {
@@ -116,11 +113,6 @@ class TabularConfig:
         )
 
 
-def authors_advantage_available() -> bool:
-    """The authors' DAPO-script advantage needs the issue-10 keywords on ``riskpo_advantages``."""
-    return set(AUTHORS_KEYWORDS) <= set(inspect.signature(riskpo_advantages).parameters)
-
-
 # --- task --------------------------------------------------------------------------------------------------------
 
 
@@ -158,14 +150,12 @@ def policy_metrics(theta: torch.Tensor, start_p: torch.Tensor, ks: tuple[int, ..
 class AdvantageFn:
     """One method's advantage for a flat batch of ``P * G`` binary rewards, with its state (the trackers).
 
-    The RiskPO variants go through the library's :class:`~riskpo_trl.estimator.RiskEstimator`, the same object the
+    The RiskPO variants go through the library's :class:`~riskpo_trl.risk.estimator.RiskEstimator`, the same object the
     trainer calls once per generation batch (bundling, tracker step, quantiles, advantage, credit rule)."""
 
     def __init__(self, method: str, cfg: TabularConfig, seed: int) -> None:
         if method not in METHODS:
             raise ValueError(f"Unknown method {method!r}; choose one of {METHODS}.")
-        if method == "riskpo_authors" and not authors_advantage_available():
-            raise RuntimeError("riskpo_advantages lacks the authors'-code keywords " + ", ".join(AUTHORS_KEYWORDS))
         self.method, self.cfg = method, cfg
         self.generator = torch.Generator().manual_seed(10_000 + seed)  # bundling draws, same for every method
         self.estimator = None
@@ -545,7 +535,7 @@ def plot_proposition1(cfg: TabularConfig, prop1: dict[str, Any], methods: list[s
 
 
 def markdown(cfg: TabularConfig, summary: dict[str, Any], prop1: dict[str, Any], grads: dict[str, Any],
-             methods: list[str], skipped: list[str], machine: dict[str, Any], seconds: float,
+             methods: list[str], machine: dict[str, Any], seconds: float,
              matched: dict[str, Any]) -> str:
     top = cfg.ks[-1]
     theta0, start_p = starting_logits(cfg)
@@ -559,8 +549,6 @@ def markdown(cfg: TabularConfig, summary: dict[str, Any], prop1: dict[str, Any],
         f"(start P(correct) < 0.05, {int(((start_p < 0.05)).sum())} questions) Pass@{top} "
         f"{start[f'hard/pass@{top}']:.3f}.",
     ]
-    if skipped:
-        lines += ["", "Not run (the library lacks the needed keywords): " + ", ".join(skipped) + "."]
     lines += ["", "## Every cell (final policy)", "",
               f"| method | prompts | lr | Pass@1 | Pass@4 | Pass@{top} | hard Pass@{top} | easy Pass@1 | entropy | "
               "Cov(log pi, A) |", "|---" * 10 + "|"]
@@ -640,8 +628,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     machine = machine_info()
     start = time.perf_counter()
-    methods = [m for m in METHODS if m != "riskpo_authors" or authors_advantage_available()]
-    skipped = [METHOD_LABELS[m] for m in METHODS if m not in methods]
+    methods = list(METHODS)
     runs = run_grid(cfg, out, methods)
     summary = summarize(cfg, runs, methods)
     prop1 = proposition1(cfg, methods)
@@ -650,14 +637,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     figures = [plot_regime_map(cfg, summary, methods, out), plot_pass_at_k(cfg, summary, methods, out),
                plot_proposition1(cfg, prop1, methods, out), plot_entropy_vs_pass1(cfg, runs, methods, out)]
     matched = matched_at_pass1(cfg, runs, methods)
-    text = markdown(cfg, summary, prop1, grads, methods, skipped, machine, seconds, matched)
+    text = markdown(cfg, summary, prop1, grads, methods, machine, seconds, matched)
     prop1_small = {s: {m: {"mean_cov": r["mean_cov"], "mean_corr": r["mean_corr"],
                            "etas": {e: {k: v for k, v in d.items()
                                                                   if k in ("max_abs_error", "relative_error")}
                                                               for e, d in r["etas"].items()}}
                        for m, r in pm.items()} for s, pm in prop1.items()}
     payload = {"config": asdict(cfg), "machine": machine, "wall_seconds": seconds, "methods": methods,
-               "not_run": skipped, **summary, "matched_at_pass1": matched, "proposition1": prop1_small,
+               **summary, "matched_at_pass1": matched, "proposition1": prop1_small,
                "gradient_diagnostics": grads,
                "figures": [f.name for f in figures]}
     write_results("tabular_study", payload, text, out)

@@ -1,7 +1,8 @@
 """RiskPO for the Hugging Face stack: risk-based policy optimization as a TRL trainer.
 
 The public names below are imported on first use, so that entry points (``riskpo-train --help``, ``riskpo-eval``,
-``riskpo-plot``) and light modules start without loading torch and TRL.
+``riskpo-plot``) and light modules start without loading torch and TRL. Importing the package changes no global
+state (warning filters, loggers).
 """
 
 from typing import Any
@@ -9,10 +10,13 @@ from typing import Any
 __version__ = "0.1.0"
 
 _RISK_NAMES = (
-    "ADVANTAGE_VARIANTS",
+    "ADVANTAGE_SCALINGS",
     "BUNDLINGS",
     "CREDIT_ASSIGNMENTS",
+    "QUANTILE_SOURCES",
     "RISK_PROFILES",
+    "QuantileTracker",
+    "RiskEstimator",
     "RiskPOBatch",
     "authors_code_mvar_advantage",
     "authors_code_risk_seeking_advantage",
@@ -22,13 +26,15 @@ _RISK_NAMES = (
     "mvar_objective",
     "permutation_bundles",
     "positional_bundles",
+    "register_risk_profile",
     "risk_seeking_advantage",
     "riskpo_advantages",
     "rvar_advantage",
     "rvar_window",
 )
+_TRAINER_NAMES = ("RiskPOConfig", "RiskPOTrainer", "ScoredBatch")
 
-__all__ = sorted(["QuantileTracker", "RiskEstimator", "RiskPOConfig", "RiskPOTrainer", *_RISK_NAMES])
+__all__ = sorted([*_RISK_NAMES, *_TRAINER_NAMES])
 
 
 def __getattr__(name: str) -> Any:
@@ -36,22 +42,10 @@ def __getattr__(name: str) -> Any:
         from . import risk
 
         return getattr(risk, name)
-    if name == "RiskEstimator":
-        from .estimator import RiskEstimator
+    if name in _TRAINER_NAMES:
+        from . import trainer
 
-        return RiskEstimator
-    if name == "QuantileTracker":
-        from .quantile_tracker import QuantileTracker
-
-        return QuantileTracker
-    if name == "RiskPOConfig":
-        from .riskpo_config import RiskPOConfig
-
-        return RiskPOConfig
-    if name == "RiskPOTrainer":
-        from .riskpo_trainer import RiskPOTrainer
-
-        return RiskPOTrainer
+        return getattr(trainer, name)
     raise AttributeError(f"module 'riskpo_trl' has no attribute {name!r}")
 
 

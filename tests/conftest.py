@@ -15,7 +15,48 @@ os.environ.setdefault("WANDB_DISABLED", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+RUN_SLOW_HINT = "run them with --runslow or RUN_SLOW=1"
+SLOW_LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--runslow", action="store_true", help="also run the tests marked slow (or set RUN_SLOW=1)")
+
+
+def run_slow(config) -> bool:
+    """Slow tests run only when asked (transformers' RUN_SLOW convention); a -m expression selects on its own."""
+    asked = os.environ.get("RUN_SLOW", "").lower() in ("1", "true", "yes")
+    return asked or config.getoption("--runslow") or bool(config.getoption("markexpr"))
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    left_out = config.stash.get(SLOW_LEFT_OUT, 0)
+    if left_out:
+        terminalreporter.write_line(f"{left_out} tests marked slow were left out: {RUN_SLOW_HINT}")
+
+
 def pytest_collection_modifyitems(config, items):
+    leave_out_slow(config, items)
+    skip_vllm_real_without_vllm(items)
+
+
+def leave_out_slow(config, items):
+    if run_slow(config):
+        return
+    if any("::" in arg for arg in config.args):
+        # Tests named one by one: say why a slow one did not run rather than drop it silently.
+        for item in items:
+            if item.get_closest_marker("slow") is not None:
+                item.add_marker(pytest.mark.skip(reason=f"marked slow: {RUN_SLOW_HINT}"))
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        config.stash[SLOW_LEFT_OUT] = len(slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+
+
+def skip_vllm_real_without_vllm(items):
     reason = None
     for item in items:
         if item.get_closest_marker("vllm_real") is None:

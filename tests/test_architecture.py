@@ -1,5 +1,6 @@
-"""The package's imports flow one way: no cycle (imports inside functions count) and no library module imports an
-entry point (riskpo_trl.scripts, riskpo_trl.cli)."""
+"""The package's imports flow one way: no cycle (imports inside functions count) and no module imports a folder on a
+higher layer of docs/architecture.md (a library module never imports an entry point; the risk math never imports the
+trainer)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,23 @@ import ast
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "riskpo_trl"
-ENTRY_POINTS = ("riskpo_trl.scripts", "riskpo_trl.cli")
+ENTRY_POINTS = ("riskpo_trl.scripts",)
+
+# The layers of docs/architecture.md, bottom (0) to top; a module may import its own layer and those below. Folders
+# on one layer sit beside each other; the cycle check keeps them from leaning on each other both ways.
+LAYERS = {
+    "riskpo_trl.registry": 0,
+    "riskpo_trl.tiny_model": 0,
+    "riskpo_trl.risk": 1,
+    "riskpo_trl.rewards": 1,
+    "riskpo_trl.data": 1,
+    "riskpo_trl.code": 1,
+    "riskpo_trl.multimodal": 1,
+    "riskpo_trl.evaluation": 2,
+    "riskpo_trl.trainer": 2,
+    "riskpo_trl.scripts": 3,
+    "riskpo_trl": 4,  # the package's lazy __init__ re-exports the public names
+}
 
 
 def module_name(path: Path) -> str:
@@ -74,16 +91,42 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def layer_of(module: str) -> int:
+    """The layer of ``module``: its longest prefix in LAYERS."""
+    prefix = max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len)
+    return LAYERS[prefix]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    found = {name: sorted(t for t in targets if layer_of(t) > layer_of(name)) for name, targets in graph.items()}
+    return {name: targets for name, targets in found.items() if targets}
+
+
 def test_the_walk_sees_imports_inside_functions_and_relative_ones():
-    assert "riskpo_trl.code.data" in GRAPH["riskpo_trl.data"]  # imported inside a loader function
-    assert "riskpo_trl.grading" in GRAPH["riskpo_trl.rewards"]  # `from .grading import ...`
-    assert "riskpo_trl.riskpo_trainer" in GRAPH["riskpo_trl.trainers"]
+    assert "riskpo_trl.code.data" in GRAPH["riskpo_trl.data.datasets"]  # imported inside a loader function
+    assert "riskpo_trl.rewards.grading" in GRAPH["riskpo_trl.rewards.registry"]  # `from .grading import ...`
+    assert "riskpo_trl.trainer.riskpo_trainer" in GRAPH["riskpo_trl.trainer.registry"]
+    assert "riskpo_trl.code.reward" in GRAPH["riskpo_trl.rewards.registry"]  # lazily, inside the code builder
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_every_module_has_a_layer():
+    for name in MODULES:
+        assert any(name == p or name.startswith(p + ".") for p in LAYERS), f"{name}: add its folder to LAYERS"
 
 
 def test_no_import_cycle_in_the_package():
     cycle = find_cycle(GRAPH)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_no_module_imports_a_higher_layer():
+    assert upward_imports(GRAPH) == {}
+
+
+def test_an_upward_import_is_caught():
+    graph = {**GRAPH, "riskpo_trl.risk.batch": GRAPH["riskpo_trl.risk.batch"] | {"riskpo_trl.trainer.config"}}
+    assert upward_imports(graph)["riskpo_trl.risk.batch"] == ["riskpo_trl.trainer.config"]
 
 
 def test_library_modules_never_import_the_entry_points():
@@ -95,7 +138,24 @@ def test_library_modules_never_import_the_entry_points():
     assert {name: targets for name, targets in upward.items() if targets} == {}
 
 
+def test_the_risk_math_imports_neither_trl_nor_transformers():
+    for name, path in MODULES.items():
+        if name.startswith("riskpo_trl.risk"):
+            source = path.read_text()
+            assert "import trl" not in source and "from trl" not in source, name
+            assert "transformers" not in source, name
+
+
 def test_leaf_modules_import_nothing_from_the_package():
-    for leaf in ("riskpo_trl.text", "riskpo_trl.grading", "riskpo_trl.prompts", "riskpo_trl.local_files",
-                 "riskpo_trl.console", "riskpo_trl.tiny_model", "riskpo_trl.model_paths", "riskpo_trl.naming"):
+    for leaf in ("riskpo_trl.registry", "riskpo_trl.tiny_model", "riskpo_trl.rewards.grading",
+                 "riskpo_trl.data.local_files", "riskpo_trl.scripts.console"):
         assert GRAPH[leaf] == set(), leaf
+
+
+def test_the_docs_list_the_registered_trainers():
+    from riskpo_trl.trainer.registry import TRAINERS
+
+    readme = (PACKAGE_DIR.parent / "README.md").read_text()
+    architecture = (PACKAGE_DIR.parent / "docs" / "architecture.md").read_text()
+    assert "(the `trainer:` registry: " + ", ".join(f"`{name}`" for name in TRAINERS) + ")" in readme
+    assert "TRAINERS: " + " | ".join(TRAINERS) + " -> (config, trainer)" in architecture

@@ -315,7 +315,11 @@ def test_each_recipe_trains_one_step_on_cpu_with_the_authors_graders(script, tin
         "false", *batch, "--max_steps", "1", "--save_strategy", "no", "--log_completions", "false",
         "--output_dir", str(tmp_path / "run"),
     ]
-    trainer = train.main(*parse_recipe(script, *overrides))
+    script_args, training_args, model_args = parse_recipe(script, *overrides)
+    trainer, checkpoint = train.prepare(script_args, training_args, model_args)
+    batches = []
+    trainer.add_batch_observer(lambda scored: batches.append(scored.risk))
+    train.train_and_save(trainer, script_args, training_args, checkpoint)
     assert trainer.state.global_step == 1
     assert trainer.train_dataset[0]["prompt"][-1]["content"].endswith(prompt_ending)
     grader = GRADERS[script.name]
@@ -323,7 +327,7 @@ def test_each_recipe_trains_one_step_on_cpu_with_the_authors_graders(script, tin
     rewards = trainer._logs["rewards"][f"{grader}_reward"]
     # the DAPO grader scores +1/-1 (a tiny random model never writes "Answer: <the sum>"), the others 1/0
     assert set(rewards) <= ({-1.0, 1.0} if "dapo" in script.name else {0.0, 1.0}) and len(rewards) > 0
-    batch = trainer.last_risk_batch
+    batch = batches[-1]
     # the authors' positional pairing: completion j of each of the group's B prompts forms bundle j
     assert batch.bundle_ids[: B * G].tolist() == [j for _ in range(B) for j in range(G)]
     assert not torch.isnan(batch.advantages).any()

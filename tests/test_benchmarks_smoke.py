@@ -48,6 +48,7 @@ def test_overhead_worker_one_step(tmp_path, tiny_model_dir):
     assert overhead.abba_order(2) == ["grpo", "riskpo", "riskpo", "grpo"]
 
 
+@pytest.mark.slow
 def test_tabular_study_smoke_and_cache(tmp_path):
     from benchmarks import tabular_study
 

@@ -15,8 +15,6 @@ from riskpo_trl.code.data import (
     decode_livecodebench_tests,
     livecodebench_to_riskpo,
 )
-from riskpo_trl.evaluation.code_metrics import code_pass_at_k, correct_counts
-from riskpo_trl.evaluation.metrics import pass_at_k
 from riskpo_trl.code.reward import CodeReward
 from riskpo_trl.code.sandbox import Sandbox, SandboxLimits
 from riskpo_trl.code.testspec import TestSpec
@@ -134,13 +132,3 @@ def test_archer_row_without_ground_truth_names_the_field():
         archer_to_riskpo({"prompt": "x", "ground_truth": json.dumps({"cases": []})})
 
 
-def test_pass_at_k_counts_and_estimates(reward):
-    tests = [archer_to_riskpo(ARCHER_STDIN_ROW)["tests"], archer_to_riskpo(ARCHER_FUNCTIONAL_ROW)["tests"]]
-    square, add_one = "n = int(input())\nprint(n * n)", "class Solution:\n    def addOne(self, x):\n        return x + 1"
-    samples = [[fenced(square), fenced("print(0)"), fenced(square), "no code"],
-               [fenced("while True: pass"), fenced(add_one), fenced("x ="), fenced("print(1)")]]
-    assert correct_counts(samples, tests, reward) == [2, 1]
-    result = code_pass_at_k(samples, tests, [1, 2], reward)
-    assert result["pass@1"] == pytest.approx((2 / 4 + 1 / 4) / 2)
-    assert result["pass@2"] == pytest.approx((pass_at_k(4, 2, 2) + pass_at_k(4, 1, 2)) / 2)
-    assert pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)  # 1 - C(3,2)/C(4,2)

@@ -6,9 +6,10 @@ import re
 import warnings
 
 import pytest
+import torch
 from transformers import HfArgumentParser
 
-from riskpo_trl import RiskPOConfig
+from riskpo_trl import RiskEstimator, RiskPOConfig
 
 
 def test_defaults_are_the_papers_and_form_whole_bundle_groups(tmp_path):
@@ -77,7 +78,16 @@ def test_valid_non_default_layouts(tmp_path):
 
 
 def test_evaluation_batches_may_end_in_a_partial_group(tmp_path):
-    RiskPOConfig(output_dir=str(tmp_path), eval_strategy="steps", per_device_eval_batch_size=20)  # 2 prompts, B=5
+    config = RiskPOConfig(output_dir=str(tmp_path), eval_strategy="steps", per_device_eval_batch_size=20)
+    prompts = config.per_device_eval_batch_size // config.num_generations
+    assert prompts % config.bundle_size != 0  # 2 prompts, B=5: one partial bundle group
+    estimator = RiskEstimator.from_config(config)
+    rewards = torch.arange(config.per_device_eval_batch_size, dtype=torch.float32) % 3
+    batch = estimator.step(rewards, generator=torch.Generator().manual_seed(0), train=False)
+    assert batch.bundle_scores.numel() == config.num_generations  # one group of G bundles, each of 2 members
+    assert not torch.isnan(batch.advantages).any() and estimator.tracker.num_updates == 0
+    with pytest.raises(ValueError, match="not a multiple of bundle_size"):  # a training batch must be whole groups
+        estimator.step(rewards, generator=torch.Generator().manual_seed(0), train=True)
 
 
 def test_checkpoints_off_generation_boundaries_warn(tmp_path):

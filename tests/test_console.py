@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from riskpo_trl.console import compact_log_line, silence_known_warnings
+from riskpo_trl.scripts.console import compact_log_line, silence_known_warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -23,12 +23,24 @@ def test_compact_line_shows_the_risk_metrics_and_skips_empty_ones():
     )
     evaluation = {"eval_loss": 0.1, "eval_reward": 0.5, "eval_risk/mvar": -0.5}
     assert compact_log_line(evaluation, 4, 6) == "[eval step 4/6] loss 0.1, reward 0.5 | risk: mvar -0.5"
+    seeking = {"loss": 0.1, "reward": 0.5, "risk/risk_seeking": 1.5}  # each profile logs its own objective
+    assert compact_log_line(seeking, 1, 6) == "[step 1/6] loss 0.1, reward 0.5 | risk: risk_seeking 1.5"
     assert compact_log_line({"train_runtime": 3.0}, 6, 6) is None  # the run summary prints as before
     baseline = {"loss": 0.1, "reward": 0.25, "learning_rate": 1e-4}
     assert compact_log_line(baseline, 1, 6) == "[step 1/6] loss 0.1, reward 0.25 | lr 0.0001"
     # A step that reuses its generation batch logs no reward: still one line, not TRL's raw dict.
     reuse = {"loss": 0.01, "grad_norm": 0.3, "learning_rate": 1e-4, "clip_ratio/region_mean": 0.0, "epoch": 0.1}
     assert compact_log_line(reuse, 2, 6) == "[step 2/6] loss 0.01 | lr 0.0001"
+
+
+def test_importing_the_library_changes_no_warning_filter():
+    """The filters are the script's choice (riskpo-train installs them); importing riskpo_trl installs none."""
+    code = ("import warnings, trl, transformers; from trl import GRPOTrainer; before = list(warnings.filters); "
+            "import riskpo_trl.trainer.riskpo_trainer, riskpo_trl.trainer.config, riskpo_trl.rewards.registry; "
+            "assert warnings.filters == before, [f for f in warnings.filters if f not in before]")
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
 
 
 def test_only_the_known_warnings_are_silenced():

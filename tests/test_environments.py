@@ -170,7 +170,15 @@ def test_environment_reads_its_task_from_the_dataset(tool_model_dir, tmp_path):
         "prompt": [[{"role": "user", "content": f"Increment the counter to {i}."}] for i in range(1, 7)],
         "target": list(range(1, 7)),
     })
-    train(tool_model_dir, config(tmp_path), train_dataset=dataset, environment_factory=DatasetIncrementEnv)
+    targets = []
+
+    class RecordingEnv(DatasetIncrementEnv):
+        def reset(self, target, **kwargs) -> None:
+            targets.append(target)
+            return super().reset(target, **kwargs)
+
+    train(tool_model_dir, config(tmp_path), train_dataset=dataset, environment_factory=RecordingEnv)
+    assert targets and set(targets) <= set(range(1, 7))  # every reset got a row's `target`
 
 
 @pytest.mark.slow

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
@@ -63,3 +65,25 @@ def test_callback_rejects_bad_settings(tiny_model_dir, tmp_path):
         PassAtKCallback(None, dataset.remove_columns("solution"))
     with pytest.raises(ValueError, match="eval_steps"):
         PassAtKCallback(None, dataset, eval_steps=0)
+
+
+@pytest.mark.slow
+def test_steps_with_an_evaluation_keep_their_training_metrics(tiny_model_dir, tmp_path):
+    """Evaluating at a logging step must not swallow that step's loss / learning rate / grad norm."""
+    trainer = RiskPOTrainer(
+        tiny_model_dir,
+        reward_funcs=contains_digit_reward,
+        args=tiny_config(tmp_path, max_steps=4),
+        train_dataset=make_prompt_dataset(16),
+    )
+    trainer.add_callback(PassAtKCallback(
+        trainer, make_prompt_dataset(2), num_samples=2, eval_steps=2, max_new_tokens=4, scorer=digit_scorer,
+        eval_on_start=False,
+    ))
+    trainer.train()
+    trainer.save_state()
+
+    history = json.loads((tmp_path / "trainer_state.json").read_text())["log_history"]
+    for key in ("loss", "learning_rate", "grad_norm"):
+        assert sorted(entry["step"] for entry in history if key in entry) == [1, 2, 3, 4], key
+    assert sorted(entry["step"] for entry in history if "eval/pass@1" in entry) == [2, 4]

@@ -176,7 +176,7 @@ def test_named_benchmark_from_local_file_in_its_hub_schema(tmp_path):
     backend = ScriptedBackend(ANSWERS)
     results = evaluate(config, backend=backend, progress=False)
     assert "Please reason step by step" in backend.prompts_seen[0]  # the instruction added by the adapter
-    assert results["benchmarks"]["amc23"]["metrics"]["pass@1"] == pytest.approx((0.5 + 1.0) / 2)
+    assert results["benchmarks"]["amc23=amc23.jsonl"]["metrics"]["pass@1"] == pytest.approx((0.5 + 1.0) / 2)
 
 
 @pytest.mark.skipif(is_vllm_available(), reason="checks the message shown when vLLM is missing")
@@ -199,7 +199,7 @@ def test_code_benchmark_is_graded_by_running_the_programs_in_the_sandbox(tmp_pat
     records = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert [record["scores"] for record in records] == [[1.0, 0.0]] * len(TINY_ARCHER_SOLUTIONS)
     assert not any(record["gold_unscorable"] for record in records)
-    summary = results["benchmarks"]["livecodebench_v5"]
+    summary = results["benchmarks"]["livecodebench_v5=tiny_archer_code.jsonl"]
     assert summary["complete"] and summary["metrics"] == {"pass@1": 0.5, "pass@2": 1.0, "avg@2": 0.5}
 
 
@@ -216,14 +216,14 @@ def test_geometry_benchmark_shows_the_diagrams_and_grades_the_solution(tmp_path)
     records = [json.loads(line) for line in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
     assert [record["scores"] for record in records] == [[1.0, 0.0]] * 4
     assert [record["answer"] for record in records] == ["0", "1", "2", "3"]  # Geometry3K's gold, as `solution`
-    assert results["benchmarks"]["geometry3k_test"]["metrics"]["pass@2"] == 1.0
+    assert results["benchmarks"]["geometry3k_test=geometry3k.parquet"]["metrics"]["pass@2"] == 1.0
 
 
 def test_code_benchmark_with_the_tiny_model(tiny_model_dir, tmp_path):
     config = EvalConfig(model=tiny_model_dir, benchmarks=[f"livecodebench_v5={TINY_ARCHER_CODE}"], num_samples=2,
                         max_new_tokens=8, max_problems=3, backend="transformers", output_dir=str(tmp_path),
                         code_sandbox='{"max_workers": 2}')
-    summary = evaluate(config, progress=False)["benchmarks"]["livecodebench_v5"]
+    summary = evaluate(config, progress=False)["benchmarks"]["livecodebench_v5=tiny_archer_code.jsonl"]
     # A random model writes no program: every sample is graded, and fails.
     assert summary["complete"] and summary["num_scored"] == 3 and summary["num_unscorable_gold"] == 0
     assert summary["metrics"]["pass@2"] == 0.0
@@ -236,7 +236,7 @@ def test_geometry_benchmark_with_the_tiny_vision_language_model(tmp_path):
     config = EvalConfig(model=str(model_dir), benchmarks=[f"geometry3k_test={data}"], num_samples=2,
                         max_new_tokens=6, backend="transformers", batch_size=2, output_dir=str(tmp_path / "out"))
     results = evaluate(config, progress=False)
-    summary = results["benchmarks"]["geometry3k_test"]
+    summary = results["benchmarks"]["geometry3k_test=geometry3k.parquet"]
     assert results["backend"] == "TransformersBackend"
     assert summary["complete"] and summary["num_scored"] == 3 and 0 < summary["mean_completion_tokens"] <= 6
     assert 0.0 <= summary["metrics"]["pass@1"] <= 1.0
@@ -248,7 +248,7 @@ def test_offline_hub_benchmark_fails_with_the_local_file_form(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
            "HF_DATASETS_CACHE": str(tmp_path / "hf" / "datasets")}
     result = subprocess.run(
-        [sys.executable, "-m", "riskpo_trl.scripts.eval", "--model", str(tmp_path / "never-loaded"),
+        [sys.executable, "-m", "riskpo_trl.scripts.eval", "--model", "org/never-loaded",
          "--benchmarks", "math500", "--output_dir", str(tmp_path / "out")],
         capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).parents[1],
     )

@@ -116,7 +116,7 @@ def test_vllm_gets_each_prompts_images_in_its_multi_modal_form(monkeypatch, tmp_
     assert len(fake.prompts) == 3 and all(set(request) == {"prompt", "multi_modal_data"} for request in fake.prompts)
     assert all(len(request["multi_modal_data"]["image"]) == 1 for request in fake.prompts)
     assert "Find x" in fake.prompts[0]["prompt"]
-    assert results["benchmarks"]["geometry3k_test"]["complete"]
+    assert results["benchmarks"]["geometry3k_test=geometry3k.parquet"]["complete"]
 
 
 def test_vllm_kwargs_reach_the_engine_and_its_own_options_are_refused(monkeypatch, tmp_path):

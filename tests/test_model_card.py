@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
-from riskpo_trl.model_card import build_model_card, hub_id_or_none
+from riskpo_trl.trainer.model_card import build_model_card, hub_id_or_none
 from riskpo_trl.rewards import boxed_format_reward, math_verify_reward
 
 from helpers import contains_digit_reward, make_prompt_dataset
@@ -48,9 +48,9 @@ def test_local_run_card_names_the_output_dir_and_no_hub_ids(tiny_model_dir, tmp_
     assert "huggingface.co/datasets" not in body and "`tiny_arithmetic.jsonl`" in body
     assert f'model="{tmp_path / "tiny-riskpo-run"}"' in body
     # The risk settings, with RiskPOConfig's (the paper's) defaults beside them.
-    assert "| alpha (lower quantile level) | `risk_alpha=0.2` | `0.2` |" in body
-    assert "| omega (extra weight of the lower tail) | `risk_omega=1.0` | `0.5` |" in body
-    assert "| B (prompts per bundle) | `bundle_size=4` | `5` |" in body
+    assert "| Lower quantile level alpha | `risk_alpha=0.2` | `0.2` |" in body
+    assert "| Mixing weight omega >= 0 of MVaR | `risk_omega=1.0` | `0.5` |" in body
+    assert "| Prompts per bundle B | `bundle_size=4` | `5` |" in body
     assert "`risk_beta=0.8`" in body and "`quantile_source=tracked`" in body
     for name in ("natural_baseline", "credit_assignment", "bundling", "advantage_scaling"):  # the opt-ins
         assert f"`{name}={getattr(trainer.args, name)}`" in body

@@ -10,7 +10,7 @@ import pytest
 import trl.trainer.grpo_trainer
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
-from riskpo_trl.model_paths import check_model_path, reads_as_local_path
+from riskpo_trl.trainer.checks import check_model_path, reads_as_local_path
 from riskpo_trl.scripts import train
 
 from helpers import contains_digit_reward, make_prompt_dataset

@@ -60,12 +60,14 @@ def test_tiny_vlm_trains_riskpo_steps_with_images(tmp_path):
     )
     trainer = RiskPOTrainer(model=str(model_dir), reward_funcs=[has_digit, geometry_accuracy_reward], args=args,
                             train_dataset=dataset)
+    batches = []
+    trainer.add_batch_observer(lambda scored: batches.append(scored.risk))
     assert type(trainer.processing_class).__name__ == "LlavaProcessor"  # TRL's vision-language path
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "risk/q_alpha" in entry]
     assert len(logs) == 2
-    assert trainer.last_risk_batch is not None and trainer.last_risk_batch.advantages.numel() == 10
+    assert len(batches) == 2 and all(batch.advantages.numel() == 10 for batch in batches)
     changed = [n for n, p in trainer.model.named_parameters() if not torch_equal(p, before[n])]
     assert any("vision" in n or "multi_modal_projector" in n for n in changed), "images never reached the gradient"
     assert any("language_model" in n for n in changed)

@@ -92,3 +92,82 @@ def test_logprob_by_reward_rate_bins_questions(tmp_path):
     samples.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"truncated by a cra')
     paths = main(["logprob", f"RiskPO={samples}", "--bins", "4", "--output", str(tmp_path / "lp")])
     assert paths[0].exists() and paths[1].exists()
+
+
+# --- what the axes show (their properties and data, not pixels) -------------------------------------------------
+
+
+def panel(fig, title):
+    [ax] = [ax for ax in fig.axes if ax.get_title() == title]
+    return ax
+
+
+def test_an_unnamed_eval_result_is_the_run_it_belongs_to(tmp_path):
+    from riskpo_trl.evaluation.plots import draw_training_curves
+
+    run = load_run(str(write_state(tmp_path / "riskpo-run", riskpo_history())))
+    (tmp_path / "eval" / "somewhere").mkdir(parents=True)
+    result = write_results(tmp_path / "eval" / "somewhere" / "results.json", {1: 0.3, 4: 0.6})
+    fig, _ = draw_training_curves([run], [str(result)])
+    legend = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert legend == ["riskpo-run"]  # one run, one colour: the result is that run's
+    [line] = panel(fig, "Pass@k (average)").get_lines()
+    [run_line] = panel(fig, "Mean reward").get_lines()
+    assert line.get_color() == run_line.get_color()
+    assert list(line.get_xdata()) == [1, 4] and list(line.get_ydata()) == [0.3, 0.6]
+
+    fig, _ = draw_training_curves([run], [f"Base={result}", str(result)])  # a named baseline keeps its own colour
+    assert [text.get_text() for text in fig.legends[0].get_texts()] == ["riskpo-run", "Base"]
+
+
+def test_unnamed_eval_results_among_several_runs_must_be_named(tmp_path):
+    runs = [load_run(str(write_state(tmp_path / name, riskpo_history()))) for name in ("riskpo", "grpo")]
+    (tmp_path / "eval" / "riskpo").mkdir(parents=True)
+    (tmp_path / "eval" / "other").mkdir(parents=True)
+    matching = write_results(tmp_path / "eval" / "riskpo" / "results.json", {1: 0.3})
+    unmatched = write_results(tmp_path / "eval" / "other" / "results.json", {1: 0.3})
+    plot_training_curves(runs, tmp_path / "ok", [str(matching)])  # the folder names the run
+    with pytest.raises(ValueError, match=rf"--eval {unmatched}: which run .* e\.g\. --eval riskpo={unmatched}"):
+        plot_training_curves(runs, tmp_path / "x", [str(unmatched)])
+    with pytest.raises(ValueError, match=r"labelled \['riskpo'\]; give each its own NAME="):
+        plot_training_curves(runs, tmp_path / "x", [str(matching), f"riskpo={unmatched}"])
+
+
+def test_a_flat_entropy_line_is_drawn_flat_without_an_offset(tmp_path):
+    from riskpo_trl.evaluation.plots import draw_training_curves
+
+    history = [{"step": s, "entropy": 4.591 + 0.0001 * (s % 3), "reward": 0.1 * s} for s in range(1, 9)]
+    fig, _ = draw_training_curves([load_run(str(write_state(tmp_path / "run", history)))])
+    fig.canvas.draw()  # tick labels and offsets are set at draw time
+    for ax in fig.axes:
+        if ax.get_visible():
+            assert not ax.yaxis.get_major_formatter().get_useOffset(), ax.get_title()
+            assert ax.yaxis.get_offset_text().get_text() == "", ax.get_title()
+    entropy = panel(fig, "Policy entropy")
+    low, high = entropy.get_ylim()
+    assert high - low >= 0.02 * 4.5912  # swings of 0.0002 on 4.591 stay flat
+    assert list(entropy.get_lines()[0].get_ydata()) == [entry["entropy"] for entry in history]
+    reward = panel(fig, "Mean reward")
+    assert reward.get_ylim()[1] - reward.get_ylim()[0] < 1.0  # a real change still fills the panel
+
+
+def test_logprob_points_sit_at_the_questions_reward_rate(tmp_path, capsys):
+    from riskpo_trl.evaluation.plots import draw_logprob_diagnostic
+
+    all_wrong = tmp_path / "base" / "samples.jsonl"
+    all_wrong.parent.mkdir()
+    all_wrong.write_text("".join(json.dumps({"scores": [0, 0], "mean_logprobs": [-1.0 - i, -2.0]}) + "\n"
+                                 for i in range(3)))
+    fig, notes = draw_logprob_diagnostic([f"Base={all_wrong}"], num_bins=5)
+    [errorbar] = fig.axes[0].containers
+    assert list(errorbar.lines[0].get_xdata()) == [0.0]  # not the bin's centre, 0.1
+    assert notes == ["Base: every question has reward rate 0, so its one point cannot show confidence against "
+                     "difficulty"]
+    main(["logprob", f"Base={all_wrong}", "--output", str(tmp_path / "lp")])
+    assert "note: Base: every question has reward rate 0" in capsys.readouterr().out
+
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(json.dumps({"scores": [1, 0, 0, 0], "mean_logprobs": [-1.0] * 4}) + "\n"
+                     + json.dumps({"scores": [1, 1, 0, 0], "mean_logprobs": [-0.5] * 4}) + "\n")
+    fig, notes = draw_logprob_diagnostic([str(mixed)], num_bins=2)
+    assert list(fig.axes[0].containers[0].lines[0].get_xdata()) == [0.25, 0.5] and notes == []

@@ -11,7 +11,7 @@ from accelerate.commands.config.config_args import load_config_from_file
 
 from riskpo_trl import RiskPOConfig
 from riskpo_trl.scripts import train
-from riskpo_trl.trainers import get_trainer_classes
+from riskpo_trl.trainer.registry import get_trainer_classes
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted(p for p in (ROOT / "recipes").rglob("config_*.yaml"))

@@ -10,9 +10,8 @@ from helpers import make_prompt_dataset
 from test_trainer import tiny_config
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
-from riskpo_trl.estimator import RiskEstimator
-from riskpo_trl.regime_guard import RegimeGuard
-from riskpo_trl.riskpo_trainer import RegimeWarning
+from riskpo_trl.risk.estimator import RiskEstimator
+from riskpo_trl.trainer.regime_guard import RegimeGuard, RegimeWarning
 from riskpo_trl.risk import frac_prompts_all_failed, riskpo_advantages
 
 
@@ -66,7 +65,10 @@ def test_guard_warns_once_after_patience_batches_in_a_row():
     message = guard.observe(degenerate)
     assert message and "3 training batches in a row" in message and "latest batch: 80%" in message
     assert "90% of the completions pushed down, 0% up" in message
-    assert "learning rate about 3x smaller" in message and "authors_code" in message
+    # The warning states the scale of its evidence and that it is post hoc, and keeps no study results.
+    assert "0.5M-parameter model" in message and "lr 1e-4" in message and "post hoc" in message
+    assert "learning rate that suited GRPO" in message and "docs/replication.md" in message
+    assert "Pass@" not in message and "0.1" not in message
     assert "regime_guard_patience=0" in message
     assert guard.observe(degenerate) is None  # once per run
     assert RegimeGuard(0.7, patience=0).observe(degenerate) is None
@@ -76,6 +78,23 @@ def test_guard_warns_once_after_patience_batches_in_a_row():
     restored = RegimeGuard(0.7, patience=2)
     restored.load_state_dict(guard.state_dict())
     assert restored.warned and restored.observe(degenerate) is None
+
+
+def test_guard_is_opt_in_and_its_help_says_post_hoc(tmp_path):
+    from dataclasses import fields
+
+    assert RiskPOConfig(str(tmp_path)).regime_guard_patience == 0
+    help_text = {f.name: f.metadata["help"] for f in fields(RiskPOConfig)}["regime_guard_patience"]
+    assert "opt-in" in help_text and "post hoc" in help_text.lower() and "0.5M-parameter" in help_text
+    with pytest.raises(ValueError, match="share of prompts"):
+        RiskPOConfig(str(tmp_path), regime_guard_threshold=2.0)
+
+
+def test_a_trainer_with_default_settings_has_the_guard_off(tiny_model_dir, tmp_path):
+    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=always_wrong, args=tiny_config(tmp_path, max_steps=2),
+                            train_dataset=make_prompt_dataset())
+    assert trainer.regime_guard.patience == 0
+    assert all(trainer.regime_guard.observe({"risk/frac_prompts_all_failed": 1.0}) is None for _ in range(50))
 
 
 @pytest.mark.parametrize("field, value", [("regime_guard_threshold", 0.0), ("regime_guard_threshold", 1.5),

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from riskpo_trl import (
-    ADVANTAGE_VARIANTS,
     BUNDLINGS,
     RISK_PROFILES,
     authors_code_mvar_advantage,
@@ -275,12 +274,16 @@ def test_positional_bundles_pair_completion_j_of_every_prompt():
 
 def test_every_advantage_variant_is_reachable_by_name_and_unknown_pairs_are_refused():
     z = torch.linspace(0, 5, 12, dtype=torch.float64)
-    for (scaling, profile), variant in ADVANTAGE_VARIANTS.items():
+    pairs = [(scaling, profile) for profile, entry in RISK_PROFILES.items() for scaling in entry.scalings]
+    assert len(pairs) == 5 and ("authors_code", "mvar") in pairs
+    for scaling, profile in pairs:
+        variant = RISK_PROFILES[profile].scalings[scaling]
         batch = riskpo_advantages(z.repeat_interleave(2).float(), num_generations=4, bundle_size=1, q_alpha=1.0,
                                   q_beta=3.0, omega=0.5, risk_profile=profile, advantage_scaling=scaling,
                                   levels=(0.2, 0.8), bundling="positional")
-        direct = variant.fn(batch.bundle_scores.double(), 1.0, 3.0, 0.5, alpha=0.2, beta=0.8, num_generations=4,
-                            natural_baseline=True)
+        direct = variant.fn(batch.bundle_scores.double(), 1.0, 3.0, 0.5, **{
+            name: value for name, value in dict(alpha=0.2, beta=0.8, num_generations=4, natural_baseline=True).items()
+            if name in variant.wants})
         assert torch.allclose(batch.advantages, direct[batch.bundle_ids].float()), (scaling, profile)
     with pytest.raises(ValueError, match="not 'rvar'"):
         riskpo_advantages(z, num_generations=4, bundle_size=1, q_alpha=1.0, q_beta=3.0, omega=0.5,
@@ -323,3 +326,44 @@ def test_metrics_leave_out_empty_tails_and_count_unscorable_completions():
     assert metrics["risk/lower_rvar"] == pytest.approx(0.0)
     assert metrics["risk/frac_unscorable"] == pytest.approx(1 / 8)
     assert all(math.isfinite(v) for k, v in metrics.items() if k != "risk/bundle_score_std")
+
+
+def test_a_new_risk_profile_is_one_decorated_function(monkeypatch, tmp_path):
+    """The drill of docs/architecture.md: one decorated function, and the config, the advantage step and the
+    metrics take the new profile by name."""
+    from riskpo_trl import RiskPOConfig
+    from riskpo_trl.risk import register_risk_profile
+
+    monkeypatch.setattr(RISK_PROFILES, "_entries", dict(RISK_PROFILES._entries))  # leave the registry as found
+    monkeypatch.setattr(RISK_PROFILES, "_help", dict(RISK_PROFILES._help))
+
+    def mean_objective(scores, q_alpha, q_beta, omega):
+        return scores[torch.isfinite(scores)].mean()
+
+    @register_risk_profile("mean", objective=mean_objective, help="the bundle score's mean")
+    def mean_advantage(scores, q_alpha, q_beta, omega):
+        return scores - scores.mean()
+
+    config = RiskPOConfig(output_dir=str(tmp_path), risk_profile="mean", use_cpu=True)
+    assert config.risk_profile == "mean"
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+    batch = riskpo_advantages(rewards, num_generations=4, bundle_size=2, q_alpha=0.5, q_beta=1.5, omega=0.5,
+                              risk_profile="mean", bundling="positional")
+    expected = batch.bundle_scores - batch.bundle_scores.mean()
+    assert torch.allclose(batch.advantages, expected[batch.bundle_ids])
+    metrics = batch.metrics(0.5)
+    assert metrics["risk/mean"] == pytest.approx(batch.bundle_scores.mean().item()) and "risk/mvar" not in metrics
+    with pytest.raises(ValueError, match="risk_profile='meen' is unknown \\(did you mean mean\\?\\)"):
+        RiskPOConfig(output_dir=str(tmp_path), risk_profile="meen", use_cpu=True)
+
+
+def test_each_profile_logs_its_own_objective():
+    scores = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    for profile, metric_value in [("mvar", (1.5 * 0 + 1.5 * 1 + 2 + 3) / 5), ("rvar", (2 + 3) / 5),
+                                  ("risk_seeking", (2 + 3 + 1.5 * 4) / 5)]:
+        batch = riskpo_advantages(scores.float(), num_generations=5, bundle_size=1, q_alpha=1.0, q_beta=3.0,
+                                  omega=0.5, risk_profile=profile, bundling="positional")
+        metrics = batch.metrics(0.5)
+        assert metrics[f"risk/{profile}"] == pytest.approx(metric_value), profile
+        assert [name for name in ("risk/mvar", "risk/rvar", "risk/risk_seeking") if name in metrics] == [
+            f"risk/{profile}"]

@@ -17,6 +17,8 @@ import pytest
 from helpers import processes_with
 from riskpo_trl.code import bounded_json, cgroups
 from riskpo_trl.code.assertions import assertions_pass, instrument_assertions
+from riskpo_trl.code.executor import Executor
+from riskpo_trl.code.judge import JudgeLimits, Verdict, judge
 from riskpo_trl.code.reward import CodeReward, code_reward_from_settings, extract_code
 from riskpo_trl.code.sandbox import (
     Sandbox,
@@ -162,7 +164,7 @@ def test_honest_programs_pass_varied_assert_forms(reward):
     assert reward([as_completion(good), as_completion(wrong)], [spec] * 2) == [1.0, 0.0]
 
 
-# --- honest programs the red team saw fail (issue 17, item 7) -----------------------------------------------------
+# --- honest programs the red team saw fail ------------------------------------------------------------------------
 
 
 def test_exit_and_quit_end_a_stdin_program(reward):
@@ -225,6 +227,59 @@ def test_missing_or_broken_tests_are_unscorable(reward):
         TestSpec("assert", ["assert f(1) == ("], [""])
     tests = [None, "not json", '{"style": "stdin"}', broken_check]
     assert reward([as_completion("print(1)")] * 4, tests) == [None] * 4
+
+
+class StubExecutor:
+    """An executor that runs nothing: passes a program iff it is in ``passing`` (a remote service would run it)."""
+
+    max_workers = 2
+
+    def __init__(self, passing: set[str]):
+        self.passing, self.checked, self.runs = passing, 0, []
+
+    def check(self):
+        self.checked += 1
+
+    def run(self, program: str, tests: TestSpec) -> Verdict:
+        self.runs.append((program.strip(), tests.style))
+        return Verdict(program.strip() in self.passing, "stub")
+
+
+def test_code_reward_talks_to_any_executor():
+    stub = StubExecutor({"print(3)"})
+    reward = CodeReward(executor=stub)
+    spec = TestSpec("stdin", [""], ["3"]).to_json()
+    scores = reward([as_completion("print(3)"), as_completion("print(4)"), as_completion("print(3)")],
+                    [spec, spec, "not json"])
+    assert scores == [1.0, 0.0, None]
+    assert stub.checked == 1 and sorted(stub.runs) == [("print(3)", "stdin"), ("print(4)", "stdin")]
+    assert isinstance(CodeReward(sandbox=Sandbox(FAST)).executor, Executor)
+    with pytest.raises(ValueError, match="configure your executor"):
+        CodeReward(FAST, executor=stub)
+    with pytest.raises(TypeError, match="max_workers, check"):
+        CodeReward(executor=object())
+
+
+def test_recipe_settings_set_the_judge_limits_and_refuse_unknown_judge_keys():
+    reward = code_reward_from_settings({"isolation": "none", "max_workers": 1, "judge_timeout_s": 3,
+                                        "judge_memory_mb": 512})
+    assert reward.executor.judge_limits == JudgeLimits(timeout_s=3, memory_mb=512)
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['judge_cpu_s'\].*'judge_cpu_time_s'"):
+        code_reward_from_settings({"isolation": "none", "judge_cpu_s": 3})
+
+
+def test_the_judge_fails_a_completion_whose_report_it_cannot_judge_in_time():
+    """The judge process, not the trainer, pays for a report built to be slow to judge, and is killed on time."""
+    colliding = json.dumps([[0, [{"__set__": [k * (2**61 - 1) for k in range(1, 30001)]}]]]).encode()
+    report = b"O%d\n" % len(colliding) + colliding + b"D0\n"
+    spec = TestSpec("assert", ["assert f(1) == {1, 2}"], [""]).to_json()
+    limits = JudgeLimits(timeout_s=1.0, cpu_time_s=1, memory_mb=512)
+    start, cpu = time.monotonic(), time.process_time()
+    verdict = judge(spec, report, limits)
+    assert not verdict.passed and "no verdict" in verdict.reason
+    assert time.monotonic() - start < limits.timeout_s + 5 and time.process_time() - cpu < 1.0
+    honest = json.dumps([[0, [{"__set__": [1, 2]}]]]).encode()
+    assert judge(spec, b"O%d\n" % len(honest) + honest + b"D0\n", limits) == Verdict(True)
 
 
 def test_extract_code_takes_last_python_block_after_thinking():
@@ -349,7 +404,8 @@ def test_the_program_sees_a_minimal_unprivileged_machine():
         view = {{
             "uid": os.getuid(), "groups": os.getgroups(), "root": sorted(os.listdir("/")),
             "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
-            "hostname": socket.gethostname(), "interfaces": [name for _, name in socket.if_nameindex()],
+            "hostname": socket.gethostname(),  # the interfaces from /proc: seccomp refuses every socket
+            "interfaces": [line.split(":")[0].strip() for line in open("/proc/net/dev").readlines()[2:]],
             "caps": [line.split()[1] for line in open("/proc/self/status") if line.startswith("Cap")],
             "env": sorted(os.environ), "site_packages_hidden": importlib.util.find_spec("pytest") is None,
             "root_writable": os.access("/", os.W_OK), "cwd": os.getcwd(),
@@ -474,6 +530,7 @@ def test_values_equal_handles_huge_and_non_finite_numbers():
     assert values_equal(1, 1.0000001) and values_equal([1, {"a": 2.0}], [1.0, {"a": 2}])
 
 
+@pytest.mark.slow
 def test_sandbox_overhead_benchmark_runs_tiny(tmp_path):
     from benchmarks import sandbox_overhead
 
@@ -483,6 +540,16 @@ def test_sandbox_overhead_benchmark_runs_tiny(tmp_path):
         # the previous sandbox is measured from git history, unless this clone lacks it (recorded, not hidden)
         assert "previous" in payload["median_ms"][program] or "unavailable" in payload["baseline"]
     assert (tmp_path / "sandbox_overhead.md").exists() and payload["load_average_before"]
+
+
+def test_sandbox_throughput_benchmark_runs_tiny(tmp_path):
+    from benchmarks import sandbox_throughput
+
+    payload = sandbox_throughput.main(["--rounds", "1", "--completions", "4", "--tests", "2", "--workers", "2",
+                                       "--out", str(tmp_path)])
+    assert set(payload["median_programs_per_s"]) == {"bwrap", "none", "bwrap_in_process", "none_in_process"}
+    assert payload["bwrap_over_none_ratio_of_medians"] > 0 and payload["load_average_before"]
+    assert (tmp_path / "sandbox_throughput.md").exists()
 
 
 # --- whole-program caps: which cgroups, and what without them ---------------------------------------------------
@@ -510,20 +577,24 @@ def test_start_up_states_what_holds_without_cgroups(fresh_probe, monkeypatch, ca
 
 def test_cgroup_v2_caps_come_from_a_delegating_parent(tmp_path):
     """v2 (most hosts): the per-run cgroups go next to the trainer's cgroup when its parent delegates memory and pids
-    (v2 forbids controllers in a cgroup that holds processes); each run gets memory.max, no swap, and pids.max."""
+    (v2 forbids controllers in a cgroup that holds processes); each run gets memory.max, no swap, pids.max and, where
+    cpu is delegated too, cpu.max."""
     root = tmp_path / "unified"
     (root / "trainer").mkdir(parents=True)
     (root / "cgroup.controllers").write_text("cpu memory pids\n")
-    (root / "cgroup.subtree_control").write_text("memory pids\n")
+    (root / "cgroup.subtree_control").write_text("cpu memory pids\n")
     paths = _fake_cgroup_host(tmp_path, [f"/ {root} rw - cgroup2 cgroup2 rw"], "0::/trainer\n")
     support = cgroups.detect(*paths)
-    assert support.bounds_memory and support.bounds_processes and not support.missing
-    assert "memory (cgroup v2), pids (cgroup v2)" in support.describe() and fallback_statement(support) is None
+    assert support.bounds_memory and support.bounds_processes and support.bounds_cpu and not support.missing
+    assert "cpu (cgroup v2), memory (cgroup v2), pids (cgroup v2)" in support.describe()
+    assert fallback_statement(support) is None
     parent = root / f"riskpo-sandbox-{os.getpid()}"
-    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids"
+    assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
     run = support.create(64 << 20, 10)
-    limits = {name: (parent / "run0" / name).read_text() for name in ("memory.max", "memory.swap.max", "pids.max")}
-    assert limits == {"memory.max": str(64 << 20), "memory.swap.max": "0", "pids.max": "10"}
+    names = ("memory.max", "memory.swap.max", "pids.max", "cpu.max")
+    limits = {name: (parent / "run0" / name).read_text() for name in names}
+    assert limits == {"memory.max": str(64 << 20), "memory.swap.max": "0", "pids.max": "10",
+                      "cpu.max": "100000 100000"}
     run.add(4242)
     assert (parent / "run0" / "cgroup.procs").read_text() == "4242"
 

@@ -485,7 +485,7 @@ def test_hostile_outputs_score_zero_and_never_raise():
     assert dict(zip([name for name, _, _ in specs], scores)) == {name: 0.0 for name, _, _ in specs}
 
 
-# --- the red team's findings (issue 17), each as an attack that must fail --------------------------------------------
+# --- the red team's findings, each as an attack that must fail -------------------------------------------------------
 
 
 def _score_both_guards(program: str, spec: str, limits: SandboxLimits = LIMITS, seccomp: bool = True
@@ -783,3 +783,195 @@ def test_seccomp_refuses_ptrace_of_pid_1_and_risky_syscalls(guard):
     spec = TestSpec("stdin", [""], ["3"]).to_json()
     assert CodeReward(sandbox=Sandbox(LIMITS, max_workers=1, audit_guard=guard))([as_completion(program)],
                                                                                   [spec]) == [0.0]
+
+
+# --- the red team's findings after part 2, parts A, B and D: each through the public CodeReward ----------------------
+
+# A program that reads the expected value from the check code's own variables (the check runs in the program's
+# namespace): it forged every loop-table form while rows were bound in the sandbox.
+ROW_READER = textwrap.dedent("""
+    def f(*args):
+        g = globals()
+        if isinstance(g.get("tc"), dict):
+            return g["tc"]["expected"]
+        if isinstance(g.get("case"), tuple):
+            return g["case"][1]
+        if isinstance(g.get("t"), tuple):
+            return g["t"][-1]
+        return -1
+    """)
+LOOP_TABLES = {
+    "for t in tests: f(*t[0]) == t[1]": "tests = [((2,), 4), ((3,), 9)]\nfor t in tests:\n    assert f(*t[0]) == t[1]",
+    "case = (args, want)": "case = ((2,), 4)\nassert f(*case[0]) == case[1]",
+    "t[:-1] / t[-1]": "for t in [(2, 4), (3, 9)]:\n    assert f(*t[:-1]) == t[-1]",
+    'dict rows tc["expected"]': ('for tc in [{"input": [2], "expected": 4}, {"input": [3], "expected": 9}]:\n'
+                                 '    assert f(*tc["input"]) == tc["expected"]'),
+    "x, want = t": "for t in [(2, 4), (3, 9)]:\n    x, want = t\n    assert f(x) == want",
+}
+
+
+@pytest.mark.parametrize("check", LOOP_TABLES.values(), ids=LOOP_TABLES.keys())
+def test_loop_table_rows_never_reach_the_sandbox(check):
+    spec = TestSpec("assert", [check], [""])
+    assert _score_both_guards(ROW_READER, spec.to_json()) == {True: 0.0, False: 0.0}
+    honest = "def f(x):\n    return x * x"
+    assert CodeReward(sandbox=Sandbox(LIMITS, max_workers=1))([as_completion(honest)], [spec.to_json()]) == [1.0]
+    assert "4" not in spec.sandbox_inputs()[0] and "9" not in spec.sandbox_inputs()[0], spec.sandbox_inputs()[0]
+
+
+def test_a_list_the_check_passes_to_the_program_and_compares_with_is_refused():
+    """The program could change the expected value in place before it is compared."""
+    check = "row = [2, 4]\nassert f(row) == row[1]"
+    mutator = "def f(row):\n    row[1] = 0\n    return 0"
+    spec = json.dumps({"style": "assert", "inputs": [check], "outputs": [""]})
+    assert _score_both_guards(mutator, spec) == {True: None, False: None}
+
+
+def test_an_isclose_tolerance_is_computed_by_the_trainer_not_the_program():
+    check = "import math\nEPS = math.pow(10, -9)\nassert math.isclose(f(2), 4.0, rel_tol=EPS)"
+    program = "def f(x):\n    globals()['EPS'] = 1e308\n    return 0.0"
+    spec = TestSpec("assert", [check], [""]).to_json()
+    assert _score_both_guards(program, spec) == {True: 0.0, False: 0.0}
+    honest = "def f(x):\n    return float(x * x)"
+    assert CodeReward(sandbox=Sandbox(LIMITS, max_workers=1))([as_completion(honest)], [spec]) == [1.0]
+
+
+# Checks that fail by something other than an assertion the trainer judges: a program whose answers compare as
+# anything (its __ne__ says False) passed them, as long as one real assertion passed.
+SANDBOX_DECIDED = {
+    "if ...: raise AssertionError": "if f(5) != 25:\n    raise AssertionError\nassert f(1) == 1",
+    "unittest assertEqual": ("import unittest\ncase = unittest.TestCase()\ncase.assertEqual(f(5), 25)\n"
+                             "assert f(1) == 1"),
+    "assertEqual method": ("class T:\n    def test(self):\n        self.assertEqual(f(5), 25)\nT().test()\n"
+                           "assert f(1) == 1"),
+    "try/except": "try:\n    f(-1)\n    ok = False\nexcept ValueError:\n    ok = True\nassert f(1) == 1",
+    "a printed comparison": "print(f(5) == 25)\nassert f(1) == 1",
+    "a bare comparison": "f(5) == 25\nassert f(1) == 1",
+}
+AGREEABLE = textwrap.dedent("""
+    class Agreeable(int):
+        def __ne__(self, other):
+            return False
+        __eq__ = lambda self, other: True
+
+    def f(x):
+        return 1 if x == 1 else Agreeable(0)
+    """)
+
+
+def test_checks_decided_in_the_sandbox_are_refused_and_counted(tmp_path, caplog):
+    from riskpo_trl.code.assertions import UndecidableTestError
+    from riskpo_trl.code.data import load_archer_code
+
+    reward = CodeReward(sandbox=Sandbox(LIMITS, max_workers=2))
+    specs = [json.dumps({"style": "assert", "inputs": [code], "outputs": [""]}) for code in SANDBOX_DECIDED.values()]
+    assert reward([as_completion(AGREEABLE)] * len(specs), specs) == [None] * len(specs)
+    for code in SANDBOX_DECIDED.values():
+        with pytest.raises(UndecidableTestError):
+            TestSpec("assert", [code], [""])
+    rows = [{"prompt": "p", "reward_model": {"ground_truth": json.dumps({"functional": code})}}
+            for code in [*SANDBOX_DECIDED.values(), "assert f(1) == 1"]]
+    path = tmp_path / "archer.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with caplog.at_level(logging.WARNING, logger="riskpo_trl.code.data"):
+        assert len(load_archer_code(data_files=str(path))) == 1
+    assert f"dropped {len(SANDBOX_DECIDED)} of {len(rows)} rows" in caplog.text
+
+
+# A trainer of its own per case, so that its CPU time and peak memory measure what judging cost it (the sandboxes and
+# judges are its children, counted apart).
+FRESH_TRAINER = textwrap.dedent("""
+    import inspect, json, resource, sys, time
+    from riskpo_trl.code.reward import CodeReward
+    from riskpo_trl.code.sandbox import Sandbox, SandboxLimits
+
+    job = json.load(sys.stdin)
+    sandbox = Sandbox(SandboxLimits(**job["limits"]), max_workers=len(job["programs"]))
+    options = {}
+    if "judge_limits" in inspect.signature(CodeReward).parameters:
+        from riskpo_trl.code.judge import JudgeLimits
+        options["judge_limits"] = JudgeLimits(**job["judge"])
+    reward = CodeReward(sandbox=sandbox, **options)
+    sandbox.check()
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.monotonic()
+    completions = [[{"role": "assistant", "content": f"```python\\n{p}\\n```"}] for p in job["programs"]]
+    scores = reward(completions, job["tests"])
+    elapsed = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    print(json.dumps({"scores": scores, "elapsed": elapsed, "cpu": cpu,
+                      "peak_growth_mb": (after.ru_maxrss - before.ru_maxrss) / 1024}))
+    """)
+JUDGE = {"timeout_s": 4.0, "cpu_time_s": 3, "memory_mb": 1024}
+BOUND_S = LIMITS.total_timeout_s + JUDGE["timeout_s"] + 5  # the run, the judge, and a generous constant
+
+
+def _judged_in_a_fresh_trainer(programs: list[str], tests: list[str]) -> list[float | None]:
+    """Scores of ``programs`` judged at once by a new trainer process; asserts that judging them took that process
+    at most the timeouts plus a constant, under 3 s of its own CPU and under 256 MiB more peak memory."""
+    job = {"limits": dataclasses.asdict(LIMITS), "judge": JUDGE, "programs": programs, "tests": tests}
+    done = subprocess.run([sys.executable, "-c", FRESH_TRAINER], input=json.dumps(job), capture_output=True,
+                          text=True, timeout=BOUND_S + 60, check=False,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["elapsed"] < BOUND_S, result
+    assert result["cpu"] < 3.0, result
+    assert result["peak_growth_mb"] < 256, result
+    return result["scores"]
+
+
+COLLIDING = "[k * (2**61 - 1) for k in range(1, 38001)]"  # 38,000 ints with one hash: ~900 kB of JSON
+
+
+def test_colliding_hashes_in_a_report_cost_the_trainer_nothing():
+    records = f'("[[0, [" + json.dumps({{"__set__": {COLLIDING}}}) + "]]]").encode()'
+    program = "import json\n" + _forged_report(f'b"O%d\\n" % len({records}) + {records} + b"D0\\n"')
+    spec = TestSpec("assert", ["assert f(1) == {1, 2}"], [""]).to_json()
+    correct = "def f(x):\n    return {2, 1}"  # judged at the same time, while the hostile judge spins
+    assert _judged_in_a_fresh_trainer([program, correct], [spec, spec]) == [0.0, 1.0]
+
+
+def test_a_counter_of_colliding_hashes_neither_freezes_the_trainer_nor_touches_a_neighbour():
+    spec = TestSpec("assert", ["assert Counter(f(1)) == Counter([1, 2])"], [""]).to_json()
+    hostile, correct = f"def f(x):\n    return {COLLIDING}", "def f(x):\n    return [2, 1]"
+    assert _judged_in_a_fresh_trainer([hostile, correct], [spec, spec]) == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("program, check", [
+    ('def f(x):\n    return "%0999999999d"', "assert f(1) % 2 == 1"),
+    ('def f(x):\n    return "a" * 500_000', 'assert f(1) * 2000 == "x"'),
+], ids=["a %-format string allocating 1 GB", "a program's string times 2000"])
+def test_values_a_program_returns_cannot_make_the_judge_allocate_in_the_trainer(program, check):
+    spec = TestSpec("assert", [check], [""]).to_json()
+    assert _judged_in_a_fresh_trainer([program], [spec]) == [0.0]
+
+
+@pytest.mark.parametrize("check", [
+    "x = 'ab' * 5 * 10**8\nassert f(1) == len(x)",
+    "a = 7 ** 10000\n" + "".join(f"{n} = {p} * {p} * {p}\n" for p, n in zip("abcdefg", "bcdefgh"))
+    + "assert f(1) == h",
+], ids=["a 1 GB string in the check code", "8 lines of int * int"])
+def test_dataset_check_code_is_folded_within_bounds(check):
+    spec = json.dumps({"style": "assert", "inputs": [check], "outputs": [""]})
+    assert _judged_in_a_fresh_trainer(["def f(x):\n    return 0"], [spec]) == [None]
+
+
+def test_values_over_4300_digits_pass():
+    cases = [
+        ("def f(x):\n    return 10 ** 5000", TestSpec("functional", ["1"], ["1" + "0" * 5000], fn_name="f")),
+        ("def f(x):\n    return [x, 10 ** 5000 + x]",
+         TestSpec("functional", ["7" * 4500], [f'[{"7" * 4500}, 1{"0" * (5000 - 4500)}{"7" * 4500}]'], fn_name="f")),
+        ("def f(x):\n    return 2 ** (10000 * x)", TestSpec("assert", ["assert f(2) == 2 ** 20000"], [""])),
+        ("def f(x):\n    return 10 ** 5000 - 1", TestSpec("assert", [f"assert f(1) == {'9' * 5000}"], [""])),
+        ("print(int(input()) + 1)", TestSpec("stdin", ["9" * 5000 + "\n"], ["1" + "0" * 5000])),
+        ("def f(x):\n    return str(10 ** 5000)",
+         TestSpec("assert", ["assert int(f(1)) == 10 ** 5000\nassert isinstance(f(1), str)"], [""])),
+    ]
+    reward = CodeReward(sandbox=Sandbox(LIMITS, max_workers=2))
+    assert reward([as_completion(p) for p, _ in cases], [spec.to_json() for _, spec in cases]) == [1.0] * len(cases)
+    wrong = ["def f(x):\n    return 10 ** 5000 + 1", "def f(x):\n    return [x, 10 ** 5000]",
+             "def f(x):\n    return 2 ** 20000 + 1", "def f(x):\n    return 10 ** 5000", "print(int(input()))",
+             "def f(x):\n    return str(10 ** 5000 + 1)"]
+    assert reward([as_completion(p) for p in wrong], [spec.to_json() for _, spec in cases]) == [0.0] * len(cases)

@@ -41,7 +41,7 @@ def write_recipe(tmp_path: Path, text: str) -> Path:
      ("bundle_size: five", "bundle_size: expected an integer, got 'five'"),
      ("use_cpu: maybe", "use_cpu: expected true or false, got 'maybe'"),
      ("learning_rate: fast", "learning_rate: expected a number, got 'fast'"),
-     ("risk_profile: safest", "risk_profile: expected one of ['mvar', 'risk_seeking', 'rvar'], got 'safest'")],
+     ("risk_profile: safest", "risk_profile: expected one of ['mvar', 'rvar', 'risk_seeking'], got 'safest'")],
 )
 def test_a_bad_recipe_value_names_the_file_and_field(tmp_path, capsys, field, expected):
     recipe = write_recipe(tmp_path, field + "\n")

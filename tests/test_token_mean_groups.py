@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.scripts import train
-from riskpo_trl.token_mean_groups import token_mean_group_scales
+from riskpo_trl.trainer.token_mean import token_mean_group_scales
 
 from helpers import contains_digit_reward, make_prompt_dataset
 

@@ -39,7 +39,6 @@ def resumed_run(tmp_path_factory):
     return tmp_path, first_history, second
 
 
-@pytest.mark.slow
 def test_rerun_resumes_from_last_checkpoint(resumed_run):
     """The script's part of resuming: the same command finds the last checkpoint in output_dir by itself. (What a
     checkpoint restores, RiskPO's trackers included, is tested on the trainer and under ZeRO-3.)"""
@@ -54,7 +53,6 @@ def test_rerun_resumes_from_last_checkpoint(resumed_run):
     assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
 
 
-@pytest.mark.slow
 def test_output_reloads_with_its_card(resumed_run):
     """The script saves a reloadable model, its tokenizer and a RiskPO card (the card's contents are tested on the
     trainer); trained on local files, the card does not claim the Hub dataset."""

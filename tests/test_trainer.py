@@ -19,7 +19,7 @@ from riskpo_trl import (
     mvar_advantage,
     risk_seeking_advantage,
 )
-from riskpo_trl.riskpo_trainer import RISK_STATE_FILE
+from riskpo_trl.trainer.riskpo_trainer import RISK_STATE_FILE
 
 from helpers import contains_digit_reward, make_prompt_dataset
 
@@ -39,14 +39,19 @@ def tiny_config(output_dir, **overrides) -> RiskPOConfig:
 
 
 class RecordBatches(TrainerCallback):
-    """Keeps, per optimizer step, the trainer's tracker values and the latest batch's advantages."""
+    """Keeps, per optimizer step, the trainer's tracker values and the latest batch's advantages (the batches reach
+    it as a batch observer)."""
 
     def __init__(self):
         self.trainer = None
+        self.latest = None
         self.steps: dict[int, dict] = {}
 
+    def observe(self, scored):
+        self.latest = scored.risk
+
     def on_step_end(self, args, state, control, **kwargs):
-        batch = self.trainer.last_risk_batch
+        batch = self.latest
         self.steps[state.global_step] = {
             "tracker": self.trainer.quantile_tracker.values.clone(),
             "advantages": batch.advantages.clone(),
@@ -61,29 +66,26 @@ def make_trainer(tiny_model_dir, args, reward=contains_digit_reward, dataset=Non
         callbacks=[recorder], **kwargs,
     )
     recorder.trainer = trainer
+    trainer.add_batch_observer(recorder.observe)
     trainer.recorder = recorder
     return trainer
 
 
 class CaptureOutputs:
-    """Wraps the trainer's batch preparation to see exactly what reaches the loss."""
+    """A batch observer that keeps exactly what reaches the loss, the risk step's result and the rewards."""
 
     def __init__(self, trainer: RiskPOTrainer):
         self.outputs, self.batches, self.trackers, self.rewards = [], [], [], []
-        original = trainer._generate_and_score_completions
 
-        def wrapped(inputs):
-            output = original(inputs)
-            self.outputs.append(output)
-            self.batches.append(trainer.last_risk_batch)
+        def observe(scored):
+            self.outputs.append(scored.outputs)
+            self.batches.append(scored.risk)
             self.trackers.append(trainer.quantile_tracker.values.clone())
-            self.rewards.append(trainer._last_rewards_per_func.clone())
-            return output
+            self.rewards.append(scored.rewards_per_func.clone())
 
-        trainer._generate_and_score_completions = wrapped
+        trainer.add_batch_observer(observe)
 
 
-@pytest.mark.slow
 def test_training_logs_risk_metrics_and_feeds_riskpo_advantages(tiny_model_dir, tmp_path):
     trainer = make_trainer(tiny_model_dir, tiny_config(tmp_path, log_completions=True))
     capture = CaptureOutputs(trainer)
@@ -197,7 +199,6 @@ def test_evaluation_never_moves_the_trackers_and_takes_a_partial_last_batch(tiny
     assert math.isfinite(metrics["eval_loss"])
 
 
-@pytest.mark.slow
 def test_resume_restores_trackers_and_reproduces_advantages(tiny_model_dir, tmp_path):
     args = tiny_config(tmp_path / "full", max_steps=4, save_strategy="steps", save_steps=2)
     full = make_trainer(tiny_model_dir, args)

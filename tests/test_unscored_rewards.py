@@ -9,7 +9,7 @@ import math
 import pytest
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
-from riskpo_trl.unscored_rewards import UnscoredCounts, count_unscored
+from riskpo_trl.trainer.unscored_rewards import UnscoredCounts, count_unscored
 
 from helpers import contains_digit_reward, make_prompt_dataset
 
@@ -47,9 +47,11 @@ def test_counts_tell_none_from_nan():
 def test_partial_nan_is_named_with_its_function_and_count(tiny_model_dir, tmp_path, caplog):
     trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=nan_for_small_answers, args=config(tmp_path),
                             train_dataset=make_prompt_dataset(4))
+    batches = []
+    trainer.add_batch_observer(batches.append)
     with caplog.at_level(logging.WARNING):
         trainer.train()
-    rewards = trainer._last_rewards_per_func[:, 0]
+    rewards = batches[-1].rewards_per_func[:, 0]
     nan_count = int(rewards.isnan().sum())
     assert nan_count == 4
     assert f"Reward function nan_for_small_answers returned NaN for {nan_count} of 8 completions" in caplog.text

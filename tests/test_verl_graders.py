@@ -15,7 +15,7 @@ from riskpo_trl.rewards import (
     verl_math_dapo_reward,
     verl_math_reward,
 )
-from riskpo_trl.verl_graders import (
+from riskpo_trl.rewards.verl_graders import (
     dapo_answer_score,
     gsm8k_strict_score,
     hendrycks_normalise,
@@ -133,3 +133,11 @@ def test_trainer_refuses_a_dataset_whose_source_verl_by_source_cannot_grade(tiny
     with pytest.raises(ValueError, match="training dataset does not fit the reward function verl_by_source_reward.*"
                                          "data_source='my/dataset'"):
         RiskPOTrainer(tiny_model_dir, reward_funcs=verl_by_source_reward, args=args, train_dataset=unknown)
+
+
+def test_percent_signs_are_removed_twice_as_verls_strip_string_does():
+    # verl's strip_string has two identical `replace("\\%", "")` calls, so a `\%` that the first one forms is removed
+    # too: 5\\\%% -> (\\ to \) 5\\%% -> (first) 5\% -> (second) 5.
+    assert hendrycks_normalise(r"5\\\%%") == "5"
+    assert math_equiv_score(r"The answer is \boxed{5\\\%%}", "5") == 1.0
+    assert hendrycks_normalise(r"50\%") == "50"  # a plain percent sign: the first call already removes it

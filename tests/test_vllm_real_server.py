@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-import requests
 from helpers import contains_digit_reward, make_prompt_dataset
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
@@ -99,6 +98,8 @@ def server(model_dir, tmp_path_factory):
 
 
 def healthy(base_url: str) -> bool:
+    import requests  # the vllm extra's, not the dev install's: imported only where vLLM runs
+
     try:
         return requests.get(f"{base_url}/health", timeout=5).status_code == 200
     except requests.ConnectionError:
@@ -106,6 +107,7 @@ def healthy(base_url: str) -> bool:
 
 
 def test_launcher_server_answers_health_models_and_generate(server, model_dir):
+    import requests
     from trl.generation.vllm_client import VLLMClient
 
     assert requests.get(f"{server['url']}/health", timeout=10).status_code == 200

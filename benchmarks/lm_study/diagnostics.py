@@ -70,7 +70,7 @@ def gradient_diagnostics(cfg: LMConfig, out_dir: Path, methods: list[str], num_b
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from riskpo_trl.evaluation.generation import SamplingSettings, TransformersBackend
-    from riskpo_trl.quantile_tracker import QuantileTracker
+    from riskpo_trl.risk.quantile_tracker import QuantileTracker
 
     sft_dir = out_dir / "models" / "sft"
     tokenizer = AutoTokenizer.from_pretrained(sft_dir)

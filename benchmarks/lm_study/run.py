@@ -63,19 +63,29 @@ def batch_signals(rewards: torch.Tensor, advantages: torch.Tensor, num_generatio
 
 
 def with_covariance_probe(trainer_cls):
-    """``trainer_cls`` that also records, for each training generation batch, (a) the covariance and the correlation
+    """``trainer_cls`` with a batch observer (riskpo_trl's public per-batch hook, added to GRPO baselines through
+    ``BatchObserversMixin``) that records, for each training generation batch, (a) the covariance and the correlation
     between a completion's length-normalised log-probability (under the policy that sampled it) and its advantage,
     within each prompt's group, averaged over prompts (Proposition 1's quantity), logged as ``probe/*``; (b) the
     :func:`batch_signals` and, for RiskPO, the quantiles used, kept in ``self.batch_signal_history``. Everything else
     is inherited."""
+    from riskpo_trl.trainer.batch_hook import BatchObserversMixin
 
-    class CovarianceProbe(trainer_cls):
-        batch_signal_history: list[dict[str, float | None]]
+    base = trainer_cls if issubclass(trainer_cls, BatchObserversMixin) else type(
+        f"Observed{trainer_cls.__name__}", (BatchObserversMixin, trainer_cls), {})
 
-        def _generate_and_score_completions(self, inputs):
-            output = super()._generate_and_score_completions(inputs)
+    class CovarianceProbe(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.batch_signal_history: list[dict[str, float | None]] = []
+            self.add_batch_observer(self._probe)
+
+        def _probe(self, scored) -> None:
+            if scored.mode != "train":
+                return
+            output = scored.outputs
             old = output.get("old_per_token_logps")
-            if self.model.training and old is not None:
+            if old is not None:
                 mask = output["completion_mask"].float()
                 logp = (old * mask).sum(1) / mask.sum(1).clamp(min=1)
                 adv = output["advantages"].float()
@@ -87,17 +97,12 @@ def with_covariance_probe(trainer_cls):
                 corr = torch.where(denom > 0, (lp_c * a_c).sum(1) / denom.clamp(min=1e-12), torch.zeros_like(denom))
                 self._metrics["train"]["probe/logprob_adv_cov"].append(cov.mean().item())
                 self._metrics["train"]["probe/logprob_adv_corr"].append(corr.mean().item())
-            if self.model.training:
-                rewards = torch.tensor(self.reward_funcs[0].batches[-1])
-                signals = batch_signals(rewards, output["advantages"].float().cpu(), self.num_generations)
-                risk_batch = getattr(self, "last_risk_batch", None)
-                if risk_batch is not None:
-                    signals["q_alpha"] = float(torch.as_tensor(risk_batch.q_alpha).float().mean())
-                    signals["q_beta"] = float(torch.as_tensor(risk_batch.q_beta).float().mean())
-                if not hasattr(self, "batch_signal_history"):
-                    self.batch_signal_history = []
-                self.batch_signal_history.append(signals)
-            return output
+            signals = batch_signals(scored.rewards.float().cpu(), output["advantages"].float().cpu(),
+                                    self.num_generations)
+            if scored.risk is not None:
+                signals["q_alpha"] = float(torch.as_tensor(scored.risk.q_alpha).float().mean())
+                signals["q_beta"] = float(torch.as_tensor(scored.risk.q_beta).float().mean())
+            self.batch_signal_history.append(signals)
 
     CovarianceProbe.__name__ = f"Probed{trainer_cls.__name__}"
     return CovarianceProbe

@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name in ("RiskPO", "GRPO"):
         config = EvalConfig(model=str(work_dir / name), dataset_files=[str(held_out)], num_samples=16,
                             max_new_tokens=16, backend="transformers", logprobs=True,
-                            output_dir=str(work_dir / "eval" / name))
+                            output_dir=str(work_dir / "eval" / name), overwrite=True)  # the runs were retrained
         evaluate(config, scorer=digit_scorer)
     runs = [load_run(f"{name}={work_dir / name}") for name in ("RiskPO", "GRPO")]
     eval_results = [f"{name}={work_dir / 'eval' / name / 'results.json'}" for name in ("RiskPO", "GRPO")]

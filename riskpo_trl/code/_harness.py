@@ -7,11 +7,12 @@ writes outside the working directory and /dev/shm, then runs the program once pe
 record per test output (``O<length>\n<bytes>``), an optional error (``E...``) and an end mark (``D0\n``).
 
 Nothing here decides whether a test passed, because the program runs in this interpreter and can rewrite all of it
-(this module, its report, the builtins). Expected outputs never enter this process: for stdin and functional tests the
-parent compares outputs, and assert-style check code arrives instrumented (`riskpo_trl.code.assertions`): each
-assertion only records the values of its sub-expressions that call into the program (as JSON of builtin values), and
-the parent evaluates the rest, literal expected values included, which never enter the sandbox. So a program that
-tampers with this runner can at worst report values it could have printed or returned anyway.
+(this module, its report, the builtins). Expected outputs never enter this process: a judge process outside the
+sandbox compares outputs (`riskpo_trl.code.judge`), and assert-style check code arrives instrumented
+(`riskpo_trl.code.assertions`): each assertion only records the values of its sub-expressions that call into the
+program (as JSON of builtin values), and the judge evaluates the rest, expected values included, which never enter the
+sandbox. So a program that tampers with this runner can at worst report values it could have printed or returned
+anyway.
 
 The audit hook is defence in depth, not a security boundary (CPython documents that, and a program can rewrite its
 tables): the boundary is the bubblewrap sandbox the parent starts this runner in (`riskpo_trl.code.bwrap`).
@@ -333,6 +334,10 @@ def _observe(leaf):
 
 
 def main():
+    # Python's 4,300-digit int/str conversion limit guards servers against slow conversions; here the program's own
+    # CPU limit does, and big-number problems need integers beyond it (in the input, printed, or returned).
+    if hasattr(sys, "set_int_max_str_digits"):
+        sys.set_int_max_str_digits(0)
     with open(0, "rb", closefd=False) as f:
         spec = json.loads(f.read())
     report = os.fdopen(os.dup(1), "wb")  # the parent reads this; the program's stdout goes to a per-test file

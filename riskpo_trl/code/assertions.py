@@ -1,28 +1,33 @@
-"""Assert-style check code, split so that the sandbox only computes the program's values and the trainer decides.
+"""Assert-style check code, split so that the sandbox only computes the program's values and a judge decides.
 
 Check code (Archer's ``{"functional": ...}`` ground truths, HumanEval-style ``check(candidate)``) calls the program's
 functions, so part of it has to run in the program's interpreter, where the program can rewrite anything: the runner,
-its report, ``__eq__`` of what it returns. So no verdict is decided there. `instrument_assertions` cuts every
-``assert`` into
+its report, ``__eq__`` of what it returns, any variable of the check code. So no verdict is decided there, and no
+expected value is put there. `instrument_assertions` (run in the trainer when the tests are parsed, on the check
+code only) cuts every ``assert`` into
 
 * **leaves**: the sub-expressions that need the program (``candidate(x)``, ``Solution().f(1)``, ``res.val``) or other
   names of the check code; the sandbox evaluates them and reports their values as JSON of builtin values;
-* the **rest**, evaluated here by a small interpreter over those values: literals, comparisons, ``and``/``or``/``not``,
-  arithmetic, indexing and a fixed set of builtins (`FUNCTIONS`: ``abs``, ``len``, ``sorted``, ``math.isclose``...).
-  Literal expected values therefore never enter the sandbox.
+* the **rest**, evaluated by the judge process (`riskpo_trl.code.judge`) with a small interpreter over those values
+  (`riskpo_trl.code.check_eval`): literals, comparisons, ``and``/``or``/``not``, arithmetic, indexing and a fixed set
+  of builtins (`FUNCTIONS`: ``abs``, ``len``, ``sorted``, ``math.isclose``...).
 
-Loops over literal tables (``for x, want in [(2, 4), (3, 9)]``, ``for i in range(5)``) are unrolled and ``if``
-statements with a condition known here are folded, before the split, so their expected values stay here too, and an
-assertion in a branch not taken is simply gone. Every remaining assertion must be reached exactly once, so a program
-cannot pass by skipping the check.
+Loops over literal tables (``for x, want in [(2, 4), (3, 9)]``, ``for t in tests: assert f(*t[0]) == t[1]``, dict rows)
+are unrolled and ``if`` statements with a condition known here are folded, before the split, and known values the
+sandbox code reads are written into it as literals: a row's input part (``t[0]``, ``t[:-1]``, ``tc["input"]``), never
+the row. So a loop table's or a ``case = (args, want)``'s expected value stays out of the sandbox, an assertion in a
+branch not taken is simply gone, and a ``math.isclose`` tolerance is known here or refused. Every remaining assertion
+must be reached exactly once, so a program cannot pass by skipping the check.
 
 A program that forges its report can then only claim leaf values, which is what returning them would have done. That
 holds when, in every comparison, one side is known here, or every leaf of both sides derives from the program; and for
-a bare truth test (``assert f(x)``) when its leaves derive from the program. Check code where an expected value is
-computed in the sandbox (``assert f(x) == brute(x)``, ``assert helper(f(x), 2.5)``), assertions inside ``while``,
-``try``, loops over computed values or ``if`` on the program's values, or in functions not called at the top level,
-cannot be judged that way: `instrument_assertions` raises `UndecidableTestError`, and the dataset adapters drop and
-count such rows (docs/code_and_multimodal.md).
+a bare truth test (``assert f(x)``) when its leaves derive from the program. Check code that cannot be judged that
+way raises `UndecidableTestError`, and the dataset adapters drop and count such rows (docs/code_and_multimodal.md):
+an expected value or tolerance computed in the sandbox (``assert f(x) == brute(x)``, ``assert helper(f(x), 2.5)``);
+assertions inside loops over computed values or ``if`` on the program's values, or in functions not called at the
+top level; checks that fail other than by such an assertion (``raise``, unittest's ``assertEqual``, ``try``,
+``with``, ``while``, exits, an ``if`` on the program's values, a comparison nothing asserts), since the program
+decides those; and an expected value the sandbox code would also hold.
 """
 
 from __future__ import annotations
@@ -32,18 +37,33 @@ import builtins
 import collections
 import copy
 import functools
+import io
 import math
+import re
+import tokenize
 from dataclasses import dataclass
 from typing import Any
 
 from . import bounded_json
 from ._harness import _PRELUDE, PROBE_NAME
-from .check_eval import CONSTANT_NAMES, FUNCTIONS, LEAF_PREFIX, EvaluationFailed, dotted_name, evaluate, truth
-from .values import decode_value
+from .check_eval import (
+    BIG_INT,
+    CONSTANT_NAMES,
+    FUNCTIONS,
+    LEAF_PREFIX,
+    WORK_BUDGET,
+    EvaluationFailed,
+    dotted_name,
+    evaluate,
+    truth,
+    work_budget,
+)
+from .values import decode_value, int_to_decimal
 
 MAX_OBSERVED_CHARS = 16 * 1024 * 1024  # a returned value or assertion record beyond this fails (none real comes close)
 MAX_UNROLLED_ASSERTIONS = 5000  # more (after unrolling loops) is refused as too large to judge
 MAX_LOOP_ITERATIONS = 2000
+JUDGE_WORK_BUDGET = 50 * WORK_BUDGET  # per probe, in the judge process (whose CPU limit bounds it anyway)
 
 _STRUCTURE = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.UnaryOp, ast.BinOp, ast.BoolOp, ast.Compare,
               ast.IfExp, ast.Subscript, ast.Slice)
@@ -109,7 +129,7 @@ def _contains(nodes, kinds) -> bool:
 
 @dataclass(frozen=True)
 class Probe:
-    """One assertion as the trainer evaluates it: ``expression`` with its leaves as ``__riskpo_leaf_<i>`` names."""
+    """One assertion as the judge evaluates it: ``expression`` with its leaves as ``__riskpo_leaf_<i>`` names."""
 
     expression: ast.expr
     n_leaves: int
@@ -118,7 +138,7 @@ class Probe:
 
 @dataclass(frozen=True)
 class InstrumentedCheck:
-    """Check code for the sandbox (assertions replaced by leaf probes) and the probes the trainer evaluates."""
+    """Check code for the sandbox (assertions replaced by leaf probes) and the probes the judge evaluates."""
 
     sandbox_code: str
     probes: tuple[Probe, ...]
@@ -190,7 +210,7 @@ class _Splitter:
         harmless = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
                     for alias in node.names if _harmless_import(node, alias)}
         self.bound_anywhere = {name for name in stored if not (name in harmless and stored[name] == 1)}
-        known = self.bound_anywhere | set(dir(builtins)) | _prelude_names()
+        known = self.bound_anywhere | set(dir(builtins)) | _prelude_names() | {BIG_INT}
         self.program_refs = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)
                              and isinstance(node.ctx, ast.Load) and node.id not in known}
         parameters = {node.arg for node in ast.walk(tree) if isinstance(node, ast.arg)}
@@ -200,6 +220,8 @@ class _Splitter:
             for argument in [*node.args, *(keyword.value for keyword in node.keywords)]
             for name in ast.walk(argument) if isinstance(name, ast.Name)}
         self.probes: list[Probe] = []
+        self.expected_names: set[str] = set()  # constants the trainer's side of an assertion reads
+        self._trainer_reads: set[str] = set()  # constants the last `split` folded in
 
     # --- expressions ---------------------------------------------------------------------------------------------
 
@@ -210,7 +232,7 @@ class _Splitter:
         return FUNCTIONS.get(name)
 
     def _structural(self, node: ast.expr, scope: _Scope) -> bool:
-        """Whether the trainer evaluates ``node`` itself (its children may still be leaves)."""
+        """Whether ``node`` is evaluated outside the sandbox (its children may still be leaves)."""
         if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
             return not any(isinstance(item, ast.Starred) for item in node.elts)
         if isinstance(node, ast.Dict):
@@ -234,6 +256,8 @@ class _Splitter:
             return ast.Name(f"{LEAF_PREFIX}{len(leaves) - 1}", ast.Load())
         if isinstance(node, ast.Name):
             known, value = scope.constant(node.id)
+            if known:
+                self._trainer_reads.add(node.id)
             return ast.Constant(value) if known else node
         if isinstance(node, ast.Attribute):
             return ast.Constant(CONSTANT_NAMES[dotted_name(node)])
@@ -303,6 +327,9 @@ class _Splitter:
             return
         if isinstance(node, ast.Call) and self._function(node.func, scope) is math.isclose and len(node.args) >= 2:
             self._check_pair(node.args[0], node.args[1], scope)
+            for tolerance in [*node.args[2:], *(keyword.value for keyword in node.keywords)]:
+                if not self.leaf_free(tolerance, scope):  # the program could set it (EPS = 1e308)
+                    raise UndecidableTestError("a tolerance computed in the sandbox", ast.unparse(tolerance)[:80])
             return
         if isinstance(node, ast.BoolOp):
             for value in node.values:
@@ -337,7 +364,10 @@ class _Splitter:
     def assertion(self, node: ast.Assert, scope: _Scope) -> ast.stmt:
         self._check_decidable(node.test, scope, truth_context=True)
         leaves: list[ast.expr] = []
+        self._trainer_reads = set()
         expression = self.split(node.test, scope, leaves)
+        self.expected_names |= self._trainer_reads
+        leaves = [self.fold(leaf, scope) for leaf in leaves]
         for leaf in leaves:
             if _contains([leaf], (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)):
                 raise UndecidableTestError("a sub-expression that cannot be evaluated on its own",
@@ -363,6 +393,11 @@ class _Splitter:
             return [self.assertion(node, scope)]
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             return self._assign(node, node.targets[0].id, scope)
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0],
+                                                                                     (ast.Tuple, ast.List)):
+            unpacked = self._unpack(node, node.targets[0], scope)
+            if unpacked is not None:
+                return unpacked
         if isinstance(node, ast.For) and not node.orelse:
             unrolled = self._unroll(node, scope, functions)
             if unrolled is not None:
@@ -376,7 +411,10 @@ class _Splitter:
             raise UndecidableTestError(
                 "an assertion on a path the trainer cannot know (only straight-line code, loops over literal tables "
                 "and ifs on known values are judged)", ast.unparse(node).splitlines()[0][:80])
-        return [node]
+        if isinstance(node, ast.If):
+            raise UndecidableTestError("an if on values only the sandbox knows (whatever it does there, the program "
+                                       "decides)", ast.unparse(node.test)[:80])
+        return [self.fold(node, scope)]
 
     def _assign(self, node: ast.Assign, name: str, scope: _Scope) -> list[ast.stmt]:
         if name in scope.assigned_once and self.leaf_free(node.value, scope):
@@ -386,7 +424,27 @@ class _Splitter:
             scope.program.add(name)
             if not self._program_rooted(node.value, scope):  # `sol = Solution()` holds the program, not a result
                 scope.outputs.add(name)
-        return [node]
+        return [self.fold(node, scope)]
+
+    def _unpack(self, node: ast.Assign, target: ast.Tuple | ast.List, scope: _Scope) -> list[ast.stmt] | None:
+        """``x, want = t`` of a known ``t``: each name becomes a known value (so ``want`` stays out of the sandbox)."""
+        names = [item.id for item in target.elts if isinstance(item, ast.Name)]
+        if len(names) != len(target.elts) or not set(names) <= scope.assigned_once or not self.leaf_free(
+                node.value, scope):
+            return None
+        try:
+            values = list(self.evaluate_constant(node.value, scope))
+        except TypeError:
+            values = []
+        if len(values) != len(names):
+            raise UndecidableTestError("an assignment that does not unpack", ast.unparse(node)[:80])
+        out: list[ast.stmt] = []
+        for name, value in zip(names, values):
+            scope.bind_constant(name, value)
+            assign = ast.Assign([ast.Name(name, ast.Store())], _literal_node(value), lineno=node.lineno)
+            assign.riskpo_constant = True  # dropped unless the sandbox reads it (`_prune`)
+            out.append(assign)
+        return out
 
     def _unroll(self, node: ast.For, scope: _Scope, functions) -> list[ast.stmt] | None:
         targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
@@ -406,7 +464,9 @@ class _Splitter:
                 raise UndecidableTestError("a loop item that does not unpack", f"{item!r:.80} into {names}")
             for name, value in zip(names, values):
                 scope.bind_constant(name, value)
-                out.append(ast.Assign([ast.Name(name, ast.Store())], _literal_node(value), lineno=node.lineno))
+                assign = ast.Assign([ast.Name(name, ast.Store())], _literal_node(value), lineno=node.lineno)
+                assign.riskpo_constant = True  # dropped unless the sandbox reads it (`_prune`)
+                out.append(assign)
             out.extend(self.block(copy.deepcopy(node.body), scope, functions))
         for name in names:
             scope.constants.pop(name, None)
@@ -424,6 +484,12 @@ class _Splitter:
         new.body = _prune(new.body, inner) or [ast.Pass()]
         return new
 
+    def fold(self, node: ast.AST, scope: _Scope) -> ast.AST:
+        """``node`` (sandbox code) with the known values it reads written in as literals: subscripts of known rows
+        (``t[0]``, ``t[:-1]``, ``tc["input"]``) and names of known immutable values. So a loop table's row, or a
+        ``case = (args, want)``, is never bound in the sandbox: only the parts the program is called with are."""
+        return _Folder(self, scope).visit(copy.deepcopy(node))
+
     def evaluate_constant(self, node: ast.expr, scope: _Scope):
         try:
             return evaluate(self.split(node, scope, []), [])
@@ -432,6 +498,7 @@ class _Splitter:
                                        f"{ast.unparse(node)[:80]}: {exc}") from exc
 
     def run(self) -> InstrumentedCheck:
+        _refuse_checks_decided_in_the_sandbox(self.tree)
         functions = {}
         for statement in self.tree.body:  # check functions the top level calls in its straight line
             if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) and isinstance(
@@ -445,10 +512,84 @@ class _Splitter:
         scope = _Scope(self.tree.body, self)
         scope.program.update(self.program_refs)
         body = _prune(self.block(self.tree.body, scope, functions), scope)
+        sandbox_reads = {node.id for statement in body for node in ast.walk(statement)
+                         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+        leaked = sorted((sandbox_reads & self.expected_names) - self.demoted)
+        if leaked:  # a name an assertion compares with, bound where the program could read it
+            raise UndecidableTestError("an expected value the sandbox would also hold", ", ".join(leaked)[:80])
         if not any(probe.n_leaves for probe in self.probes):
             raise UndecidableTestError("check code with no assertion on the program's values: only the runner, which "
                                        "the program controls, would say that it passed")
         return InstrumentedCheck(ast.unparse(ast.fix_missing_locations(ast.Module(body, []))), tuple(self.probes))
+
+
+_IMMUTABLE = (int, float, complex, str, bytes, bool, type(None))
+_NEW_SCOPES = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ListComp, ast.SetComp,
+               ast.DictComp, ast.GeneratorExp)
+# Unittest methods (``self.assertEqual``...), exits and checks that fail by raising: each would decide a verdict in
+# the sandbox, where the program decides what they see.
+_EXIT_CALLS = {"exit", "quit", "sys.exit", "os._exit", "os.abort", "os.kill", "unittest.main"}
+
+
+def _immutable(value) -> bool:
+    if isinstance(value, (tuple, frozenset)):
+        return all(_immutable(item) for item in value)
+    return isinstance(value, _IMMUTABLE)
+
+
+class _Folder(ast.NodeTransformer):
+    """Writes known values into sandbox code (`_Splitter.fold`); leaves nested scopes alone (their names may be
+    rebound there)."""
+
+    def __init__(self, splitter: _Splitter, scope: _Scope):
+        self.splitter, self.scope = splitter, scope
+
+    def generic_visit(self, node):
+        if isinstance(node, _NEW_SCOPES):
+            return node
+        return super().generic_visit(node)
+
+    def visit_Name(self, node: ast.Name):
+        if isinstance(node.ctx, ast.Load):
+            known, value = self.scope.constant(node.id)
+            if known and _immutable(value):
+                return ast.copy_location(_literal_node(value), node)
+        return node
+
+    def visit_Subscript(self, node: ast.Subscript):
+        if isinstance(node.ctx, ast.Load) and isinstance(_root_name(node), str) and self.splitter.leaf_free(
+                node, self.scope) and self.scope.constant(_root_name(node))[0]:
+            return ast.copy_location(_literal_node(self.splitter.evaluate_constant(node, self.scope)), node)
+        return self.generic_visit(node)
+
+
+def _refuse_checks_decided_in_the_sandbox(tree: ast.Module) -> None:
+    """Refuse check code that can fail other than by an assertion the trainer judges: whatever decides such a
+    failure runs in the sandbox, where the program can make it pass (``if f(5) != 25: raise AssertionError``)."""
+    for node in ast.walk(tree):
+        reason = None
+        if isinstance(node, ast.Raise):
+            reason = "a check that fails by raising instead of asserting"
+        elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try), ast.With, ast.AsyncWith)):
+            reason = "a check inside try or with (e.g. expecting an exception)"
+        elif isinstance(node, ast.While):
+            reason = "a while loop (whether and how often it runs is up to the program)"
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0] == "unittest"
+                for alias in node.names):
+            reason = "a unittest check (its assert methods run in the sandbox)"
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Compare):
+            reason = "a comparison whose result nothing checks"
+        elif isinstance(node, ast.Call):
+            method = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+            if method.startswith("assert") or method in ("fail", "failUnless", "failIf"):
+                reason = "a unittest check (its assert methods run in the sandbox)"
+            elif dotted_name(node.func) in _EXIT_CALLS:
+                reason = "an exit or kill that decides the check in the sandbox"
+            elif dotted_name(node.func) == "print" and _contains(node.args, ast.Compare):
+                reason = "a check that is printed, not asserted"
+        if reason is not None:
+            raise UndecidableTestError(reason, ast.unparse(node).splitlines()[0][:80])
 
 
 def _calls_in(tree: ast.AST, name: str) -> int:
@@ -468,11 +609,34 @@ def _literal_node(value) -> ast.expr:
         return ast.Call(ast.Name("set", ast.Load()), [ast.List(elements, ast.Load())], [])
     if isinstance(value, dict):
         return ast.Dict([_literal_node(k) for k in value], [_literal_node(v) for v in value.values()])
+    if isinstance(value, int) and value.bit_length() > 13_000:  # unparsing it would pass the int/str digit limit
+        return ast.Call(ast.Name("int", ast.Load()), [ast.Constant(int_to_decimal(value))], [])
     return ast.Constant(value)
 
 
+_DIGIT_RUN = re.compile(r"[0-9_]+")  # greedy, no backtracking: one pass over the code
+
+
+def _spell_out_long_ints(code: str) -> str:
+    """``code`` with each integer literal of over 4,000 digits written as ``__riskpo_int__("digits")``: parsing it
+    as a literal would pass the interpreter's int/str digit limit (and lifting that limit would lift it for every
+    thread); the call is evaluated by a chunked conversion (`riskpo_trl.code.values.int_from_decimal`)."""
+    if all(len(run) <= 4000 for run in _DIGIT_RUN.findall(code)):
+        return code
+    lines = code.splitlines(keepends=True)
+    edits = []
+    for token in tokenize.generate_tokens(io.StringIO(code).readline):
+        text = token.string.replace("_", "")
+        if token.type == tokenize.NUMBER and len(text) > 4000 and text.isdigit():
+            edits.append((token.start, token.end, f"{BIG_INT}({text!r})"))
+    for (row, col), (end_row, end_col), replacement in reversed(edits):  # NUMBER tokens sit on one line
+        line = lines[row - 1]
+        lines[row - 1] = line[:col] + replacement + line[end_col:]
+    return "".join(lines)
+
+
 def _prune(body: list[ast.stmt], scope: _Scope) -> list[ast.stmt]:
-    """Drop the assignments of constants the sandbox never reads, so their values stay in the trainer. A mutable
+    """Drop the assignments of constants the sandbox never reads, so their values stay out of the sandbox. A mutable
     constant the sandbox does read (passed to the program, which may change it) is demoted by a second pass."""
     read = {node.id for statement in body for node in ast.walk(statement)
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
@@ -481,7 +645,8 @@ def _prune(body: list[ast.stmt], scope: _Scope) -> list[ast.stmt]:
         if (isinstance(statement, ast.Assign) and len(statement.targets) == 1
                 and isinstance(statement.targets[0], ast.Name)):
             name = statement.targets[0].id
-            if name not in read and (name in scope.constants or _is_literal_assignment(statement)):
+            if name not in read and (name in scope.constants or _is_literal_assignment(statement)
+                                     or getattr(statement, "riskpo_constant", False)):
                 continue
         kept.append(statement)
     return kept
@@ -502,21 +667,22 @@ def instrument_assertions(test_code: str) -> InstrumentedCheck:
     (the message says which construct).
     """
     try:
-        tree = ast.parse(test_code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        tree = ast.parse(_spell_out_long_ints(test_code))
+    except (SyntaxError, ValueError, RecursionError, MemoryError, tokenize.TokenError) as exc:
         raise ValueError(f"assert-style test code does not parse: {exc}") from exc
     demoted: set[str] = set()
     try:
-        while True:  # each further pass demotes at least one name, so this ends
-            splitter = _Splitter(tree, demoted)
-            check = splitter.run()
-            sandbox = ast.parse(check.sandbox_code)
-            read = {node.id for node in ast.walk(sandbox)
-                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
-            newly = (read & splitter.mutable_constants) - demoted
-            if not newly:
-                return check
-            demoted |= newly
+        with work_budget(WORK_BUDGET):  # folding the check's own constants: bounded however they are written
+            while True:  # each further pass demotes at least one name, so this ends
+                splitter = _Splitter(tree, demoted)
+                check = splitter.run()
+                sandbox = ast.parse(check.sandbox_code)
+                read = {node.id for node in ast.walk(sandbox)
+                        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+                newly = (read & splitter.mutable_constants) - demoted
+                if not newly:
+                    return check
+                demoted |= newly
     except RecursionError as exc:
         raise UndecidableTestError("check code nested too deeply") from exc
 
@@ -542,8 +708,9 @@ def assertions_pass(observed: str, check: InstrumentedCheck) -> bool:
                 and len(record[1]) == probes[record[0]].n_leaves and record[0] not in reached):
             return False
         try:
-            if not truth(evaluate(probes[record[0]].expression, [decode_value(leaf) for leaf in record[1]])):
-                return False
+            with work_budget(JUDGE_WORK_BUDGET):
+                if not truth(evaluate(probes[record[0]].expression, [decode_value(leaf) for leaf in record[1]])):
+                    return False
         except (EvaluationFailed, RecursionError):
             return False
         reached.add(record[0])

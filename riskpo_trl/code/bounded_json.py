@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+from .values import int_from_decimal
+
 MAX_DEPTH = 100
 # Outside strings, valid JSON has only brackets and these; deleting them (a fast translate) leaves the brackets
 _SKELETON = str.maketrans("[{]}", "(())", "0123456789+-.eE,: \t\r\naflsnrtuNIiy")
@@ -46,6 +48,15 @@ def nesting_depth(text: str, stop_above: int | None = None) -> int:
     return depth + skeleton.count("(")  # unmatched openers of invalid text: counted as if nested
 
 
+def _bounded_int(digits: str) -> int:
+    """An integer literal, also beyond the interpreter's int/str digit limit (4,300 by default), up to
+    `MAX_INT_DIGITS` digits."""
+    try:
+        return int_from_decimal(digits)
+    except ValueError as exc:
+        raise JSONLimitError(str(exc)) from None
+
+
 def loads(text: str | bytes, max_bytes: int, max_depth: int = MAX_DEPTH):
     """``json.loads`` of ``text``, or ValueError (JSONLimitError when over ``max_bytes`` characters or ``max_depth``
     nesting)."""
@@ -57,6 +68,6 @@ def loads(text: str | bytes, max_bytes: int, max_depth: int = MAX_DEPTH):
     if openers > max_depth and nesting_depth(text, stop_above=max_depth) > max_depth:
         raise JSONLimitError(f"JSON nested deeper than {max_depth}")
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_bounded_int)
     except RecursionError as exc:  # not expected below the depth cap; kept so no parse error escapes as non-ValueError
         raise JSONLimitError("JSON nested too deeply") from exc

@@ -1,20 +1,28 @@
-"""Memory and process caps for a whole sandboxed program: one cgroup per run, on cgroup v2 or v1.
+"""Memory, process and CPU caps for a whole sandboxed program: one cgroup per run, on cgroup v2 or v1.
 
 Per-process rlimits cannot bound a program: each of its processes gets the full ``RLIMIT_AS``, and memory that is not
 mapped (memfds, SysV shared memory, tmpfs files) counts against no rlimit. A cgroup counts all of it, for all the
 program's processes together. Each run gets its own cgroup with ``memory_mb`` of memory (swap included where the
-kernel accounts it) and ``max_processes`` tasks (threads count), under one parent cgroup per trainer process:
+kernel accounts it), ``max_processes`` tasks (threads count) and, with the ``cpu`` controller, at most
+``CPU_CORES_PER_RUN`` cores of CPU time (``cpu.max``; v1 ``cpu.cfs_quota_us``), under one parent cgroup per trainer
+process. The scheduler then shares CPU time between runs, not between their processes: a program that starts 16 busy
+processes gets no more CPU than one that runs one, so it cannot take a concurrent run's share of it. The parent
+weighs as much as one busy thread per core of this training process (the cores divided by ``LOCAL_WORLD_SIZE``, as
+for the default number of workers; ``cpu.weight``, v1 ``cpu.shares``), so the runs together compete with the rest
+of the machine about as their single-threaded processes did without the controller.
 
 * **cgroup v2** (most current hosts): the parent is made next to the trainer's own cgroup, in its parent, when that
-  parent already delegates ``memory`` and ``pids`` (``cgroup.subtree_control``), or, when the trainer sits in the root
-  cgroup, under it. v2 forbids enabling controllers in a cgroup that holds processes, so the trainer's own cgroup is
-  never used, and no controller is enabled in a cgroup this module did not create, other than the root.
-* **cgroup v1**: a ``memory`` or ``pids`` hierarchy that is mounted and writable; the parent goes under the trainer's
-  own cgroup there.
+  parent already delegates ``memory`` and ``pids`` (``cgroup.subtree_control``; ``cpu`` is used when delegated too),
+  or, when the trainer sits in the root cgroup, under it. v2 forbids enabling controllers in a cgroup that holds
+  processes, so the trainer's own cgroup is never used, and no controller is enabled in a cgroup this module did not
+  create, other than the root.
+* **cgroup v1**: a ``memory``, ``pids`` or ``cpu`` hierarchy that is mounted and writable; the parent goes under the
+  trainer's own cgroup there.
 
-Each controller is taken from whichever hierarchy offers it. Without root (or a delegated cgroup) or without the
-controllers, `CgroupSupport.missing` says why and the sandbox falls back to per-process rlimits, which it states at
-start-up. A run's processes join its cgroup before bwrap forks anything (the launcher holds bwrap until then).
+Each controller is taken from whichever hierarchy offers it. Without root (or a delegated cgroup) or without a
+controller, `CgroupSupport.missing` says why and the sandbox falls back to per-process rlimits (and, for CPU, to the
+scheduler's per-thread sharing), which it states at start-up. A run's processes join its cgroups before bwrap forks
+anything (the launcher holds bwrap until then).
 """
 
 from __future__ import annotations
@@ -30,8 +38,12 @@ from dataclasses import dataclass, field
 
 logger = logging.getLogger(__name__)
 
-CONTROLLERS = ("memory", "pids")
+CONTROLLERS = ("memory", "pids", "cpu")
 EXTRA_TASKS = 2  # bwrap's monitor process and the runner itself, besides the program's max_processes
+CPU_CORES_PER_RUN = 1  # a run's CPU cap: its runner and a program that needs no more than one core
+CPU_PERIOD_US = 100_000  # the scheduler period the quota is counted in (the kernel's default)
+V1_SHARES, V2_WEIGHT = 1024, 100  # the default weight of one cgroup (or one thread) on v1 and v2
+V1_MAX_SHARES, V2_MAX_WEIGHT = 262_144, 10_000
 
 
 @dataclass(frozen=True)
@@ -114,6 +126,10 @@ class CgroupSupport:
     def bounds_processes(self) -> bool:
         return "pids" in self.hierarchies
 
+    @property
+    def bounds_cpu(self) -> bool:
+        return "cpu" in self.hierarchies
+
     def describe(self) -> str:
         """One line for start-up logs and `Isolation.describe`."""
         used = [f"{name} (cgroup v{h.version})" for name, h in sorted(self.hierarchies.items())]
@@ -171,6 +187,17 @@ class RunCgroup:
 def _set_limits(hierarchy: _Hierarchy, path: str, memory_bytes: int, max_tasks: int) -> None:
     if hierarchy.controller == "pids":
         _write(os.path.join(path, "pids.max"), str(max_tasks))
+    elif hierarchy.controller == "cpu":
+        quota = CPU_CORES_PER_RUN * CPU_PERIOD_US
+        if hierarchy.version == 2:
+            _write(os.path.join(path, "cpu.max"), f"{quota} {CPU_PERIOD_US}")
+        else:
+            _write(os.path.join(path, "cpu.cfs_period_us"), str(CPU_PERIOD_US))
+            try:
+                _write(os.path.join(path, "cpu.cfs_quota_us"), str(quota))
+            except OSError as exc:  # v1 refuses a quota above an ancestor's, which then caps the run more tightly
+                if exc.errno != errno.EINVAL:
+                    raise
     elif hierarchy.version == 2:
         _write(os.path.join(path, "memory.max"), str(memory_bytes))
         _write_optional(os.path.join(path, "memory.swap.max"), "0")
@@ -188,12 +215,19 @@ def _write_optional(path: str, value: str) -> None:
         pass
 
 
-def _make_parent(directory: str, version: int) -> str:
+def _make_parent(directory: str, version: int, controllers: tuple[str, ...]) -> str:
+    """The per-trainer-process parent cgroup in ``directory``; v2: with ``controllers`` enabled for its children."""
     parent = os.path.join(directory, f"riskpo-sandbox-{os.getpid()}")
     os.makedirs(parent, exist_ok=True)
-    if version == 2:
-        _write(os.path.join(parent, "cgroup.subtree_control"), " ".join(f"+{c}" for c in CONTROLLERS))
     atexit.register(_remove_parent, parent)
+    if version == 2:
+        _write(os.path.join(parent, "cgroup.subtree_control"), " ".join(f"+{c}" for c in controllers))
+    if "cpu" in controllers:  # the runs together weigh as much as one busy thread per core of this training process
+        cores = max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+        if version == 2:
+            _write(os.path.join(parent, "cpu.weight"), str(min(V2_MAX_WEIGHT, V2_WEIGHT * cores)))
+        else:
+            _write(os.path.join(parent, "cpu.shares"), str(min(V1_MAX_SHARES, V1_SHARES * cores)))
     return parent
 
 
@@ -208,33 +242,51 @@ def _remove_parent(parent: str) -> None:
         pass
 
 
-def _v2_parent_dir(point: str, root: str, own: str) -> tuple[str | None, str]:
-    """A v2 cgroup whose children get memory and pids: (directory, "") or (None, why not)."""
+REQUIRED_V2 = ("memory", "pids")  # v2 is used for these two together or not at all; cpu joins them when it can
+
+
+def _v2_parent_dir(point: str, root: str, own: str) -> tuple[str | None, tuple[str, ...], str]:
+    """A v2 cgroup whose children get memory and pids (and cpu where it can): (directory, controllers, "") or
+    (None, (), why not)."""
     own_dir = _join(point, root, own)
-    if own in ("/", ""):  # the root cgroup may hold processes and enable controllers at once
-        candidates = [own_dir]
-    else:
-        candidates = [os.path.dirname(own_dir.rstrip("/"))]
-    for directory in candidates:
-        try:
-            enabled = set(_read(os.path.join(directory, "cgroup.subtree_control")).split())
-            available = set(_read(os.path.join(directory, "cgroup.controllers")).split())
-        except OSError as exc:
-            return None, f"cannot read {directory}: {exc.strerror}"
-        if not set(CONTROLLERS) <= available:
-            return None, f"the v2 hierarchy offers {sorted(available) or 'no controllers'}"
-        if not set(CONTROLLERS) <= enabled:
-            if own not in ("/", ""):
-                return None, ("the cgroup v2 parent of the trainer's cgroup does not delegate memory and pids "
+    in_root = own in ("/", "")  # the root cgroup may hold processes and enable controllers at once
+    directory = own_dir if in_root else os.path.dirname(own_dir.rstrip("/"))
+    try:
+        enabled = set(_read(os.path.join(directory, "cgroup.subtree_control")).split())
+        available = set(_read(os.path.join(directory, "cgroup.controllers")).split())
+    except OSError as exc:
+        return None, (), f"cannot read {directory}: {exc.strerror}"
+    if not set(REQUIRED_V2) <= available:
+        return None, (), f"the v2 hierarchy offers {sorted(available) or 'no controllers'}"
+    if not set(REQUIRED_V2) <= enabled:
+        if not in_root:
+            return None, (), ("the cgroup v2 parent of the trainer's cgroup does not delegate memory and pids "
                               "(cgroup.subtree_control); see docs/code_and_multimodal.md")
-            try:
-                _write(os.path.join(directory, "cgroup.subtree_control"), "+memory +pids")
-            except OSError as exc:
-                return None, f"cannot enable memory and pids in {directory}: {exc.strerror}"
-        if not os.access(directory, os.W_OK):
-            return None, f"no write access to {directory} (not root, and no delegated cgroup)"
-        return directory, ""
-    return None, "no candidate cgroup"
+        try:
+            _write(os.path.join(directory, "cgroup.subtree_control"), "+memory +pids")
+        except OSError as exc:
+            return None, (), f"cannot enable memory and pids in {directory}: {exc.strerror}"
+    if not os.access(directory, os.W_OK):
+        return None, (), f"no write access to {directory} (not root, and no delegated cgroup)"
+    controllers = REQUIRED_V2
+    if "cpu" in available and ("cpu" in enabled or _try_enable(directory, "cpu", in_root)):
+        controllers += ("cpu",)
+    return directory, controllers, ""
+
+
+def _try_enable(directory: str, controller: str, in_root: bool) -> bool:
+    """Enable ``controller`` for the root cgroup's children (the only cgroup not made here where that is allowed)."""
+    if not in_root:
+        return False
+    try:
+        _write(os.path.join(directory, "cgroup.subtree_control"), f"+{controller}")
+        return True
+    except OSError:  # e.g. the cpu controller while realtime threads sit in non-root cgroups
+        return False
+
+
+def _v2_missing_reason(available_reason: str, controller: str) -> str:
+    return available_reason or f"the cgroup v2 hierarchy does not offer or delegate {controller}"
 
 
 def detect(mountinfo_path: str = "/proc/self/mountinfo", cgroup_path: str = "/proc/self/cgroup") -> CgroupSupport:
@@ -248,22 +300,24 @@ def detect(mountinfo_path: str = "/proc/self/mountinfo", cgroup_path: str = "/pr
         return support
     v2_reason = "no cgroup v2 hierarchy is mounted"
     if v2_mount is not None and v2_own is not None:
-        directory, v2_reason = _v2_parent_dir(*v2_mount, v2_own)
+        directory, controllers, v2_reason = _v2_parent_dir(*v2_mount, v2_own)
         if directory is not None:
             try:
-                parent = _make_parent(directory, 2)
-                support.hierarchies = {c: _Hierarchy(c, 2, parent) for c in CONTROLLERS}
-                return support
+                parent = _make_parent(directory, 2, controllers)
+                support.hierarchies = {c: _Hierarchy(c, 2, parent) for c in controllers}
             except OSError as exc:
                 v2_reason = f"cannot create a cgroup in {directory}: {exc.strerror}"
     for controller in CONTROLLERS:
+        if controller in support.hierarchies:
+            continue
+        reason = _v2_missing_reason(v2_reason, controller)
         if controller not in v1_mounts or controller not in v1_own:
-            support.missing[controller] = f"{v2_reason}; no cgroup v1 {controller} hierarchy is mounted"
+            support.missing[controller] = f"{reason}; no cgroup v1 {controller} hierarchy is mounted"
             continue
         directory = _join(*v1_mounts[controller], v1_own[controller])
         try:
-            support.hierarchies[controller] = _Hierarchy(controller, 1, _make_parent(directory, 1))
+            support.hierarchies[controller] = _Hierarchy(controller, 1, _make_parent(directory, 1, (controller,)))
         except OSError as exc:
-            support.missing[controller] = (f"{v2_reason}; cannot create a cgroup v1 {controller} group in "
+            support.missing[controller] = (f"{reason}; cannot create a cgroup v1 {controller} group in "
                                            f"{directory}: {exc.strerror} (not root?)")
     return support

@@ -39,7 +39,7 @@ import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..local_files import load_local_files
+from ..data.local_files import load_local_files
 from .assertions import UndecidableTestError
 from .testspec import TestSpec
 

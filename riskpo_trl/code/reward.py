@@ -10,8 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from typing import Any
 
-from ..text import completion_text
+from ..rewards.grading import completion_text
 from .assertions import UndecidableTestError
+from .executor import Executor, SandboxExecutor
+from .judge import JudgeLimits
 from .sandbox import Sandbox, SandboxLimits, SandboxUnavailableError
 from .testspec import TestSpec
 
@@ -33,15 +35,28 @@ def parse_tests(tests) -> TestSpec | None:
     """A `TestSpec` from a ``tests`` cell (its JSON string, a dict or a TestSpec), or None if missing/unparseable."""
     if isinstance(tests, TestSpec):
         return tests
+    if isinstance(tests, str):
+        return _parse_json_tests(tests)
     try:
-        if isinstance(tests, str):
-            return TestSpec.from_json(tests)
         if isinstance(tests, dict):
             return TestSpec(**tests)
     except UndecidableTestError as exc:
         _warn_refused(str(exc))
     except (ValueError, TypeError):
         return None
+    return None
+
+
+@functools.lru_cache(maxsize=64)  # a batch has a few dozen prompts; a cell can be megabytes (LiveCodeBench)
+def _parse_json_tests(tests: str) -> TestSpec | None:
+    """`parse_tests` of a JSON cell, remembered: every completion of a prompt carries the same cell, and a refusal
+    (which may have spent the folding budget) is not recomputed for each."""
+    try:
+        return TestSpec.from_json(tests)
+    except UndecidableTestError as exc:
+        _warn_refused(str(exc))
+    except (ValueError, TypeError):
+        pass
     return None
 
 
@@ -55,51 +70,75 @@ class CodeReward:
     """TRL reward function: 1.0 iff the completion's last ```python block passes all of its problem's tests.
 
     Call it as ``reward(completions, tests, **kwargs)`` (TRL passes the dataset's ``tests`` column by name). Returns
-    0.0 for a completion without a code block, failing any test, or whose run or grading raised anything (nothing a
+    0.0 for a completion without a code block, failing any test, or whose run or judging failed in any way (nothing a
     program does can crash training), and None (unscorable, ignored by the trainer) when the problem's tests are
-    missing or unparseable. Completions run concurrently on ``max_workers`` sandbox workers, each bounded by
-    ``limits.total_timeout_s``, so one batch takes at most about ``ceil(len(completions) / max_workers) *
-    total_timeout_s``. The first call probes the sandbox and raises `SandboxUnavailableError` if bubblewrap does
-    not work here (call ``reward.sandbox.check()`` to fail at start-up instead).
+    missing, unparseable or refused. Programs run and are judged by an `Executor` (`riskpo_trl.code.executor`); the
+    default, `SandboxExecutor`, runs each in a bubblewrap sandbox and judges its report in a separate judge process,
+    so this process never handles a value the program produced: it receives a bounded `Verdict`. Completions run
+    concurrently on the executor's ``max_workers`` threads, each bounded by the executor's per-completion bound
+    (``limits.total_timeout_s + judge_limits.timeout_s`` plus a constant for the default), so one batch takes at
+    most about ``ceil(len(completions) / max_workers)`` times that. The first call probes the executor and raises
+    `SandboxUnavailableError` if it does not work here (call ``reward.executor.check()`` to fail at start-up instead).
+
+    Args:
+        limits, max_workers, isolation: build the default sandbox (`Sandbox`), unless ``sandbox`` or ``executor``
+            is given.
+        sandbox: the `Sandbox` of the default executor.
+        judge_limits: limits of the default executor's judge processes (`JudgeLimits`).
+        executor: any `Executor` instead of the default (then ``limits``, ``sandbox``... must not be given).
     """
 
     __name__ = "code_reward"  # TRL logs reward functions by name
 
     def __init__(self, limits: SandboxLimits | None = None, max_workers: int | None = None,
-                 sandbox: Sandbox | None = None, isolation: str | None = None):
-        self.sandbox = sandbox or Sandbox(limits=limits, max_workers=max_workers, isolation=isolation)
+                 sandbox: Sandbox | None = None, isolation: str | None = None,
+                 judge_limits: JudgeLimits | None = None, executor: Executor | None = None):
+        if executor is not None:
+            given = [name for name, value in (("limits", limits), ("max_workers", max_workers), ("sandbox", sandbox),
+                                              ("isolation", isolation), ("judge_limits", judge_limits))
+                     if value is not None]
+            if given:
+                raise ValueError(f"CodeReward got executor= and {given}: those configure the default executor; "
+                                 "configure your executor itself instead.")
+            if not isinstance(executor, Executor):
+                raise TypeError(f"executor must provide max_workers, check() and run(program, tests) "
+                                f"(riskpo_trl.code.executor.Executor); got {type(executor).__name__}.")
+        else:
+            executor = SandboxExecutor(sandbox or Sandbox(limits=limits, max_workers=max_workers,
+                                                          isolation=isolation), judge_limits)
+        self.executor = executor
+        self.sandbox = getattr(executor, "sandbox", None)  # the default executor's Sandbox (None for others)
         self._pool: ThreadPoolExecutor | None = None
 
     def score(self, completion, tests) -> float | None:
         spec = parse_tests(tests)
         if spec is None:
             return None
-        inputs = spec.sandbox_inputs()
         try:
             code = extract_code(completion_text(completion))
             if code is None:
                 return 0.0
-            result = self.sandbox.run(code, inputs, spec.style, spec.fn_name, output_caps=spec.output_caps())
-            return float(result.ok and spec.passes(result.outputs))
+            return float(self.executor.run(code, spec).passed)
         except SandboxUnavailableError:
             raise  # the machine's fault, not the completion's: training must not go on rewarding 0.0 for everything
-        except Exception as exc:  # noqa: BLE001 - whatever a program makes the run or the grading do scores 0.0
-            logger.warning("Code reward: running or grading a completion raised %s: %s; scoring it 0.0.",
+        except Exception as exc:  # noqa: BLE001 - whatever a program makes the run or the judging do scores 0.0
+            logger.warning("Code reward: running or judging a completion raised %s: %s; scoring it 0.0.",
                            type(exc).__name__, str(exc)[:200])
             return 0.0
 
     def __call__(self, completions, tests=None, **kwargs) -> list[float | None]:
         if tests is None:
             return [None] * len(completions)
-        self.sandbox.check()  # raises if bwrap does not work here; warns on every batch with isolation="none"
+        self.executor.check()  # raises if bwrap does not work here; warns on every batch with isolation="none"
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.sandbox.max_workers, thread_name_prefix="code-reward")
+            self._pool = ThreadPoolExecutor(max_workers=self.executor.max_workers, thread_name_prefix="code-reward")
         return list(self._pool.map(self.score, completions, tests))
 
 
 def code_reward_from_settings(settings: Mapping[str, Any] | None = None) -> CodeReward:
     """A `CodeReward` from a recipe's ``code_sandbox:`` block: ``max_workers``, ``isolation`` ("bwrap" or, for
-    trusted tests only, "none") plus any `SandboxLimits` field.
+    trusted tests only, "none"), any `SandboxLimits` field, and any `JudgeLimits` field prefixed with ``judge_``
+    (``judge_timeout_s``, ``judge_cpu_time_s``, ``judge_memory_mb``).
 
     Raises naming an unknown key, so a typo in a recipe fails at start-up instead of silently using a default, and
     `SandboxUnavailableError` when bubblewrap does not work on this machine (`Sandbox.check`).
@@ -107,15 +146,18 @@ def code_reward_from_settings(settings: Mapping[str, Any] | None = None) -> Code
     settings = dict(settings or {})
     max_workers = settings.pop("max_workers", None)
     isolation = settings.pop("isolation", None)
+    judge_settings = {key[len("judge_"):]: settings.pop(key) for key in list(settings) if key.startswith("judge_")}
     limit_names = {f.name for f in fields(SandboxLimits)}
-    unknown = sorted(set(settings) - limit_names)
+    judge_names = {f.name for f in fields(JudgeLimits)}
+    unknown = sorted(set(settings) - limit_names) + sorted(f"judge_{key}" for key in set(judge_settings) - judge_names)
     if unknown:
         raise ValueError(
             f"code_sandbox has unknown key(s) {unknown}; valid keys are "
-            f"{['isolation', 'max_workers', *sorted(limit_names)]}."
+            f"{['isolation', 'max_workers', *sorted(limit_names), *sorted(f'judge_{n}' for n in judge_names)]}."
         )
-    reward = CodeReward(limits=SandboxLimits(**settings), max_workers=max_workers, isolation=isolation)
-    reward.sandbox.check()  # fail at start-up, not at the first batch, when bubblewrap does not work here
+    reward = CodeReward(limits=SandboxLimits(**settings), max_workers=max_workers, isolation=isolation,
+                        judge_limits=JudgeLimits(**judge_settings))
+    reward.executor.check()  # fail at start-up, not at the first batch, when bubblewrap does not work here
     return reward
 
 

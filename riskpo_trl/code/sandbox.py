@@ -11,8 +11,9 @@ and, as defence in depth only, an audit hook. The whole sandbox (its PID namespa
 its wall-clock cap passes, and its PID 1 is reaped here, not left to whoever reaps orphans.
 
 Only observed outputs come back, through a pipe read up to a cap that the expected outputs set (`TestSpec.output_caps`)
-and parsed by length prefixes, without regular expressions; expected outputs never leave this process (see
-`riskpo_trl.code.testspec`), so a program that forges the runner's report gains nothing it could not print.
+and parsed by length prefixes, without regular expressions. Expected outputs never enter the sandbox, so a program
+that forges the runner's report gains nothing it could not print. The code reward does not parse the report here:
+`run_report` hands it, unread, to a judge process (`riskpo_trl.code.judge`).
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ from pathlib import Path
 
 from . import cgroups
 from .bwrap import INSTALL_HINT, SHM_DIR, BwrapLauncher, SandboxUnavailableError
+from .report import TEST_STYLES, parse_report
 from .seccomp import denied_syscalls_filter
 
 logger = logging.getLogger(__name__)
 
 HARNESS_SOURCE = Path(__file__).with_name("_harness.py").read_text()
-TEST_STYLES = ("stdin", "functional", "assert")
 ISOLATION_MODES = ("bwrap", "none")
 _PYTHON_FLAGS = ["-I", "-S", "-B"]  # isolated mode, no site-packages, no bytecode files
 REPORT_MARGIN = 64 * 1024  # report bytes besides the outputs: framing and the error message
@@ -125,7 +126,7 @@ def _cached_cgroups() -> cgroups.CgroupSupport:
 
 
 def fallback_statement(support: cgroups.CgroupSupport) -> str | None:
-    """What a program may hold when a controller is missing, in plain words (None when both are there)."""
+    """What a program may hold when a controller is missing, in plain words (None when all are there)."""
     parts = []
     if not support.bounds_memory:
         parts.append("memory_mb bounds each process (RLIMIT_AS), not the program: a program can hold about "
@@ -133,6 +134,9 @@ def fallback_statement(support: cgroups.CgroupSupport) -> str | None:
                      "no rlimit counts, are refused by the seccomp filter")
     if not support.bounds_processes:
         parts.append("max_processes is enforced per sandbox uid by RLIMIT_NPROC only")
+    if not support.bounds_cpu:
+        parts.append("CPU time is shared per process, not per run: a program with many busy processes can slow "
+                     "concurrent runs past their timeouts")
     return "; ".join(parts) or None
 
 
@@ -301,8 +305,21 @@ class Sandbox:
         test code run after the program, instrumented by `TestSpec.sandbox_inputs`; output is the JSON list of the
         values its assertions recorded, when it completes). ``output_caps`` (bytes per test, `TestSpec.output_caps`)
         bounds what is read back: a report beyond their sum, or an output beyond its cap, is an error and is not
-        parsed. Without caps the whole report is bounded by ``limits.max_output_bytes``.
+        parsed. Without caps the whole report is bounded by ``limits.max_output_bytes``. The report is parsed in this
+        process; the code reward instead hands it unparsed to a judge process (`run_report`).
         """
+        start = time.monotonic()
+        data, error = self.run_report(source, inputs, style, fn_name, output_caps)
+        if error is None:
+            outputs, error = parse_report(data, len(inputs), output_caps)
+        else:
+            outputs = []
+        return ExecutionResult(outputs, error, time.monotonic() - start)
+
+    def run_report(self, source: str, inputs: list[str], style: str = "stdin", fn_name: str | None = None,
+                   output_caps: list[int] | None = None) -> tuple[bytes, str | None]:
+        """Like `run`, but the runner's report unparsed: (report bytes, error or None). What the code reward hands to
+        its judge process (`riskpo_trl.code.judge`), so that the trainer never decodes a program's output."""
         if style not in TEST_STYLES:
             raise ValueError(f"style={style!r} is unknown; choose one of {TEST_STYLES}.")
         if style == "functional" and not fn_name:
@@ -324,8 +341,7 @@ class Sandbox:
         return limit
 
     def _run(self, source: str, inputs: list[str], style: str, fn_name: str | None, slot: int,
-             isolation: Isolation, output_caps: list[int] | None) -> ExecutionResult:
-        start = time.monotonic()
+             isolation: Isolation, output_caps: list[int] | None) -> tuple[bytes, str | None]:
         support = program_cgroups() if isolation.mode == "bwrap" else cgroups.CgroupSupport()
         spec = {"source": source, "inputs": inputs, "style": style, "fn_name": fn_name,
                 "audit_guard": self.audit_guard, "nproc_rlimit": not support.bounds_processes,
@@ -339,11 +355,7 @@ class Sandbox:
                     data, error = self._run_bwrap(stdin, slot, isolation, support, len(inputs), output_caps)
                 else:
                     data, error = self._run_unisolated(stdin, len(inputs), output_caps)
-        if error is None:
-            outputs, error = parse_report(data, len(inputs), output_caps)
-        else:
-            outputs = []
-        return ExecutionResult(outputs, error, time.monotonic() - start)
+        return data, error
 
     def _argv(self, isolation: Isolation) -> list[str]:
         executable = sys.executable if isolation.mode == "none" else os.path.realpath(sys.executable)
@@ -430,36 +442,6 @@ def _read_capped(stream, limit: int, deadline: float) -> tuple[bytes, str | None
         if size > limit:
             return b"", f"report over {limit} bytes (the cap the expected outputs set)"
         chunks.append(chunk)
-
-
-def parse_report(data: bytes, n_tests: int, output_caps: list[int] | None = None) -> tuple[list[str], str | None]:
-    """(outputs, error) from the runner's report: records ``<kind><length>\\n<payload>`` with kind ``O`` (one test's
-    output), ``E`` (the run's error) and ``D`` (done, last). Parsed by length prefixes only (linear, no regular
-    expression); anything malformed, more outputs than tests, or an output over its cap is an error."""
-    outputs: list[str] = []
-    error = None
-    position, end = 0, len(data)
-    while position < end:
-        newline = data.find(b"\n", position, position + 24)
-        kind, digits = data[position:position + 1], data[position + 1:newline]
-        if newline < 0 or kind not in (b"O", b"E", b"D") or not digits.isdigit():
-            return [], "malformed report from the sandbox"
-        start, position = newline + 1, newline + 1 + int(digits)
-        if position > end:
-            return [], "truncated report from the sandbox"
-        if kind == b"D":
-            return outputs, error
-        payload = data[start:position]
-        if kind == b"E":
-            error = payload[:2000].decode("utf-8", errors="replace")
-            continue
-        if len(outputs) == n_tests:
-            return [], "report with more outputs than tests"
-        if output_caps is not None and len(payload) > output_caps[len(outputs)]:
-            return [], (f"output of test {len(outputs)} is {len(payload)} bytes, over its cap of "
-                        f"{output_caps[len(outputs)]} (set by the expected output)")
-        outputs.append(payload.decode("utf-8", errors="replace"))
-    return [], "no report from the sandbox"
 
 
 def _namespace_init(info: int, process: subprocess.Popen, deadline: float) -> int | None:

@@ -1,9 +1,10 @@
 """A normalised test specification for code problems, and how observed outputs are judged against it.
 
 Every dataset adapter turns its problem's tests into a `TestSpec` stored as a JSON string in the dataset's ``tests``
-column; the reward parses it back. Expected outputs stay in the trainer's process: the sandbox only ever sees inputs.
-They also bound what is read back from the sandbox (`TestSpec.output_caps`): an honest output is about the size of the
-expected one, so a report far beyond that is refused unread instead of parsed.
+column; the reward parses it back. Expected outputs never enter the sandbox, which only ever sees inputs: a judge
+process (`riskpo_trl.code.judge`) compares what the sandbox reported with them (`TestSpec.passes`). They also bound
+what is read back from the sandbox (`TestSpec.output_caps`): an honest output is about the size of the expected one,
+so a report far beyond that is refused unread instead of parsed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from dataclasses import asdict, dataclass
 
 from . import bounded_json
 from .assertions import MAX_OBSERVED_CHARS, assertions_pass, instrument_assertions
-from .sandbox import TEST_STYLES
+from .report import TEST_STYLES
+from .stdout_compare import stdout_matches
 from .values import decode_value, values_equal
 
 # Output caps: stdout may differ from the expected text in whitespace only; a returned value's JSON may be longer than
@@ -89,27 +91,30 @@ class TestSpec:
         return [factor * len(expected.encode()) + CAP_MARGIN for expected in self.outputs]
 
     def passes(self, observed: list[str]) -> bool:
-        """Whether the observed outputs (one per test, in order) match every expected output."""
+        """Whether the observed outputs (one per test, in order) match every expected output. Runs in the judge
+        process (`riskpo_trl.code.judge`), never in the trainer: the observed outputs are the program's."""
+        return self.first_failure(observed) is None
+
+    def first_failure(self, observed: list[str]) -> int | None:
+        """The index of the first test whose observed output does not match (``len(observed)`` when outputs are
+        missing), or None when all pass."""
         if len(observed) != len(self.outputs):
-            return False
-        if self.style == "assert":
-            return all(assertions_pass(got, instrument_assertions(code)) for got, code in zip(observed, self.inputs))
-        match = _functional_match if self.style == "functional" else _stdout_match
-        return all(match(got, want) for got, want in zip(observed, self.outputs))
-
-
-def normalize_stdout(text: str) -> list[str]:
-    """Lines with runs of whitespace collapsed and blank lines at the ends dropped: what stdin/stdout tests compare."""
-    return [" ".join(line.split()) for line in text.strip().splitlines()]
-
-
-def _stdout_match(observed: str, expected: str) -> bool:
-    return normalize_stdout(observed) == normalize_stdout(expected)
+            return min(len(observed), len(self.outputs))
+        for index, (got, want) in enumerate(zip(observed, self.outputs)):
+            if self.style == "assert":
+                ok = assertions_pass(got, instrument_assertions(self.inputs[index]))
+            elif self.style == "functional":
+                ok = _functional_match(got, want)
+            else:
+                ok = stdout_matches(got, want)
+            if not ok:
+                return index
+        return None
 
 
 def _functional_match(observed: str, expected: str) -> bool:
     try:
         got = bounded_json.loads(observed, max_bytes=MAX_OBSERVED_CHARS)  # program output: size and depth capped
-        return values_equal(decode_value(got), json.loads(expected))
+        return values_equal(decode_value(got), bounded_json.loads(expected, max_bytes=len(expected) + 1))
     except (ValueError, RecursionError):
         return False

@@ -1,4 +1,4 @@
-"""Values a program reported, decoded in the trainer, and how they are compared with expected values.
+"""Values a program reported, decoded in the judge process, and how they are compared with expected values.
 
 The runner encodes what a program returned as JSON of builtin values (`riskpo_trl.code._harness.encode_value`):
 tuples as lists, sets as ``{"__set__": items}``, dicts with other than str keys as ``{"__dict__": pairs}``, bytes as
@@ -25,6 +25,34 @@ class Raised:
     """An assertion sub-expression that raised instead of giving a value."""
 
     exception: str
+
+
+_SAFE_DIGITS = 4000  # below CPython's default int/str conversion limit (4,300 digits)
+MAX_INT_DIGITS = 100_000  # the longest decimal integer converted (in quadratic time); no real test comes close
+
+
+def int_from_decimal(text: str) -> int:
+    """``int(text)`` for a decimal integer of up to `MAX_INT_DIGITS` digits, also beyond the interpreter's conversion
+    limit, without lifting that limit (which would lift it for every thread): chunks below it are combined."""
+    digits = text.lstrip("-")
+    if len(digits) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(digits)} digits is over the cap of {MAX_INT_DIGITS}")
+    if len(digits) <= _SAFE_DIGITS:
+        return int(text)
+    half = len(digits) // 2
+    value = int_from_decimal(digits[:half]) * 10 ** (len(digits) - half) + int_from_decimal(digits[half:])
+    return -value if text.startswith("-") else value
+
+
+def int_to_decimal(value: int) -> str:
+    """``str(value)`` for any int, without lifting the interpreter's conversion limit (see `int_from_decimal`)."""
+    if value < 0:
+        return "-" + int_to_decimal(-value)
+    if value.bit_length() < 13_000:  # under 3,914 digits
+        return str(value)
+    half = int(value.bit_length() * 0.30103) // 2  # half its digits (log10 2 = 0.30103)
+    high, low = divmod(value, 10 ** half)
+    return int_to_decimal(high) + int_to_decimal(low).rjust(half, "0")
 
 
 def _hashable(value):

@@ -1,5 +1,5 @@
 """Evaluation: Pass@k / Avg@k metrics, sampling backends, the offline evaluator with a scorer per benchmark kind
-(math, geometry, code), code pass@k, the Pass@k training callback, diagnostics and figures.
+(math, geometry, code), the Pass@k training callback, diagnostics and figures.
 
 Names are imported on first use, so ``riskpo-eval --help`` and ``riskpo-plot`` start without loading torch.
 """
@@ -9,7 +9,6 @@ from typing import Any
 _EXPORTS = {
     "benchmarks": ("load_rows_file", "render_prompt", "resolve_benchmarks"),
     "callback": ("PassAtKCallback",),
-    "code_metrics": ("code_pass_at_k", "correct_counts"),
     "config": ("EvalConfig",),
     "evaluator": ("evaluate",),
     "generation": ("TransformersBackend", "VLLMBackend", "load_backend"),
@@ -27,8 +26,6 @@ def __getattr__(name: str) -> Any:
         from . import benchmarks as source
     elif module == "callback":
         from . import callback as source
-    elif module == "code_metrics":
-        from . import code_metrics as source
     elif module == "config":
         from . import config as source
     elif module == "evaluator":

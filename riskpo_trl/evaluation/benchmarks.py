@@ -11,7 +11,7 @@ from typing import Any
 from datasets import Dataset
 
 from ..data import BENCHMARKS, load_benchmark
-from ..prompts import make_prompt
+from ..data.prompts import make_prompt
 from .config import EvalConfig
 
 
@@ -43,6 +43,11 @@ def load_rows_file(path: str | os.PathLike) -> Dataset:
     return Dataset.from_list([{**row, "answer": str(row["answer"])} for row in rows])
 
 
+def local_label(benchmark: str, path: str) -> str:
+    """The name results carry for ``benchmark`` read from the local file ``path``: ``NAME=FILE``, as it was given."""
+    return f"{benchmark}={Path(path).name}"
+
+
 def check_benchmark_names(config: EvalConfig) -> None:
     unknown = [entry.partition("=")[0] for entry in config.benchmarks if entry.partition("=")[0] not in BENCHMARKS]
     if unknown:
@@ -55,7 +60,9 @@ def resolve_benchmarks(config: EvalConfig) -> list[Benchmark]:
     benchmarks = []
     for entry in config.benchmarks:
         name, _, path = entry.partition("=")
-        benchmarks.append(Benchmark(name, load_benchmark(name, data_files=path or None), BENCHMARKS[name].kind))
+        dataset = load_benchmark(name, data_files=path or None)
+        # Rows from a local file are labelled with it: a few rows of one's own must not pass for the Hub benchmark.
+        benchmarks.append(Benchmark(local_label(name, path) if path else name, dataset, BENCHMARKS[name].kind))
     benchmarks += [Benchmark(Path(path).stem, load_rows_file(path), "math") for path in config.dataset_files]
     names = [benchmark.name for benchmark in benchmarks]
     if len(set(names)) != len(names):

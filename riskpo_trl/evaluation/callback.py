@@ -8,8 +8,9 @@ from datasets import Dataset
 from transformers import TrainerCallback
 from trl.models.utils import unwrap_model_for_generation
 
-from ..grading import verify_answer
+from ..rewards.grading import verify_answer
 from .benchmarks import render_prompt
+from .config import TrainingPassAtK
 from .generation import TransformersBackend
 from .metrics import benchmark_metrics, default_ks
 from .sampling import SamplingSettings
@@ -124,8 +125,11 @@ class PassAtKCallback(TrainerCallback):
         if trainer.accelerator.is_main_process:
             state.log_history.append({**metrics, "step": state.global_step})
         # Forward to the reporters (W&B, TensorBoard, ...) without going through trainer.log, which would also
-        # flush the trainer's accumulated training metrics at this step.
+        # flush the trainer's accumulated training metrics at this step. The handler's on_log clears should_log,
+        # which the trainer checks after on_step_end to log this step's training metrics: keep it as it was.
+        should_log = trainer.control.should_log
         trainer.control = trainer.callback_handler.on_log(trainer.args, state, trainer.control, dict(metrics))
+        trainer.control.should_log = should_log
 
     @staticmethod
     def curves(log_history: list[dict[str, Any]], prefix: str = "eval/") -> dict[str, list[tuple[int, float]]]:
@@ -136,3 +140,32 @@ class PassAtKCallback(TrainerCallback):
                 if key.startswith(prefix) and ("pass@" in key or "avg@" in key):
                     curves.setdefault(key[len(prefix):], []).append((entry["step"], value))
         return curves
+
+
+def add_pass_at_k_callback(trainer, settings: TrainingPassAtK, prompt_template: str | None = None) -> PassAtKCallback:
+    """Load the held-out benchmarks ``settings`` names (a recipe's ``pass_at_k:`` block), prompted like the training
+    set, and add a :class:`PassAtKCallback` on them to ``trainer``; completions are at most the trainer's
+    ``max_completion_length`` unless ``settings.max_new_tokens`` says otherwise."""
+    from datasets import concatenate_datasets
+
+    from ..data import load_benchmark
+
+    template = {} if prompt_template is None else {"prompt_template": prompt_template}
+    parts = []
+    for entry in settings.benchmarks:
+        name, _, path = entry.partition("=")
+        parts.append(load_benchmark(name, data_files=path or None, limit=settings.max_problems, **template))
+    callback = PassAtKCallback(
+        trainer,
+        concatenate_datasets(parts) if len(parts) > 1 else parts[0],
+        num_samples=settings.num_samples,
+        ks=settings.ks,
+        eval_steps=settings.eval_steps,
+        max_new_tokens=settings.max_new_tokens or trainer.args.max_completion_length,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        batch_size=settings.batch_size,
+        eval_on_start=settings.eval_on_start,
+    )
+    trainer.add_callback(callback)
+    return callback

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 from dataclasses import dataclass, field
 
 from .metrics import default_ks
 from .sampling import SamplingSettings
+
+logger = logging.getLogger(__name__)
+
+ADAPTER_CONFIG = "adapter_config.json"  # what PEFT's save_pretrained writes into an adapter directory
 
 
 @dataclass
 class EvalConfig:
     """What to evaluate and how; also the command-line arguments of ``riskpo-eval``."""
 
-    model: str = field(metadata={"help": "Model to evaluate: a local path or a Hub id."})
+    model: str = field(
+        metadata={"help": "Model to evaluate: a local path or a Hub id. A local PEFT (LoRA) adapter directory (one "
+                  "with adapter_config.json) is loaded on the base model its adapter_config.json names."}
+    )
     adapter: str | None = field(default=None, metadata={"help": "Optional PEFT (LoRA) adapter on top of `model`."})
     benchmarks: list[str] = field(
         default_factory=list,
@@ -27,7 +36,11 @@ class EvalConfig:
         metadata={"help": "Local JSON/JSONL files of rows with `problem` and `answer` (optional `prompt`); each is "
                   "one math benchmark named after the file."},
     )
-    output_dir: str = field(default="eval_results", metadata={"help": "Where samples.jsonl, results.json/.md go."})
+    output_dir: str = field(
+        default="eval_results",
+        metadata={"help": "Where samples.jsonl, results.json/.md go. If it already holds samples.jsonl, say what to "
+                  "do with them: --resume true or --overwrite true."},
+    )
     num_samples: int = field(default=8, metadata={"help": "Completions sampled per problem (n)."})
     ks: list[int] | None = field(
         default=None, metadata={"help": "k's of Pass@k; each must be <= num_samples. Default: 1, 2, 4, ..., n."}
@@ -59,7 +72,16 @@ class EvalConfig:
                   "'{\"max_model_len\": 4096, \"tensor_parallel_size\": 2, \"gpu_memory_utilization\": 0.8}'. "
                   "The model, dtype and seed come from their own options."},
     )
-    resume: bool = field(default=False, metadata={"help": "Skip problems already scored in output_dir/samples.jsonl."})
+    resume: bool = field(
+        default=False,
+        metadata={"help": "Keep the problems already scored in output_dir/samples.jsonl and sample only the rest "
+                  "(after a crash, or with more benchmarks)."},
+    )
+    overwrite: bool = field(
+        default=False, metadata={"help": "Delete output_dir/samples.jsonl from an earlier run and start over."}
+    )
+    # Where `model` came from, for messages: the option itself, or an adapter directory's base model.
+    model_source: str = field(default="model", init=False, repr=False)
 
     def __post_init__(self):
         if self.num_samples < 1:
@@ -73,6 +95,10 @@ class EvalConfig:
             )
         if not self.benchmarks and not self.dataset_files:
             raise ValueError("Nothing to evaluate: give benchmarks (e.g. `--benchmarks math500`) or dataset_files.")
+        if self.resume and self.overwrite:
+            raise ValueError("resume=True keeps the samples already in output_dir and overwrite=True deletes them; "
+                             "set one of them.")
+        self._split_adapter_directory()
         if isinstance(self.code_sandbox, str):  # from the command line
             self.code_sandbox = json.loads(self.code_sandbox)
         if isinstance(self.vllm_kwargs, str):
@@ -92,6 +118,26 @@ class EvalConfig:
                 raise ValueError("vllm_kwargs configures the vLLM engine, but backend='transformers'; drop it or "
                                  "use backend='vllm'.")
 
+    def _split_adapter_directory(self) -> None:
+        """``model`` naming a PEFT adapter directory means: that adapter on the base model it was trained on."""
+        adapter_config = os.path.join(self.model, ADAPTER_CONFIG)
+        if not os.path.isfile(adapter_config) or os.path.isfile(os.path.join(self.model, "config.json")):
+            return
+        if self.adapter is not None:
+            raise ValueError(f"model={self.model!r} is a PEFT adapter directory (it has {ADAPTER_CONFIG}) and "
+                             f"adapter={self.adapter!r} is set too; give the base model as --model and the adapter "
+                             "as --adapter.")
+        with open(adapter_config) as f:
+            base = json.load(f).get("base_model_name_or_path")
+        if not base:
+            raise ValueError(f"{adapter_config} names no base_model_name_or_path; give the base model as --model and "
+                             f"this directory as --adapter {self.model}.")
+        logger.warning(f"{self.model} is a PEFT adapter: evaluating it on its base model {base} (from "
+                       f"{ADAPTER_CONFIG}).")
+        self.model, self.adapter = base, self.model
+        self.model_source = (f"the base model of adapter {self.adapter!r} (base_model_name_or_path in its "
+                             f"{ADAPTER_CONFIG})")
+
     @property
     def sampling(self) -> SamplingSettings:
         return SamplingSettings(
@@ -102,3 +148,83 @@ class EvalConfig:
             seed=self.seed,
             return_logprobs=self.logprobs,
         )
+
+
+@dataclass
+class TrainingPassAtK:
+    """Held-out Pass@k during ``riskpo-train``: the ``pass_at_k:`` block of a recipe (see docs/evaluation.md).
+
+    The named benchmarks form one held-out set; every ``eval_steps`` optimizer steps (and at the start and the end)
+    :class:`riskpo_trl.evaluation.PassAtKCallback` samples ``num_samples`` completions per problem and logs
+    ``eval/pass@k`` for each ``k`` and ``eval/avg@n``.
+    """
+
+    benchmarks: list[str]  # math benchmarks of riskpo_trl.data.BENCHMARKS, or NAME=FILE (local rows in its schema)
+    num_samples: int = 8
+    ks: list[int] | None = None  # default: 1, 2, 4, ..., num_samples
+    eval_steps: int = 50
+    max_problems: int | None = None  # first N problems of each benchmark (sampling runs on the training model)
+    max_new_tokens: int | None = None  # default: the trainer's max_completion_length
+    temperature: float = 0.8
+    top_p: float = 1.0
+    batch_size: int = 8
+    eval_on_start: bool = True
+
+    @classmethod
+    def from_block(cls, block: dict | str) -> TrainingPassAtK:
+        """The settings of a recipe's ``pass_at_k:`` mapping (or its JSON form from the command line), checked:
+        unknown keys, benchmark names and k's are reported by name before anything loads."""
+        import dataclasses
+
+        from ..registry import closest_name
+
+        if isinstance(block, str):
+            try:
+                block = json.loads(block)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"pass_at_k={block!r} is not JSON ({error}); write a JSON object such as "
+                                 """'{"benchmarks": ["math500"], "ks": [1, 8], "num_samples": 8}'.""") from error
+        if not isinstance(block, dict):
+            raise ValueError(f"pass_at_k must be a mapping of settings ({', '.join(cls.__dataclass_fields__)}), "
+                             f"got {block!r}.")
+        names = [field.name for field in dataclasses.fields(cls)]
+        unknown = [f"{key}{closest_name(key, names)}" for key in block if key not in names]
+        if unknown:
+            raise ValueError(f"pass_at_k: unknown setting(s) {', '.join(unknown)}; it takes {', '.join(names)}.")
+        if not block.get("benchmarks"):
+            raise ValueError("pass_at_k: name the held-out benchmarks, e.g. `benchmarks: [math500]` (or "
+                             "`[math500=path/to/rows.jsonl]` for local rows in that benchmark's Hub schema).")
+        settings = cls(**block)
+        if isinstance(settings.benchmarks, str):
+            settings.benchmarks = [settings.benchmarks]
+        settings._check()
+        return settings
+
+    def _check(self) -> None:
+        from ..data import BENCHMARKS
+        from ..registry import closest_name
+
+        for entry in self.benchmarks:
+            name = entry.partition("=")[0]
+            if name not in BENCHMARKS:
+                raise ValueError(f"pass_at_k: benchmark {name!r} is unknown{closest_name(name, BENCHMARKS)}; "
+                                 f"choose one of {sorted(BENCHMARKS)}.")
+            if BENCHMARKS[name].kind != "math":
+                raise ValueError(f"pass_at_k: {name!r} is a {BENCHMARKS[name].kind} benchmark; held-out Pass@k "
+                                 "during training grades math answers only (evaluate it with riskpo-eval).")
+        for setting in ("num_samples", "eval_steps", "batch_size", "max_problems", "max_new_tokens"):
+            value = getattr(self, setting)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"pass_at_k: {setting}={value!r} must be a positive integer.")
+        for setting, low, high in (("temperature", 0.0, None), ("top_p", 0.0, 1.0)):
+            value = getattr(self, setting)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < low or (
+                    high is not None and value > high):
+                raise ValueError(f"pass_at_k: {setting}={value!r} must be a number in [{low}, {high or 'inf'}].")
+        if self.ks is not None and (not isinstance(self.ks, list) or not all(
+                isinstance(k, int) and not isinstance(k, bool) for k in self.ks)):
+            raise ValueError(f"pass_at_k: ks={self.ks!r} must be a list of integers, e.g. [1, 8].")
+        self.ks = sorted(set(self.ks)) if self.ks else default_ks(self.num_samples)
+        if max(self.ks) > self.num_samples or min(self.ks) < 1:
+            raise ValueError(f"pass_at_k: ks={self.ks} must lie in [1, num_samples={self.num_samples}]; raise "
+                             "num_samples or drop k.")

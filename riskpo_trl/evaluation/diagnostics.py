@@ -24,6 +24,7 @@ class LogprobBin:
     num_completions: int
     mean_logprob: float
     sem_logprob: float  # standard error of the mean over completions
+    mean_reward_rate: float  # mean reward rate of the questions in this bin (where a figure places its point)
 
 
 def read_samples(path: str | Path) -> list[dict[str, Any]]:
@@ -45,6 +46,7 @@ def logprob_by_reward_rate(records: Iterable[dict[str, Any]], num_bins: int = 5)
     if num_bins < 1:
         raise ValueError(f"num_bins={num_bins} must be >= 1.")
     grouped: list[tuple[list[float], int]] = [([], 0) for _ in range(num_bins)]
+    rates: list[list[float]] = [[] for _ in range(num_bins)]
     found_logprobs = False
     for record in records:
         logprobs = [lp for lp in (record.get("mean_logprobs") or []) if lp is not None and math.isfinite(lp)]
@@ -55,6 +57,7 @@ def logprob_by_reward_rate(records: Iterable[dict[str, Any]], num_bins: int = 5)
         index = min(int(rate * num_bins), num_bins - 1)
         values, count = grouped[index]
         grouped[index] = (values + logprobs, count + 1)
+        rates[index].append(rate)
     if not found_logprobs:
         raise ValueError(
             "No completion log-probabilities in these records: run the evaluator with `--logprobs true` "
@@ -66,5 +69,6 @@ def logprob_by_reward_rate(records: Iterable[dict[str, Any]], num_bins: int = 5)
             continue
         mean = sum(values) / len(values)
         variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
-        bins.append(LogprobBin(i / num_bins, (i + 1) / num_bins, count, len(values), mean, math.sqrt(variance / len(values))))
+        bins.append(LogprobBin(i / num_bins, (i + 1) / num_bins, count, len(values), mean,
+                               math.sqrt(variance / len(values)), sum(rates[i]) / len(rates[i])))
     return bins

@@ -2,7 +2,8 @@
 
 The pieces: :mod:`.config` (what to run), :mod:`.benchmarks` (loading and prompts), :mod:`.scorers` (a grader per
 benchmark kind: math, geometry, code), :mod:`.records` (files written as the run goes, resume) and :mod:`.report`
-(metrics and the table). A crash loses at most one batch, and ``resume=True`` skips the problems already scored.
+(metrics and the table). A crash loses at most one batch, and ``resume=True`` skips the problems already scored;
+earlier samples in ``output_dir`` are never replaced unless ``overwrite=True`` says so.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .records import (
     RESULTS_FILE,
     SAMPLES_FILE,
     TABLE_FILE,
+    check_earlier_samples,
     check_resumable,
     read_done,
     sampling_record,
@@ -56,8 +58,12 @@ def evaluate(
     settings = config.sampling
     output_dir = Path(config.output_dir)
     samples_path = output_dir / SAMPLES_FILE
-    done = read_done(samples_path) if config.resume else {}
-    check_resumable(done, settings, samples_path)  # before the (slow) data and model loads
+    # Before the (slow) data and model loads: what to do with earlier samples.
+    done = read_done(samples_path)
+    check_earlier_samples(done, samples_path, resume=config.resume, overwrite=config.overwrite)
+    if not config.resume:
+        done = {}
+    check_resumable(done, settings, samples_path)
     benchmarks = resolve_benchmarks(config)
     scorers = {kind: scorer_for(kind, math_grader=scorer, sandbox_settings=config.code_sandbox)
                for kind in {benchmark.kind for benchmark in benchmarks}}

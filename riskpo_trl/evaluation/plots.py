@@ -139,6 +139,23 @@ def _save(fig, output: str | Path) -> list[Path]:
     return paths
 
 
+# A panel's y range covers at least this fraction of its largest |value|: a line that changes by less is drawn flat.
+MIN_RELATIVE_Y_SPAN = 0.02
+
+
+def _plain_y_axis(ax, values: Sequence[float]) -> None:
+    """Tick labels that read as the values themselves, and no zoom into noise. Without this, matplotlib shows a line
+    flat at 4.591 as ticks 0.0000-0.0003 under an offset '+4.591': a flat line that looks like large swings."""
+    ax.ticklabel_format(axis="y", useOffset=False)
+    if not values:
+        return
+    low, high = min(values), max(values)
+    min_span = MIN_RELATIVE_Y_SPAN * max(abs(low), abs(high))
+    if high - low < min_span:
+        middle = (low + high) / 2
+        ax.set_ylim(middle - min_span / 2, middle + min_span / 2)
+
+
 def pass_at_k_training_panel(runs: Sequence[Run]) -> Panel | None:
     """Pass@k over training steps, for the k's the :class:`PassAtKCallback` logged (smallest and largest k)."""
     ks = sorted({int(key.split("@")[1]) for run in runs for entry in run.log_history for key in entry
@@ -150,9 +167,33 @@ def pass_at_k_training_panel(runs: Sequence[Run]) -> Panel | None:
                  tuple(f"Pass@{k}" for k in chosen))
 
 
-def load_pass_at_k_curve(spec: str, benchmark: str = "average") -> tuple[str, dict[int, float]]:
-    """(name, {k: Pass@k}) from an evaluator ``results.json``, for one benchmark or the average over benchmarks."""
+def eval_result_name(spec: str, run_names: Sequence[str] = ()) -> tuple[str, str]:
+    """(legend name, path) of an ``--eval [NAME=]results.json``. Without ``NAME=`` a result belongs to a run: the only
+    run, or the run named like the result's folder (``eval/riskpo/results.json`` and run ``riskpo``); otherwise it
+    must be named. A ``NAME`` that is no run's (``Base=``) is drawn as a curve of its own."""
     name, path = _split_name(spec)
+    if name:
+        return name, path
+    folder = Path(path).parent.name
+    if not run_names:
+        return folder, path
+    if len(run_names) == 1:
+        return run_names[0], path
+    if folder in run_names:
+        return folder, path
+    raise ValueError(
+        f"--eval {spec}: which run is this result of? Its folder {folder!r} is not one of the runs {list(run_names)}. "
+        f"Name it, e.g. --eval {run_names[0]}={spec}; a name that is no run's (e.g. Base={spec}) draws it as a curve "
+        "of its own."
+    )
+
+
+def load_pass_at_k_curve(
+    spec: str, benchmark: str = "average", run_names: Sequence[str] = ()
+) -> tuple[str, dict[int, float]]:
+    """(name, {k: Pass@k}) from an evaluator ``results.json``, for one benchmark or the average over benchmarks; the
+    name as :func:`eval_result_name` gives it."""
+    name, path = eval_result_name(spec, run_names)
     results = json.loads(Path(path).read_text())
     if benchmark == "average":
         metrics = results.get("average", {})
@@ -161,7 +202,7 @@ def load_pass_at_k_curve(spec: str, benchmark: str = "average") -> tuple[str, di
             raise ValueError(f"{path} has no benchmark {benchmark!r}; it has {sorted(results.get('benchmarks', {}))}.")
         metrics = results["benchmarks"][benchmark].get("metrics", {})
     curve = {int(key.split("@")[1]): value for key, value in metrics.items() if key.startswith("pass@")}
-    return name or Path(path).parent.name, dict(sorted(curve.items()))
+    return name, dict(sorted(curve.items()))
 
 
 def plot_training_curves(
@@ -173,7 +214,23 @@ def plot_training_curves(
     columns: int = 3,
     title: str | None = None,
 ) -> tuple[list[Path], list[str]]:
-    """Draw the paper's panels with every run overlaid; returns the written files and notes on skipped metrics."""
+    """Draw the paper's panels with every run overlaid (:func:`draw_training_curves`) and save them as PNG and PDF;
+    returns the written files and notes on skipped metrics."""
+    fig, notes = draw_training_curves(runs, eval_results, benchmark, smoothing, columns, title)
+    paths = _save(fig, output)
+    _pyplot().close(fig)
+    return paths, notes
+
+
+def draw_training_curves(
+    runs: Sequence[Run],
+    eval_results: Sequence[str] = (),
+    benchmark: str = "average",
+    smoothing: float = 0.0,
+    columns: int = 3,
+    title: str | None = None,
+):
+    """The figure of :func:`plot_training_curves`, not saved: ``(figure, notes)``."""
     if not runs:
         raise ValueError("plot_training_curves needs at least one run.")
     panels = list(TRAINING_PANELS)
@@ -191,7 +248,11 @@ def plot_training_curves(
         missing = [run.name for run in runs if run.name not in have]
         if missing:
             notes.append(f"'{panel.title}': not logged by {', '.join(missing)}")
-    curves = [load_pass_at_k_curve(spec, benchmark) for spec in eval_results]
+    curves = [load_pass_at_k_curve(spec, benchmark, [run.name for run in runs]) for spec in eval_results]
+    names = [name for name, _ in curves]
+    shared = sorted({name for name in names if names.count(name) > 1})
+    if shared:
+        raise ValueError(f"Several --eval results are labelled {shared}; give each its own NAME=.")
     curves = [(name, curve) for name, curve in curves if curve]
     if not drawn and not curves:
         raise ValueError(f"Nothing to plot: none of the runs logged any of {[p.keys for p in panels]}.")
@@ -205,6 +266,7 @@ def plot_training_curves(
 
     for ax, panel in zip(axes, drawn):
         missing = []
+        drawn_values: list[float] = []
         for run in runs:
             plotted = False
             for key, style in zip(panel.keys, LINE_STYLES):
@@ -212,6 +274,7 @@ def plot_training_curves(
                 if not steps:
                     continue
                 plotted = True
+                drawn_values += values
                 if key.startswith(EVAL_PREFIX):  # sparse held-out evaluations: markers, never smoothed
                     ax.plot(steps, values, style, color=color_of[run.name], linewidth=1.5, marker="o", markersize=3)
                     continue
@@ -220,6 +283,7 @@ def plot_training_curves(
                 ax.plot(steps, smooth(values, smoothing), style, color=color_of[run.name], linewidth=1.5)
             if not plotted:
                 missing.append(run.name)
+        _plain_y_axis(ax, drawn_values)
         ax.set_title(panel.title)
         ax.set_xlabel("training step")
         ax.set_ylabel(panel.ylabel)
@@ -250,28 +314,51 @@ def plot_training_curves(
                bbox_to_anchor=(0.5, top))
     if title:
         fig.suptitle(title, y=top + 0.06)
+    return fig, notes
+
+
+def plot_logprob_diagnostic(
+    sample_files: Sequence[str], output: str | Path, num_bins: int = 5, notes: list[str] | None = None
+) -> list[Path]:
+    """Mean completion log-probability against the question's reward rate, one line per model (samples file), saved
+    as PNG and PDF (:func:`draw_logprob_diagnostic`); its notes are appended to ``notes`` when given."""
+    fig, drawn_notes = draw_logprob_diagnostic(sample_files, num_bins)
+    if notes is not None:
+        notes += drawn_notes
     paths = _save(fig, output)
-    plt.close(fig)
-    return paths, notes
+    _pyplot().close(fig)
+    return paths
 
 
-def plot_logprob_diagnostic(sample_files: Sequence[str], output: str | Path, num_bins: int = 5) -> list[Path]:
-    """Mean completion log-probability against the question's reward rate, one line per model (samples file)."""
+def _has_logprobs(record: dict[str, Any]) -> bool:
+    return any(lp is not None and math.isfinite(lp) for lp in record.get("mean_logprobs") or [])
+
+
+def draw_logprob_diagnostic(sample_files: Sequence[str], num_bins: int = 5):
+    """The figure of :func:`plot_logprob_diagnostic`, not saved: ``(figure, notes)``. Each point sits at the mean
+    reward rate of its bin's questions; a model whose questions all share one reward rate (say every sample wrong)
+    gets one point there and a note that the figure cannot compare easy with hard questions for it."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(4.2, 3.2))
+    notes = []
     for spec in sample_files:
         name, path = _split_name(spec)
-        bins = logprob_by_reward_rate(read_samples(path), num_bins)
-        centers = [(b.low + b.high) / 2 for b in bins]
-        ax.errorbar(centers, [b.mean_logprob for b in bins], yerr=[b.sem_logprob for b in bins], marker="o",
-                    capsize=2, linewidth=1.5, markersize=3, label=name or Path(path).parent.name)
-    ax.set_xlim(0, 1)
+        name = name or Path(path).parent.name
+        records = read_samples(path)
+        bins = logprob_by_reward_rate(records, num_bins)
+        ax.errorbar([b.mean_reward_rate for b in bins], [b.mean_logprob for b in bins],
+                    yerr=[b.sem_logprob for b in bins], marker="o", capsize=2, linewidth=1.5, markersize=3, label=name)
+        rates = {sum(r["scores"]) / len(r["scores"]) for r in records if _has_logprobs(r)}
+        if len(rates) == 1:
+            notes.append(f"{name}: every question has reward rate {rates.pop():g}, so its one point cannot show "
+                         "confidence against difficulty")
+    ax.set_xlim(-0.05, 1.05)
     ax.set_xlabel("question reward rate (mean over its samples)")
     ax.set_ylabel("mean token log-prob of completions")
     ax.set_title("Confidence versus question difficulty")
     ax.grid(alpha=0.3)
     ax.legend(frameon=False)
+    if notes:
+        ax.text(0.02, 0.02, "\n".join(notes), transform=ax.transAxes, fontsize=6, color="0.4", wrap=True)
     fig.tight_layout()
-    paths = _save(fig, output)
-    plt.close(fig)
-    return paths
+    return fig, notes

@@ -43,6 +43,19 @@ def read_done(path: Path) -> DoneRecords:
     return done
 
 
+def check_earlier_samples(done: DoneRecords, path: Path, *, resume: bool, overwrite: bool) -> None:
+    """Refuse to start over silently on the records an earlier run left in ``path``: keeping them (``resume``) or
+    deleting them (``overwrite``) is the user's call."""
+    if not done or resume or overwrite:
+        return
+    count = sum(len(records) for records in done.values())
+    raise ValueError(
+        f"{path} already holds {count} scored problem(s) of an earlier run ({', '.join(sorted(done))}). "
+        "--resume true (resume=True) keeps them and samples only the problems not yet scored; --overwrite true "
+        "(overwrite=True) deletes them and starts over; or choose another --output_dir."
+    )
+
+
 def sampling_record(settings: SamplingSettings) -> dict[str, Any]:
     """The settings stored with each record, so a resumed run can check it samples the same way."""
     return {name: getattr(settings, name) for name in RESUME_SETTINGS}
@@ -61,5 +74,5 @@ def check_resumable(done: DoneRecords, settings: SamplingSettings, path: Path) -
                 changes = ", ".join(f"{name}={recorded[name]} (now {current[name]})" for name in differing)
                 raise ValueError(
                     f"resume=True, but {path} was sampled with {changes}. Resume with the same settings, or start "
-                    "over: another output_dir, or resume=False (which replaces samples.jsonl)."
+                    "over: another output_dir, or overwrite=True (which replaces samples.jsonl)."
                 )

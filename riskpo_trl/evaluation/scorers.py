@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..grading import verify_answer
+from ..rewards.grading import verify_answer
 
 # grader(completion_text, gold) -> 1.0 / 0.0, or None when the gold answer cannot be parsed.
 Scorer = Callable[[str, str], "float | None"]

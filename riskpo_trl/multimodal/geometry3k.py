@@ -12,8 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..local_files import load_local_files
-from ..prompts import PROMPT_TEMPLATE
+from ..data.local_files import load_local_files
+from ..data.prompts import PROMPT_TEMPLATE
 
 GEOMETRY3K_ID = "hiyouga/geometry3k"
 

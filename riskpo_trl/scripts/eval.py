@@ -8,24 +8,48 @@ Example::
 writes ``samples.jsonl``, ``results.json`` and ``results.md`` (a table like the paper's Table 1) to ``output_dir``
 as the run goes, and prints the table at the end. Code (``livecodebench_v5``) and geometry (``geometry3k_test``)
 benchmarks are graded by their own scorers. Offline, name local files in a benchmark's Hub schema:
-``--benchmarks math500=path/to/math500.jsonl``.
+``--benchmarks math500=path/to/math500.jsonl`` (its results are labelled ``math500=math500.jsonl``).
+An ``output_dir`` that already holds samples is refused unless ``--resume true`` (keep them, sample the rest) or
+``--overwrite true`` (start over) says what to do with them. A local PEFT adapter directory given as ``--model`` is
+evaluated on the base model its ``adapter_config.json`` names.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 
-from ..console import pop_debug_flag, usage_errors
+from .console import pop_debug_flag, usage_errors
 from ..evaluation.config import EvalConfig
 from .arguments import parse_dataclass
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except for required options and where the help already states it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.required or "Default:" in (action.help or ""):
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     config = parse_dataclass(EvalConfig, argv, prog="riskpo-eval",
-                             description="Sample completions and report Pass@k / Avg@k per benchmark.")
+                             description="Sample completions and report Pass@k / Avg@k per benchmark.",
+                             formatter_class=DefaultsHelpFormatter)
+    from ..trainer.checks import check_model_path
+
+    # At once (before torch loads), not after the Hub's retries: a local path that does not exist, the same check as
+    # riskpo-train's.
+    check_model_path(config.model, config.model_source)
+    if config.adapter is not None:
+        check_model_path(config.adapter, "adapter")
     from ..evaluation.evaluator import evaluate
     from ..evaluation.records import TABLE_FILE
+    from .cpu_threads import use_default_cpu_threads
+
+    use_default_cpu_threads()
 
     results = evaluate(config)
     with open(f"{config.output_dir}/{TABLE_FILE}") as f:

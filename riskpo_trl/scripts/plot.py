@@ -20,7 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
     curves = commands.add_parser("curves", help="Training curves of one or more runs, overlaid, plus Pass@k curves.")
     curves.add_argument("runs", nargs="+", help="[NAME=]output_dir or [NAME=]trainer_state.json, one per run.")
     curves.add_argument("--eval", dest="eval_results", action="append", default=[],
-                        help="[NAME=]results.json of riskpo-eval, for the Pass@k-versus-k panel (repeatable).")
+                        help="[NAME=]results.json of riskpo-eval, for the Pass@k-versus-k panel (repeatable). NAME "
+                        "is the run it belongs to (without it: the only run, or the run named like the file's "
+                        "folder), or a name of its own such as Base.")
     curves.add_argument("--benchmark", default="average", help="Benchmark of the Pass@k panel (default: average).")
     curves.add_argument("--smoothing", type=float, default=0.0, help="EMA weight in [0, 1) (raw curve drawn faint).")
     curves.add_argument("--columns", type=int, default=3, help="Panels per row.")
@@ -41,10 +43,11 @@ def main(argv: list[str] | None = None) -> list[Path]:
         runs = [load_run(spec) for spec in args.runs]
         paths, notes = plot_training_curves(runs, args.output, args.eval_results, args.benchmark, args.smoothing,
                                             args.columns, args.title)
-        for note in notes:
-            print(f"note: {note}")
     else:
-        paths = plot_logprob_diagnostic(args.samples, args.output, args.bins)
+        notes = []
+        paths = plot_logprob_diagnostic(args.samples, args.output, args.bins, notes)
+    for note in notes:
+        print(f"note: {note}")
     for path in paths:
         print(f"wrote {path}")
     return paths
@@ -52,7 +55,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
 
 def cli(argv: list[str] | None = None) -> None:
     """A bad option or file is one ``riskpo-plot: error:`` line and exit code 2 (``--debug``: traceback)."""
-    from ..console import pop_debug_flag, usage_errors
+    from .console import pop_debug_flag, usage_errors
 
     argv, debug = pop_debug_flag(sys.argv[1:] if argv is None else argv)
     with usage_errors("riskpo-plot", debug, (ValueError, OSError)):

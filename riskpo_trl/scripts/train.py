@@ -8,7 +8,7 @@ Every option comes from a YAML recipe and/or the command line (command line wins
         --config recipes/DeepSeek-R1-Distill-Qwen-1.5B/riskpo/config_dapo_math.yaml
 
 ``trainer:`` (recipe or ``--trainer``) is read first and picks the config class the rest is parsed into
-(:data:`riskpo_trl.trainers.TRAINERS`): a GRPO baseline gets ``GRPOConfig``'s own defaults, RiskPO gets
+(:data:`riskpo_trl.trainer.registry.TRAINERS`): a GRPO baseline gets ``GRPOConfig``'s own defaults, RiskPO gets
 ``RiskPOConfig``'s. A field the chosen config does not have is reported by name before anything else is checked.
 
 A run restarts from the last checkpoint in ``output_dir`` by itself, and a run whose last checkpoint already reached
@@ -29,10 +29,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..console import pop_debug_flag, silence_known_warnings, usage_errors
-from ..naming import closest_name
-from ..prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
-from ..trainers import TRAINERS, check_trainer_name, get_trainer_classes
+from ..data.prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
+from ..registry import closest_name
+from ..trainer.registry import TRAINERS, check_trainer_name, get_trainer_classes
+from .console import pop_debug_flag, silence_known_warnings, usage_errors
 from .recipe_values import check_recipe_values, recipe_field_in
 
 logger = logging.getLogger(__name__)
@@ -46,9 +46,8 @@ class RiskPOScriptArguments:
 
     trainer: str = field(
         default=DEFAULT_TRAINER,
-        metadata={"help": "'riskpo' (RiskPOTrainer), 'grpo' (trl.GRPOTrainer: GRPO, Dr. GRPO, DAPO, ... through "
-                  "loss_type) or 'gmpo' (trl.experimental.gmpo.GMPOTrainer). Picks the config class the recipe is "
-                  "parsed into, so a baseline gets its own config's defaults.",
+        metadata={"help": f"{TRAINERS.describe()}. Picks the config class the recipe is parsed into, so a baseline "
+                  "gets its own config's defaults.",
                   "choices": list(TRAINERS)},
     )
     dataset_name: str = field(
@@ -89,6 +88,13 @@ class RiskPOScriptArguments:
                   "max_files, max_processes, ...), as a YAML mapping in a recipe or a JSON object on the command "
                   "line."},
     )
+    pass_at_k: dict | str | None = field(
+        default=None,
+        metadata={"help": "Held-out Pass@k during training: benchmarks (math ones of riskpo_trl.data.BENCHMARKS, or "
+                  "NAME=FILE), ks, num_samples, eval_steps, max_problems, max_new_tokens, temperature, top_p, "
+                  "batch_size, eval_on_start, as a YAML mapping in a recipe or a JSON object on the command line; "
+                  "logs eval/pass@k (docs/evaluation.md)."},
+    )
     build_tiny_model: bool = field(
         default=False,
         metadata={"help": "If model_name_or_path does not exist, build a tiny random Qwen2 model there first "
@@ -118,6 +124,10 @@ class RiskPOScriptArguments:
             )
         if isinstance(self.code_sandbox, str):  # from the command line
             self.code_sandbox = json.loads(self.code_sandbox)
+        if self.pass_at_k is not None:
+            from ..evaluation.config import TrainingPassAtK
+
+            self.pass_at_k = TrainingPassAtK.from_block(self.pass_at_k)
         if self.build_tiny_model and self.build_tiny_vlm:
             raise ValueError("Set at most one of build_tiny_model and build_tiny_vlm.")
         self.reward_functions  # built here, once: raises naming an unknown reward or setting
@@ -278,11 +288,9 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     from accelerate import PartialState
     from trl import get_peft_config, get_quantization_config
 
-    from ..console_callback import use_compact_log
     from ..data import load_benchmark, load_train_dataset
-
-    from ..dataset_checks import check_generation_batch_fits
-    from ..model_paths import check_model_path
+    from ..trainer.checks import check_generation_batch_fits, check_model_path
+    from .console import use_compact_log
 
     _, trainer_class = get_trainer_classes(script_args.trainer)
 
@@ -344,6 +352,10 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         quantization_config=get_quantization_config(model_args),
     )
     use_compact_log(trainer)  # baselines too: one console line per logging step
+    if script_args.pass_at_k is not None:
+        from ..evaluation.callback import add_pass_at_k_callback
+
+        add_pass_at_k_callback(trainer, script_args.pass_at_k, script_args.prompt_template)
     return trainer
 
 
@@ -359,7 +371,7 @@ def hub_datasets(script_args: RiskPOScriptArguments) -> list[str]:
 
 # What a checkpoint holds besides the model files that save_model writes into output_dir.
 TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "rng_state", "training_args.bin", "riskpo_state.json",
-                        "entropy_ctrl_state.json", "global_step", "latest", "zero_to_fp32.py")
+                        "global_step", "latest", "zero_to_fp32.py")
 
 
 def resume_checkpoint(training_args) -> str | None:
@@ -436,7 +448,7 @@ def main(script_args: RiskPOScriptArguments, training_args, model_args):
 def train_and_save(trainer, script_args: RiskPOScriptArguments, training_args, checkpoint: str | None):
     """Train from ``checkpoint`` (None: from scratch), then save the model, the trainer state and the card; a run
     that took no step raises before anything is saved."""
-    from ..model_card import save_model_card
+    from ..trainer.model_card import save_model_card
 
     if checkpoint is not None:
         trainer.accelerator.print(f"Resuming from {checkpoint}.")
@@ -467,6 +479,9 @@ def cli(argv: Sequence[str] | None = None) -> None:
     silence_known_warnings()  # before parsing: building the config already warns
     with usage_errors("riskpo-train", debug):
         script_args, training_args, model_args = parse_args(argv)
+        from .cpu_threads import use_default_cpu_threads
+
+        use_default_cpu_threads(training_args.use_cpu)
         trainer, checkpoint = prepare(script_args, training_args, model_args)
     if trainer is not None:
         train_and_save(trainer, script_args, training_args, checkpoint)

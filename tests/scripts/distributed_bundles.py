@@ -33,11 +33,11 @@ def main() -> None:
     trainer = RiskPOTrainer(cli.model_dir, reward_funcs=contains_digit_reward, args=args,
                             train_dataset=make_prompt_dataset(num_prompts=20))
     records = []
-    original = trainer._generate_and_score_completions
 
-    def recorded(inputs):
-        output = original(inputs)
-        batch = trainer.last_risk_batch
+    def record(scored):
+        if scored.mode != "train":
+            return
+        batch, output = scored.risk, scored.outputs
         records.append({
             "step": trainer.state.global_step + 1,
             "bundle_ids": batch.bundle_ids.tolist(),
@@ -46,9 +46,8 @@ def main() -> None:
             "tracker": trainer.quantile_tracker.values.tolist(),
             "world_size": trainer.accelerator.num_processes,
         })
-        return output
 
-    trainer._generate_and_score_completions = recorded
+    trainer.add_batch_observer(record)
     trainer.train(resume_from_checkpoint=cli.resume)
     rank = trainer.accelerator.process_index
     name = "resumed" if cli.resume else "full"

@@ -1,0 +1,143 @@
+"""Judge-side code (see `riskpo_trl.code.judge`): runs in processes of its own, never in the trainer.
+
+`serve` is the judge server: a single-threaded process that has imported the judging modules once and forks one
+judge per request. A request is a small header (CPU seconds, memory bytes, wall-clock milliseconds) with two file
+descriptors: an unnamed file holding ``<TestSpec JSON>\\n<report bytes>``, and the write end of a pipe for the verdict,
+``P`` (every test passed) or ``F<reason>``. Each judge sets its own RLIMIT_CPU and RLIMIT_AS before reading anything;
+the server SIGKILLs it when its wall-clock time is up and reaps it. The server itself never reads a report.
+
+Standard library only (through this package's own modules).
+"""
+
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+import time
+
+VERDICT_REASON_CHARS = 300
+HEADER_BYTES = 64
+
+
+def _limit(kind: int, value: int) -> None:
+    resource.setrlimit(kind, (value, value))
+
+
+def _decide(data: bytes) -> bytes:
+    from .report import parse_report
+    from .testspec import TestSpec
+
+    try:
+        newline = data.find(b"\n")
+        spec = TestSpec.from_json(data[:newline].decode("utf-8", errors="surrogatepass"))
+        outputs, error = parse_report(data[newline + 1:], len(spec.inputs), spec.output_caps())
+        if error is not None:
+            return _fail(error)
+        failed = spec.first_failure(outputs)
+        return b"P" if failed is None else _fail(f"test {failed} failed")
+    except MemoryError:
+        return _fail("judge: out of memory")
+    except Exception as exc:  # noqa: BLE001 - whatever the report makes the judge do fails the completion
+        return _fail(f"judge: {type(exc).__name__}: {exc}")
+
+
+def _fail(reason: str) -> bytes:
+    return b"F" + reason[:VERDICT_REASON_CHARS].encode("utf-8", errors="replace")
+
+
+def _judge(payload_fd: int, verdict_fd: int, cpu_s: int, memory_bytes: int) -> None:
+    """One judge (a forked child of the server): limits first, then read, decide, answer, exit."""
+    _limit(resource.RLIMIT_CPU, cpu_s)
+    _limit(resource.RLIMIT_AS, memory_bytes)
+    _limit(resource.RLIMIT_CORE, 0)
+    verdict = _fail("judge: could not read its input")
+    try:
+        with os.fdopen(payload_fd, "rb") as payload:
+            payload.seek(0)
+            data = payload.read()
+        verdict = _decide(data)
+    except BaseException:  # noqa: BLE001 - even MemoryError while reading: answer, then exit
+        pass
+    try:
+        os.write(verdict_fd, verdict)
+    finally:
+        os._exit(0)
+
+
+def serve(sock_fd: int) -> None:
+    """The judge server's loop (until the trainer closes its end of the socket)."""
+    from . import assertions, report, testspec  # noqa: F401 - imported once here, so every forked judge has them
+
+    assertions._prelude_names()  # the stdlib modules the runner's prelude imports, also loaded once
+
+    channel = socket.socket(fileno=sock_fd)
+    # A judge's exit wakes the loop (SIGCHLD through a self-pipe), so it is reaped at once, not left a zombie.
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_read, False)
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    deadlines: dict[int, float] = {}  # judge pid -> when to kill it
+    while True:
+        now = time.monotonic()
+        timeout = max(0.0, min(deadlines.values()) - now) if deadlines else None
+        ready = select.select([channel, wake_read], [], [], timeout)[0]
+        if wake_read in ready:
+            while True:
+                try:
+                    if not os.read(wake_read, 4096):
+                        break
+                except BlockingIOError:
+                    break
+        _reap(deadlines)
+        if channel not in ready:
+            continue
+        try:
+            header, fds, _, _ = socket.recv_fds(channel, HEADER_BYTES, 2)
+        except OSError:
+            fds, header = [], b""
+        if not header:  # the trainer is gone: its judges die by their deadlines, and the server goes now
+            os._exit(0)
+        if len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            continue
+        try:
+            cpu_s, memory_bytes, timeout_s = (int(part) for part in header.split())
+            pid = os.fork()
+        except (ValueError, OSError):  # a malformed request, or no process to be had: that judgement fails
+            pid = None
+        if pid == 0:
+            channel.close()
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.close(wake_read)
+            os.close(wake_write)
+            _judge(fds[0], fds[1], cpu_s, memory_bytes)
+        for fd in fds:
+            os.close(fd)  # the judge holds the verdict pipe now: the trainer sees EOF when it exits
+        if pid is not None:
+            deadlines[pid] = time.monotonic() + timeout_s / 1000
+
+
+def _reap(deadlines: dict[int, float]) -> None:
+    """Reap finished judges and SIGKILL overdue ones (each still our unreaped child, so its pid is not reused)."""
+    now = time.monotonic()
+    for pid, deadline in list(deadlines.items()):
+        if now >= deadline:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG if now < deadline else 0)
+        except ChildProcessError:
+            done = pid
+        if done:
+            del deadlines[pid]
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))

@@ -1,0 +1,166 @@
+"""RiskEstimator: the advantage step of RiskPO for one generation batch, with its state.
+
+It owns what persists between batches (the quantile trackers) and the per-batch choices (how to bundle, where the
+quantiles come from, which advantage variant and credit rule apply), so a trainer makes one call per batch::
+
+    estimator = RiskEstimator.from_config(args)
+    batch = estimator.step(rewards, generator=generator, train=True)   # -> RiskPOBatch
+
+Pure math below it (the other modules of ``riskpo_trl.risk``), no trainer or TRL import: it can be driven by any loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..registry import Registry
+from .advantages import scaled_advantage
+from .batch import RiskPOBatch, riskpo_advantages
+from .bundling import BUNDLINGS
+from .credit import CREDIT_ASSIGNMENTS
+from .quantile_tracker import QuantileTracker
+from .quantiles import empirical_quantiles, group_quantiles
+
+# Where the advantage's quantiles come from (the config's quantile_source); RiskEstimator._quantiles reads them.
+QUANTILE_SOURCES: Registry[str] = Registry("quantile_source")
+QUANTILE_SOURCES.add("tracked", "tracked", help="the paper: stochastic-approximation trackers updated once per "
+                     "generation batch")
+QUANTILE_SOURCES.add("batch", "batch", help="empirical quantiles of the current batch's bundle scores")
+QUANTILE_SOURCES.add("group", "group", help="empirical quantiles within each bundle group, what the authors' public "
+                     "code does")
+
+
+class RiskEstimator:
+    """Algorithm 1, lines 6-8, for one generation batch at a time.
+
+    ``step`` bundles the (gathered) rewards, takes one tracker step on the bundle scores when training, picks the
+    quantiles (``quantile_source``: ``"tracked"`` the paper's trackers, ``"batch"`` the batch's empirical quantiles,
+    ``"group"`` those of each bundle group as the authors' code) and returns every completion's advantage. Evaluation
+    batches never move the trackers, may end in a partial bundle group, and use the batch's own quantiles while the
+    trackers have not seen a training batch yet.
+
+    The trackers are training state: save :meth:`state_dict` with every checkpoint.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_generations: int,
+        bundle_size: int,
+        alpha: float,
+        beta: float,
+        omega: float,
+        risk_profile: str = "mvar",
+        quantile_source: str = "tracked",
+        advantage_scaling: str = "none",
+        natural_baseline: bool = True,
+        credit_assignment: str = "uniform",
+        bundling: str = "permutation",
+        quantile_lr: float = 0.1,
+        quantile_lr_decay: float = 0.0,
+    ) -> None:
+        scaled_advantage(advantage_scaling, risk_profile)  # raises on an unknown pair
+        QUANTILE_SOURCES.check(quantile_source)
+        CREDIT_ASSIGNMENTS.check(credit_assignment)
+        BUNDLINGS.check(bundling)
+        self.num_generations = num_generations
+        self.bundle_size = bundle_size
+        self.levels = (float(alpha), float(beta))
+        self.omega = omega
+        self.risk_profile = risk_profile
+        self.quantile_source = quantile_source
+        self.advantage_scaling = advantage_scaling
+        self.natural_baseline = natural_baseline
+        self.credit_assignment = credit_assignment
+        self.bundling = bundling
+        self.tracker = QuantileTracker(self.levels, lr=quantile_lr, lr_decay=quantile_lr_decay)
+
+    @classmethod
+    def from_config(cls, args: Any) -> RiskEstimator:
+        """Build from any object with ``RiskPOConfig``'s field names (the authors' code's opt-ins default to the
+        paper's choices when absent)."""
+        return cls(
+            num_generations=args.num_generations,
+            bundle_size=args.bundle_size,
+            alpha=args.risk_alpha,
+            beta=args.risk_beta,
+            omega=args.risk_omega,
+            risk_profile=args.risk_profile,
+            quantile_source=args.quantile_source,
+            advantage_scaling=getattr(args, "advantage_scaling", "none"),
+            natural_baseline=getattr(args, "natural_baseline", True),
+            credit_assignment=getattr(args, "credit_assignment", "uniform"),
+            bundling=getattr(args, "bundling", "permutation"),
+            quantile_lr=args.quantile_lr,
+            quantile_lr_decay=args.quantile_lr_decay,
+        )
+
+    def step(
+        self,
+        rewards: torch.Tensor,
+        *,
+        generator: torch.Generator | None,
+        train: bool,
+        num_generations: int | None = None,
+    ) -> RiskPOBatch:
+        """Advantages of one generation batch.
+
+        Args:
+            rewards: the whole batch's rewards (gathered over processes), ``G`` consecutive per prompt, ``NaN`` where
+                no reward function scored the completion.
+            generator: the bundling's random source; seed it identically on every process.
+            train: a training batch steps the trackers; an evaluation batch does not and may hold a partial group.
+            num_generations: ``G`` of this batch when it differs from training's (TRL's ``num_generations_eval``).
+        """
+        num_generations = num_generations or self.num_generations
+        bundles = BUNDLINGS[self.bundling](
+            rewards, num_generations, self.bundle_size, generator, allow_partial_group=not train
+        )
+        if train:
+            self.tracker.update(bundles[0])
+        q_alpha, q_beta = self._quantiles(bundles[0], num_generations)
+        return riskpo_advantages(
+            rewards,
+            num_generations=num_generations,
+            q_alpha=q_alpha,
+            q_beta=q_beta,
+            omega=self.omega,
+            risk_profile=self.risk_profile,
+            bundles=bundles,
+            advantage_scaling=self.advantage_scaling,
+            levels=self.levels,
+            natural_baseline=self.natural_baseline,
+            credit_assignment=self.credit_assignment,
+        )
+
+    def _quantiles(self, bundle_scores: torch.Tensor, num_generations: int) -> tuple[Any, Any]:
+        if self.quantile_source == "group":
+            q_alpha, q_beta = group_quantiles(bundle_scores, num_generations, list(self.levels)).unbind(dim=1)
+            return q_alpha, q_beta
+        if self.quantile_source == "batch" or not self.tracker.initialized:
+            # Evaluation before any training batch has no tracked quantiles yet: use the batch's own.
+            q_alpha, q_beta = empirical_quantiles(bundle_scores, list(self.levels)).tolist()
+            return q_alpha, q_beta
+        q_alpha, q_beta = self.tracker.values.tolist()
+        return q_alpha, q_beta
+
+    def metrics(self, batch: RiskPOBatch) -> dict[str, float]:
+        """``batch``'s ``risk/*`` metrics; when the advantages used other quantiles, also where the trackers are."""
+        metrics = batch.metrics(self.omega)
+        if self.quantile_source != "tracked" and self.tracker.initialized:
+            metrics["risk/tracked_q_alpha"], metrics["risk/tracked_q_beta"] = self.tracker.values.tolist()
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"quantile_tracker": self.tracker.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.tracker.load_state_dict(state["quantile_tracker"])
+
+    def __repr__(self) -> str:
+        return (
+            f"RiskEstimator(profile={self.risk_profile!r}, scaling={self.advantage_scaling!r}, "
+            f"quantiles={self.quantile_source!r}, B={self.bundle_size}, G={self.num_generations}, {self.tracker!r})"
+        )

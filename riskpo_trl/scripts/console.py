@@ -1,0 +1,122 @@
+"""A readable console for training runs: the known warning walls that no user can act on are silenced, each
+logging step prints one compact line with the metrics instead of the full metrics dict (the callback is in
+`console_callback`), and the console scripts report a user's mistake as one ``error:`` line (this module stays light,
+for entry points to call before their heavy imports)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+# TRL's GRPOConfig defaults `gradient_checkpointing=True` and its generation context calls
+# `gradient_checkpointing_disable/enable`; transformers 5 deprecates those names, so every run (not the user's code)
+# triggers these. Matched by message, so other FutureWarnings still show.
+GRADIENT_CHECKPOINTING_DEPRECATION = r"`(is_)?gradient_checkpointing\w*` is deprecated and will be removed in v6"
+# DeepSpeed announces its CPU fallback on every process of a CPU run, where the CPU is what was asked for.
+DEEPSPEED_CPU_NOTICE = "Setting accelerator to CPU."
+
+# What a console script reports as a user's mistake (one line, exit code 2) while it sets a run up: bad options, files
+# or values. Anything else, and anything raised once training runs, is a crash and keeps its traceback.
+USAGE_ERRORS = (ValueError, TypeError, OSError)
+USAGE_ERROR_EXIT_CODE = 2  # argparse's code for a usage error
+DEBUG_FLAG = "--debug"
+
+# Groups of (label in the line, logged metric); missing or empty metrics are skipped.
+COMPACT_METRICS = (
+    ("", (("loss", "loss"), ("reward", "reward"), ("len", "completions/mean_length"))),
+    ("risk: ", (
+        ("q_alpha", "risk/q_alpha"),
+        ("q_beta", "risk/q_beta"),
+        ("bundle_score", "risk/bundle_score_mean"),
+        ("mvar", "risk/mvar"),  # the risk profile's objective: at most one of these three is logged
+        ("rvar", "risk/rvar"),
+        ("risk_seeking", "risk/risk_seeking"),
+        ("lower_rvar", "risk/lower_rvar"),
+        ("upper_rvar", "risk/upper_rvar"),
+        ("zero_adv", "risk/frac_zero_advantage"),
+        ("unscorable", "risk/frac_unscorable"),
+    )),
+    ("", (("lr", "learning_rate"),)),
+)
+
+
+class _DropDeepSpeedCpuNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(DEEPSPEED_CPU_NOTICE)
+
+
+def silence_known_warnings() -> None:
+    """Install the narrow filters above (idempotent)."""
+    warnings.filterwarnings("ignore", message=GRADIENT_CHECKPOINTING_DEPRECATION, category=FutureWarning)
+    deepspeed_logger = logging.getLogger("DeepSpeed")
+    if not any(isinstance(f, _DropDeepSpeedCpuNotice) for f in deepspeed_logger.filters):
+        deepspeed_logger.addFilter(_DropDeepSpeedCpuNotice())
+
+
+def pop_debug_flag(argv: Sequence[str]) -> tuple[list[str], bool]:
+    """``argv`` without a bare ``--debug`` (one not followed by a value: ``--debug underflow_overflow`` is
+    TrainingArguments' own option), and whether it was there."""
+    argv = list(argv)
+    for i, token in enumerate(argv):
+        if token == DEBUG_FLAG and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
+            return argv[:i] + argv[i + 1:], True
+    return argv, False
+
+
+@contextlib.contextmanager
+def usage_errors(prog: str, debug: bool = False, errors: tuple[type[BaseException], ...] = USAGE_ERRORS) -> Iterator:
+    """Within the block, ``errors`` print as ``prog: error: message`` on stderr and exit with code 2 (argparse's
+    convention), unless ``debug``: then they raise with their traceback."""
+    try:
+        yield
+    except errors as error:
+        if debug:
+            raise
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        raise SystemExit(USAGE_ERROR_EXIT_CODE) from None
+
+
+def compact_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
+    """``[step 3/6] loss 0.09, reward 0.5, len 15 | risk: q_alpha 0.02, ... | lr 5e-05`` for a training or evaluation
+    log of a GRPO-family trainer, else None (the run summary). A training step that reuses a generation batch logs no
+    reward, so its line has the loss and the learning rate only. Evaluation logs (``eval_`` prefix) get an ``eval``
+    line; a baseline's line has no risk part."""
+    prefix = "eval_" if "eval_reward" in logs or "eval_loss" in logs else ""
+    if not prefix and "reward" not in logs and "loss" not in logs:
+        return None
+    groups = []
+    for title, metrics in COMPACT_METRICS:
+        values = [(label, logs.get(prefix + name)) for label, name in metrics]
+        parts = [f"{label} {_format(value)}" for label, value in values if value is not None]
+        if parts:
+            groups.append(title + ", ".join(parts))
+    return f"[{'eval ' if prefix else ''}step {step}/{max_steps}] " + " | ".join(groups)
+
+
+def _format(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
+
+
+# --- the compact console line as a callback (transformers is imported on use: this module stays light)
+
+
+def use_compact_log(trainer) -> None:
+    """Swap the trainer's tqdm progress callback for one that prints a step's metrics as one compact line (the full
+    set still goes to ``report_to`` and ``trainer_state.json``; other logs, such as the run summary, print as before).
+    Nothing changes when tqdm is off (``disable_tqdm``: the plain printer keeps printing every metric)."""
+    from transformers.trainer_callback import ProgressCallback
+
+    class CompactLogCallback(ProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            line = compact_log_line(logs or {}, state.global_step, state.max_steps)
+            if line is None or self.training_bar is None:
+                return super().on_log(args, state, control, logs=logs, **kwargs)
+            if state.is_world_process_zero:
+                self.training_bar.write(line)
+
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(CompactLogCallback)

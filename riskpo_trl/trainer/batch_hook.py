@@ -1,0 +1,74 @@
+"""The public per-batch seam: every generation batch a GRPO-family trainer scores reaches its batch observers.
+
+An observer is any callable taking one :class:`ScoredBatch`; register it with ``trainer.add_batch_observer(fn)``.
+It sees the whole (gathered) batch's rewards, this process's tensors that reach the loss, and, for RiskPO, the
+:class:`~riskpo_trl.risk.RiskPOBatch` (bundles, advantages, quantiles) with the ``risk/*`` metrics logged for it.
+The regime guard, the tests and the studies observe batches this way rather than by overriding TRL's private
+methods; ``BatchObserversMixin`` is the one place that does, and works on ``GRPOTrainer`` and its subclasses alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..risk import RiskPOBatch
+
+
+@dataclass
+class ScoredBatch:
+    """One scored generation batch, as observers see it."""
+
+    trainer: Any
+    mode: str  # "train" or "eval"
+    rewards_per_func: torch.Tensor  # (completions, reward functions), gathered over all processes; NaN: unscored
+    outputs: dict[str, Any]  # this process's batch as it goes to the loss (advantages, completion_mask, ...)
+    risk: RiskPOBatch | None = None  # the advantage step's result (None for a baseline trainer)
+    metrics: dict[str, float] = field(default_factory=dict)  # the risk/* metrics logged for the batch
+
+    @property
+    def rewards(self) -> torch.Tensor:
+        """Each completion's weighted reward (NaN where no reward function scored it), gathered."""
+        if self.risk is not None and self.risk.rewards is not None:
+            return self.risk.rewards
+        weights = self.trainer.reward_weights.to(self.rewards_per_func.device).unsqueeze(0)
+        rewards = (self.rewards_per_func * weights).nansum(dim=1)
+        rewards[torch.isnan(self.rewards_per_func).all(dim=1)] = torch.nan
+        return rewards
+
+
+BatchObserver = Callable[[ScoredBatch], None]
+
+
+class BatchObserversMixin:
+    """For a `GRPOTrainer`: :meth:`add_batch_observer`, and every scored generation batch (training and evaluation)
+    passed to the observers in the order they were added. A subclass computes its own advantages in
+    :meth:`_score_batch`, which runs before the observers (the default changes nothing)."""
+
+    _batch_observers: list[BatchObserver]
+    _scored_rewards: torch.Tensor | None = None
+
+    def add_batch_observer(self, observer: BatchObserver) -> None:
+        if not hasattr(self, "_batch_observers"):
+            self._batch_observers = []
+        self._batch_observers.append(observer)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        # The rewards come back gathered over all processes; kept for the batch's step and its observers.
+        self._scored_rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        return self._scored_rewards
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        outputs = super()._generate_and_score_completions(inputs)
+        batch = ScoredBatch(self, "train" if self.model.training else "eval", self._scored_rewards, outputs)
+        self._score_batch(batch)
+        for observer in getattr(self, "_batch_observers", ()):
+            observer(batch)
+        return outputs
+
+    def _score_batch(self, batch: ScoredBatch) -> None:
+        """Hook for a subclass's advantage step: may replace ``batch.outputs["advantages"]`` and fill ``batch.risk``
+        and ``batch.metrics``."""

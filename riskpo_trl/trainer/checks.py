@@ -1,0 +1,204 @@
+"""The trainer's start-up checks, run once by :func:`check_start_up` before anything loads: a misspelled keyword, a
+model path that does not exist, the dataset columns TRL and the reward functions read, and a training set too small
+for one generation batch each fail with a message that names them, rather than as a KeyError inside TRL at the first
+step, a Hub lookup that blames the network, or a run that trains 0 steps and exits as if it had succeeded."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable
+from typing import Any
+
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+
+from ..registry import closest_name
+
+# Keyword arguments GRPOTrainer passes to reward functions itself; every other one is read from a dataset column.
+TRL_REWARD_KWARGS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
+                               "environments"})
+
+
+def check_dataset_columns(
+    train_dataset: Any, eval_dataset: Any, reward_funcs: Any, environment_factory: Any = None
+) -> None:
+    """Check that the training and evaluation datasets (a dataset, a dict of them, or None) have the columns
+    GRPOTrainer reads and the columns each reward function reads, and pass each reward function's own
+    ``check_dataset(dataset)`` if it has one; raise a ValueError naming what is missing and how to add it.
+
+    What GRPOTrainer reads: each example's ``prompt``, except with an ``environment_factory``, where the environment's
+    ``reset()`` supplies the prompt and ``prompt`` is optional; with a dict of environments, the ``environment`` column
+    that routes each example to one of them."""
+    _check_split(train_dataset, reward_funcs, environment_factory, "training")
+    named = eval_dataset.items() if isinstance(eval_dataset, dict) else [("", eval_dataset)]
+    for name, dataset in named:
+        _check_split(dataset, reward_funcs, environment_factory, f"evaluation{f' ({name})' if name else ''}")
+
+
+def reward_columns(reward_func: Any) -> list[str]:
+    """Dataset columns a reward function needs: an explicit ``required_columns`` attribute, else the parameters of its
+    signature that have no default and that GRPOTrainer does not pass itself."""
+    declared = getattr(reward_func, "required_columns", None)
+    if declared is not None:
+        return list(declared)
+    if not callable(reward_func) or isinstance(reward_func, str) or hasattr(reward_func, "config"):
+        return []  # a Hub id or a reward model: it reads the text only
+    try:
+        parameters = inspect.signature(reward_func).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [
+        p.name for p in parameters
+        if p.default is inspect.Parameter.empty and p.name not in TRL_REWARD_KWARGS
+        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+
+
+def check_generation_batch_fits(train_dataset: Any, args: Any) -> None:
+    """Refuse a training set with fewer examples than one generation batch takes.
+
+    TRL's sampler (``RepeatSampler``) cuts the shuffled dataset into generation batches of
+    ``generation_batch_size // num_generations`` prompts, over all processes, and drops an incomplete last one; with
+    fewer examples than that an epoch is empty and the run trains 0 steps (repeating epochs for ``max_steps`` does
+    not help). A dataset without a length (an ``IterableDataset``) cannot be counted here; the trainer checks after
+    training that a step was taken."""
+    if train_dataset is None or not hasattr(train_dataset, "__len__"):
+        return
+    rows = len(train_dataset)
+    prompts = args.generation_batch_size // args.num_generations
+    if rows >= prompts:
+        return
+    processes = args.world_size
+    per_step = args.per_device_train_batch_size * processes
+    raise ValueError(
+        f"The training dataset has {rows} example{'s' if rows != 1 else ''}, fewer than the {prompts} prompts one "
+        f"generation batch takes, so the run would train 0 steps (TRL drops an incomplete generation batch). A "
+        f"generation batch is generation_batch_size={args.generation_batch_size} completions = "
+        f"per_device_train_batch_size={args.per_device_train_batch_size} x {processes} process"
+        f"{'es' if processes != 1 else ''} x steps_per_generation={args.steps_per_generation}, that is "
+        f"{prompts} prompts of num_generations={args.num_generations} completions. Add examples, or shrink the "
+        f"generation batch: lower steps_per_generation (or gradient_accumulation_steps="
+        f"{args.gradient_accumulation_steps}, from which the config derives it when unset), lower "
+        f"per_device_train_batch_size, raise num_generations, or run on fewer processes."
+        + _fitting_schedule(rows, args, per_step)
+    )
+
+
+def _fitting_schedule(rows: int, args: Any, completions_per_step: int) -> str:
+    """' For example, steps_per_generation=S fits: ...' for the largest steps_per_generation whose generation batch
+    fits ``rows`` and holds whole prompt groups (and bundle groups), or '' when none does."""
+    bundle = getattr(args, "bundle_size", 1)
+    for steps in range(args.steps_per_generation - 1, 0, -1):
+        completions = completions_per_step * steps
+        prompts, leftover = divmod(completions, args.num_generations)
+        updates, partial = divmod(steps, args.gradient_accumulation_steps)
+        if not leftover and not partial and 0 < prompts <= rows and prompts % bundle == 0:
+            return (
+                f" For example, steps_per_generation={steps} fits: {prompts} prompts per generation batch, taken in "
+                f"{updates} optimizer update{'s' if updates != 1 else ''}."
+            )
+    return ""
+
+
+def _check_split(dataset: Any, reward_funcs: Any, environment_factory: Any, split: str) -> None:
+    """Fail at construction, naming the columns, rather than with a KeyError inside TRL at the first step."""
+    columns = getattr(dataset, "column_names", None)
+    if dataset is None or columns is None:  # no dataset, or a streaming one that does not know its columns
+        return
+    if environment_factory is None and "prompt" not in columns:
+        raise ValueError(
+            f"The {split} dataset has no 'prompt' column (its columns: {columns}). RiskPOTrainer, like GRPOTrainer, "
+            "reads each example's prompt from 'prompt': a string, or a list of chat messages [{'role': 'user', "
+            "'content': ...}]. Rename or build that column (e.g. dataset.rename_column('question', 'prompt'), or the "
+            "adapters in riskpo_trl.data)."
+        )
+    if isinstance(environment_factory, dict) and "environment" not in columns:
+        raise ValueError(
+            f"The {split} dataset has no 'environment' column (its columns: {columns}). With a dict of environments "
+            f"({sorted(environment_factory)}), GRPOTrainer routes each example to the environment its 'environment' "
+            "column names. Add that column, or pass a single environment factory."
+        )
+    funcs: list[Callable] = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+    for func in funcs:
+        name = getattr(func, "__name__", type(func).__name__)
+        missing = [column for column in reward_columns(func) if column not in columns]
+        if missing:
+            raise ValueError(
+                f"The reward function {name} reads the column(s) {missing}, which the {split} dataset lacks (its "
+                f"columns: {columns}). Add them to the dataset (e.g. the reference answer as 'solution'), or use a "
+                "reward function that fits it."
+            )
+        check = getattr(func, "check_dataset", None)
+        if check is not None and hasattr(dataset, "unique"):
+            try:
+                check(dataset)
+            except ValueError as error:
+                raise ValueError(f"The {split} dataset does not fit the reward function {name}: {error}") from None
+
+
+# --- model names that are local paths, not Hub ids: said at once, instead of a Hub lookup that retries for half a
+# minute and then blames the network
+
+
+def reads_as_local_path(name: str) -> bool:
+    """Whether ``name`` can only mean a local directory: absolute, ``./``, ``../`` or ``~``, not of the Hub's
+    ``namespace/name`` form, or under a directory that exists here (``outputs/no-such-model`` next to ``outputs/``)."""
+    if os.path.isabs(name) or name.startswith((".", "~")) or os.sep != "/" and os.sep in name:
+        return True
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return True
+    head, _, _ = name.partition("/")
+    return bool(_) and os.path.isdir(head)
+
+
+def hub_id_or_none(name: str | None) -> str | None:
+    """``name`` if it reads as a Hub repository id and is not a local path, else None."""
+    if not name or os.path.exists(name) or reads_as_local_path(name):
+        return None
+    return name
+
+
+def check_model_path(name: str, what: str = "model") -> None:
+    """Raise FileNotFoundError for a ``name`` that reads as a local path (see `reads_as_local_path`) but does not
+    exist, naming it as such; a Hub id or an existing path passes."""
+    if os.path.exists(name) or not reads_as_local_path(name):
+        return
+    parent = os.path.dirname(os.path.abspath(os.path.expanduser(name)))
+    hint = (
+        f" ({os.path.dirname(name)}/ exists here, so this is read as a local path)"
+        if os.path.isdir(parent) and not os.path.isabs(name) and "/" in name else ""
+    )
+    raise FileNotFoundError(
+        f"{what} {name!r}: no such directory, and not a Hub id{hint}. Give an existing directory (saved with "
+        "save_pretrained) or a Hub id such as 'Qwen/Qwen2.5-Math-1.5B-Instruct'; riskpo-train's build_tiny_model: "
+        "true builds a tiny random model at a missing path."
+    )
+
+
+# --- all of them, once
+
+
+def check_keywords(kwargs: dict[str, Any], trainer_class: type, base_class: type) -> None:
+    """A misspelled keyword is named with the closest one ``base_class.__init__`` takes, before anything loads."""
+    accepted = set(inspect.signature(base_class.__init__).parameters) - {"self", "model", "reward_funcs", "args"}
+    for name in kwargs:
+        if name not in accepted:
+            raise TypeError(
+                f"{trainer_class.__name__} got an unexpected keyword argument {name!r}{closest_name(name, accepted)}; "
+                f"it takes {base_class.__name__}'s: model, reward_funcs, args, {', '.join(sorted(accepted))}."
+            )
+
+
+def check_start_up(trainer_class: type, base_class: type, model: Any, reward_funcs: Any, args: Any,
+                   kwargs: dict[str, Any]) -> None:
+    """Every start-up check of a GRPO-family trainer's arguments (``kwargs``: the keywords besides ``model``,
+    ``reward_funcs`` and ``args``)."""
+    check_keywords(kwargs, trainer_class, base_class)
+    train_dataset = kwargs.get("train_dataset")
+    check_dataset_columns(train_dataset, kwargs.get("eval_dataset"), reward_funcs, kwargs.get("environment_factory"))
+    check_generation_batch_fits(train_dataset, args)
+    if isinstance(model, str):
+        check_model_path(model)

@@ -1,0 +1,210 @@
+"""RiskPOTrainer: GRPO with bundled Mixed Value-at-Risk advantages."""
+
+from __future__ import annotations
+
+import hashlib
+import textwrap
+
+import torch
+from trl import GRPOTrainer
+from trl.trainer.utils import get_config_model_id
+
+from ..risk import QuantileTracker, RiskEstimator
+from .batch_hook import BatchObserversMixin, ScoredBatch
+from .checkpoints import RISK_STATE_FILE, TiedWeightsResumeMixin, read_state, write_state
+from .checks import check_start_up
+from .config import RiskPOConfig
+from .model_card import save_model_card
+from .regime_guard import RegimeGuard
+from .token_mean import TokenMeanLossMixin
+from .unscored_rewards import UnscoredRewardsMixin
+
+__all__ = ["RISK_STATE_FILE", "RiskPOTrainer"]
+
+
+class RiskPOTrainer(
+    BatchObserversMixin, TokenMeanLossMixin, UnscoredRewardsMixin, TiedWeightsResumeMixin, GRPOTrainer
+):
+    """
+    Trainer for Risk-based Policy Optimization (RiskPO).
+
+    RiskPO (https://huggingface.co/papers/2510.00911) is a GRPO variant that optimises a risk measure of the reward
+    distribution instead of its mean. What differs from [`~trl.GRPOTrainer`] is the advantage: one
+    [`~riskpo_trl.risk.RiskEstimator`] call per generation batch (gathered over all processes):
+
+    1. the batch is cut into groups of ``bundle_size`` prompts; each prompt's completions are shuffled by an
+       independent uniform permutation and matched into ``num_generations`` bundles whose summed reward is the bundle
+       score;
+    2. trackers of the ``risk_alpha`` / ``risk_beta`` quantiles of bundle scores take one stochastic-approximation
+       step on the batch (never on evaluation batches);
+    3. every completion gets its bundle's MVaR advantage (or the ``risk_profile`` chosen), computed with the
+       quantiles after that step, and each process keeps its own slice.
+
+    The trackers are saved in every checkpoint (``riskpo_state.json``) and restored on resume. Per generation batch the
+    trainer logs ``risk/q_alpha``, ``risk/q_beta``, ``risk/bundle_score_mean``, the profile's objective
+    (``risk/mvar`` for MVaR), ``risk/lower_rvar``, ``risk/frac_zero_advantage``, ``risk/frac_unscorable`` and a few
+    more next to GRPO's metrics, and the completions table shows RiskPO's advantages and each completion's bundle.
+    Each batch then reaches the observers added with ``add_batch_observer`` (a
+    [`~riskpo_trl.trainer.batch_hook.ScoredBatch`]); the regime guard is one.
+
+    The loss is GRPOTrainer's: with the config's defaults (``importance_sampling_level="sequence"``,
+    ``loss_type="grpo"``) TRL's `_compute_loss` is exactly the paper's clipped objective (eq. ``mvar_obj``), the
+    clipped ``min(s * A, clip(s, 1 - eps, 1 + eps) * A)`` with ``s = (pi / pi_old) ** (1 / |y|)``, averaged over
+    sequences; `tests/test_loss.py` checks this against a direct implementation. With ``loss_type="bnpo"`` and
+    ``loss_token_mean_sequences`` set, each micro-batch's loss is rescaled to verl's token mean over groups of that
+    many sequences, what the authors' runs used ([`~riskpo_trl.trainer.token_mean.TokenMeanLossMixin`]).
+
+    Unscorable completions (every reward function returned ``None`` or NaN) get advantage 0 and do not count in their
+    bundle's score, which is rescaled to the size of a full bundle; see [`~riskpo_trl.risk.permutation_bundles`]. A
+    warning names the reward functions that returned NaN, and how often
+    ([`~riskpo_trl.trainer.unscored_rewards.UnscoredRewardsMixin`]).
+
+    At construction, besides GRPOTrainer's own checks, [`~riskpo_trl.trainer.checks.check_start_up`] refuses a model
+    path that does not exist, a misspelled keyword, missing columns that TRL and the reward functions read, and a
+    training set smaller than one generation batch (which would train 0 steps), with a message that names them;
+    `train` raises if a run ends without a single step.
+    """
+
+    _tag_names = ["trl", "riskpo"]
+    _name = "RiskPO"
+    _paper = {
+        "title": "RiskPO: Risk-based Policy Optimization via Verifiable Reward for LLM Post-Training",
+        "id": "2510.00911",
+        # docstyle-ignore
+        "citation": textwrap.dedent("""\
+            @article{ren2025riskpo,
+                title        = {{RiskPO: Risk-based Policy Optimization via Verifiable Reward for LLM Post-Training}},
+                author       = {Tao Ren and Jinyang Jiang and Hui Yang and Wan Tian and Minhao Zou and Guanghao Li and Zishi Zhang and Qinghao Wang and Shentao Qin and Yanjun Zhao and Rui Tao and Hui Shao and Yijie Peng},
+                year         = 2025,
+                eprint       = {2510.00911},
+                archivePrefix = {arXiv},
+            }"""),
+    }
+
+    def __init__(self, model, reward_funcs=None, args: RiskPOConfig | None = None, **kwargs):
+        if args is None:
+            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = RiskPOConfig(f"{model_name.split('/')[-1]}-RiskPO")
+        elif not isinstance(args, RiskPOConfig):
+            raise TypeError(
+                f"RiskPOTrainer needs a RiskPOConfig, got {type(args).__name__}. Convert it with "
+                "RiskPOConfig.from_grpo_config(your_config, bundle_size=..., ...): it keeps every setting and adds "
+                "the risk fields you pass."
+            )
+        check_start_up(type(self), GRPOTrainer, model, reward_funcs, args, kwargs)
+        super().__init__(model, reward_funcs, args=args, **kwargs)
+        self.risk_estimator = RiskEstimator.from_config(args)
+        # The guard's evidence is about the paper's advantage; the authors' scaling did not collapse in its regime.
+        patience = args.regime_guard_patience if args.advantage_scaling == "none" else 0
+        self.regime_guard = RegimeGuard(args.regime_guard_threshold, patience)
+        self.add_batch_observer(self.regime_guard.observe_batch)
+        self._unscorable_batches = 0  # consecutive training batches without a scorable completion
+        self._eval_batches = 0
+
+    def train(self, *args, **kwargs):
+        """`Trainer.train`, but a run that ends without a single optimizer step raises instead of returning as if it
+        had trained (e.g. an ``IterableDataset`` that yields fewer examples than one generation batch)."""
+        output = super().train(*args, **kwargs)
+        if self.state.global_step == 0:
+            prompts = self.args.generation_batch_size // self.num_generations
+            raise RuntimeError(
+                f"Training ended without a single step: the training data yielded fewer than the {prompts} prompts "
+                f"one generation batch takes (generation_batch_size={self.args.generation_batch_size} / "
+                f"num_generations={self.num_generations}). Add examples, or lower steps_per_generation, "
+                "per_device_train_batch_size or the number of processes."
+            )
+        return output
+
+    @property
+    def quantile_tracker(self) -> QuantileTracker:
+        """The quantile trackers (owned by ``risk_estimator``)."""
+        return self.risk_estimator.tracker
+
+    # --- the advantage step --------------------------------------------------------------------------------------
+
+    def _score_batch(self, batch: ScoredBatch) -> None:
+        rewards = batch.rewards  # weighted sum per completion, NaN where no reward function answered
+        train = batch.mode == "train"
+        risk = self.risk_estimator.step(
+            rewards.float().cpu(),
+            generator=torch.Generator().manual_seed(self._bundling_seed(batch.mode)),
+            train=train,
+            num_generations=self.num_generations if train else self.num_generations_eval,
+        )
+        local = batch.outputs["advantages"]
+        start = self.accelerator.process_index * local.shape[0]
+        batch.outputs["advantages"] = risk.advantages[start : start + local.shape[0]].to(local.device)
+
+        self._replace_logged_advantages(risk)
+        batch.risk, batch.metrics = risk, self.risk_estimator.metrics(risk)
+        for name, value in batch.metrics.items():
+            self._metrics[batch.mode][name].append(value)
+        if train:
+            self._stop_if_nothing_is_scorable(risk)
+
+    def _stop_if_nothing_is_scorable(self, batch) -> None:
+        """A batch in which every reward function returned None or NaN for every completion trains on nothing (all
+        advantages 0); a few in a row mean the rewards cannot read this data, so stop rather than train silently."""
+        self._unscorable_batches = self._unscorable_batches + 1 if bool(batch.unscorable.all()) else 0
+        limit = self.args.max_unscorable_batches
+        if limit and self._unscorable_batches >= limit:
+            counts = self.unscored_counts.describe() if self.unscored_counts else ""
+            raise RuntimeError(
+                f"No completion could be scored in the last {self._unscorable_batches} training batches: no reward "
+                f"function ({', '.join(self.reward_func_names)}) scored any completion (last batch on this process: "
+                f"{counts}), so every advantage was 0. None means a function does not apply; NaN is usually a bug in "
+                "the function. Check that the reward functions fit the dataset (e.g. the format of the "
+                "reference-answer column they read) and the completions (e.g. max_completion_length long enough to "
+                "reach an answer). Set max_unscorable_batches=0 to keep training anyway."
+            )
+
+    def _bundling_seed(self, mode: str) -> int:
+        """Same on every rank and after a resume: derived from the seed, the step and the batch counter only."""
+        if mode == "train":
+            counter = self.quantile_tracker.num_updates
+        else:
+            counter, self._eval_batches = self._eval_batches, self._eval_batches + 1
+        key = f"riskpo-bundles/{self.args.seed}/{mode}/{self.state.global_step}/{counter}".encode()
+        return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") & ((1 << 63) - 1)
+
+    def _replace_logged_advantages(self, batch) -> None:
+        """GRPOTrainer logged its own advantages for the completions table; show RiskPO's and the bundles instead."""
+        count = batch.advantages.numel()
+        logged = self._logs["advantages"]
+        for _ in range(min(count, len(logged))):
+            logged.pop()
+        logged.extend(batch.advantages.tolist())
+        self._logs["extra"]["bundle"].extend(batch.bundle_ids.tolist())
+        self._logs["extra"]["bundle_score"].extend(batch.bundle_scores[batch.bundle_ids].tolist())
+
+    # --- its saved state -----------------------------------------------------------------------------------------
+
+    def _save_optimizer_and_scheduler(self, output_dir):
+        # This runs inside every checkpoint save, before the trainer state is written and the folder is pushed to the
+        # Hub, so a checkpoint that exists (locally or pushed) always carries the trackers.
+        super()._save_optimizer_and_scheduler(output_dir)
+        if self.args.should_save:
+            state = {**self.risk_estimator.state_dict(), "regime_guard": self.regime_guard.state_dict()}
+            write_state(output_dir, state)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        state = read_state(checkpoint)
+        self.risk_estimator.load_state_dict(state)
+        if "regime_guard" in state:  # checkpoints written before the guard existed have none
+            self.regime_guard.load_state_dict(state["regime_guard"])
+
+    # --- model card ----------------------------------------------------------------------------------------------
+
+    def create_model_card(
+        self,
+        model_name: str | None = None,
+        dataset_name: str | list[str] | None = None,
+        tags: str | list[str] | None = None,
+        dataset_files: list[str] | None = None,
+    ) -> None:
+        """The card of `riskpo_trl.trainer.model_card`: the run's own name, the base model only when it is a Hub id,
+        the Hub datasets given (``dataset_files`` for local ones) and the risk settings."""
+        save_model_card(self, model_name=model_name, datasets=dataset_name, dataset_files=dataset_files, tags=tags)

@@ -1,0 +1,143 @@
+"""Which reward function left completions unscored, and how: ``None`` (the function does not apply) or NaN (a value
+that is not a number, usually a bug in the function).
+
+TRL turns both into NaN before RiskPO sees the rewards, and warns that every function "returned None" even when one
+returned NaN. :class:`UnscoredRewardsMixin` counts each kind per function, so the trainer's messages name the
+function, the kind and how many.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from transformers.utils import logging as transformers_logging
+from trl.trainer.utils import is_async_callable
+
+# GRPOTrainer's warning for a completion no reward function scored; it says None for NaN too.
+TRL_ALL_NONE_WARNING = "All reward functions returned None"
+TRL_GRPO_LOGGER = "trl.trainer.grpo_trainer"
+
+logger = transformers_logging.get_logger(__name__)
+
+
+@dataclass
+class UnscoredCounts:
+    """Per reward function (in the trainer's order), how many completions of one batch on this process it returned
+    None and NaN for."""
+
+    names: list[str]
+    none: list[int] = field(default_factory=list)
+    nan: list[int] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.none = self.none or [0] * len(self.names)
+        self.nan = self.nan or [0] * len(self.names)
+
+    def describe(self) -> str:
+        """``'has_digit: 6 NaN; math_verify_reward: 3 None'`` for the functions that left anything unscored."""
+        parts = []
+        for name, none, nan in zip(self.names, self.none, self.nan):
+            kinds = [f"{count} {kind}" for count, kind in ((nan, "NaN"), (none, "None")) if count]
+            if kinds:
+                parts.append(f"{name}: {', '.join(kinds)}")
+        return "; ".join(parts)
+
+
+def count_unscored(values: Sequence[Any]) -> tuple[int, int]:
+    """``(None count, NaN count)`` of one reward function's output."""
+    none = sum(value is None for value in values)
+    nan = 0
+    for value in values:
+        try:
+            nan += value is not None and math.isnan(float(value))
+        except (TypeError, ValueError):
+            pass
+    return none, nan
+
+
+def _counting(func: Callable, index: int, owner: Any) -> Callable:
+    """``func`` counting what it leaves unscored into ``owner.unscored_counts`` (the current batch's)."""
+
+    def record(output):
+        none, nan = count_unscored(output)
+        owner.unscored_counts.none[index] += none
+        owner.unscored_counts.nan[index] += nan
+        return output
+
+    if is_async_callable(func):
+        async def counted_async(*args, **kwargs):
+            return record(await func(*args, **kwargs))
+
+        return functools.wraps(func)(counted_async)
+
+    return functools.wraps(func)(lambda *args, **kwargs: record(func(*args, **kwargs)))
+
+
+class _DropAllNoneWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return TRL_ALL_NONE_WARNING not in record.getMessage()  # accelerate prefixes "[RANK n] "
+
+
+@contextlib.contextmanager
+def _holding_back_trl_all_none_warning() -> Iterator[None]:
+    """TRL's warning says None for NaN too; while TRL scores a batch it is held back, and the caller reports from the
+    counts instead. The filter is on TRL's GRPO logger only, and only for the duration of the block."""
+    trl_logger = logging.getLogger(TRL_GRPO_LOGGER)
+    drop = _DropAllNoneWarning()
+    trl_logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        trl_logger.removeFilter(drop)
+
+
+class UnscoredRewardsMixin:
+    """For a `GRPOTrainer`: count, per reward function, the completions it returned None and NaN for, and warn by name.
+
+    While TRL scores a batch, each reward function (reward models, which always score, are left as they are) counts
+    into :attr:`unscored_counts`; ``reward_funcs`` holds the user's own objects again as soon as the batch is scored,
+    so they stay inspectable as given. Then NaN rewards are named as NaN and the completions no function scored are
+    counted in one warning."""
+
+    unscored_counts: UnscoredCounts | None = None
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        self.unscored_counts = UnscoredCounts(list(self.reward_func_names))
+        original = self.reward_funcs
+        self.reward_funcs = [
+            func if isinstance(func, nn.Module) else _counting(func, index, self) for index, func in enumerate(original)
+        ]
+        try:
+            with _holding_back_trl_all_none_warning():
+                rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        finally:
+            self.reward_funcs = original
+        start = self.accelerator.process_index * len(prompts)  # the rewards come back gathered over all processes
+        self._warn_unscored(rewards_per_func[start : start + len(prompts)], completions)
+        return rewards_per_func
+
+    def _warn_unscored(self, local_rewards: torch.Tensor, completions: list) -> None:
+        """Name NaN rewards as NaN (TRL reports them as None), and the completions no reward function scored."""
+        total, unscored = len(completions), self.unscored_counts
+        for name, nan in zip(unscored.names, unscored.nan):
+            if nan:
+                logger.warning(
+                    f"Reward function {name} returned NaN for {nan} of {total} completions. NaN, like None, leaves a "
+                    "completion unscored by that function; if NaN is not meant as 'does not apply', fix the function "
+                    "(return None for that)."
+                )
+        unscorable = torch.isnan(local_rewards).all(dim=1)
+        if unscorable.any():
+            first = completions[int(unscorable.nonzero()[0, 0])]
+            logger.warning(
+                f"{int(unscorable.sum())} of {total} completions were scored by no reward function ("
+                f"{unscored.describe()}); they get advantage 0. First of them: {str(first)[:200]!r}"
+            )

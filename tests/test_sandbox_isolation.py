@@ -1,0 +1,397 @@
+"""Isolation between concurrent sandboxes and from the host, and stdout judged with LiveCodeBench's number semantics.
+
+Each attack goes through the public `CodeReward` (or `Sandbox`), with the runner's audit hook and without it, so the
+OS layer (seccomp filter, cgroups) is shown to hold on its own; a program prints the expected answer only if its attack
+worked, and where a host-side check exists (the vsock port) it does not depend on the program telling the truth.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+import textwrap
+import threading
+import time
+
+import pytest
+
+from riskpo_trl.code import cgroups, seccomp
+from riskpo_trl.code.reward import CodeReward
+from riskpo_trl.code.sandbox import Sandbox, SandboxLimits, fallback_statement, program_cgroups
+from riskpo_trl.code.stdout_compare import stdout_matches, tokens_match
+from riskpo_trl.code.testspec import TestSpec
+
+LIMITS = SandboxLimits(test_timeout_s=4.0, total_timeout_s=8.0, cpu_time_s=6, memory_mb=512,
+                       max_output_bytes=1 << 20, disk_mb=16, max_processes=20, max_files=2000)
+WIN = TestSpec("stdin", [""], ["3"]).to_json()  # a program prints 3 only when its attack worked
+
+# The runner's deny tables are globals of its module, reachable through the call stack: emptying them turns the audit
+# hook off, so what stops the rest of a program is the OS layer.
+UNHOOK = """
+import sys
+_frame = sys._getframe()
+while "_DENIED_EVENTS" not in _frame.f_globals:
+    _frame = _frame.f_back
+_frame.f_globals["_DENIED_EVENTS"] = frozenset()
+_frame.f_globals["_PATH_ARGS"] = {}
+_frame.f_globals["_DIR_FD_ARGS"] = {}
+"""
+GUARDS = pytest.mark.parametrize("guard", [True, False], ids=["audit_hook", "os_layer_only"])
+X86_64 = pytest.mark.skipif(os.uname().machine != "x86_64", reason="the program uses x86_64 system call numbers")
+
+
+def as_completion(program: str) -> list[dict]:
+    return [{"role": "assistant", "content": f"```python\n{program}\n```"}]
+
+
+def score(program: str, spec: str = WIN, guard: bool = True, limits: SandboxLimits = LIMITS) -> float | None:
+    reward = CodeReward(sandbox=Sandbox(limits, max_workers=1, audit_guard=guard))
+    return reward([as_completion(UNHOOK + textwrap.dedent(program))], [spec])[0]
+
+
+# --- sockets: AF_UNIX only ------------------------------------------------------------------------------------------
+
+
+def _host_vsock_port() -> int:
+    """A vsock port this host can bind now (skips where the host has no vsock)."""
+    if not hasattr(socket, "AF_VSOCK"):
+        pytest.skip("this Python has no AF_VSOCK")
+    for port in range(47000 + os.getpid() % 1000, 49000):
+        try:
+            with socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM) as probe:
+                probe.bind((socket.VMADDR_CID_ANY, port))
+            return port
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                pytest.skip(f"this host has no usable vsock ({exc}): the VM-wide port space is not reachable here")
+    pytest.skip("no free vsock port")
+
+
+@GUARDS
+def test_a_program_cannot_take_a_vsock_port_from_the_host(guard):
+    """vsock ports are one space for the whole VM (no namespace confines them): while the program runs, the host's own
+    bind of the port it tries must keep working."""
+    port = _host_vsock_port()
+    program = f"""
+        import socket, time
+        s = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+        s.bind((socket.VMADDR_CID_ANY, {port}))
+        s.listen(1)
+        print(3, flush=True)
+        time.sleep(2)
+        """
+    host_binds: list[int] = []
+    done = threading.Event()
+
+    def bind_on_the_host():
+        while not done.is_set():
+            with socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM) as own:
+                try:
+                    own.bind((socket.VMADDR_CID_ANY, port))
+                    host_binds.append(0)
+                except OSError as exc:
+                    host_binds.append(exc.errno)
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=bind_on_the_host)
+    thread.start()
+    try:
+        result = score(program, guard=guard)
+    finally:
+        done.set()
+        thread.join()
+    assert errno.EADDRINUSE not in host_binds and host_binds
+    assert result == 0.0
+
+
+@GUARDS
+def test_sockets_of_every_family_are_refused(guard):
+    """The runner needs no socket (and its audit hook refuses them all): the filter refuses them without the hook."""
+    program = """
+        import socket
+        families = [socket.AF_UNIX, socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK, socket.AF_PACKET,
+                    socket.AF_VSOCK, 38, 40]
+        opened = []
+        for family in families:
+            for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_RAW):
+                try:
+                    socket.socket(family, kind).close()
+                    opened.append((family, kind))
+                except OSError:
+                    pass
+            try:
+                socket.socketpair(family)
+                opened.append((family, "pair"))
+            except OSError:
+                pass
+        if opened:
+            print(3)
+        """
+    assert score(program, guard=guard) == 0.0
+
+
+def test_honest_programs_keep_pipes_processes_and_fcntl_flags():
+    program = """
+        import fcntl, multiprocessing, os
+        r, w = os.pipe()
+        fcntl.fcntl(r, fcntl.F_SETFL, fcntl.fcntl(r, fcntl.F_GETFL) | os.O_NONBLOCK)
+        os.write(w, b"1")
+        queue = multiprocessing.SimpleQueue()
+        queue.put(1)
+        with multiprocessing.Pool(2) as pool:
+            values = pool.map(abs, [-1, -2])
+        flags = fcntl.fcntl(r, fcntl.F_GETFL) & os.O_NONBLOCK == os.O_NONBLOCK
+        print(int(os.read(r, 1)) + queue.get() + sum(values) - 2 if flags else 0)
+        """
+    assert CodeReward(sandbox=Sandbox(LIMITS, max_workers=1))([as_completion(textwrap.dedent(program))],
+                                                              [TestSpec("stdin", [""], ["3"]).to_json()]) == [1.0]
+
+
+# --- watching files: inotify, fanotify, dnotify ---------------------------------------------------------------------
+
+
+@X86_64
+@GUARDS
+def test_no_watch_on_the_shared_files(guard):
+    """inotify on the bound standard library would show which files the trainer and the other sandboxes open."""
+    program = """
+        import ctypes, fcntl, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        stdlib = os.path.dirname(os.__file__).encode()
+        wins = []
+        for number, args in ((253, ()), (294, (0,))):  # inotify_init, inotify_init1
+            fd = libc.syscall(number, *args)
+            wins.append(fd >= 0 and libc.syscall(254, fd, stdlib, 0x1 | 0x20) >= 0)  # IN_ACCESS | IN_OPEN
+        wins.append(libc.syscall(300, 0, 0) >= 0)  # fanotify_init
+        try:
+            directory = os.open(stdlib, os.O_RDONLY | os.O_DIRECTORY)
+            fcntl.fcntl(directory, fcntl.F_NOTIFY, fcntl.DN_ACCESS | fcntl.DN_MULTISHOT)
+            wins.append(True)
+        except OSError:
+            pass
+        if any(wins):
+            print(3)
+        """
+    assert score(program, guard=guard) == 0.0
+
+
+# --- file locks: no channel between two sandboxes --------------------------------------------------------------------
+
+LOCK_HOLDER = """
+    import fcntl, os, struct, time
+    for path in (os.__file__, "/dev/null"):
+        f = open(path, "rb")
+        for take in (lambda: fcntl.flock(f, fcntl.LOCK_EX), lambda: fcntl.lockf(f, fcntl.LOCK_SH),
+                     lambda: fcntl.fcntl(f, 37, struct.pack("hhqqi", fcntl.F_RDLCK, 0, 0, 0, 0))):  # F_OFD_SETLK
+            try:
+                take()
+            except OSError:
+                pass
+    time.sleep(3)
+    print(0)
+    """
+LOCK_WATCHER = """
+    import fcntl, os, struct, time
+    def locked(path):
+        f = open(path, "rb")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(f, fcntl.LOCK_UN)
+        except BlockingIOError:
+            return True
+        except OSError:
+            pass
+        try:  # F_GETLK: would a write lock conflict with someone's lock?
+            answer = fcntl.fcntl(f, fcntl.F_GETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
+            return struct.unpack("hhqqi", answer)[0] != fcntl.F_UNLCK
+        except OSError:
+            return False
+    end = time.monotonic() + 3
+    while time.monotonic() < end:
+        if locked(os.__file__) or locked("/dev/null"):
+            print(3)
+            break
+        time.sleep(0.05)
+    """
+
+
+def _signal_through_locks(sandbox_seccomp: bool) -> float:
+    reward = CodeReward(sandbox=Sandbox(LIMITS, max_workers=2, audit_guard=False, seccomp=sandbox_seccomp))
+    programs = [UNHOOK + textwrap.dedent(LOCK_HOLDER), UNHOOK + textwrap.dedent(LOCK_WATCHER)]
+    spec = TestSpec("stdin", [""], ["3"]).to_json()
+    return reward([as_completion(program) for program in programs], [spec, spec])[1]
+
+
+def test_two_concurrent_sandboxes_cannot_signal_each_other_through_file_locks():
+    """One sandbox locks a shared read-only file (a standard-library module, /dev/null), the other polls for that lock:
+    a one-bit channel between two completions. The seccomp filter refuses every lock call; without it the channel
+    is there (the control), so the test shows it can see one."""
+    assert _signal_through_locks(sandbox_seccomp=False) == 1.0
+    assert _signal_through_locks(sandbox_seccomp=True) == 0.0
+
+
+def test_the_filter_assembles_for_each_architecture():
+    for machine in ("x86_64", "aarch64"):
+        program = seccomp.denied_syscalls_filter(machine)
+        assert program is not None and len(program) % 8 == 0
+    assert seccomp.denied_syscalls_filter("riscv64") is None
+    assert {"flock", "inotify_init1", "fanotify_init"} <= set(seccomp.DENIED)
+
+
+# --- CPU: one run cannot starve another -----------------------------------------------------------------------------
+
+CPU_HOG = """
+    import os, time
+    for _ in range(16):
+        if os.fork() == 0:
+            os.setsid()
+            while True:
+                pass
+    time.sleep(60)
+    """
+HONEST_CPU_WORK = """
+    import time
+    time.sleep(0.5)  # the neighbour's 16 children are busy by now
+    total = 0
+    for i in range(9_000_000):
+        total += i & 7
+    print(total)
+    """
+
+
+@pytest.mark.skipif(not program_cgroups().bounds_cpu,
+                    reason=f"no cpu cgroup here ({program_cgroups().describe()}): CPU time is shared per process")
+def test_sixteen_busy_setsid_children_cannot_make_a_correct_neighbour_time_out():
+    """A hostile completion forks 16 busy children (each in its own session) while a correct one, scored in the same
+    batch, needs about 0.6 s of CPU within a 5.5 s test timeout. Shared per process, the correct one would get a
+    seventeenth or less of the CPU that is free (on 2 cores, 5 s and more of wall clock: it times out); with a CPU cap
+    and fair sharing per run it gets as much as the hostile one, and passes every time."""
+    limits = SandboxLimits(test_timeout_s=5.5, total_timeout_s=7.0, cpu_time_s=8, memory_mb=512,
+                           max_output_bytes=1 << 20, disk_mb=16, max_processes=20, max_files=2000)
+    reward = CodeReward(sandbox=Sandbox(limits, max_workers=2))
+    spec = TestSpec("stdin", [""], [str(sum(i & 7 for i in range(9_000_000)))]).to_json()
+    completions = [as_completion(textwrap.dedent(CPU_HOG)), as_completion(textwrap.dedent(HONEST_CPU_WORK))]
+    for attempt in range(3):
+        assert reward(completions, [spec, spec]) == [0.0, 1.0], attempt
+
+
+def test_cpu_caps_on_cgroup_v1_and_an_honest_fallback_without_cpu(tmp_path, monkeypatch):
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    cpu = tmp_path / "cpu"
+    cpu.mkdir()
+    (tmp_path / "cgroup").write_text("1:cpu,cpuacct:/\n")
+    (tmp_path / "mountinfo").write_text(f"1 1 0:1 / {cpu} rw - cgroup cgroup rw,cpu,cpuacct\n")
+    support = cgroups.detect(str(tmp_path / "mountinfo"), str(tmp_path / "cgroup"))
+    assert support.bounds_cpu and "cpu (cgroup v1)" in support.describe()
+    parent = cpu / f"riskpo-sandbox-{os.getpid()}"
+    assert (parent / "cpu.shares").read_text() == str(1024 * (os.cpu_count() or 1))
+    support.create(32 << 20, 4)
+    quota = {name: (parent / "run0" / name).read_text() for name in ("cpu.cfs_period_us", "cpu.cfs_quota_us")}
+    assert quota == {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "100000"}
+    assert "CPU time is shared per process" not in (fallback_statement(support) or "")
+
+    root = tmp_path / "unified"
+    (root / "trainer").mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpu memory pids\n")
+    (root / "cgroup.subtree_control").write_text("memory pids\n")  # cpu not delegated
+    (tmp_path / "mountinfo").write_text(f"1 1 0:1 / {root} rw - cgroup2 cgroup2 rw\n")
+    (tmp_path / "cgroup").write_text("0::/trainer\n")
+    no_cpu = cgroups.detect(str(tmp_path / "mountinfo"), str(tmp_path / "cgroup"))
+    assert no_cpu.bounds_memory and no_cpu.bounds_processes and not no_cpu.bounds_cpu
+    assert "does not offer or delegate cpu" in no_cpu.missing["cpu"]
+    assert "CPU time is shared per process, not per run" in fallback_statement(no_cpu)
+
+
+def test_a_v1_quota_above_an_ancestors_is_left_to_the_ancestor(tmp_path, monkeypatch):
+    """cgroup v1 refuses (EINVAL) a quota above an ancestor's, e.g. a container capped below one core: the run is then
+    capped by that ancestor, and starting it must not fail."""
+    cpu = tmp_path / "cpu"
+    cpu.mkdir()
+    (tmp_path / "cgroup").write_text("1:cpu:/\n")
+    (tmp_path / "mountinfo").write_text(f"1 1 0:1 / {cpu} rw - cgroup cgroup rw,cpu\n")
+    support = cgroups.detect(str(tmp_path / "mountinfo"), str(tmp_path / "cgroup"))
+    real_write = cgroups._write
+
+    def write(path, value):
+        if path.endswith("cpu.cfs_quota_us"):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        real_write(path, value)
+
+    monkeypatch.setattr(cgroups, "_write", write)
+    run = support.create(32 << 20, 4)
+    assert len(run.paths) == 1 and (cpu / f"riskpo-sandbox-{os.getpid()}" / "run0" / "cpu.cfs_period_us").exists()
+
+
+def test_start_up_warns_once_when_the_cpu_controller_is_missing(monkeypatch, caplog):
+    from riskpo_trl.code import sandbox as sandbox_module
+
+    real = program_cgroups()
+    without_cpu = cgroups.CgroupSupport(hierarchies={k: v for k, v in real.hierarchies.items() if k != "cpu"},
+                                        missing={"cpu": "no cgroup v1 cpu hierarchy is mounted"})
+    monkeypatch.setattr(sandbox_module, "program_cgroups", lambda: without_cpu)
+    sandbox_module.detect_isolation.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="riskpo_trl.code.sandbox"):
+            isolation = Sandbox(LIMITS, max_workers=1).check()
+            Sandbox(LIMITS, max_workers=1).check()
+    finally:
+        sandbox_module.detect_isolation.cache_clear()
+    assert "no cgroup for cpu: no cgroup v1 cpu hierarchy is mounted" in isolation.describe()
+    messages = [record.getMessage() for record in caplog.records]
+    warnings = [message for message in messages if "CPU time is shared per process" in message]
+    assert len(warnings) == 1 and "no cgroup for cpu" in warnings[0]
+
+
+# --- stdout: LiveCodeBench's semantics ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("observed", "expected"), [
+    ("0.50\n", "0.5"), ("3.0000000000", "3.0"), ("1e3", "1000"), ("-0", "0"), ("1 2\n3", "1  2 \r\n3\n\n"),
+    ("Case #1: 0.50", "Case #1: 0.5"), ("nan", "nan"), ("Yes\n", "Yes"), ("", "\n"), ("a\n\nb", "a\n \nb"),
+    ("inf", "Infinity"), ("10", "1_0"),
+])
+def test_stdout_that_matches(observed, expected):
+    assert stdout_matches(observed, expected)
+
+
+@pytest.mark.parametrize(("observed", "expected"), [
+    ("0.5000001", "0.5"), ("1 2", "1 2 3"), ("1\n2", "1 2"), ("a\n\nb", "a\nb"), ("yes", "Yes"), ("nan", "NaN"),
+    ("0x10", "16"), ("1.", "1.0.0"), ("3", ""), ("sNaN", "snan"),
+    ("1e99999999999999999999", "1e99999999999999999999x"),  # an exponent too large for Decimal: not a number
+])
+def test_stdout_that_does_not_match(observed, expected):
+    assert not stdout_matches(observed, expected)
+
+
+def test_a_token_is_a_number_only_when_both_sides_are():
+    assert tokens_match("2.50", "2.5") and not tokens_match("2.5", "2.5x") and not tokens_match("NaN", "nan")
+
+
+def test_numbers_printed_differently_score_one_through_the_reward():
+    program = "n = int(input())\nprint(f'{n / 2:.2f}')\nprint(f'{n:.10f}')\n"
+    spec = TestSpec("stdin", ["1\n"], ["0.5\n1.0\n"]).to_json()
+    wrong = TestSpec("stdin", ["1\n"], ["0.51\n1.0\n"]).to_json()
+    reward = CodeReward(sandbox=Sandbox(LIMITS, max_workers=1))
+    assert reward([as_completion(program)] * 2, [spec, wrong]) == [1.0, 0.0]
+
+
+def test_comparing_is_linear_in_the_output():
+    """Work grows with the output, not faster: 16 x the output costs well under 64 x the time (quadratic: 256 x).
+    Medians of 3, side by side, on numbers that differ in form (so every token is parsed)."""
+    def seconds(lines: int) -> float:
+        observed, expected = "\n".join(["0.50 1e3"] * lines), "\n".join(["0.5 1000"] * lines)
+        runs = []
+        for _ in range(3):
+            start = time.perf_counter()
+            assert stdout_matches(observed, expected)
+            runs.append(time.perf_counter() - start)
+        return sorted(runs)[1]
+
+    small, large = seconds(5_000), seconds(80_000)
+    assert large < 64 * small
+    digits = "1" + "0" * 2_000_000  # one huge token: parsed once, compared once
+    start = time.perf_counter()
+    assert stdout_matches(digits, "1e2000000") and not stdout_matches(digits, "1e1999999")
+    assert time.perf_counter() - start < 5.0
