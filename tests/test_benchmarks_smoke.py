@@ -186,3 +186,32 @@ def test_long_protocol_smoke_resumes_from_its_cache(tmp_path):
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json")}
     long_protocol.main(argv)
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json")} == stamps
+
+
+@pytest.mark.slow
+def test_exact_protocol_smoke_resumes_from_its_cache(tmp_path):
+    from benchmarks.lm_study import config, exact_protocol
+
+    argv = ["--smoke", "--out", str(tmp_path), "--workers", "0"]
+    payload = exact_protocol.main(argv)
+    protocol = config.ExactProtocol().scaled_down()
+    jobs = exact_protocol.job_order(protocol)
+    assert payload["runs_finished"] == payload["runs_total"] == len(jobs) == 8
+    # whatever finishes first forms paired comparisons: every method of a seed before the next seed
+    assert [(j.start, j.seed) for j in jobs[:2]] == [("moderate", 0)] * 2
+    result = json.loads(exact_protocol.run_path(protocol, tmp_path, jobs[0]).read_text())
+    assert {len(result["test_p"][f"{d}digit"]) for d in protocol.lm.digits} == {protocol.lm.num_test_per_bucket}
+    assert all(0.0 <= p <= 1.0 for ps in result["test_p"].values() for p in ps)
+    assert result["eval_seed"] == config.run_eval_seed("moderate", jobs[0].method, 0)
+    assert result["eval_seed"] != json.loads(exact_protocol.run_path(protocol, tmp_path, jobs[1]).read_text())[
+        "eval_seed"]
+    assert [e["generation_batch"] for e in result["tracked"]] == list(range(1, protocol.lm.generation_batches + 1))
+    rows = payload["starts"]["moderate"]["claims"]
+    assert len(rows) == len(config.EXACT_CLAIMS)
+    assert all(r["verdict"].startswith(("pending", "supported", "contradicted", "not significant")) for r in rows)
+    assert "8 of 8 runs finished" in (tmp_path / "lm_exact.md").read_text()
+    assert payload["figure"] and (tmp_path / payload["figure"]).exists()
+
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json")}
+    exact_protocol.main(argv)
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json")} == stamps

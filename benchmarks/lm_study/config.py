@@ -150,3 +150,113 @@ class LongProtocol:
             moderate_check_samples=2,
             moderate_max_steps=2,
         )
+
+
+EXACT_VERDICT_RULE = (
+    "A claim is supported only if the 95% two-level bootstrap CI (seeds, then the test problems, paired by problem) "
+    "of its difference excludes 0 on the claimed side; contradicted if it excludes 0 on the other side; otherwise "
+    "not significant. A row whose methods have fewer than all of the protocol's seeds is shown as interim, with the "
+    "number of seeds it rests on."
+)
+
+
+@dataclass(frozen=True)
+class ExactProtocol:
+    """The exact-evaluation re-run of the long protocol's decisive comparisons, every knob fixed before its first run.
+
+    Training is the long protocol's exactly (600 generation batches x 4 updates, 20 prompts x 8 completions, the
+    same task splits and methods), except the grader: the strict token-level exact match
+    (:class:`~benchmarks.lm_study.task.StrictExactMatch`), in training and evaluation alike, so that each problem's
+    success probability is exact (:mod:`benchmarks.lm_study.exact`). Runs start from the committed SFT starts
+    (:mod:`benchmarks.lm_study.starts`: the long protocol's two SFT rules with the exact validation probabilities in
+    place of its sampled checks, so new weights: ``low`` stopped after 800 SFT steps, ``moderate`` 400 more), each
+    method at the learning rate the long protocol chose on validation
+    (``learning_rates``; no new grid), with ``seeds`` 0-4. Primary result: the final weights' exact test success
+    probabilities (Pass@k = 1 - (1 - p)^k, k = 1..``max_k``). Also recorded: the exact validation probabilities
+    every ``eval_every`` generation batches, the test probabilities of the best validation checkpoint (by
+    ``LONG_SELECTION_CRITERION`` computed exactly), and the sampling policy's token entropy from ``entropy_samples``
+    completions per problem, sampled with the run's own seed (:func:`run_eval_seed`). Statistics and verdicts:
+    :data:`EXACT_VERDICT_RULE`, ``bootstrap_resamples`` resamples from ``bootstrap_seed``.
+    """
+
+    lm: LMConfig = LMConfig(learning_rates=(3e-5, 1e-4), generation_batches=600)
+    starts: tuple[str, ...] = ("moderate", "low")
+    methods: tuple[str, ...] = ("grpo", "riskpo", "gspo", "riskpo_authors")
+    learning_rates: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = (
+        ("low", (("grpo", 1e-4), ("gspo", 1e-4), ("riskpo", 3e-5), ("riskpo_authors", 3e-5))),
+        ("moderate", (("grpo", 3e-5), ("gspo", 3e-5), ("riskpo", 3e-5), ("riskpo_authors", 3e-5))),
+    )
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    eval_every: int = 25  # generation batches
+    entropy_samples: int = 16
+    max_k: int = 1024
+    table_ks: tuple[int, ...] = (1, 4, 16, 64, 256, 1024)
+    bootstrap_resamples: int = 10_000
+    bootstrap_seed: int = 0
+    # the moderate start (same rule as the long protocol's, on the exact Pass@1)
+    moderate_bucket: int = 2
+    moderate_target_pass1: float = 0.4
+    moderate_rl_buckets: tuple[int, ...] = (2,)
+    moderate_check_every: int = 100
+    moderate_max_steps: int = 6000
+
+    def lr(self, start: str, method: str) -> float:
+        return dict(dict(self.learning_rates)[start])[method]
+
+    def train_buckets(self, start: str) -> tuple[int, ...] | None:
+        return self.moderate_rl_buckets if start == "moderate" else None
+
+    def scaled_down(self) -> ExactProtocol:
+        """Trivial sizes for the test suite: seconds per run, numbers mean nothing."""
+        return replace(
+            self,
+            lm=replace(self.lm.scaled_down(), generation_batches=2),
+            seeds=(0, 1),
+            methods=("grpo", "riskpo"),
+            eval_every=1,
+            entropy_samples=2,
+            max_k=16,
+            table_ks=(1, 16),
+            bootstrap_resamples=200,
+            moderate_check_every=1,
+            moderate_max_steps=2,
+        )
+
+
+def run_eval_seed(start: str, method: str, seed: int) -> int:
+    """Each run's own seed for what is still sampled in its evaluation (the entropy), fixed by its name."""
+    import zlib
+
+    return zlib.crc32(f"{start}/{method}/seed{seed}".encode())
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One row of the exact protocol's verdict table: ``a`` minus ``b`` (a method or ``"start"``) on the final test
+    weights, from each start, judged by :data:`EXACT_VERDICT_RULE` with the claimed sign.
+
+    ``metric``: ``"pass"`` = exact Pass@``k`` per problem (of ``bucket`` only, if given); ``"widening"`` = the
+    per-problem Pass@``k`` minus Pass@1 (a gap that widens with k is a positive difference of these);
+    ``"entropy"`` = the run's sampled test token entropy (seed level only)."""
+
+    label: str
+    a: str
+    b: str
+    metric: str
+    k: int = 1
+    bucket: int | None = None
+    sign: int = 1
+
+
+EXACT_CLAIMS: tuple[Claim, ...] = (
+    Claim("RiskPO raises Pass@1 over GRPO", "riskpo", "grpo", "pass", 1),
+    Claim("RiskPO raises Pass@64 over GRPO", "riskpo", "grpo", "pass", 64),
+    Claim("RiskPO raises Pass@1024 over GRPO", "riskpo", "grpo", "pass", 1024),
+    Claim("RiskPO raises Pass@64 over GSPO", "riskpo", "gspo", "pass", 64),
+    Claim("The gap to GRPO widens in RiskPO's favour from k = 1 to k = 1024", "riskpo", "grpo", "widening", 1024),
+    Claim("RiskPO's gain is on the hard tail: 4-digit Pass@64 over GRPO", "riskpo", "grpo", "pass", 64, bucket=4),
+    Claim("RiskPO keeps entropy higher than GRPO", "riskpo", "grpo", "entropy"),
+    Claim("GRPO's Pass@1024 falls below the start (boundary effect)", "grpo", "start", "pass", 1024, sign=-1),
+    Claim("RiskPO's Pass@1024 ends above the start", "riskpo", "start", "pass", 1024),
+    Claim("The authors' advantage raises Pass@64 over GRPO", "riskpo_authors", "grpo", "pass", 64),
+)

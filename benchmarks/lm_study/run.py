@@ -20,15 +20,17 @@ from .task import exact_match_reward, make_splits, prompt_of
 
 
 class RewardRecorder:
-    """The exact-match reward, keeping every training generation batch's rewards for the post hoc tail statistic."""
+    """The task's reward (``grader``, the text exact match unless given), keeping every training generation batch's
+    rewards for the post hoc tail statistic."""
 
     __name__ = "exact_match_reward"
 
-    def __init__(self) -> None:
+    def __init__(self, grader=exact_match_reward) -> None:
+        self.grader = grader
         self.batches: list[list[float]] = []
 
     def __call__(self, completions, answer, **kwargs) -> list[float]:
-        rewards = exact_match_reward(completions, answer)
+        rewards = self.grader(completions, answer, **kwargs)
         self.batches.append(rewards)
         return rewards
 
@@ -157,9 +159,9 @@ def run_name(method: str, lr: float, seed: int) -> str:
 
 
 def build_trainer(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: Path, output_dir: Path,
-                  train_buckets: tuple[int, ...] | None = None, **overrides):
+                  train_buckets: tuple[int, ...] | None = None, grader_for=None, **overrides):
     """The probed trainer of ``method`` on the task's RL prompts (of ``train_buckets`` only, if given), from the SFT
-    model in ``start_dir``."""
+    model in ``start_dir``; ``grader_for(tokenizer)`` gives the reward's grader (default: the text exact match)."""
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
@@ -174,8 +176,9 @@ def build_trainer(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: P
     args = rl_config(method, lr, seed, cfg, output_dir, **overrides)
     trainer_cls = with_covariance_probe(GRPOTrainer if method in ("grpo", "gspo") else RiskPOTrainer)
     tokenizer = AutoTokenizer.from_pretrained(start_dir)
+    recorder = RewardRecorder(grader_for(tokenizer)) if grader_for is not None else RewardRecorder()
     return trainer_cls(
-        model=str(start_dir), reward_funcs=RewardRecorder(), args=args, train_dataset=Dataset.from_list(train_rows),
+        model=str(start_dir), reward_funcs=recorder, args=args, train_dataset=Dataset.from_list(train_rows),
         processing_class=tokenizer,
     )
 

@@ -60,3 +60,33 @@ def sft_pairs(cfg: LMConfig, splits: Splits, per_bucket: int) -> list[Problem]:
                 count += 1
     rng.shuffle(out)
     return out
+
+
+class StrictExactMatch:
+    """The exact protocol's binary reward: 1.0 iff the completion's tokens, up to and including the first EOS, are
+    exactly the sum's tokens followed by EOS. It accepts one token sequence per problem (the text grader above also
+    accepts surrounding whitespace, special tokens that decoding skips, and a completion cut at the length limit),
+    so a problem's success probability is one teacher-forced product (:mod:`benchmarks.lm_study.exact`)."""
+
+    __name__ = "strict_exact_match_reward"
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self._accepted: dict[str, list[int]] = {}
+
+    def accepted(self, target: str) -> list[int]:
+        if target not in self._accepted:
+            ids = self.tokenizer(target, add_special_tokens=False)["input_ids"]
+            self._accepted[target] = [*ids, self.tokenizer.eos_token_id]
+        return self._accepted[target]
+
+    def __call__(self, completions, answer, completion_ids=None, **kwargs) -> list[float]:
+        if completion_ids is None:
+            raise ValueError("StrictExactMatch grades token ids: pass completion_ids (TRL's trainers do).")
+        eos = self.tokenizer.eos_token_id
+        rewards = []
+        for ids, target in zip(completion_ids, answer):
+            ids = list(ids)
+            cut = ids[: ids.index(eos) + 1] if eos in ids else ids
+            rewards.append(float(cut == self.accepted(target)))
+        return rewards

@@ -1,0 +1,191 @@
+"""The exact protocol's two SFT starts, built once and committed with their SHA-256, so every run starts from the
+same weights on any machine.
+
+Why committed rather than rebuilt: SFT on CPU is deterministic on one machine (one torch thread, seeded init and data
+order; ``tests/test_lm_exact.py`` rebuilds a short SFT twice and compares the weights bit for bit), but float rounding
+differs between CPUs (vector width, kernel choice), the differences grow over a thousand Adam steps, and a stopping
+rule that compares a measured score with a threshold turns a small difference into a different number of steps. The
+old moderate start also checked its rule on a 16-sample *sampled* Pass@1 (800 samples, 0.44 against 0.4 at the
+stop), so two machines could stop 100 steps apart; the rules here use the exact success probabilities instead, which
+removes the sampling but not the rounding. Hence the files.
+
+    python -m benchmarks.lm_study.starts            # build any start that is missing (minutes), print the hashes
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks._common import RESULTS_DIR
+
+from .config import LMConfig
+from .exact import pass_at_k, problem_probabilities
+from .sft import sft_args
+from .task import make_splits, prompt_of, sft_pairs
+
+STARTS_DIR = RESULTS_DIR / "lm_exact" / "starts"
+WEIGHTS = "model.safetensors"
+RECORD = "start.json"
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def weights_digest(model) -> str:
+    """SHA-256 over every parameter's name, dtype, shape and bytes (independent of the file format)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.numpy().tobytes())
+    return digest.hexdigest()
+
+
+def checked_start(start_dir: Path) -> Path:
+    """``start_dir`` after checking its weights against the SHA-256 recorded next to them; a clear error otherwise."""
+    record_path = start_dir / RECORD
+    if not record_path.exists() or not (start_dir / WEIGHTS).exists():
+        raise FileNotFoundError(
+            f"No committed start in {start_dir}: expected {WEIGHTS} and {RECORD}. Restore them from git, or build "
+            "the starts with `python -m benchmarks.lm_study.starts` (a new build is a new start: record it)."
+        )
+    recorded = json.loads(record_path.read_text())["sha256"]
+    actual = sha256_of(start_dir / WEIGHTS)
+    if actual != recorded:
+        raise ValueError(
+            f"{start_dir / WEIGHTS} has SHA-256 {actual}, but {RECORD} records {recorded}: the weights are not the "
+            "committed start. Restore the file from git (`git checkout -- <path>`); never run the study from them."
+        )
+    return start_dir
+
+
+def train_start(
+    cfg: LMConfig,
+    base_dir: Path,
+    out_dir: Path,
+    *,
+    seed: int,
+    max_steps: int,
+    check_every: int,
+    stop_rule: Callable[[dict[str, list[float]]], bool],
+    rule_text: str,
+) -> dict[str, Any]:
+    """SFT of ``base_dir`` with TRL's ``SFTTrainer`` on the task's fresh pairs (one torch thread), checked every
+    ``check_every`` steps with the exact validation success probabilities; stops when ``stop_rule`` holds for them or
+    after ``max_steps``. Saves the model and tokenizer in ``out_dir`` with ``start.json`` (rule, steps, history,
+    SHA-256 of the weights, versions)."""
+    import transformers
+    import trl
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import SFTTrainer
+
+    torch.set_num_threads(1)
+    splits = make_splits(cfg)
+    pairs = sft_pairs(cfg, splits, per_bucket=cfg.sft_pairs_per_bucket)
+    train = Dataset.from_list([{"prompt": prompt_of(a, b), "completion": str(a + b)} for a, b in pairs])
+    history: list[dict[str, Any]] = []
+
+    def exact_val(model, tokenizer) -> dict[str, list[float]]:
+        return problem_probabilities(model, tokenizer, splits.val, temperature=cfg.temperature,
+                                     max_completion_length=cfg.max_completion_length)
+
+    class StopByRule(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+            if state.global_step % check_every:
+                return
+            probs = exact_val(model, processing_class)
+            model.train()
+            entry = {"step": state.global_step,
+                     **{b: {"pass@1": float(pass_at_k(p, 1).mean()), "pass@16": float(pass_at_k(p, 16).mean())}
+                        for b, p in probs.items()}}
+            history.append(entry)
+            print(f"[start] step {state.global_step}: {entry}", flush=True)
+            if stop_rule(probs):
+                control.should_training_stop = True
+
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    trainer = SFTTrainer(model=str(base_dir), args=sft_args(cfg, out_dir.parent / "models" / f"{out_dir.name}_run",
+                                                              max_steps=max_steps, seed=seed),
+                         train_dataset=train, processing_class=tokenizer, callbacks=[StopByRule()])
+    started = time.perf_counter()
+    trainer.train()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    trainer.model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    probs = exact_val(trainer.model, tokenizer)
+    record = {
+        "base": base_dir.name,
+        "seed": seed,
+        "rule": rule_text,
+        "steps": trainer.state.global_step,
+        "reached_rule": bool(stop_rule(probs)),
+        "seconds": time.perf_counter() - started,
+        "history": history,
+        "sha256": sha256_of(out_dir / WEIGHTS),
+        "weights_digest": weights_digest(trainer.model),
+        "built_with": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
+                       "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
+                       "python": platform.python_version()},
+    }
+    (out_dir / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def easy_pass16(cfg: LMConfig) -> Callable[[dict[str, list[float]]], bool]:
+    easy = f"{min(cfg.digits)}digit"
+    return lambda probs: float(pass_at_k(probs[easy], 16).mean()) >= cfg.sft_target_easy_pass16
+
+
+def bucket_pass1(bucket: int, target: float) -> Callable[[dict[str, list[float]]], bool]:
+    return lambda probs: float(pass_at_k(probs[f"{bucket}digit"], 1).mean()) >= target
+
+
+def build_starts(protocol, out: Path = STARTS_DIR) -> dict[str, dict[str, Any]]:
+    """Build whichever of the two starts is missing under ``out`` (``low``, then ``moderate`` from it)."""
+    from riskpo_trl.tiny_model import build_tiny_model
+
+    cfg = protocol.lm
+    records = {}
+    low, moderate = out / "low", out / "moderate"
+    if not (low / RECORD).exists():
+        init = out / "models" / "init"  # git ignores models/
+        build_tiny_model(init, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
+                         num_kv_heads=cfg.num_kv_heads, intermediate_size=cfg.intermediate_size,
+                         max_position_embeddings=64, seed=0)
+        train_start(cfg, init, low, seed=0, max_steps=cfg.sft_max_steps, check_every=cfg.sft_eval_every,
+                    stop_rule=easy_pass16(cfg),
+                    rule_text=f"{min(cfg.digits)}digit validation exact Pass@16 >= {cfg.sft_target_easy_pass16}, "
+                              f"checked every {cfg.sft_eval_every} steps, at most {cfg.sft_max_steps} steps")
+    records["low"] = json.loads((checked_start(low) / RECORD).read_text())
+    if not (moderate / RECORD).exists():
+        train_start(cfg, low, moderate, seed=1, max_steps=protocol.moderate_max_steps,
+                    check_every=protocol.moderate_check_every,
+                    stop_rule=bucket_pass1(protocol.moderate_bucket, protocol.moderate_target_pass1),
+                    rule_text=f"{protocol.moderate_bucket}digit validation exact Pass@1 >= "
+                              f"{protocol.moderate_target_pass1}, checked every {protocol.moderate_check_every} "
+                              f"steps, at most {protocol.moderate_max_steps} more steps")
+    records["moderate"] = json.loads((checked_start(moderate) / RECORD).read_text())
+    return records
+
+
+if __name__ == "__main__":
+    import argparse
+
+    import datasets
+
+    from .config import ExactProtocol
+
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    datasets.disable_progress_bars()
+    for name, record in build_starts(ExactProtocol()).items():
+        print(f"{name}: {record['steps']} steps, sha256 {record['sha256']}")
