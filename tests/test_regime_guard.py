@@ -66,8 +66,8 @@ def test_guard_warns_once_after_patience_batches_in_a_row():
     assert message and "3 training batches in a row" in message and "latest batch: 80%" in message
     assert "90% of the completions pushed down, 0% up" in message
     # The warning states the scale of its evidence and that it is post hoc, and keeps no study results.
-    assert "0.5M-parameter model" in message and "lr 1e-4" in message and "post hoc" in message
-    assert "learning rate that suited GRPO" in message and "docs/replication.md" in message
+    assert "0.5M-parameter model" in message and "lr 3e-5 to 1e-4" in message and "Post hoc" in message
+    assert "did not predict which runs collapsed" in message and "docs/replication.md" in message
     assert "Pass@" not in message and "0.1" not in message
     assert "regime_guard_patience=0" in message
     assert guard.observe(degenerate) is None  # once per run

@@ -1,13 +1,14 @@
-"""An opt-in regime guard: a note when training sits where the paper's advantage was once seen to collapse.
+"""An opt-in regime guard: a note when training sits in the low-success regime of one tiny-LM study.
 
 Post hoc and narrow. The signal (``risk/frac_prompts_all_failed``, the share of a batch's prompts with no completion
-rewarded above 0) was chosen after the tiny-LM study's runs had finished, to tell apart its two starts. Its only
-evidence is one collapse: a 0.5M-parameter model, 20 prompts x 8 completions per generation batch, Adam at 1e-4, the
-learning rate that suited GRPO; at a 3x smaller learning rate the same start did not collapse, and the guard also
-fired on runs that stayed healthy. The two starts also differ in prompt mix and SFT length, so the signal is a regime
-marker, not a collapse predictor, and nothing shows it transfers to billion-parameter models or the paper's batches.
-Hence it is off by default (``regime_guard_patience=0``). The figures are in ``docs/replication.md`` ("The regime
-guard"); this module keeps no study numbers.
+rewarded above 0) was chosen after the tiny-LM study's runs had finished, to tell apart its two starts. Its evidence is
+a 0.5M-parameter model, 20 prompts x 8 completions per generation batch, Adam at lr 3e-5 to 1e-4. There the paper's
+MVaR advantage lost most of its coverage at the learning rate that suited GRPO from the start where most prompts were
+all wrong, and, in the later exact-evaluation runs, in one seed at a 3x smaller learning rate from a start where
+fewer were. The signal marked the low-success regime but fired on many healthy runs and did not predict which runs
+collapsed, and nothing shows it transfers to billion-parameter models or the paper's batches. Hence it is off by
+default (``regime_guard_patience=0``). The figures are in ``docs/replication.md`` ("The regime guard"); this module
+keeps no study results.
 
 When enabled, it warns once when the metric stays at or above a threshold for ``patience`` training batches in a row.
 It only reads metrics, so any loop can drive it; the trainer drives it as a batch observer
@@ -76,8 +77,9 @@ class RegimeGuard:
 
 # The scale of the evidence, stated with the warning so nobody reads more into it; the numbers live in the doc.
 EVIDENCE = (
-    "In one study (a 0.5M-parameter model, 20 prompts x 8 completions per generation batch, Adam at lr 1e-4) the "
-    "paper's MVaR advantage collapsed in such a regime, and only at the learning rate that suited GRPO; a 3x smaller "
-    "learning rate, or the authors' advantage (advantage_scaling='authors_code'), did not collapse there. The signal was "
-    "chosen after those runs and also fired on healthy ones: it marks a regime, it does not predict a collapse."
+    "Post hoc and narrow: this signal was chosen after the runs of one tiny-LM study (a 0.5M-parameter model, 20 "
+    "prompts x 8 completions per generation batch, Adam at lr 3e-5 to 1e-4). There the paper's MVaR advantage lost "
+    "most of its coverage at the learning rate that suited GRPO where most prompts were all wrong, and in one seed at a "
+    "3x smaller learning rate where fewer were; the share of all-wrong prompts marked the low-success regime but fired "
+    "on many healthy runs and did not predict which runs collapsed."
 )
