@@ -712,7 +712,7 @@ def test_no_zombie_is_left_when_the_trainer_is_pid_1():
         from riskpo_trl.code.sandbox import Sandbox, SandboxLimits
         from riskpo_trl.code.testspec import TestSpec
         assert os.getpid() == 1
-        limits = SandboxLimits(test_timeout_s=1.0, total_timeout_s=2.0)
+        limits = SandboxLimits(test_timeout_s=4.0, total_timeout_s=8.0)  # room for a loaded machine
         reward = CodeReward(sandbox=Sandbox(limits, max_workers=2))
         spec = TestSpec("stdin", [""], ["3"]).to_json()
         programs = ["print(3)", "while True:\\n    pass", "import os\\nos._exit(0)"] * 2
