@@ -718,14 +718,21 @@ def test_no_zombie_is_left_when_the_trainer_is_pid_1():
         programs = ["print(3)", "while True:\\n    pass", "import os\\nos._exit(0)"] * 2
         scores = reward([[{"role": "assistant", "content": f"```python\\n{p}\\n```"}] for p in programs],
                         [spec] * len(programs))
-        zombies = []
-        for pid in os.listdir("/proc"):
-            try:
-                if pid.isdigit() and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
-                    zombies.append(pid)
-            except OSError:
-                pass
-        print(scores, len(zombies))
+        def zombies():
+            found = []
+            for pid in os.listdir("/proc"):
+                try:
+                    if pid.isdigit() and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+                        found.append(pid)
+                except OSError:
+                    pass
+            return found
+
+        import time
+        deadline = time.monotonic() + 10  # a judge that exited a moment ago is reaped shortly; a leak stays
+        while zombies() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        print(scores, len(zombies()))
         """)
     done = subprocess.run(["unshare", "--fork", "--pid", "--mount-proc", sys.executable, "-c", script],
                           check=False, capture_output=True, text=True, timeout=300, cwd=os.getcwd(),
