@@ -395,3 +395,78 @@ def test_comparing_is_linear_in_the_output():
     start = time.perf_counter()
     assert stdout_matches(digits, "1e2000000") and not stdout_matches(digits, "1e1999999")
     assert time.perf_counter() - start < 5.0
+
+
+# --- the staging server: each run's working directory, mounted and unmounted with system calls ---------------------
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the staging namespace exists only when the trainer is root")
+
+
+def _work_mounts(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/mountinfo") as mounts:
+        return [line for line in mounts if " riskpo-work " in line]
+
+
+@ROOT_ONLY
+def test_each_run_gets_a_capped_working_directory_that_is_gone_afterwards():
+    from riskpo_trl.code.sandbox import _find_bwrap, _launcher
+
+    sandbox = Sandbox(LIMITS, max_workers=2)
+    program = textwrap.dedent("""
+        import os, shutil
+        os.makedirs("left-by-a-run")  # fails if an earlier run's directory were still here
+        print(shutil.disk_usage(".").total // (1 << 20), oct(os.stat(".").st_mode & 0o777))
+    """)
+    results = [sandbox.run(program, [""]) for _ in range(3)]
+    # each run starts empty, in a tmpfs of disk_mb (its /dev/shm shares it), owned by the run and closed to others
+    assert [r.outputs for r in results] == [["16 0o700\n"]] * 3, results
+    holder = _launcher(_find_bwrap())._holder
+    assert _work_mounts(holder.pid) == []
+
+
+@ROOT_ONLY
+def test_a_forked_trainer_process_gets_its_own_staging_server():
+    """Two processes never share one request pipe: a child forked after the first run starts a server of its own in
+    the same namespace, and the parent's keeps working."""
+    from riskpo_trl.code.sandbox import _find_bwrap, _launcher
+
+    sandbox = Sandbox(LIMITS, max_workers=1)
+    assert sandbox.run("print(input())", ["first\n"]).outputs == ["first\n"]
+    launcher = _launcher(_find_bwrap())
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            result = sandbox.run("print(input())", ["child\n"])
+            ours = launcher._servers[os.getpid()]
+            if result.outputs == ["child\n"] and ours is not launcher._holder:
+                code = 0
+        finally:
+            os.write(write, bytes([code]))
+            os._exit(code)
+    os.close(write)
+    assert os.read(read, 1) == b"\x00"
+    os.close(read)
+    assert os.waitpid(child, 0)[1] == 0
+    assert sandbox.run("print(input())", ["again\n"]).outputs == ["again\n"]
+    assert _work_mounts(launcher._holder.pid) == []
+
+
+@ROOT_ONLY
+def test_a_staging_server_that_died_is_a_clear_error_not_a_hang():
+    from riskpo_trl.code.bwrap import BwrapLauncher, SandboxUnavailableError
+    from riskpo_trl.code.sandbox import _find_bwrap
+
+    launcher = BwrapLauncher(_find_bwrap())
+    try:
+        launcher.unmount_workdir(launcher.mount_workdir(0, 1 << 20, 64))
+        launcher._holder.process.kill()
+        launcher._holder.process.wait()
+        start = time.monotonic()
+        with pytest.raises(SandboxUnavailableError, match="staging server"):
+            launcher.mount_workdir(0, 1 << 20, 64)
+        assert time.monotonic() - start < 5
+    finally:
+        launcher.close()
+    assert not os.path.exists(launcher.stage_dir)
