@@ -552,6 +552,19 @@ def test_sandbox_throughput_benchmark_runs_tiny(tmp_path):
     assert (tmp_path / "sandbox_throughput.md").exists()
 
 
+def test_sandbox_steps_benchmark_runs_tiny_and_restores_what_it_timed(tmp_path):
+    from benchmarks import sandbox_steps
+    from riskpo_trl.code import cgroups as cgroups_module
+
+    add = cgroups_module.RunCgroup.add
+    payload = sandbox_steps.main(["--runs", "2", "--tests", "2", "--out", str(tmp_path)])
+    assert set(payload["median_wall_ms"]) == {"none", "bwrap"}
+    assert "the run: namespaces, interpreter, tests" in payload["bwrap_step_median_wall_ms"]
+    assert all(value > 0 for value in payload["median_cpu_ms"].values())
+    assert cgroups_module.RunCgroup.add is add  # the timing wrappers are gone once it returns
+    assert (tmp_path / "sandbox_steps.md").exists()
+
+
 # --- whole-program caps: which cgroups, and what without them ---------------------------------------------------
 
 
