@@ -9,13 +9,15 @@ One run is one completion of the throughput benchmark's stdin problem (`benchmar
 
 * wall time of the whole run, and CPU time (this process plus its children, so the sandbox's processes; kernel work
   done on their behalf by kernel threads is not included);
-* for bubblewrap, the wall time of each step of `Sandbox._run_bwrap`: mounting the working directory (root only),
-  creating the run's cgroups, moving bwrap into them, starting bwrap, reading its PID 1, the run itself (bwrap's
+* for bubblewrap, the wall time of each step: taking the worker slot's sandbox, made ready ahead of the run
+  (`riskpo_trl.code.ahead`); the steps that made it ready in the background while the slot's previous run went on,
+  marked "(ahead)": mounting the working directory (root only), creating the run's cgroups, starting bwrap held on
+  its option pipe and moving it into them; then releasing bwrap, reading its PID 1, the run itself (bwrap's
   namespaces, the interpreter and the tests), the kill, and removing the cgroups and the working directory.
 
-A step that waits rather than computes (moving a process into a cgroup waits for an RCU grace period when no other
-migration happened just before) shows as wall time without CPU time. With as many workers as cores, a batch is bound
-by CPU time, plus the waits that no other worker fills: the throughput benchmark measures that.
+A step that waits rather than computes (moving a process into a cgroup waits for the kernel when no other migration
+happened just before) shows as wall time without CPU time. With as many workers as cores, a batch is bound by CPU
+time, plus the waits that no other work fills: the throughput benchmark measures that.
 """
 
 from __future__ import annotations
@@ -31,15 +33,17 @@ from typing import Any
 
 from benchmarks._common import machine_info, write_results
 from benchmarks.sandbox_throughput import CORRECT
-from riskpo_trl.code import bwrap, cgroups, sandbox
+from riskpo_trl.code import ahead, bwrap, cgroups, sandbox
 from riskpo_trl.code.sandbox import Sandbox, SandboxLimits
 
 # (owner, attribute, label) of each timed step, in the order a run takes them
 STEPS = [
-    (bwrap.BwrapLauncher, "mount_workdir", "mount the working directory"),
-    (cgroups.CgroupSupport, "create", "create the run's cgroups"),
-    (cgroups.RunCgroup, "add", "move bwrap into them"),
-    (sandbox._BwrapStart, "__init__", "start bwrap (includes the move)"),
+    (ahead.ReadyAhead, "take", "wait for the slot's ready sandbox"),
+    (bwrap.BwrapLauncher, "mount_workdir", "(ahead) mount the working directory"),
+    (cgroups.CgroupSupport, "create", "(ahead) create the run's cgroups"),
+    (cgroups.RunCgroup, "add", "(ahead) move bwrap into them"),
+    (sandbox._BwrapStart, "__init__", "(ahead) start bwrap, held (includes the move)"),
+    (sandbox._BwrapStart, "release", "release bwrap (write its options)"),
     (sandbox, "_namespace_init", "read bwrap's PID 1"),
     (sandbox.Sandbox, "_collect", "the run: namespaces, interpreter, tests"),
     (sandbox, "_kill_bwrap", "kill and reap"),

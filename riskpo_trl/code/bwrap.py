@@ -211,7 +211,7 @@ class BwrapLauncher:
         if self._holder is None:
             return None
         with self._lock:
-            path = f"{self.stage_dir}/work{next(self._runs)}"
+            path = f"{self.stage_dir}/work{os.getpid()}-{next(self._runs)}"  # unique also across forks
         error = self._server().request(op="mount", path=path, size=disk_bytes, inodes=max_files,
                                        uid=SANDBOX_UID_BASE + slot)
         if error is not None:
