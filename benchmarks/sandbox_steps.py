@@ -31,7 +31,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from benchmarks._common import machine_info, write_results
+from benchmarks._common import machine_info, sandbox_run_conditions, write_results
 from benchmarks.sandbox_throughput import CORRECT
 from riskpo_trl.code import ahead, bwrap, cgroups, sandbox
 from riskpo_trl.code.sandbox import Sandbox, SandboxLimits
@@ -133,11 +133,7 @@ def _markdown(payload: dict[str, Any]) -> str:
         (f"# Code sandbox: where one run's time goes (median of {payload['runs']} runs per variant, one worker, "
          f"{payload['tests_per_run']} stdin tests)"),
         "",
-        (f"Load average (1, 5, 15 min) before: {payload['load_average_before']}, after: "
-         f"{payload['load_average_after']}; {payload['machine']['logical_cores']} logical cores "
-         f"({payload['machine']['cpu']}); running as {'root' if payload['as_root'] else 'a regular user'}."),
-        "",
-        f"bwrap: {payload['bwrap_isolation']}.",
+        *sandbox_run_conditions(payload),
         "",
         "| variant | wall ms | CPU ms (this process and its children) |",
         "|---|---:|---:|",
