@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_info, write_results
+from benchmarks._common import machine_info, sandbox_run_conditions, write_results
 from riskpo_trl.code.sandbox import Sandbox, SandboxLimits
 
 REPO = Path(__file__).resolve().parent.parent
@@ -169,11 +169,7 @@ def _markdown(payload: dict[str, Any], args: argparse.Namespace) -> str:
     lines = [
         f"# Code sandbox cost per program (median of {args.runs} interleaved runs after {args.warmup} warm-up)",
         "",
-        (f"Load average (1, 5, 15 min) before: {payload['load_average_before']}, after: "
-         f"{payload['load_average_after']} (a shared machine); {payload['machine']['logical_cores']} logical cores "
-         f"({payload['machine']['cpu']}); running as {'root' if payload['as_root'] else 'a regular user'}."),
-        "",
-        f"bwrap: {payload['bwrap_isolation']}.",
+        *sandbox_run_conditions(payload),
         "",
         f"| sandbox | trivial program | p10 - p90 | {args.syscalls:,} getppid() calls | p10 - p90 |",
         "|---|---:|---:|---:|---:|",

@@ -27,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from benchmarks._common import machine_info, write_results
+from benchmarks._common import machine_info, sandbox_run_conditions, write_results
 from riskpo_trl.code.reward import CodeReward
 from riskpo_trl.code.sandbox import Sandbox, SandboxLimits, default_max_workers
 from riskpo_trl.code.testspec import TestSpec
@@ -128,12 +128,7 @@ def _markdown(payload: dict[str, Any]) -> str:
         (f"# Code reward throughput: {payload['completions']} completions x {payload['tests_per_completion']} stdin "
          f"tests, half correct (median of {payload['rounds']} interleaved rounds)"),
         "",
-        (f"Load average (1, 5, 15 min) before: {payload['load_average_before']}, after: "
-         f"{payload['load_average_after']} (a shared machine); {payload['machine']['logical_cores']} logical cores "
-         f"({payload['machine']['cpu']}); {payload['max_workers']} workers; running as "
-         f"{'root' if payload['as_root'] else 'a regular user'}."),
-        "",
-        f"bwrap: {payload['bwrap_isolation']}.",
+        *sandbox_run_conditions(payload, payload["max_workers"]),
         "",
         "| variant | programs/s (median) | per round |",
         "|---|---:|---|",

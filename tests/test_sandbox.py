@@ -9,8 +9,8 @@ import logging
 import os
 import textwrap
 import time
-
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -552,6 +552,19 @@ def test_sandbox_throughput_benchmark_runs_tiny(tmp_path):
     assert (tmp_path / "sandbox_throughput.md").exists()
 
 
+def test_sandbox_steps_benchmark_runs_tiny_and_restores_what_it_timed(tmp_path):
+    from benchmarks import sandbox_steps
+    from riskpo_trl.code import cgroups as cgroups_module
+
+    add = cgroups_module.RunCgroup.add
+    payload = sandbox_steps.main(["--runs", "2", "--tests", "2", "--out", str(tmp_path)])
+    assert set(payload["median_wall_ms"]) == {"none", "bwrap"}
+    assert "the run: namespaces, interpreter, tests" in payload["bwrap_step_median_wall_ms"]
+    assert all(value > 0 for value in payload["median_cpu_ms"].values())
+    assert cgroups_module.RunCgroup.add is add  # the timing wrappers are gone once it returns
+    assert (tmp_path / "sandbox_steps.md").exists()
+
+
 # --- whole-program caps: which cgroups, and what without them ---------------------------------------------------
 
 
@@ -592,11 +605,12 @@ def test_cgroup_v2_caps_come_from_a_delegating_parent(tmp_path):
     assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
     run = support.create(64 << 20, 10)
     names = ("memory.max", "memory.swap.max", "pids.max", "cpu.max")
-    limits = {name: (parent / "run0" / name).read_text() for name in names}
+    assert len(run.paths) == 1 and os.path.dirname(run.paths[0]) == str(parent)
+    limits = {name: (Path(run.paths[0]) / name).read_text() for name in names}
     assert limits == {"memory.max": str(64 << 20), "memory.swap.max": "0", "pids.max": "10",
                       "cpu.max": "100000 100000"}
     run.add(4242)
-    assert (parent / "run0" / "cgroup.procs").read_text() == "4242"
+    assert (Path(run.paths[0]) / "cgroup.procs").read_text() == "4242"
 
 
 def test_cgroup_v1_caps_and_the_honest_fallback_without_them(tmp_path):
@@ -611,9 +625,9 @@ def test_cgroup_v1_caps_and_the_honest_fallback_without_them(tmp_path):
     assert (memory / "job" / f"riskpo-sandbox-{os.getpid()}").is_dir()
     assert "no cgroup v1 pids hierarchy" in support.missing["pids"]
     assert "RLIMIT_NPROC" in fallback_statement(support)
-    support.create(32 << 20, 4)
-    assert (memory / "job" / f"riskpo-sandbox-{os.getpid()}" / "run0" / "memory.limit_in_bytes").read_text() == str(
-        32 << 20)
+    run = support.create(32 << 20, 4)
+    assert os.path.dirname(run.paths[0]) == str(memory / "job" / f"riskpo-sandbox-{os.getpid()}")
+    assert (Path(run.paths[0]) / "memory.limit_in_bytes").read_text() == str(32 << 20)
     nothing = cgroups.detect(*_fake_cgroup_host(tmp_path, [], "0::/user.slice/session\n"))
     assert not nothing.hierarchies and "no cgroup v2 hierarchy is mounted" in nothing.missing["memory"]
     assert "memory_mb bounds each process (RLIMIT_AS), not the program" in fallback_statement(nothing)

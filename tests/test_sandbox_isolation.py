@@ -14,6 +14,7 @@ import socket
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -287,8 +288,9 @@ def test_cpu_caps_on_cgroup_v1_and_an_honest_fallback_without_cpu(tmp_path, monk
     assert support.bounds_cpu and "cpu (cgroup v1)" in support.describe()
     parent = cpu / f"riskpo-sandbox-{os.getpid()}"
     assert (parent / "cpu.shares").read_text() == str(1024 * (os.cpu_count() or 1))
-    support.create(32 << 20, 4)
-    quota = {name: (parent / "run0" / name).read_text() for name in ("cpu.cfs_period_us", "cpu.cfs_quota_us")}
+    run = support.create(32 << 20, 4)
+    assert os.path.dirname(run.paths[0]) == str(parent)
+    quota = {name: (Path(run.paths[0]) / name).read_text() for name in ("cpu.cfs_period_us", "cpu.cfs_quota_us")}
     assert quota == {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "100000"}
     assert "CPU time is shared per process" not in (fallback_statement(support) or "")
 
@@ -321,7 +323,8 @@ def test_a_v1_quota_above_an_ancestors_is_left_to_the_ancestor(tmp_path, monkeyp
 
     monkeypatch.setattr(cgroups, "_write", write)
     run = support.create(32 << 20, 4)
-    assert len(run.paths) == 1 and (cpu / f"riskpo-sandbox-{os.getpid()}" / "run0" / "cpu.cfs_period_us").exists()
+    assert len(run.paths) == 1 and os.path.dirname(run.paths[0]) == str(cpu / f"riskpo-sandbox-{os.getpid()}")
+    assert (Path(run.paths[0]) / "cpu.cfs_period_us").exists()
 
 
 def test_start_up_warns_once_when_the_cpu_controller_is_missing(monkeypatch, caplog):
@@ -395,3 +398,118 @@ def test_comparing_is_linear_in_the_output():
     start = time.perf_counter()
     assert stdout_matches(digits, "1e2000000") and not stdout_matches(digits, "1e1999999")
     assert time.perf_counter() - start < 5.0
+
+
+# --- the staging server: each run's working directory, mounted and unmounted with system calls ---------------------
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the staging namespace exists only when the trainer is root")
+
+
+def _work_mounts(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/mountinfo") as mounts:
+        return [line for line in mounts if " riskpo-work " in line]
+
+
+@ROOT_ONLY
+def test_each_run_gets_a_capped_working_directory_that_is_gone_afterwards():
+    from riskpo_trl.code.sandbox import _find_bwrap, _launcher
+
+    from riskpo_trl.code.sandbox import detect_isolation
+
+    detect_isolation()
+    holder = _launcher(_find_bwrap())._holder
+    before = len(_work_mounts(holder.pid))  # other tests' sandboxes may hold theirs
+    sandbox = Sandbox(LIMITS, max_workers=2)
+    program = textwrap.dedent("""
+        import os, shutil
+        os.makedirs("left-by-a-run")  # fails if an earlier run's directory were still here
+        print(shutil.disk_usage(".").total // (1 << 20), oct(os.stat(".").st_mode & 0o777))
+    """)
+    results = [sandbox.run(program, [""]) for _ in range(3)]
+    # each run starts empty, in a tmpfs of disk_mb (its /dev/shm shares it), owned by the run and closed to others
+    assert [r.outputs for r in results] == [["16 0o700\n"]] * 3, results
+    # while open, a sandbox keeps one run's directory ready per worker slot it used: no more
+    assert len(_work_mounts(holder.pid)) <= before + 2
+    sandbox.close()
+    assert len(_work_mounts(holder.pid)) == before
+
+
+@ROOT_ONLY
+def test_a_forked_trainer_process_gets_its_own_staging_server():
+    """Two processes never share one request pipe: a child forked after the first run starts a server of its own in
+    the same namespace, and the parent's keeps working."""
+    from riskpo_trl.code.sandbox import _find_bwrap, _launcher
+
+    sandbox = Sandbox(LIMITS, max_workers=1)
+    assert sandbox.run("print(input())", ["first\n"]).outputs == ["first\n"]
+    launcher = _launcher(_find_bwrap())
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            result = sandbox.run("print(input())", ["child\n"])
+            ours = launcher._servers[os.getpid()]
+            if result.outputs == ["child\n"] and ours is not launcher._holder:
+                code = 0
+        finally:
+            os.write(write, bytes([code]))
+            os._exit(code)
+    os.close(write)
+    assert os.read(read, 1) == b"\x00"
+    os.close(read)
+    assert os.waitpid(child, 0)[1] == 0
+    assert sandbox.run("print(input())", ["again\n"]).outputs == ["again\n"]
+    sandbox.close()
+
+
+@ROOT_ONLY
+def test_a_staging_server_that_died_is_a_clear_error_not_a_hang():
+    from riskpo_trl.code.bwrap import BwrapLauncher, SandboxUnavailableError
+    from riskpo_trl.code.sandbox import _find_bwrap
+
+    launcher = BwrapLauncher(_find_bwrap())
+    try:
+        launcher.unmount_workdir(launcher.mount_workdir(0, 1 << 20, 64))
+        launcher._holder.process.kill()
+        launcher._holder.process.wait()
+        start = time.monotonic()
+        with pytest.raises(SandboxUnavailableError, match="staging server"):
+            launcher.mount_workdir(0, 1 << 20, 64)
+        assert time.monotonic() - start < 5
+    finally:
+        launcher.close()
+    assert not os.path.exists(launcher.stage_dir)
+
+
+@ROOT_ONLY
+def test_sandboxes_made_ready_ahead_are_freed_with_their_sandbox():
+    """Each run leaves its slot's next sandbox ready (bwrap held on its option pipe, in its own cgroups, its working
+    directory mounted). Dropping the Sandbox frees them: no process, mount or cgroup is left."""
+    import gc
+
+    from riskpo_trl.code.sandbox import _find_bwrap, _launcher, detect_isolation
+
+    detect_isolation()
+    holder = _launcher(_find_bwrap())._holder
+    mounts_before = len(_work_mounts(holder.pid))
+    sandbox = Sandbox(LIMITS, max_workers=1)
+    assert sandbox.run("print(input())", ["x\n"]).outputs == ["x\n"]
+    ahead = sandbox._ahead
+    ready = ahead._pending[0].result(timeout=30)
+    pid, cgroup_dirs = ready.start.process.pid, list(ready.cgroup.paths if ready.cgroup else [])
+    assert ready.usable() and os.path.exists(f"/proc/{pid}")
+    # a held bwrap has started nothing: its options (and so the program) arrive only when a run releases it
+    children = f"/proc/{pid}/task/{pid}/children"
+    if os.path.exists(children):  # kernels built with CONFIG_PROC_CHILDREN
+        with open(children) as listed:
+            assert listed.read().strip() == ""
+    del sandbox, ready
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while (os.path.exists(f"/proc/{pid}") or len(_work_mounts(holder.pid)) > mounts_before) \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}")
+    assert len(_work_mounts(holder.pid)) == mounts_before
+    assert not any(os.path.exists(path) for path in cgroup_dirs)

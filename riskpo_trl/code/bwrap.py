@@ -25,9 +25,10 @@ from __future__ import annotations
 import atexit
 import glob
 import itertools
+import json
 import os
 import re
-import shlex
+import select
 import shutil
 import stat
 import subprocess
@@ -35,6 +36,8 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
+from pathlib import Path
 
 SANDBOX_UID_BASE = 61000  # host uids per worker slot when running as root; no account needs to exist
 INSIDE_UID = 1000  # the uid programs see inside the sandbox
@@ -43,6 +46,8 @@ SHM_DIR = "/dev/shm"  # POSIX shared memory and semaphores (multiprocessing); wr
 SHM_SHARE = 8  # without root, /dev/shm is its own tmpfs of 1/SHM_SHARE of disk_mb; the working directory the rest
 # What helper commands (mount, mkdir, ...) get as their environment; bwrap itself gets none at all.
 TOOL_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+STAGE_SERVER = Path(__file__).with_name("_stage_main.py").read_text()
+STAGE_TIMEOUT_S = 30.0  # for one mount or unmount (system calls that take milliseconds)
 
 INSTALL_HINT = (
     "The code sandbox needs bubblewrap: install the distribution package 'bubblewrap' (Debian/Ubuntu: "
@@ -156,7 +161,7 @@ class BwrapLauncher:
         self.as_root = os.geteuid() == 0
         self.binds, self.links, self.hidden = interpreter_mounts()
         self._stage: dict[str, str] = {}  # bind source -> its reachable copy in the staging mount namespace
-        self._holder: subprocess.Popen | None = None
+        self._holder: _StageServer | None = None
         self.stage_dir: str | None = None
         self._lock = threading.Lock()
         self._runs = itertools.count()
@@ -165,37 +170,38 @@ class BwrapLauncher:
 
     def _start_holder(self, private: list[str]) -> None:
         """A private mount namespace (root only) where ``private`` directories are also bind-mounted under a directory
-        every uid can enter, and where each run gets a tmpfs capped in bytes *and* files; sandboxes start in it. It
-        lives while this process does (the holder waits on a pipe from us), and its mounts die with it."""
+        every uid can enter, and where each run gets a tmpfs capped in bytes *and* files; sandboxes start in it. Its
+        first process is a staging server (`riskpo_trl.code._stage_main`) that lives while this process does (it
+        serves requests on a pipe from us), and the namespace's mounts die with it."""
         self._tools = {}
-        for tool in ("unshare", "nsenter", "mount", "umount"):
+        for tool in ("unshare", "nsenter"):
             self._tools[tool] = shutil.which(tool, path=TOOL_ENV["PATH"]) or shutil.which(tool)
             if self._tools[tool] is None:
                 raise SandboxUnavailableError(
                     f"Running the code sandbox as root needs util-linux's `{tool}` (to start bwrap as an unprivileged "
-                    "uid and to cap its working directory); install util-linux and mount.")
+                    "uid in a private mount namespace); install util-linux.")
         stage = tempfile.mkdtemp(prefix="riskpo-sandbox-stage-")
         os.chmod(stage, 0o755)
-        script = ["set -e", f"mount -t tmpfs -o mode=0755,size=1m riskpo-stage {shlex.quote(stage)}"]
-        for index, path in enumerate(private):
-            target = f"{stage}/{index}"
-            kind = "mkdir" if os.path.isdir(path) else "touch"
-            script += [f"{kind} {shlex.quote(target)}", f"mount --bind {shlex.quote(path)} {shlex.quote(target)}"]
-            self._stage[path] = target
-        script += ["echo ready", "read line || true"]
-        self._holder = subprocess.Popen(
-            [self._tools["unshare"], "--mount", "--propagation", "private", "--", "sh", "-c", "\n".join(script)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", env=TOOL_ENV)
+        self._stage = {path: f"{stage}/{index}" for index, path in enumerate(private)}
+        self._holder = _StageServer([self._tools["unshare"], "--mount", "--propagation", "private", "--"],
+                                    ["--stage", stage, *private])
+        self._servers = {os.getpid(): self._holder}
         self.stage_dir = stage
         atexit.register(self.close)
-        ready = self._holder.stdout.readline()
-        if ready.strip() != b"ready":
-            error = self._holder.stderr.read().decode(errors="replace")[-1000:]
+        error = self._holder.start_error
+        if error is not None:
             raise SandboxUnavailableError(f"Could not stage the interpreter for the sandbox uid: {error}")
 
-    def _in_holder(self, script: str) -> subprocess.CompletedProcess:
-        return subprocess.run([self._tools["nsenter"], f"--mount=/proc/{self._holder.pid}/ns/mnt", "--", "sh", "-c",
-                               script], capture_output=True, timeout=30, cwd="/", env=TOOL_ENV)
+    def _server(self) -> _StageServer:
+        """This process's staging server: the holder, or in a process forked from its owner, a server of its own
+        started in the holder's namespace (two processes never share one request pipe)."""
+        with self._lock:
+            server = self._servers.get(os.getpid())
+            if server is None or not server.alive():
+                server = _StageServer([self._tools["nsenter"], f"--mount=/proc/{self._holder.pid}/ns/mnt", "--"],
+                                      ["--serve"])
+                self._servers[os.getpid()] = server
+            return server
 
     def mount_workdir(self, slot: int, disk_bytes: int, max_files: int) -> str | None:
         """As root: a fresh tmpfs of ``disk_bytes`` and ``max_files`` inodes for one run of ``slot``, in the holder's
@@ -204,24 +210,18 @@ class BwrapLauncher:
         bytes only."""
         if self._holder is None:
             return None
-        uid = SANDBOX_UID_BASE + slot
         with self._lock:
-            path = f"{self.stage_dir}/work{next(self._runs)}"
-        options = f"size={disk_bytes},nr_inodes={max_files},mode=0755,nosuid,nodev"
-        done = self._in_holder(f"mkdir {path} && mount -t tmpfs -o {options} riskpo-work {path} && "
-                               f"mkdir -m 0700 {path}/home {path}/shm && chown {uid}:{uid} {path}/home {path}/shm")
-        if done.returncode != 0:
-            raise SandboxUnavailableError(
-                f"Could not mount the sandbox's working directory: {done.stderr.decode(errors='replace')[-500:]}")
+            path = f"{self.stage_dir}/work{os.getpid()}-{next(self._runs)}"  # unique also across forks
+        error = self._server().request(op="mount", path=path, size=disk_bytes, inodes=max_files,
+                                       uid=SANDBOX_UID_BASE + slot)
+        if error is not None:
+            raise SandboxUnavailableError(f"Could not mount the sandbox's working directory: {error}")
         return path
 
     def unmount_workdir(self, path: str | None) -> None:
         """Free a working directory from `mount_workdir` (never raises; the holder's end frees any left)."""
         if path is not None:
-            try:
-                self._in_holder(f"umount -l {path}; rmdir {path}")
-            except (OSError, subprocess.SubprocessError):
-                pass
+            self._server().request(op="umount", path=path)
 
     def command(self, argv: list[str], slot: int, disk_bytes: int, args_fd: int, info_fd: int | None = None,
                 seccomp_fd: int | None = None, workdir: str | None = None) -> tuple[list[str], bytes]:
@@ -267,11 +267,67 @@ class BwrapLauncher:
 
     def close(self) -> None:
         """End the staging namespace (also at exit); the empty host directory it was mounted on is removed."""
+        for pid, server in list(getattr(self, "_servers", {}).items()):
+            if pid == os.getpid():
+                server.close()
         try:
-            if self._holder is not None and self._holder.poll() is None:
-                self._holder.stdin.close()
-                self._holder.wait(timeout=5)
-            if self.stage_dir is not None:
-                os.rmdir(self.stage_dir)
+            holder = self._holder
+            if self.stage_dir is not None and holder is not None and holder.owner == os.getpid() \
+                    and holder.process.poll() is not None:
+                os.rmdir(self.stage_dir)  # only where the holder is ours and has ended: never under a live stage
+        except OSError:
+            pass
+
+
+class _StageServer:
+    """A staging server process (`riskpo_trl.code._stage_main`), started by ``launcher`` (unshare or nsenter); one
+    request at a time, each answered within `STAGE_TIMEOUT_S`."""
+
+    def __init__(self, launcher: list[str], arguments: list[str]):
+        self.owner = os.getpid()
+        self._lock = threading.Lock()
+        self.process = subprocess.Popen(
+            [*launcher, os.path.realpath(sys.executable), "-I", "-S", "-B", "-c", STAGE_SERVER, *arguments],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", env=TOOL_ENV, bufsize=0)
+        self.pid = self.process.pid
+        reply = self._reply()
+        self.start_error = reply.get("error")
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.process.poll() is None
+
+    def request(self, **request) -> str | None:
+        """Send one request; its error, or None when it was done."""
+        with self._lock:
+            try:
+                self.process.stdin.write(json.dumps(request).encode() + b"\n")
+                return self._reply().get("error")
+            except OSError as exc:
+                return f"the staging server is gone ({exc})"
+
+    def _reply(self) -> dict:
+        data, fd = b"", self.process.stdout.fileno()
+        deadline = time.monotonic() + STAGE_TIMEOUT_S
+        while not data.endswith(b"\n"):
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                self.process.kill()
+                return {"error": f"the staging server did not answer within {STAGE_TIMEOUT_S:.0f} s"}
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                self.process.wait()
+                stderr = self.process.stderr.read().decode(errors="replace").strip()[-500:]
+                return {"error": f"the staging server exited ({stderr or 'no message'})"}
+            data += chunk
+        try:
+            return json.loads(data)
+        except ValueError:
+            return {"error": f"the staging server answered {data[:200]!r}"}
+
+    def close(self) -> None:
+        try:
+            if self.process.poll() is None:
+                self.process.stdin.close()
+                self.process.wait(timeout=5)
         except (OSError, subprocess.SubprocessError):
             pass

@@ -141,7 +141,7 @@ class CgroupSupport:
     def create(self, memory_bytes: int, max_tasks: int) -> RunCgroup:
         """A fresh cgroup per available controller with the run's caps (raises OSError if the kernel refuses)."""
         with self._lock:
-            name = f"run{next(self._runs)}"
+            name = f"run{os.getpid()}-{next(self._runs)}"  # unique also across forks
         run = RunCgroup([])
         try:
             for controller, hierarchy in sorted(self.hierarchies.items()):

@@ -31,10 +31,13 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import IO
 
 from . import cgroups
+from .ahead import ReadyAhead
 from .bwrap import INSTALL_HINT, SHM_DIR, BwrapLauncher, SandboxUnavailableError
 from .report import TEST_STYLES, parse_report
 from .seccomp import denied_syscalls_filter
@@ -189,16 +192,19 @@ def default_max_workers() -> int:
 
 
 class _BwrapStart:
-    """Starts bwrap held on its option pipe, moves it into the run's cgroup, then lets it go (a context manager that
-    closes every pipe end it made). ``process.stdout`` carries the runner's report; ``info`` the read end of the pipe
+    """Starts bwrap held on its option pipe, moves it into the run's cgroup, then lets it go (at once, or with ``hold``
+    when `release` is called; a context manager that closes every pipe end it made). ``process.stdout`` carries the runner's report; ``info`` the read end of the pipe
     where bwrap writes the sandbox's PID 1."""
 
     def __init__(self, launcher: BwrapLauncher, argv: list[str], slot: int, disk_bytes: int, workdir: str | None,
-                 cgroup: cgroups.RunCgroup | None, seccomp: bool, stdin=None, stderr=subprocess.DEVNULL):
+                 cgroup: cgroups.RunCgroup | None, seccomp: bool, stdin=None, stderr=subprocess.DEVNULL,
+                 hold: bool = False):
         self._fds: list[int] = []
         self.process: subprocess.Popen | None = None
         try:
             self._start(launcher, argv, slot, disk_bytes, workdir, cgroup, seccomp, stdin, stderr)
+            if not hold:
+                self.release()
         except BaseException:
             self.__exit__()
             raise
@@ -220,17 +226,26 @@ class _BwrapStart:
                                         env={}, pass_fds=passed)
         for fd in passed:
             self._close(fd)  # bwrap holds them now; EOF on ``info`` once it has written the child pid
+        self._args_write, self._options = args_write, options
         try:
             if cgroup is not None:
                 cgroup.add(self.process.pid)  # before bwrap reads its options, so before it forks anything
-            with os.fdopen(args_write, "wb", closefd=False) as pipe:
-                pipe.write(options)
+        except OSError:
+            self.process.kill()
+            self.process.wait()
+            raise
+
+    def release(self) -> None:
+        """Write bwrap's options: from here on it sets up the sandbox and runs the command."""
+        try:
+            with os.fdopen(self._args_write, "wb", closefd=False) as pipe:
+                pipe.write(self._options)
         except OSError:
             self.process.kill()
             self.process.wait()
             raise
         finally:
-            self._close(args_write)
+            self._close(self._args_write)
 
     def _pipe(self) -> tuple[int, int]:
         read, write = os.pipe()
@@ -250,6 +265,62 @@ class _BwrapStart:
             self._close(fd)
         if self.process is not None and self.process.stdout is not None:
             self.process.stdout.close()
+
+
+@dataclass
+class _Prepared:
+    """A sandbox ready ahead of its run: its working directory mounted, its cgroups made, bwrap started, moved into them
+    and held on its option pipe, with an empty spec file as its stdin that the run fills before releasing it."""
+
+    launcher: BwrapLauncher
+    workdir: str | None
+    cgroup: cgroups.RunCgroup | None
+    spec_file: IO[bytes]
+    start: _BwrapStart
+    owner: int
+
+    def usable(self) -> bool:
+        return self.owner == os.getpid() and self.start.process.poll() is None
+
+    def discard(self) -> None:
+        """Kill bwrap if it still runs (held, it has started nothing) and free the rest; never raises."""
+        if self.owner != os.getpid():
+            return  # made by the process this one was forked from: its to free
+        try:
+            if self.start.process.poll() is None:
+                self.start.process.kill()
+            self.start.process.wait(timeout=KILL_WAIT_S)
+        except (OSError, subprocess.TimeoutExpired):
+            logger.warning("Sandbox process %d did not exit after SIGKILL.", self.start.process.pid)
+        self.start.__exit__()
+        self.spec_file.close()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        self.launcher.unmount_workdir(self.workdir)
+
+
+def _prepare_bwrap(launcher: BwrapLauncher, support: cgroups.CgroupSupport, limits: SandboxLimits, argv: list[str],
+                   seccomp: bool, slot: int) -> _Prepared:
+    """A sandbox for worker ``slot``, ready to run (`_Prepared`); raises `SandboxUnavailableError`."""
+    workdir = launcher.mount_workdir(slot, limits.disk_mb << 20, limits.max_files)
+    cgroup = spec_file = None
+    try:
+        if support.hierarchies:
+            cgroup = support.create(limits.memory_mb << 20, limits.max_processes + cgroups.EXTRA_TASKS)
+        spec_file = tempfile.TemporaryFile()
+        with open(f"/proc/self/fd/{spec_file.fileno()}", "rb") as stdin:  # read-only, its own offset at 0
+            start = _BwrapStart(launcher, argv, slot, limits.disk_mb << 20, workdir, cgroup, seccomp, stdin=stdin,
+                                hold=True)
+        return _Prepared(launcher, workdir, cgroup, spec_file, start, os.getpid())
+    except BaseException as exc:
+        if spec_file is not None:
+            spec_file.close()
+        if cgroup is not None:
+            cgroup.remove()
+        launcher.unmount_workdir(workdir)
+        if isinstance(exc, OSError):  # nothing of the program has run: the machine's fault, not the completion's
+            raise SandboxUnavailableError(f"Could not start a sandbox (cgroup, pipe or bwrap): {exc}") from exc
+        raise
 
 
 class Sandbox:
@@ -281,6 +352,8 @@ class Sandbox:
         self._slots: queue.Queue[int] = queue.Queue()
         for slot in range(self.max_workers):
             self._slots.put(slot)
+        self._ahead: ReadyAhead[_Prepared] | None = None
+        self._ahead_lock = threading.Lock()
 
     @property
     def isolation(self) -> Isolation:
@@ -295,6 +368,14 @@ class Sandbox:
             logger.warning("Code sandbox runs with isolation='none': model-written programs run WITHOUT OS isolation "
                            "(trusted code and tests only).")
         return isolation
+
+    def close(self) -> None:
+        """Free the sandboxes made ready ahead of their runs (one per worker, kept between batches). Also done when this
+        object is garbage-collected and at exit; runs after it still work, each getting its sandbox ready itself."""
+        with self._ahead_lock:
+            ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.close()
 
     def run(self, source: str, inputs: list[str], style: str = "stdin", fn_name: str | None = None,
             output_caps: list[int] | None = None) -> ExecutionResult:
@@ -347,46 +428,50 @@ class Sandbox:
                 "audit_guard": self.audit_guard, "nproc_rlimit": not support.bounds_processes,
                 "shared_memory_dir": SHM_DIR if isolation.mode == "bwrap" else None, **asdict(self.limits)}
         # The spec (program and inputs, never expected outputs) arrives on stdin from an unnamed read-only file.
+        encoded = json.dumps(spec).encode()
+        if isolation.mode == "bwrap":
+            return self._run_bwrap(encoded, slot, isolation, support, len(inputs), output_caps)
         with tempfile.TemporaryFile() as spec_file:
-            spec_file.write(json.dumps(spec).encode())
+            spec_file.write(encoded)
             spec_file.flush()
             with open(f"/proc/self/fd/{spec_file.fileno()}", "rb") as stdin:
-                if isolation.mode == "bwrap":
-                    data, error = self._run_bwrap(stdin, slot, isolation, support, len(inputs), output_caps)
-                else:
-                    data, error = self._run_unisolated(stdin, len(inputs), output_caps)
-        return data, error
+                return self._run_unisolated(stdin, len(inputs), output_caps)
 
     def _argv(self, isolation: Isolation) -> list[str]:
         executable = sys.executable if isolation.mode == "none" else os.path.realpath(sys.executable)
         return [executable, *_PYTHON_FLAGS, "-c", HARNESS_SOURCE]
 
-    def _run_bwrap(self, stdin, slot: int, isolation: Isolation, support: cgroups.CgroupSupport, n_tests: int,
+    def _ready_ahead(self, isolation: Isolation, support: cgroups.CgroupSupport) -> ReadyAhead[_Prepared]:
+        """The sandboxes made ready ahead of their runs, one per slot (made on first use; freed with this object)."""
+        with self._ahead_lock:
+            if self._ahead is None:
+                prepare = functools.partial(_prepare_bwrap, _launcher(isolation.bwrap), support, self.limits,
+                                            self._argv(isolation), self.seccomp)
+                self._ahead = ReadyAhead(prepare, _Prepared.discard, _Prepared.usable, self.max_workers)
+                weakref.finalize(self, self._ahead.close)
+            return self._ahead
+
+    def _run_bwrap(self, spec: bytes, slot: int, isolation: Isolation, support: cgroups.CgroupSupport, n_tests: int,
                    output_caps: list[int] | None) -> tuple[bytes, str | None]:
-        launcher = _launcher(isolation.bwrap)
-        workdir = launcher.mount_workdir(slot, self.limits.disk_mb << 20, self.limits.max_files)
-        cgroup = None
+        ahead = self._ready_ahead(isolation, support)
+        prepared = ahead.take(slot)
+        ahead.refill(slot)  # the slot's next sandbox gets ready while this one runs
         try:
+            prepared.spec_file.write(spec)
+            prepared.spec_file.flush()
             deadline = time.monotonic() + self.limits.total_timeout_s
             try:
-                if support.hierarchies:
-                    cgroup = support.create(self.limits.memory_mb << 20,
-                                            self.limits.max_processes + cgroups.EXTRA_TASKS)
-                start = _BwrapStart(launcher, self._argv(isolation), slot, self.limits.disk_mb << 20, workdir, cgroup,
-                                    self.seccomp, stdin=stdin)
+                prepared.start.release()
             except OSError as exc:  # nothing of the program has run yet: the machine's fault, not the completion's
-                raise SandboxUnavailableError(f"Could not start a sandbox (cgroup, pipe or bwrap): {exc}") from exc
-            with start:
-                init_pidfd = None
-                try:
-                    init_pidfd = _namespace_init(start.info, start.process, deadline)
-                    return self._collect(start.process, n_tests, output_caps, deadline)
-                finally:
-                    _kill_bwrap(start.process, init_pidfd)
+                raise SandboxUnavailableError(f"Could not start a sandbox (bwrap's option pipe): {exc}") from exc
+            init_pidfd = None
+            try:
+                init_pidfd = _namespace_init(prepared.start.info, prepared.start.process, deadline)
+                return self._collect(prepared.start.process, n_tests, output_caps, deadline)
+            finally:
+                _kill_bwrap(prepared.start.process, init_pidfd)
         finally:
-            if cgroup is not None:
-                cgroup.remove()
-            launcher.unmount_workdir(workdir)
+            prepared.discard()
 
     def _run_unisolated(self, stdin, n_tests: int, output_caps: list[int] | None) -> tuple[bytes, str | None]:
         workdir = tempfile.mkdtemp(prefix="riskpo-sandbox-")
