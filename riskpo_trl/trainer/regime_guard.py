@@ -4,9 +4,9 @@ Post hoc and narrow. The signal (``risk/frac_prompts_all_failed``, the share of 
 rewarded above 0) was chosen after the tiny-LM study's runs had finished, to tell apart its two starts. Its evidence is
 a 0.5M-parameter model, 20 prompts x 8 completions per generation batch, Adam at lr 3e-5 to 1e-4. There the paper's
 MVaR advantage lost most of its coverage at the learning rate that suited GRPO from the start where most prompts were
-all wrong, and, in the later exact-evaluation runs, in one seed at a 3x smaller learning rate from a start where
-fewer were. The signal marked the low-success regime but fired on many healthy runs and did not predict which runs
-collapsed, and nothing shows it transfers to billion-parameter models or the paper's batches. Hence it is off by
+all wrong, and, in the later exact-evaluation runs, also at a 3x smaller learning rate: in most seeds from such a
+start, and in some from a start where fewer prompts were all wrong. The signal marked the low-success regime but
+fired on many healthy runs and did not predict which runs collapsed, and nothing shows it transfers to billion-parameter models or the paper's batches. Hence it is off by
 default (``regime_guard_patience=0``). The figures are in ``docs/replication.md`` ("The regime guard"); this module
 keeps no study results.
 
@@ -79,7 +79,8 @@ class RegimeGuard:
 EVIDENCE = (
     "Post hoc and narrow: this signal was chosen after the runs of one tiny-LM study (a 0.5M-parameter model, 20 "
     "prompts x 8 completions per generation batch, Adam at lr 3e-5 to 1e-4). There the paper's MVaR advantage lost "
-    "most of its coverage at the learning rate that suited GRPO where most prompts were all wrong, and in one seed at a "
-    "3x smaller learning rate where fewer were; the share of all-wrong prompts marked the low-success regime but fired "
-    "on many healthy runs and did not predict which runs collapsed."
+    "most of its coverage at the learning rate that suited GRPO where most prompts were all wrong, and in later runs "
+    "also at a 3x smaller learning rate (in most seeds there, in some where fewer prompts were all wrong); the share "
+    "of all-wrong prompts marked the low-success regime but fired on many healthy runs and did not predict which runs "
+    "collapsed."
 )
