@@ -27,6 +27,8 @@ def figure(protocol: ExactProtocol, out: Path, runs_by_start: dict, start_evals:
     ks = np.unique(np.geomspace(1, protocol.max_k, 40).round().astype(int))
     band_ks = [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if k <= protocol.max_k]
     fig, axes = plt.subplots(2, len(starts), figsize=(6 * len(starts), 8), squeeze=False)
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = {method: cycle[i % len(cycle)] for i, method in enumerate(protocol.methods)}  # one per method, both rows
     for col, start in enumerate(starts):
         runs = runs_by_start[start]
         start_p = probs_matrix([start_evals[start]["test_p"]], buckets)
@@ -36,7 +38,8 @@ def figure(protocol: ExactProtocol, out: Path, runs_by_start: dict, start_evals:
             if not method_runs:
                 continue
             p = probs_matrix([r["test_p"] for r in method_runs], buckets)
-            top.plot(ks, [pass_at_k(p, k).mean() for k in ks], label=f"{METHOD_LABELS[method]} ({len(method_runs)})")
+            top.plot(ks, [pass_at_k(p, k).mean() for k in ks], color=colors[method],
+                     label=f"{METHOD_LABELS[method]} ({len(method_runs)})")
         top.set(xscale="log", xlabel="k", ylabel="exact test Pass@k (mean over seeds)", title=f"{start} start")
         top.legend(fontsize=8)
         for method in ("riskpo", "gspo", "riskpo_authors"):
@@ -46,9 +49,10 @@ def figure(protocol: ExactProtocol, out: Path, runs_by_start: dict, start_evals:
             b = probs_matrix([r["test_p"] for r in runs["grpo"]], buckets)
             cells = [two_level_bootstrap(pass_at_k(a, k), pass_at_k(b, k), resamples=2000,
                                          seed=protocol.bootstrap_seed) for k in band_ks]
-            line = bottom.plot(band_ks, [c.estimate for c in cells], marker="o", label=f"{method} - grpo")[0]
+            bottom.plot(band_ks, [c.estimate for c in cells], marker="o", color=colors[method],
+                        label=f"{METHOD_LABELS[method]} minus GRPO")
             bottom.fill_between(band_ks, [c.low for c in cells], [c.high for c in cells], alpha=0.2,
-                                color=line.get_color())
+                                color=colors[method])
         bottom.axhline(0, color="k", lw=0.8)
         bottom.set(xscale="log", xlabel="k", ylabel="difference of exact test Pass@k",
                    title="gap to GRPO, 95% two-level bootstrap band (2,000 resamples)")
