@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     payload["latency_ratio_none_over_bwrap"] = round(payload["median_wall_ms"]["none"]
                                                      / payload["median_wall_ms"]["bwrap"], 3)
-    payload["cpu_ratio_none_over_bwrap"] = round(payload["median_cpu_ms"]["none"] / payload["median_cpu_ms"]["bwrap"], 3)
+    payload["cpu_ratio_none_over_bwrap"] = round(payload["median_cpu_ms"]["none"]
+                                                 / payload["median_cpu_ms"]["bwrap"], 3)
     markdown = _markdown(payload)
     write_results("sandbox_steps", payload, markdown, args.out)
     print(markdown)

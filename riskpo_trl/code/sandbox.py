@@ -192,9 +192,9 @@ def default_max_workers() -> int:
 
 
 class _BwrapStart:
-    """Starts bwrap held on its option pipe, moves it into the run's cgroup, then lets it go (at once, or with ``hold``
-    when `release` is called; a context manager that closes every pipe end it made). ``process.stdout`` carries the runner's report; ``info`` the read end of the pipe
-    where bwrap writes the sandbox's PID 1."""
+    """Starts bwrap held on its option pipe, moves it into the run's cgroup, then lets it go: at once, or, with
+    ``hold``, when `release` is called (a context manager that closes every pipe end it made). ``process.stdout``
+    carries the runner's report; ``info`` the read end of the pipe where bwrap writes the sandbox's PID 1."""
 
     def __init__(self, launcher: BwrapLauncher, argv: list[str], slot: int, disk_bytes: int, workdir: str | None,
                  cgroup: cgroups.RunCgroup | None, seccomp: bool, stdin=None, stderr=subprocess.DEVNULL,
@@ -269,8 +269,8 @@ class _BwrapStart:
 
 @dataclass
 class _Prepared:
-    """A sandbox ready ahead of its run: its working directory mounted, its cgroups made, bwrap started, moved into them
-    and held on its option pipe, with an empty spec file as its stdin that the run fills before releasing it."""
+    """A sandbox ready ahead of its run: its working directory mounted, its cgroups made, bwrap started, moved into
+    them and held on its option pipe, with an empty spec file as its stdin that the run fills before releasing it."""
 
     launcher: BwrapLauncher
     workdir: str | None
@@ -285,7 +285,7 @@ class _Prepared:
     def discard(self) -> None:
         """Kill bwrap if it still runs (held, it has started nothing) and free the rest; never raises."""
         if self.owner != os.getpid():
-            return  # made by the process this one was forked from: its to free
+            return  # made by the process this one was forked from, which frees it
         try:
             if self.start.process.poll() is None:
                 self.start.process.kill()
@@ -370,8 +370,8 @@ class Sandbox:
         return isolation
 
     def close(self) -> None:
-        """Free the sandboxes made ready ahead of their runs (one per worker, kept between batches). Also done when this
-        object is garbage-collected and at exit; runs after it still work, each getting its sandbox ready itself."""
+        """Free the sandboxes made ready ahead of their runs (one per worker slot, kept between batches). Also done
+        when this object is garbage-collected and at exit. Runs after it still work, and make sandboxes ready again."""
         with self._ahead_lock:
             ahead, self._ahead = self._ahead, None
         if ahead is not None:

@@ -6,9 +6,9 @@ a 0.5M-parameter model, 20 prompts x 8 completions per generation batch, Adam at
 MVaR advantage lost most of its coverage at the learning rate that suited GRPO from the start where most prompts were
 all wrong, and, in the later exact-evaluation runs, also at a 3x smaller learning rate: in most seeds from such a
 start, and in some from a start where fewer prompts were all wrong. The signal marked the low-success regime but
-fired on many healthy runs and did not predict which runs collapsed, and nothing shows it transfers to billion-parameter models or the paper's batches. Hence it is off by
-default (``regime_guard_patience=0``). The figures are in ``docs/replication.md`` ("The regime guard"); this module
-keeps no study results.
+fired on many healthy runs and did not predict which runs collapsed, and nothing shows it transfers to
+billion-parameter models or the paper's batches. Hence it is off by default (``regime_guard_patience=0``). The
+figures are in ``docs/replication.md`` ("The regime guard"); this module keeps no study results.
 
 When enabled, it warns once when the metric stays at or above a threshold for ``patience`` training batches in a row.
 It only reads metrics, so any loop can drive it; the trainer drives it as a batch observer
