@@ -4,7 +4,8 @@
 #
 #   bash .ci/compat.sh [lowest] [newest] [latest]      # no argument: all three
 #
-#   lowest   the lowest supported TRL with the lowest supported transformers
+#   lowest   the lowest supported TRL with the lowest supported transformers, and every other runtime dependency
+#            (accelerate, datasets, peft, math-verify) at its lower bound in pyproject.toml
 #   newest   the newest supported TRL with the newest supported transformers
 #   latest   TRL's newest release on the index, with the newest transformers pip pairs with it: reports whether the
 #            tests pass there, and never fails this script (a release can appear after the last commit)
@@ -46,11 +47,19 @@ print(tested[sys.argv[1]][0 if sys.argv[2] == "lowest" else 1])
 EOF
 }
 
-# The other runtime dependencies, as pyproject.toml lists them (TRL and transformers are pinned per venv).
+# The other runtime dependencies, as pyproject.toml lists them (TRL and transformers are pinned per venv), and each
+# at its lower bound, which the lowest end installs.
 mapfile -t OTHER_DEPS < <("$PYTHON" -c '
 import re, tomllib
 deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
 print(*[d for d in deps if re.split(r"[<>=!~ ;\[]", d)[0] not in ("torch", "trl", "transformers")], sep="\n")')
+mapfile -t LOWEST_OTHER_DEPS < <("$PYTHON" -c '
+import re, sys
+for dep in sys.argv[1:]:
+    name, low = re.split(r"[<>=!~ ;\[]", dep)[0], re.search(r">=\s*([^,;\s]+)", dep)
+    if low is None:
+        sys.exit(f"pyproject.toml: {dep!r} has no lower bound for the lowest end to install")
+    print(f"{name}=={low.group(1)}")' "${OTHER_DEPS[@]}")
 # What the selected tests import besides the package: pytest, and the notebook and plot tools of the dev extra.
 TEST_TOOLS=("pytest>=8" "nbclient>=0.10" "nbformat>=5.10" "ipykernel>=6" "matplotlib>=3.8")
 
@@ -81,7 +90,7 @@ venv_for() {
 }
 
 versions_in() {
-    "$1/bin/python" -c 'import importlib.metadata as m; print(*(f"{p} {m.version(p)}" for p in ("trl", "transformers", "accelerate", "peft", "datasets")), sep=", ")'
+    "$1/bin/python" -c 'import importlib.metadata as m; print(*(f"{p} {m.version(p)}" for p in ("trl", "transformers", "accelerate", "peft", "datasets", "math-verify")), sep=", ")'
 }
 
 # run_suites VENV LABEL: the fast suite, then the slow training tests; prints one summary line, returns their status.
@@ -97,10 +106,13 @@ run_suites() {
 }
 
 check_end() {
-    local end=$1 trl tf venv
+    local end=$1 trl tf venv pins
     trl=$(read_tested trl "$end")
     tf=$(read_tested transformers "$end")
-    venv=$(venv_for "trl==$trl" "transformers==$tf")
+    pins=("trl==$trl" "transformers==$tf")
+    # the lowest end holds every other runtime dependency at its lower bound too; the newest takes their newest
+    if [[ "$end" == lowest ]]; then pins+=("${LOWEST_OTHER_DEPS[@]}"); fi
+    venv=$(venv_for "${pins[@]}")
     run_suites "$venv" "$end supported end (trl $trl, transformers $tf)"
 }
 
