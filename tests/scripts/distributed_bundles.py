@@ -53,6 +53,9 @@ def main() -> None:
     name = "resumed" if cli.resume else "full"
     with open(os.path.join(cli.output_dir, f"{name}-rank{rank}.json"), "w") as f:
         json.dump(records, f)
+    # Close the process group as riskpo-train does: left to interpreter exit, gloo's threads can abort a rank
+    # ("terminate called without an active exception") after the run has finished.
+    trainer.accelerator.end_training()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ def main() -> None:
     _, gradients, seen, trainer = train_on_a_made_up_batch(model_dir, output_dir / "run", **DISTRIBUTED_LAYOUT)
     rank = trainer.accelerator.process_index
     torch.save({"gradients": gradients, "micro_batches": seen}, output_dir / f"rank{rank}.pt")
+    trainer.accelerator.end_training()  # close the process group before exit, as riskpo-train does
 
 
 if __name__ == "__main__":
