@@ -14,6 +14,7 @@ import socket
 import textwrap
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -512,4 +513,112 @@ def test_sandboxes_made_ready_ahead_are_freed_with_their_sandbox():
         time.sleep(0.05)
     assert not os.path.exists(f"/proc/{pid}")
     assert len(_work_mounts(holder.pid)) == mounts_before
-    assert not any(os.path.exists(path) for path in cgroup_dirs)
+    # their cgroups hold no process: removed, or kept empty for the next run (see the next test)
+    for path in cgroup_dirs:
+        if os.path.exists(path):
+            with open(os.path.join(path, "cgroup.procs")) as procs:
+                assert procs.read().strip() == ""
+
+
+@ROOT_ONLY
+def test_run_cgroups_are_reused_only_once_empty_and_do_not_pile_up():
+    """Each run's cgroups come back emptied and serve a later run: many runs leave no more cgroup directories than
+    the sandboxes running or ready at once, and none of those holds a process."""
+    support = program_cgroups()
+    if not support.hierarchies:
+        pytest.skip("no cgroup controller here")
+    parents = {hierarchy.parent for hierarchy in support.hierarchies.values()}
+
+    def run_dirs():
+        return {entry.path for parent in parents for entry in os.scandir(parent) if entry.is_dir()}
+
+    sandbox = Sandbox(LIMITS, max_workers=2)
+    program = "print(sum(range(10**5)))"
+    before = run_dirs()
+    for _ in range(3):
+        results = list(ThreadPoolExecutor(2).map(lambda _: sandbox.run(program, [""]), range(6)))
+        assert all(r.ok for r in results), results
+    made = run_dirs() - before
+    # per worker slot: one cgroup per controller for the running sandbox and one for the one made ready ahead
+    assert len(made) <= 2 * 2 * len(support.hierarchies), made
+    sandbox.close()
+    for path in run_dirs():
+        with open(os.path.join(path, "cgroup.procs")) as procs:
+            assert procs.read().strip() == "", path
+
+
+@ROOT_ONLY
+def test_a_run_cgroup_that_still_holds_a_process_is_never_reused():
+    import subprocess
+
+    support = program_cgroups()
+    if not support.hierarchies:
+        pytest.skip("no cgroup controller here")
+    caps = (48 << 20, 5)  # caps no other test uses, so the pool for them starts empty
+    run = support.acquire(*caps)
+    straggler = subprocess.Popen(["sleep", "30"])
+    try:
+        run.add(straggler.pid)
+        paths = list(run.paths)
+        support.release(run)  # not empty: removed (it cannot be, while the process lives), not pooled
+        again = support.acquire(*caps)
+        assert set(again.paths).isdisjoint(paths)
+        support.release(again)
+        reused = support.acquire(*caps)
+        assert reused.paths == again.paths  # an emptied one is reused
+        support.release(reused)
+    finally:
+        straggler.kill()
+        straggler.wait()
+        for path in paths:
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+
+
+def _identity_of(process) -> dict:
+    out = process.communicate(timeout=30)[0].decode()
+    status = dict(line.split(":", 1) for line in out.splitlines() if ":" in line and not line.startswith("ns "))
+    namespaces = dict(line.split()[1:3] for line in out.splitlines() if line.startswith("ns "))
+    return {"uid": status["Uid"].split(), "gid": status["Gid"].split(), "groups": status["Groups"].split(),
+            "caps": status["CapEff"].strip(), **namespaces}
+
+
+IDENTITY = ["/bin/sh", "-c", "grep -E '^(Uid|Gid|Groups|CapEff):' /proc/self/status; "
+            "for n in mnt net; do echo ns $n $(readlink /proc/self/ns/$n); done"]
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize("spawner", [True, False], ids=["spawner-thread", "nsenter"])
+def test_bwrap_starts_as_the_slot_uid_in_the_staging_namespaces(spawner, monkeypatch):
+    """As root, bwrap starts as the worker slot's unprivileged uid and gid, with no groups and no capabilities, in the
+    staging server's mount and network namespaces: from a thread that joined them (no nsenter), or through nsenter
+    where that thread cannot exist. The trainer's own threads keep their root identity and namespaces."""
+    import subprocess
+
+    from riskpo_trl.code import spawner as spawner_module
+    from riskpo_trl.code.bwrap import SANDBOX_UID_BASE, BwrapLauncher
+    from riskpo_trl.code.sandbox import _find_bwrap
+
+    if not spawner:
+        monkeypatch.setattr(spawner_module, "_CREDENTIAL_CALLS", {})
+    launcher = BwrapLauncher(_find_bwrap())
+    try:
+        assert (launcher._spawner() is not None) == spawner
+        found = _identity_of(launcher.popen(IDENTITY, 3, stdout=subprocess.PIPE, cwd="/"))
+        uid = str(SANDBOX_UID_BASE + 3)
+        assert found["uid"] == [uid] * 4 and found["gid"] == [uid] * 4, found
+        assert found["groups"] == [] and int(found["caps"], 16) == 0, found
+        holder = launcher._holder.pid
+        assert found["mnt"] == os.readlink(f"/proc/{holder}/ns/mnt")
+        assert found["net"] == os.readlink(f"/proc/{holder}/ns/net")
+        # this thread, and so the trainer, is untouched
+        assert os.getuid() == 0 and os.geteuid() == 0 and 0 in os.getgroups() + [os.getgid()]
+        assert os.readlink("/proc/thread-self/ns/mnt") != found["mnt"]
+        assert os.readlink("/proc/thread-self/ns/net") != found["net"]
+        # and the spawner thread went back to root: a second start works the same
+        again = _identity_of(launcher.popen(IDENTITY, 4, stdout=subprocess.PIPE, cwd="/"))
+        assert again["uid"] == [str(SANDBOX_UID_BASE + 4)] * 4
+    finally:
+        launcher.close()

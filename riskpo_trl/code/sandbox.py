@@ -222,8 +222,8 @@ class _BwrapStart:
             self._close(seccomp_write)
         command, options = launcher.command(argv, slot, disk_bytes, args_read, info_write, seccomp_read, workdir)
         passed = tuple(fd for fd in (args_read, info_write, seccomp_read) if fd is not None)
-        self.process = subprocess.Popen(command, stdin=stdin, stdout=subprocess.PIPE, stderr=stderr, cwd="/",
-                                        env={}, pass_fds=passed)
+        self.process = launcher.popen(command, slot, stdin=stdin, stdout=subprocess.PIPE, stderr=stderr, cwd="/",
+                                      pass_fds=passed)
         for fd in passed:
             self._close(fd)  # bwrap holds them now; EOF on ``info`` once it has written the child pid
         self._args_write, self._options = args_write, options
@@ -273,6 +273,7 @@ class _Prepared:
     them and held on its option pipe, with an empty spec file as its stdin that the run fills before releasing it."""
 
     launcher: BwrapLauncher
+    support: cgroups.CgroupSupport
     workdir: str | None
     cgroup: cgroups.RunCgroup | None
     spec_file: IO[bytes]
@@ -295,7 +296,7 @@ class _Prepared:
         self.start.__exit__()
         self.spec_file.close()
         if self.cgroup is not None:
-            self.cgroup.remove()
+            self.support.release(self.cgroup)
         self.launcher.unmount_workdir(self.workdir)
 
 
@@ -306,17 +307,17 @@ def _prepare_bwrap(launcher: BwrapLauncher, support: cgroups.CgroupSupport, limi
     cgroup = spec_file = None
     try:
         if support.hierarchies:
-            cgroup = support.create(limits.memory_mb << 20, limits.max_processes + cgroups.EXTRA_TASKS)
+            cgroup = support.acquire(limits.memory_mb << 20, limits.max_processes + cgroups.EXTRA_TASKS)
         spec_file = tempfile.TemporaryFile()
         with open(f"/proc/self/fd/{spec_file.fileno()}", "rb") as stdin:  # read-only, its own offset at 0
             start = _BwrapStart(launcher, argv, slot, limits.disk_mb << 20, workdir, cgroup, seccomp, stdin=stdin,
                                 hold=True)
-        return _Prepared(launcher, workdir, cgroup, spec_file, start, os.getpid())
+        return _Prepared(launcher, support, workdir, cgroup, spec_file, start, os.getpid())
     except BaseException as exc:
         if spec_file is not None:
             spec_file.close()
         if cgroup is not None:
-            cgroup.remove()
+            support.release(cgroup)
         launcher.unmount_workdir(workdir)
         if isinstance(exc, OSError):  # nothing of the program has run: the machine's fault, not the completion's
             raise SandboxUnavailableError(f"Could not start a sandbox (cgroup, pipe or bwrap): {exc}") from exc
