@@ -11,9 +11,9 @@ One run is one completion of the throughput benchmark's stdin problem (`benchmar
   done on their behalf by kernel threads is not included);
 * for bubblewrap, the wall time of each step: taking the worker slot's sandbox, made ready ahead of the run
   (`riskpo_trl.code.ahead`); the steps that made it ready in the background while the slot's previous run went on,
-  marked "(ahead)": mounting the working directory (root only), creating the run's cgroups, starting bwrap held on
+  marked "(ahead)": mounting the working directory (root only), taking the run's cgroups, starting bwrap held on
   its option pipe and moving it into them; then releasing bwrap, reading its PID 1, the run itself (bwrap's
-  namespaces, the interpreter and the tests), the kill, and removing the cgroups and the working directory.
+  namespaces, the interpreter and the tests), the kill, and giving back the cgroups and the working directory.
 
 A step that waits rather than computes (moving a process into a cgroup waits for the kernel when no other migration
 happened just before) shows as wall time without CPU time. With as many workers as cores, a batch is bound by CPU
@@ -40,14 +40,14 @@ from riskpo_trl.code.sandbox import Sandbox, SandboxLimits
 STEPS = [
     (ahead.ReadyAhead, "take", "wait for the slot's ready sandbox"),
     (bwrap.BwrapLauncher, "mount_workdir", "(ahead) mount the working directory"),
-    (cgroups.CgroupSupport, "create", "(ahead) create the run's cgroups"),
+    (cgroups.CgroupSupport, "acquire", "(ahead) take the run's cgroups (reused once empty)"),
     (cgroups.RunCgroup, "add", "(ahead) move bwrap into them"),
     (sandbox._BwrapStart, "__init__", "(ahead) start bwrap, held (includes the move)"),
     (sandbox._BwrapStart, "release", "release bwrap (write its options)"),
     (sandbox, "_namespace_init", "read bwrap's PID 1"),
     (sandbox.Sandbox, "_collect", "the run: namespaces, interpreter, tests"),
     (sandbox, "_kill_bwrap", "kill and reap"),
-    (cgroups.RunCgroup, "remove", "remove the cgroups"),
+    (cgroups.CgroupSupport, "release", "give the cgroups back (emptiness checked)"),
     (bwrap.BwrapLauncher, "unmount_workdir", "unmount the working directory"),
 ]
 

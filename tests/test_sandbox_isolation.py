@@ -7,6 +7,7 @@ worked, and where a host-side check exists (the vsock port) it does not depend o
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import logging
 import os
@@ -585,8 +586,8 @@ def _identity_of(process) -> dict:
             "caps": status["CapEff"].strip(), **namespaces}
 
 
-IDENTITY = ["/bin/sh", "-c", "grep -E '^(Uid|Gid|Groups|CapEff):' /proc/self/status; "
-            "for n in mnt net; do echo ns $n $(readlink /proc/self/ns/$n); done"]
+IDENTITY = ["/bin/sh", "-c", ("grep -E '^(Uid|Gid|Groups|CapEff):' /proc/self/status; "
+                             "for n in mnt net; do echo ns $n $(readlink /proc/self/ns/$n); done")]
 
 
 @ROOT_ONLY
@@ -603,6 +604,8 @@ def test_bwrap_starts_as_the_slot_uid_in_the_staging_namespaces(spawner, monkeyp
 
     if not spawner:
         monkeypatch.setattr(spawner_module, "_CREDENTIAL_CALLS", {})
+    libc = ctypes.CDLL(None)
+    dumpable = libc.prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
     launcher = BwrapLauncher(_find_bwrap())
     try:
         assert (launcher._spawner() is not None) == spawner
@@ -620,5 +623,34 @@ def test_bwrap_starts_as_the_slot_uid_in_the_staging_namespaces(spawner, monkeyp
         # and the spawner thread went back to root: a second start works the same
         again = _identity_of(launcher.popen(IDENTITY, 4, stdout=subprocess.PIPE, cwd="/"))
         assert again["uid"] == [str(SANDBOX_UID_BASE + 4)] * 4
+        # the process stays dumpable (a change of effective uid clears that for all threads), and every thread of it
+        # has its full identity back
+        assert libc.prctl(3, 0, 0, 0, 0) == dumpable
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/status") as status:
+                fields = dict(line.split(":", 1) for line in status)
+            assert fields["Uid"].split() == ["0"] * 4 and fields["Gid"].split() == ["0"] * 4, tid
+            assert fields["CapEff"] == fields["CapPrm"], tid
     finally:
         launcher.close()
+
+
+@ROOT_ONLY
+def test_runs_share_a_network_namespace_only_where_the_filter_refuses_sockets():
+    """As root with the seccomp filter, every run sits in the staging server's network namespace (no interface up),
+    made once; without the filter each run makes one of its own."""
+    from riskpo_trl.code.sandbox import _find_bwrap, _launcher, detect_isolation
+
+    if not detect_isolation().seccomp:
+        pytest.skip("no seccomp filter for this architecture")
+    shared = os.readlink(f"/proc/{_launcher(_find_bwrap())._holder.pid}/ns/net")
+    program = "import os; print(os.readlink('/proc/self/ns/net'))"
+    filtered, unfiltered = Sandbox(LIMITS, max_workers=1), Sandbox(LIMITS, max_workers=1, seccomp=False)
+    try:
+        assert [filtered.run(program, [""]).outputs for _ in range(2)] == [[shared + "\n"]] * 2
+        own = [unfiltered.run(program, [""]).outputs[0].strip() for _ in range(2)]
+        assert shared not in own, own
+        assert os.readlink("/proc/self/ns/net") not in own
+    finally:
+        filtered.close()
+        unfiltered.close()

@@ -2,8 +2,9 @@
 working directory with the mount system calls (stdlib only; run as ``python -I -S -B -c`` by
 `riskpo_trl.code.bwrap.BwrapLauncher`, never imported by the trainer).
 
-Started under ``unshare --mount`` with ``--stage DIR PATH...``, it first mounts a small tmpfs on DIR and bind-mounts
-each PATH under it as DIR/<index> (directories other uids cannot reach on the host), prints one line and then serves.
+Started under ``unshare --mount --net`` with ``--stage DIR PATH...``, it first detaches ``/sys`` (nothing started there
+needs it), mounts a small tmpfs on DIR and bind-mounts each PATH under it as DIR/<index> (directories other uids cannot
+reach on the host), prints one line and then serves.
 Started with ``--serve`` (inside an existing staging namespace, through nsenter), it only serves.
 
 Protocol: one JSON request per line on stdin, one JSON reply per line on stdout, until EOF:

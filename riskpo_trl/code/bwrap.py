@@ -1,7 +1,8 @@
 """Start a command inside a bubblewrap (``bwrap``) sandbox: the OS boundary of the code sandbox.
 
-Each run gets fresh user, PID, network, IPC, UTS and cgroup namespaces, no capabilities, an unprivileged uid, a
-private ``/proc``, a minimal ``/dev``, a new session, a seccomp filter (`riskpo_trl.code.seccomp`), and a root
+Each run gets fresh user, PID, IPC, UTS and cgroup namespaces, a network namespace with no interface up (fresh, or as
+root with the seccomp filter, which refuses every socket, one shared by the runs), no capabilities, an unprivileged
+uid, a private ``/proc``, a minimal ``/dev``, a new session, a seccomp filter (`riskpo_trl.code.seccomp`), and a root
 filesystem that holds only read-only binds of what this Python interpreter needs (its binary, standard library and the
 shared libraries they link) plus a size-limited tmpfs as the writable working directory (and ``/dev/shm``).
 Site-packages are hidden and nothing of the trainer (datasets, checkpoints, the package itself) is mounted. The
@@ -12,12 +13,12 @@ trainer (tokens, keys) exists in any process of the sandbox.
 bwrap reads its options from a pipe (``--args``), which holds it before it forks anything: the sandbox moves it into
 the run's cgroup first (`riskpo_trl.code.cgroups`), then writes the options.
 
-Run as root (CI, many cluster containers), the sandbox also leaves root on the host: bwrap starts as an unprivileged
-uid per worker slot, so the sandbox's uid maps to that uid and not to root (RLIMIT_NPROC then applies; for root it
-does not). bwrap then starts inside a private mount namespace, set up once per process, that holds bind mounts of an
-interpreter under a directory other users cannot enter (a pyenv install in root's home directory) and, per run, a
-tmpfs capped in bytes and in files (``nr_inodes``, which bwrap's own ``--size`` tmpfs cannot cap) that holds both the
-working directory and ``/dev/shm``.
+Run as root (CI, many cluster containers), the sandbox also leaves root on the host: bwrap starts as an unprivileged uid
+per worker slot, so the sandbox's uid maps to that uid and not to root (RLIMIT_NPROC then applies; for root it does
+not). bwrap then starts (`riskpo_trl.code.spawner`) inside a private mount namespace, set up once per process, that
+holds bind mounts of an interpreter under a directory other users cannot enter (a pyenv install in root's home
+directory) and, per run, a tmpfs capped in bytes and in files (``nr_inodes``, which bwrap's own ``--size`` tmpfs cannot
+cap) that holds both the working directory and ``/dev/shm``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
-"""Memory, process and CPU caps for a whole sandboxed program: one cgroup per run, on cgroup v2 or v1.
+"""Memory, process and CPU caps for a whole sandboxed program: cgroups of its own per run, on cgroup v2 or v1.
 
 Per-process rlimits cannot bound a program: each of its processes gets the full ``RLIMIT_AS``, and memory that is not
 mapped (memfds, SysV shared memory, tmpfs files) counts against no rlimit. A cgroup counts all of it, for all the
-program's processes together. Each run gets its own cgroup with ``memory_mb`` of memory (swap included where the
-kernel accounts it), ``max_processes`` tasks (threads count) and, with the ``cpu`` controller, at most
-``CPU_CORES_PER_RUN`` cores of CPU time (``cpu.max``; v1 ``cpu.cfs_quota_us``), under one parent cgroup per trainer
-process. The scheduler then shares CPU time between runs, not between their processes: a program that starts 16 busy
-processes gets no more CPU than one that runs one, so it cannot take a concurrent run's share of it. The parent
-weighs as much as one busy thread per core of this training process (the cores divided by ``LOCAL_WORLD_SIZE``, as
-for the default number of workers; ``cpu.weight``, v1 ``cpu.shares``), so the runs together compete with the rest
-of the machine about as their single-threaded processes did without the controller.
+program's processes together. Each run has its own cgroup (reused by a later run once empty, `CgroupSupport.acquire`)
+with ``memory_mb`` of memory (swap included where the kernel accounts it), ``max_processes`` tasks (threads count) and,
+with the ``cpu`` controller, at most ``CPU_CORES_PER_RUN`` cores of CPU time (``cpu.max``; v1 ``cpu.cfs_quota_us``),
+under one parent cgroup per trainer process. The scheduler then shares CPU time between runs, not between their
+processes: a program that starts 16 busy processes gets no more CPU than one that runs one, so it cannot take a
+concurrent run's share of it. The parent weighs as much as one busy thread per core of this training process (the cores
+divided by ``LOCAL_WORLD_SIZE``, as for the default number of workers; ``cpu.weight``, v1 ``cpu.shares``), so the runs
+together compete with the rest of the machine about as their single-threaded processes did without the controller.
 
 * **cgroup v2** (most current hosts): the parent is made next to the trainer's own cgroup, in its parent, when that
   parent already delegates ``memory`` and ``pids`` (``cgroup.subtree_control``; ``cpu`` is used when delegated too),

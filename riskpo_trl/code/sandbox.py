@@ -86,7 +86,10 @@ class Isolation:
             return "NONE (trusted code only): rlimits, audit hook, process-group kill, scrubbed env, temp workdir"
         uid = "an unprivileged host uid per worker" if self.host_uid_dropped else "this user's uid"
         seccomp = "seccomp filter" if self.seccomp else "no seccomp filter (unknown architecture)"
-        return (f"bubblewrap ({self.bwrap}): user/pid/net/ipc/uts/cgroup namespaces, no capabilities, {uid}, "
+        namespaces = ("user/pid/ipc/uts/cgroup namespaces, one network namespace with no interface for all runs (the "
+                      "filter refuses sockets)" if self.host_uid_dropped and self.seccomp
+                      else "user/pid/net/ipc/uts/cgroup namespaces")
+        return (f"bubblewrap ({self.bwrap}): {namespaces}, no capabilities, {uid}, "
                 f"{seccomp}, read-only interpreter binds, tmpfs workdir, rlimits, audit hook, pid-namespace kill; "
                 f"{self.program_caps}")
 

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 CLONE_FS = 0x00000200
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
+PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
 # (setgroups, setresuid, setresgid) system call numbers
 _CREDENTIAL_CALLS = {"x86_64": (116, 117, 119), "aarch64": (159, 147, 149)}
 
@@ -82,20 +83,23 @@ class Spawner:
         if self._broken:
             raise OSError("the sandbox spawner thread could not return to root earlier")
         # the saved ids stay 0, so that this thread can return to root; exec makes them the new uid in the child
+        dumpable = _libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)
         try:
             _check(_libc.syscall(self._setgroups, 0, None), "setgroups")
             _check(_libc.syscall(self._setresgid, uid, uid, 0), "setresgid")
             _check(_libc.syscall(self._setresuid, uid, uid, 0), "setresuid")
             return subprocess.Popen(command, **popen_kwargs)
         finally:
-            self._become_root()
+            self._become_root(dumpable)
 
-    def _become_root(self) -> None:
+    def _become_root(self, dumpable: int) -> None:
         groups = (ctypes.c_uint * max(1, len(self._groups)))(*self._groups)
         try:  # in this order: only root may set the group ids and groups
             _check(_libc.syscall(self._setresuid, 0, 0, 0), "setresuid")
             _check(_libc.syscall(self._setresgid, 0, 0, 0), "setresgid")
             _check(_libc.syscall(self._setgroups, len(self._groups), groups), "setgroups")
+            # changing the effective ids made the whole process non-dumpable (no core dumps): undo that
+            _check(_libc.prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
         except OSError:
             self._broken = True
             raise
