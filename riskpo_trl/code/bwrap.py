@@ -1,14 +1,14 @@
 """Start a command inside a bubblewrap (``bwrap``) sandbox: the OS boundary of the code sandbox.
 
-Each run gets fresh user, PID, IPC, UTS and cgroup namespaces, a network namespace with no interface up (fresh, or as
-root with the seccomp filter, which refuses every socket, one shared by the runs), no capabilities, an unprivileged
-uid, a private ``/proc``, a minimal ``/dev``, a new session, a seccomp filter (`riskpo_trl.code.seccomp`), and a root
-filesystem that holds only read-only binds of what this Python interpreter needs (its binary, standard library and the
-shared libraries they link) plus a size-limited tmpfs as the writable working directory (and ``/dev/shm``).
-Site-packages are hidden and nothing of the trainer (datasets, checkpoints, the package itself) is mounted. The
-command runs as the namespace's PID 1 (``--as-pid-1``), so the only process a program can see besides its own
-children is the runner it runs in; bwrap and its helpers start with an empty environment, so no variable of the
-trainer (tokens, keys) exists in any process of the sandbox.
+Each run gets fresh user, PID, IPC, UTS and cgroup namespaces, a network namespace apart from the host's (its own, or as
+root with the seccomp filter, which refuses every socket, one with no interface up shared by the runs), no capabilities,
+an unprivileged uid, a private ``/proc``, a minimal ``/dev``, a new session, a seccomp filter
+(`riskpo_trl.code.seccomp`), and a root filesystem that holds only read-only binds of what this Python interpreter needs
+(its binary, standard library and the shared libraries they link) plus a size-limited tmpfs as the writable working
+directory (and ``/dev/shm``). Site-packages are hidden and nothing of the trainer (datasets, checkpoints, the package
+itself) is mounted. The command runs as the namespace's PID 1 (``--as-pid-1``), so the only process a program can see
+besides its own children is the runner it runs in; bwrap and its helpers start with an empty environment, so no variable
+of the trainer (tokens, keys) exists in any process of the sandbox.
 
 bwrap reads its options from a pipe (``--args``), which holds it before it forks anything: the sandbox moves it into
 the run's cgroup first (`riskpo_trl.code.cgroups`), then writes the options.
