@@ -27,6 +27,14 @@ def closest_name(name: str, choices: Iterable[str]) -> str:
     return f" (did you mean {match[0]}?)" if match else ""
 
 
+def closest_names(names: Iterable[str], choices: Iterable[str]) -> str:
+    """' (did you mean X for Y, ...?)' for each of ``names`` close to one of ``choices``, or '' when none is."""
+    choices = sorted(choices)
+    pairs = [(name, match[0]) for name in names
+             for match in [difflib.get_close_matches(name, choices, n=1, cutoff=0.6)] if match]
+    return " (did you mean " + ", ".join(f"{match} for {name}" for name, match in pairs) + "?)" if pairs else ""
+
+
 class Registry(Mapping[str, T], Generic[T]):
     """An ordered, read-only mapping ``name -> entry`` of the choices for the config field ``field``, with a one-line
     ``help`` per name. Entries are added by :meth:`register` (a decorator) or :meth:`add`."""

@@ -118,3 +118,23 @@ def test_python_api_suggests_the_closest_field_for_a_misspelled_keyword(tmp_path
     with pytest.raises(TypeError, match=r"'train_datset' \(did you mean train_dataset\?\)"):
         RiskPOTrainer(str(tmp_path / "no-model"), reward_funcs=contains_digit_reward, args=args,
                       train_datset=make_prompt_dataset())
+
+
+def test_misspelled_names_get_the_closest_valid_one():
+    from riskpo_trl.code.data import load_livecodebench
+    from riskpo_trl.data.datasets import load_benchmark
+    from riskpo_trl.evaluation.benchmarks import check_benchmark_names
+    from riskpo_trl.evaluation.config import EvalConfig
+    from riskpo_trl.rewards.registry import get_reward_funcs
+
+    with pytest.raises(ValueError, match=r"\['math_verfy'\] \(did you mean math_verify for math_verfy\?\); valid"):
+        get_reward_funcs(["boxed_format", "math_verfy"])
+    with pytest.raises(ValueError, match=r"Unknown benchmark 'math5000' \(did you mean math500\?\); choose"):
+        load_benchmark("math5000")
+    with pytest.raises(ValueError, match=r"\['aime2S'\] \(did you mean aime25 for aime2S\?\); choose"):
+        check_benchmark_names(EvalConfig(model="a-model", benchmarks=["aime2S"]))
+    with pytest.raises(ValueError, match=r"release='release_v55' is unknown \(did you mean release_v5\?\)"):
+        load_livecodebench(release="release_v55")
+    # nothing close: no guess
+    with pytest.raises(ValueError, match=r"\['zzz'\]; valid names"):
+        get_reward_funcs(["zzz"])

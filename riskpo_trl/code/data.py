@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..data.local_files import load_local_files
+from ..registry import closest_name
 from .assertions import UndecidableTestError
 from .testspec import TestSpec
 
@@ -119,7 +120,8 @@ def load_livecodebench(release: str = "release_v5", start_date: str | None = Non
     from datasets import load_dataset
 
     if release not in LIVECODEBENCH_RELEASE_FILES:
-        raise ValueError(f"release={release!r} is unknown; choose one of {sorted(LIVECODEBENCH_RELEASE_FILES)}.")
+        raise ValueError(f"release={release!r} is unknown{closest_name(release, LIVECODEBENCH_RELEASE_FILES)}; choose "
+                         f"one of {sorted(LIVECODEBENCH_RELEASE_FILES)}.")
     files = [f"hf://datasets/{LIVECODEBENCH_ID}/{name}" for name in LIVECODEBENCH_RELEASE_FILES[release]]
     dataset = load_dataset("json", data_files=files, split="train")
     if start_date or end_date:

@@ -32,6 +32,7 @@ from typing import Any
 import datasets
 from datasets import Dataset, Features, Value, concatenate_datasets
 
+from ..registry import closest_name
 from ..rewards.grading import last_boxed
 from .local_files import load_local_files
 from .prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
@@ -311,7 +312,8 @@ def _lookup(
     registry: dict[str, DatasetSpec | LoaderSpec], name: str, kind: str, extra: Sequence[str] = ()
 ) -> DatasetSpec | LoaderSpec:
     if name not in registry:
-        raise ValueError(f"Unknown {kind} {name!r}; choose one of {sorted([*registry, *extra])}.")
+        raise ValueError(f"Unknown {kind} {name!r}{closest_name(name, [*registry, *extra])}; choose one of "
+                         f"{sorted([*registry, *extra])}.")
     return registry[name]
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from trl.rewards import accuracy_reward, think_format_reward
 
-from ..registry import Registry
+from ..registry import Registry, closest_names
 from .grading import completion_text, final_answer_preview, last_boxed, verify_answer
 from .verl_graders import DAPO_ANSWER, GRADERS_BY_SOURCE, GSM8K_STRICT, MATH_EQUIV, Grader, grader_for_source
 
@@ -174,7 +174,8 @@ def get_reward_funcs(
     unknown = [name for name in names if name not in REWARD_FUNCS and name not in REWARD_BUILDERS]
     if unknown:
         raise ValueError(
-            f"Unknown reward function(s) {unknown}; valid names are {sorted([*REWARD_FUNCS, *REWARD_BUILDERS])}."
+            f"Unknown reward function(s) {unknown}{closest_names(unknown, [*REWARD_FUNCS, *REWARD_BUILDERS])}; valid names "
+            f"are {sorted([*REWARD_FUNCS, *REWARD_BUILDERS])}."
         )
     settings = settings or {}
     stray = [name for name in settings if name not in REWARD_BUILDERS]
