@@ -1,20 +1,20 @@
 """Start a command inside a bubblewrap (``bwrap``) sandbox: the OS boundary of the code sandbox.
 
-Each run gets fresh user, PID, IPC, UTS and cgroup namespaces, a network namespace apart from the host's (its own, or as
-root with the seccomp filter, which refuses every socket, one with no interface up shared by the runs), no capabilities,
-an unprivileged uid, a private ``/proc``, a minimal ``/dev``, a new session, a seccomp filter
-(`riskpo_trl.code.seccomp`), and a root filesystem that holds only read-only binds of what this Python interpreter needs
-(its binary, standard library and the shared libraries they link) plus a size-limited tmpfs as the writable working
-directory (and ``/dev/shm``). Site-packages are hidden and nothing of the trainer (datasets, checkpoints, the package
-itself) is mounted. The command runs as the namespace's PID 1 (``--as-pid-1``), so the only process a program can see
-besides its own children is the runner it runs in; bwrap and its helpers start with an empty environment, so no variable
-of the trainer (tokens, keys) exists in any process of the sandbox.
+Each run gets fresh user, PID, IPC, UTS and cgroup namespaces, a network namespace apart from the host's (its own, or
+as root with the seccomp filter, which refuses every socket, one with no interface up shared by the runs), no
+capabilities, an unprivileged uid, a private ``/proc``, a minimal ``/dev``, a new session, a seccomp filter
+(`riskpo_trl.code.seccomp`), and a root filesystem that holds only read-only binds of what this Python interpreter
+needs (its binary, standard library and the shared libraries they link) plus a size-limited tmpfs as the writable
+working directory (and ``/dev/shm``). Site-packages are hidden and nothing of the trainer (datasets, checkpoints, the
+package itself) is mounted. The command runs as the namespace's PID 1 (``--as-pid-1``), so the only process a program
+can see besides its own children is the runner it runs in; bwrap and its helpers start with an empty environment, so no
+variable of the trainer (tokens, keys) exists in any process of the sandbox.
 
 bwrap reads its options from a pipe (``--args``), which holds it before it forks anything: the sandbox moves it into
 the run's cgroup first (`riskpo_trl.code.cgroups`), then writes the options.
 
-Run as root (CI, many cluster containers), the sandbox also leaves root on the host: bwrap starts as an unprivileged uid
-per worker slot, so the sandbox's uid maps to that uid and not to root (RLIMIT_NPROC then applies; for root it does
+Run as root (CI, many cluster containers), the sandbox also leaves root on the host: bwrap starts as an unprivileged
+uid per worker slot, so the sandbox's uid maps to that uid and not to root (RLIMIT_NPROC then applies; for root it does
 not). bwrap then starts (`riskpo_trl.code.spawner`) inside a private mount namespace, set up once per process, that
 holds bind mounts of an interpreter under a directory other users cannot enter (a pyenv install in root's home
 directory) and, per run, a tmpfs capped in bytes and in files (``nr_inodes``, which bwrap's own ``--size`` tmpfs cannot
@@ -249,9 +249,9 @@ class BwrapLauncher:
         (`riskpo_trl.code.seccomp`). With ``workdir`` (from `mount_workdir`), that tmpfs holds the working directory
         and ``/dev/shm``; else bwrap makes two of ``disk_bytes`` together.
 
-        As root with a seccomp filter, sandboxes share the holder's network namespace, which has no interface up, rather
-        than each making a fresh one (whose set-up and teardown cost about a millisecond and a half of CPU a run): the
-        filter refuses every socket (`riskpo_trl.code.seccomp`), so no program can use a network namespace at all.
+        As root with a seccomp filter, sandboxes share the holder's network namespace, which has no interface up,
+        rather than each making a fresh one (whose set-up and teardown cost about a millisecond and a half of CPU a
+        run): the filter refuses every socket (`riskpo_trl.code.seccomp`), so no program can use a network namespace.
         """
         options = ["--info-fd", str(info_fd)] if info_fd is not None else []
         options += ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []

@@ -174,8 +174,8 @@ def get_reward_funcs(
     unknown = [name for name in names if name not in REWARD_FUNCS and name not in REWARD_BUILDERS]
     if unknown:
         raise ValueError(
-            f"Unknown reward function(s) {unknown}{closest_names(unknown, [*REWARD_FUNCS, *REWARD_BUILDERS])}; valid names "
-            f"are {sorted([*REWARD_FUNCS, *REWARD_BUILDERS])}."
+            f"Unknown reward function(s) {unknown}{closest_names(unknown, [*REWARD_FUNCS, *REWARD_BUILDERS])}; "
+            f"valid names are {sorted([*REWARD_FUNCS, *REWARD_BUILDERS])}."
         )
     settings = settings or {}
     stray = [name for name in settings if name not in REWARD_BUILDERS]
