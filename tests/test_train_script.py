@@ -109,3 +109,29 @@ def test_prompt_template_reaches_the_training_and_the_evaluation_set(monkeypatch
     with pytest.raises(_DatasetsLoaded):
         train.build_trainer(*args)
     assert asked == {"train": "authors", "eval": "authors"}
+
+
+@pytest.mark.parametrize("trainer_name", ["grpo", "gmpo"])
+def test_baselines_built_by_the_script_never_sample_a_vlms_image_token(trainer_name, tmp_path, monkeypatch):
+    """Generating without vLLM, a sampled image token mismatches the image features. RiskPOTrainer suppresses it,
+    and TRL 1.16 does so for its own trainers; the script makes every baseline do so on older TRL too."""
+    from datasets import Dataset
+
+    from riskpo_trl import data
+    from riskpo_trl.multimodal import build_tiny_vlm, geometry3k_to_riskpo
+
+    from helpers import geometry3k_rows
+
+    build_tiny_vlm(tmp_path / "tiny-vlm")
+    rows = Dataset.from_list([geometry3k_to_riskpo(row) for row in geometry3k_rows(8)])
+    monkeypatch.setattr(data, "load_train_dataset", lambda *args, **kwargs: rows)
+    recipe = ROOT / f"recipes/Qwen2.5-Math-1.5B-Instruct/{trainer_name}/config_math_gsm8k.yaml"
+    args = train.parse_args([
+        "--config", str(recipe), "--model_name_or_path", str(tmp_path / "tiny-vlm"), "--output_dir",
+        str(tmp_path / "run"), "--use_vllm", "false", "--use_cpu", "true", "--bf16", "false", "--dtype", "float32",
+        "--gradient_checkpointing", "false", "--report_to", "none", "--eval_strategy", "no", "--num_generations", "2",
+        "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1", "--steps_per_generation", "1",
+        "--max_completion_length", "8", "--reward_funcs", "geometry_accuracy",
+    ])
+    trainer = train.build_trainer(*args)
+    assert trainer.generation_kwargs["suppress_tokens"] == [trainer.model.config.image_token_id]

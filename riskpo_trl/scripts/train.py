@@ -295,6 +295,7 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     """The trainer ``script_args.trainer`` names, on the recipe's model, data and rewards."""
     from trl import get_peft_config, get_quantization_config
 
+    from .. import compat
     from ..data import load_benchmark, load_train_dataset
     from ..tiny_model import warn_if_tiny_random_model
     from ..trainer.checks import check_generation_batch_fits, check_model_path
@@ -349,6 +350,7 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         quantization_config=get_quantization_config(model_args),
     )
     record_absolute_base_model(trainer.model)  # baselines too: a saved adapter loads from any working directory
+    compat.suppress_image_token(trainer)  # baselines too: before TRL 1.16 they could sample a VLM's image token
     continue_schedule_on_resume(trainer)  # and a raised max_steps continues at the new schedule's learning rate
     use_compact_log(trainer)  # baselines too: one console line per logging step
     if script_args.pass_at_k is not None:
