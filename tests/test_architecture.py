@@ -16,6 +16,7 @@ LAYERS = {
     "riskpo_trl.registry": 0,
     "riskpo_trl.compat": 0,
     "riskpo_trl.tiny_model": 0,
+    "riskpo_trl.hub_access": 0,
     "riskpo_trl.risk": 1,
     "riskpo_trl.rewards": 1,
     "riskpo_trl.data": 1,

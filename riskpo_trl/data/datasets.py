@@ -36,7 +36,7 @@ from ..registry import closest_name
 from ..rewards.grading import last_boxed
 from .local_files import load_local_files
 from .prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
-from .user_datasets import HUB, load_user_dataset, user_dataset_kind
+from .user_datasets import HUB, check_prompt_template_unset, load_user_dataset, user_dataset_kind
 
 logger = logging.getLogger(__name__)
 
@@ -273,8 +273,9 @@ def _load_raw(spec: DatasetSpec, split: str | None, data_files: str | Sequence[s
     return datasets.load_dataset(spec.hub_id, spec.config_name, split=split or spec.split)
 
 
-class DatasetUnavailableError(RuntimeError):
-    """A registered dataset is neither in the local cache nor reachable on the Hub (offline machine or no network)."""
+class DatasetUnavailableError(ConnectionError):
+    """A Hub dataset is neither in the local cache nor reachable on the Hub (offline machine or no network); a
+    ConnectionError (an OSError), which the console scripts report as one line."""
 
 
 def _load_spec(
@@ -355,11 +356,7 @@ def _load_user_dataset(
     """A dataset that is not registered, as it is; a Hub id that cannot be reached is one line, as for registered
     ones."""
     kind = user_dataset_kind(name, data_files, [*TRAIN_DATASETS, *TRAIN_MIXTURES])
-    if prompt_template != DEFAULT_PROMPT_TEMPLATE:
-        raise ValueError(
-            f"prompt_template={prompt_template!r} applies to the registered datasets; {name!r} is used as it is, "
-            "with its own 'prompt' column. Leave prompt_template at its default."
-        )
+    check_prompt_template_unset(name, prompt_template)
     try:
         return load_user_dataset(name, kind, config, split, data_files)
     except ConnectionError as error:

@@ -18,6 +18,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from ..registry import closest_name
 from .local_files import check_data_files
+from .prompts import DEFAULT_PROMPT_TEMPLATE
 
 # Formats read from local files by `datasets`' packaged builders, named as TRL's `--dataset_name json` does.
 FILE_FORMATS = ("json", "csv", "parquet")
@@ -55,6 +56,15 @@ def user_dataset_kind(name: str, data_files: str | Sequence[str] | None, registe
         raise ValueError(f"dataset_name={name!r} is neither a Hub id (namespace/name), a local directory, a registered "
                          f"dataset nor one of {list(FILE_FORMATS)}.") from None
     return HUB
+
+
+def check_prompt_template_unset(name: str, prompt_template: str) -> None:
+    """A prompt template applies to registered datasets only: one used as it is keeps its own prompts."""
+    if prompt_template != DEFAULT_PROMPT_TEMPLATE:
+        raise ValueError(
+            f"prompt_template={prompt_template!r} applies to the registered datasets; {name!r} is used as it is, "
+            "with its own 'prompt' column. Leave prompt_template at its default."
+        )
 
 
 def _reads_as_path(name: str) -> bool:

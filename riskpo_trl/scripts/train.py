@@ -131,7 +131,10 @@ class RiskPOScriptArguments:
             from ..data.local_files import check_data_files
 
             check_data_files(self.dataset_files)  # before a model is built or loaded
-        self.dataset_kind  # raises on a name that is neither registered nor a dataset we could read
+        if self.dataset_kind != "registered":
+            from ..data.user_datasets import check_prompt_template_unset
+
+            check_prompt_template_unset(self.dataset_name, self.prompt_template)
         if self.eval_benchmark is not None and self.eval_benchmark not in BENCHMARKS:
             raise ValueError(
                 f"eval_benchmark={self.eval_benchmark!r} is unknown{closest_name(self.eval_benchmark, BENCHMARKS)}; "

@@ -301,6 +301,29 @@ def check_hub_push(token: str | None) -> None:
         )
 
 
+def check_model_available(name: str, what: str = "model") -> None:
+    """`check_model_path`, and when the Hub cannot be reached (or ``HF_HUB_OFFLINE`` is set): a ``name`` that is no
+    local directory and not in the local Hub cache is refused at once, as missing, rather than after the Hub's
+    retries."""
+    check_model_path(name, what)
+    if os.path.exists(name):
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    from ..hub_access import hub_unreachable
+
+    reason = hub_unreachable()
+    if reason is None:
+        return
+    if any(isinstance(try_to_load_from_cache(name, file), str) for file in ("config.json", "adapter_config.json")):
+        return
+    raise FileNotFoundError(
+        f"{what} {name!r}: no such local directory, and not in the local Hub cache; the Hugging Face Hub cannot be "
+        f"reached to look it up as a Hub id ({reason}). Give an existing directory, or download the model where the "
+        "Hub is reachable."
+    )
+
+
 # --- all of them, once
 
 
