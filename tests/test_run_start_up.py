@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -21,20 +20,11 @@ from riskpo_trl.scripts import eval as eval_script
 from riskpo_trl.scripts import train
 from riskpo_trl.trainer.checkpoints import RISK_STATE_FILE, check_resume_settings
 
+from test_start_up_errors import run_cli  # the single 'error:' line, exit code 2, no traceback
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
 TINY_DATA = ROOT / "examples/data/tiny_arithmetic.jsonl"
-
-
-def error_line(cli, argv, capsys) -> str:
-    """The single 'error:' line of a console script that stops with exit code 2 and no traceback."""
-    with pytest.raises(SystemExit) as exit:
-        cli(argv)
-    assert exit.value.code == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    [line] = [line for line in err.splitlines() if "error:" in line]
-    return line
 
 
 def tiny_argv(tmp_path: Path, model_dir: str, *overrides: str) -> list[str]:
@@ -115,7 +105,7 @@ def endpoint(hub):
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 def test_use_vllm_without_vllm_is_one_line_before_the_model_loads(tmp_path, capsys, no_model_load):
-    line = error_line(train.cli, tiny_argv(tmp_path, str(tmp_path / "tiny"), "--use_vllm", "true"), capsys)
+    line = run_cli(train.cli, tiny_argv(tmp_path, str(tmp_path / "tiny"), "--use_vllm", "true"), capsys)
     assert line == ("riskpo-train: error: use_vllm is true but vLLM is not installed: pip install 'riskpo-trl[vllm]' "
                     "(the tested vLLM range), or set use_vllm false to generate with transformers.")
     assert not (tmp_path / "tiny").exists()
@@ -125,21 +115,21 @@ def test_use_vllm_without_vllm_is_one_line_before_the_model_loads(tmp_path, caps
 def test_a_report_to_logger_not_installed_is_one_line(tmp_path, capsys, no_model_load, logger):
     if importlib.util.find_spec(logger) is not None:
         pytest.skip(f"{logger} is installed here")
-    line = error_line(train.cli, tiny_argv(tmp_path, str(tmp_path / "tiny"), "--report_to", logger), capsys)
+    line = run_cli(train.cli, tiny_argv(tmp_path, str(tmp_path / "tiny"), "--report_to", logger), capsys)
     assert line.startswith(f"riskpo-train: error: report_to includes '{logger}', which is not installed: pip install "
                            f"{logger}, or leave it out of report_to")
 
 
 def test_push_to_hub_offline_is_one_line_before_training(tmp_path, capsys, no_model_load, hub):
     hub.setattr(constants, "HF_HUB_OFFLINE", True)
-    line = error_line(train.cli, tiny_argv(tmp_path, str(tmp_path / "tiny"), "--push_to_hub", "true"), capsys)
+    line = run_cli(train.cli, tiny_argv(tmp_path, str(tmp_path / "tiny"), "--push_to_hub", "true"), capsys)
     assert line.startswith("riskpo-train: error: push_to_hub is true but the Hugging Face Hub cannot be reached "
                            "(HF_HUB_OFFLINE is set)")
 
 
 def test_push_to_hub_with_the_hub_unreachable_or_no_token_is_one_line(tmp_path, capsys, no_model_load, endpoint, hub):
     unreachable = endpoint(answer=False)
-    line = error_line(train.cli, tiny_argv(tmp_path, str(tmp_path / "tiny"), "--push_to_hub", "true"), capsys)
+    line = run_cli(train.cli, tiny_argv(tmp_path, str(tmp_path / "tiny"), "--push_to_hub", "true"), capsys)
     assert f"push_to_hub is true but the Hugging Face Hub cannot be reached ({unreachable.url} did not answer" in line
     hub_access.hub_unreachable.cache_clear()
     endpoint(answer=True)
@@ -147,7 +137,7 @@ def test_push_to_hub_with_the_hub_unreachable_or_no_token_is_one_line(tmp_path, 
     hub.delenv("HF_TOKEN", raising=False)
     hub.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token"))
     hub.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "hf-home" / "stored_tokens"))
-    line = error_line(train.cli, tiny_argv(tmp_path, str(tmp_path / "tiny"), "--push_to_hub", "true"), capsys)
+    line = run_cli(train.cli, tiny_argv(tmp_path, str(tmp_path / "tiny"), "--push_to_hub", "true"), capsys)
     assert "push_to_hub is true but no Hugging Face token is found: run `hf auth login`" in line
 
 
@@ -158,7 +148,7 @@ def test_eval_asks_the_hub_once_then_fails_at_once_on_a_benchmark_not_cached(tmp
                                                                             tiny_model_dir):
     hub.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
     server = endpoint(answer=False)
-    line = error_line(eval_script.cli, ["--model", tiny_model_dir, "--benchmarks", "math500", "--output_dir",
+    line = run_cli(eval_script.cli, ["--model", tiny_model_dir, "--benchmarks", "math500", "--output_dir",
                                         str(tmp_path / "eval")], capsys)
     assert "'math500' (HuggingFaceH4/MATH-500 on the Hugging Face Hub) is not available offline" in line
     assert server.connections == 1  # the probe; the libraries then ran offline, without retrying
@@ -170,7 +160,7 @@ def test_eval_honours_hf_hub_offline_without_a_request(tmp_path, capsys, endpoin
     server = endpoint(answer=True)
     hub.setattr(constants, "HF_HUB_OFFLINE", True)
     hub.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    line = error_line(eval_script.cli, ["--model", tiny_model_dir, "--benchmarks", "math500", "--output_dir",
+    line = run_cli(eval_script.cli, ["--model", tiny_model_dir, "--benchmarks", "math500", "--output_dir",
                                         str(tmp_path / "eval")], capsys)
     assert "is not available offline" in line and server.connections == 0
 
@@ -180,7 +170,7 @@ def test_eval_names_a_model_that_exists_nowhere_locally_as_missing(tmp_path, cap
     hub.chdir(tmp_path)  # no outputs/ here: the name reads as a Hub id as much as a path
     hub.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
     endpoint(answer=False)
-    line = error_line(eval_script.cli, ["--model", model, "--benchmarks", "math500"], capsys)
+    line = run_cli(eval_script.cli, ["--model", model, "--benchmarks", "math500"], capsys)
     assert line.startswith(f"riskpo-eval: error: model {model!r}: no such local directory, and not in the local Hub "
                            "cache; the Hugging Face Hub cannot be reached")
 
@@ -207,7 +197,7 @@ def test_resuming_with_changed_risk_settings_is_one_line_before_the_model_loads(
                                                                                  capsys, no_model_load, flag, value,
                                                                                  was):
     argv = tiny_argv(one_step_checkpoint, tiny_model_dir, "--max_steps", "2", f"--{flag}", value)
-    line = error_line(train.cli, argv, capsys)
+    line = run_cli(train.cli, argv, capsys)
     assert line.startswith(f"riskpo-train: error: {one_step_checkpoint / 'run' / 'checkpoint-1'} was trained with "
                            f"{flag}={was}; this run sets {flag}=")
 
@@ -240,7 +230,7 @@ def test_a_recipe_input_found_nowhere_is_one_line(tmp_path, capsys, monkeypatch)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
-    line = error_line(train.cli, ["--config", str(recipe)], capsys)
+    line = run_cli(train.cli, ["--config", str(recipe)], capsys)
     assert line == (f"riskpo-train: error: {recipe}: dataset_files: data/missing.jsonl: no such file here "
                     f"({tmp_path / 'elsewhere'}) or in the recipe's repository ({tmp_path}).")
     assert not (tmp_path / "elsewhere" / "outputs").exists()  # nothing was built
@@ -248,9 +238,9 @@ def test_a_recipe_input_found_nowhere_is_one_line(tmp_path, capsys, monkeypatch)
 
 def test_a_missing_recipe_names_the_closest_one(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    line = error_line(train.cli, ["--config", "recipes/tiny/riskpo/config_tiny_arithmetc.yaml"], capsys)
+    line = run_cli(train.cli, ["--config", "recipes/tiny/riskpo/config_tiny_arithmetc.yaml"], capsys)
     assert line == ("riskpo-train: error: Recipe recipes/tiny/riskpo/config_tiny_arithmetc.yaml: no such file (did you "
                     "mean recipes/tiny/riskpo/config_tiny_arithmetic.yaml?).")
     monkeypatch.chdir(tmp_path)  # elsewhere: the checkout's recipes, by their full path
-    line = error_line(train.cli, ["--config", "recipes/tiny/grpo/config_tiny_arithmetc.yaml"], capsys)
+    line = run_cli(train.cli, ["--config", "recipes/tiny/grpo/config_tiny_arithmetc.yaml"], capsys)
     assert line.endswith(f"(did you mean {ROOT / 'recipes/tiny/grpo/config_tiny_arithmetic.yaml'}?).")

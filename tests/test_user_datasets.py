@@ -16,6 +16,8 @@ from datasets import Dataset, DatasetDict
 from riskpo_trl.data import load_train_dataset
 from riskpo_trl.scripts import train
 
+from test_start_up_errors import run_cli  # the single 'error:' line, exit code 2, no traceback
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
 
@@ -147,14 +149,8 @@ def test_a_hub_id_missing_offline_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 def run_cli_error(options: list[str], tmp_path: Path, capsys, model_dir: str) -> str:
-    with pytest.raises(SystemExit) as exit:
-        train.cli(["--config", str(recipe_without_data(tmp_path)), "--output_dir", str(tmp_path / "run"),
-                   "--model_name_or_path", model_dir, *options])
-    assert exit.value.code == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    [line] = [line for line in err.splitlines() if "error:" in line]
-    return line
+    return run_cli(train.cli, ["--config", str(recipe_without_data(tmp_path)), "--output_dir", str(tmp_path / "run"),
+                               "--model_name_or_path", model_dir, *options], capsys)
 
 
 def test_rows_without_a_prompt_or_a_rewards_column_are_one_line(tmp_path, tiny_model_dir, capsys):
