@@ -44,10 +44,19 @@ def test_recipe_parses_and_sets_vllm_mode(path):
     assert "vllm_mode" in raw, "every recipe sets vllm_mode explicitly"
     if raw.get("use_vllm"):
         assert raw["vllm_mode"] == "server"
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         # e.g. checkpoints that would fall inside a generation batch and not resume exactly
         warnings.filterwarnings("error", message="Checkpoints every", category=UserWarning)
         script_args, training_args, model_args = parse(path)
+    token_mean = [str(w.message) for w in caught if str(w.message).startswith("An optimizer step holds")]
+    if recipe_id(path) == "DeepSeek-R1-Distill-Qwen-1.5B/riskpo_authors/config_dapo_math.yaml":
+        # Written for 8 processes (1,280 sequences a step, twenty 64-sequence groups); here, on one, it says so.
+        [message] = token_mean
+        assert message.startswith("An optimizer step holds 160 sequences (per_device_train_batch_size=8 x 1 processes")
+        assert "on 1 process(es), gradient_accumulation_steps a multiple of 8" in message
+    else:
+        assert token_mean == []
     # Each recipe is parsed into its own trainer's config class, not a RiskPOConfig copied into another one.
     config_class, _ = get_trainer_classes(script_args.trainer)
     assert type(training_args) is config_class

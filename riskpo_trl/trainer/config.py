@@ -397,7 +397,10 @@ class RiskPOConfig(GRPOConfig):
                 f"An optimizer step holds {per_step} sequences (per_device_train_batch_size={per_device} x "
                 f"{self.world_size} processes x gradient_accumulation_steps={self.gradient_accumulation_steps}), "
                 f"not a whole number of loss_token_mean_sequences={size} groups: its last group holds "
-                f"{per_step % size} and weighs as much as a full one. Make the step a multiple of {size}.",
+                f"{per_step % size} and weighs as much as a full one. Make the step a multiple of {size}: on "
+                f"{self.world_size} process(es), gradient_accumulation_steps a multiple of "
+                f"{size // math.gcd(size, per_device * self.world_size)} (a recipe written for more processes warns "
+                "when run on fewer).",
                 stacklevel=_caller_stacklevel(),
             )
         if self.steps_per_generation % self.gradient_accumulation_steps != 0:
