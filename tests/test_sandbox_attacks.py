@@ -965,6 +965,18 @@ def test_dataset_check_code_is_folded_within_bounds(check):
     assert _judged_in_a_fresh_trainer(["def f(x):\n    return 0"], [spec]) == [None]
 
 
+RED_TEAM_CELL = "for i in range(600):\n    for j in range(600):\n        pass\nassert f(1) == 2\n"
+
+
+def test_nested_literal_loops_in_a_dataset_cell_are_refused_once_by_four_workers_within_bounds():
+    """A cell whose loops unroll to 720,600 statements held the trainer for 109 s and 1.97 GB, once per worker that
+    scored it; now it is refused before it is built, once, while a neighbouring honest problem scores 1.0."""
+    hostile = json.dumps({"style": "assert", "inputs": [RED_TEAM_CELL], "outputs": [""]})
+    honest = TestSpec("assert", ["for x, want in [(1, 2), (3, 6)]:\n    assert f(x) == want"], [""]).to_json()
+    program = "def f(x):\n    return 2 * x"
+    assert _judged_in_a_fresh_trainer([program] * 5, [hostile] * 4 + [honest]) == [None] * 4 + [1.0]
+
+
 def test_values_over_4300_digits_pass():
     cases = [
         ("def f(x):\n    return 10 ** 5000", TestSpec("functional", ["1"], ["1" + "0" * 5000], fn_name="f")),

@@ -15,6 +15,7 @@ from .assertions import UndecidableTestError
 from .executor import Executor, SandboxExecutor
 from .judge import JudgeLimits
 from .sandbox import Sandbox, SandboxLimits, SandboxUnavailableError
+from .single_flight import single_flight_cache
 from .testspec import TestSpec
 
 logger = logging.getLogger(__name__)
@@ -47,10 +48,10 @@ def parse_tests(tests) -> TestSpec | None:
     return None
 
 
-@functools.lru_cache(maxsize=64)  # a batch has a few dozen prompts; a cell can be megabytes (LiveCodeBench)
+@single_flight_cache(maxsize=64)  # a batch has a few dozen prompts; a cell can be megabytes (LiveCodeBench)
 def _parse_json_tests(tests: str) -> TestSpec | None:
     """`parse_tests` of a JSON cell, remembered: every completion of a prompt carries the same cell, and a refusal
-    (which may have spent the folding budget) is not recomputed for each."""
+    (which may have spent the folding budget) is not recomputed for each, nor computed by each worker at once."""
     try:
         return TestSpec.from_json(tests)
     except UndecidableTestError as exc:
