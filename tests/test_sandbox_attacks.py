@@ -900,6 +900,12 @@ FRESH_TRAINER = textwrap.dedent("""
         options["judge_limits"] = JudgeLimits(**job["judge"])
     reward = CodeReward(sandbox=sandbox, **options)
     sandbox.check()
+
+    def peak_mb():  # this process's own high-water mark: ru_maxrss carries the parent's over from before exec
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
+
+    peak_before = peak_mb()
     before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.monotonic()
     completions = [[{"role": "assistant", "content": f"```python\\n{p}\\n```"}] for p in job["programs"]]
@@ -908,7 +914,7 @@ FRESH_TRAINER = textwrap.dedent("""
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     print(json.dumps({"scores": scores, "elapsed": elapsed, "cpu": cpu,
-                      "peak_growth_mb": (after.ru_maxrss - before.ru_maxrss) / 1024}))
+                      "peak_growth_mb": peak_mb() - peak_before}))
     """)
 JUDGE = {"timeout_s": 4.0, "cpu_time_s": 3, "memory_mb": 1024}
 BOUND_S = LIMITS.total_timeout_s + JUDGE["timeout_s"] + 5  # the run, the judge, and a generous constant
