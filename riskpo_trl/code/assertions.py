@@ -22,7 +22,7 @@ must be reached exactly once, so a program cannot pass by skipping the check.
 A program that forges its report can then only claim leaf values, which is what returning them would have done. That
 holds when, in every comparison, one side is known here, or every leaf of both sides derives from the program; and for
 a bare truth test (``assert f(x)``) when its leaves derive from the program. Check code that cannot be judged that
-way raises `UndecidableTestError`, and the dataset adapters drop and count such rows (docs/code_and_multimodal.md):
+way raises `UndecidableTestError`, and the dataset adapters drop and count such rows (docs/code_sandbox.md):
 an expected value or tolerance computed in the sandbox (``assert f(x) == brute(x)``, ``assert helper(f(x), 2.5)``);
 assertions inside loops over computed values or ``if`` on the program's values, or in functions not called at the
 top level; checks that fail other than by such an assertion (``raise``, unittest's ``assertEqual``, ``try``,
