@@ -31,11 +31,14 @@ MIB = 2**20
 LIMIT_BYTES = 64 * MIB  # what one call to the device machine carries, working tree and carried folders together
 PYTHON_VERSION = "3.12"  # the GPU image's python3 (3.12.3)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
-MARKER_ENVIRONMENT = {
-    "python_version": PYTHON_VERSION, "python_full_version": f"{PYTHON_VERSION}.3", "sys_platform": "linux",
-    "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix", "implementation_name": "cpython",
-    "platform_python_implementation": "CPython",
-}
+
+
+def marker_environment(python_version: str) -> dict[str, str]:
+    return {
+        "python_version": python_version, "python_full_version": f"{python_version}.0", "sys_platform": "linux",
+        "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix", "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+    }
 # What the GPU machine lacks, at the releases this package is tested with; datasets 4.7.0 is the lowest the pins allow
 # and the fallback where the image's pyarrow is older than datasets 5.2.0 needs (>= 24).
 ROOTS = ("trl==1.16.0", "datasets==5.2.0", "datasets==4.7.0", "math-verify==0.9.0")
@@ -67,7 +70,9 @@ def canonical(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
-def wheel_requirements(wheel: Path, extras: frozenset[str] = frozenset()) -> list[str]:
+def wheel_requirements(
+    wheel: Path, extras: frozenset[str] = frozenset(), python_version: str = PYTHON_VERSION
+) -> list[str]:
     """The Requires-Dist lines of ``wheel`` that apply on the GPU machine's Python (with ``extras`` asked for)."""
     from packaging.requirements import Requirement
 
@@ -78,7 +83,8 @@ def wheel_requirements(wheel: Path, extras: frozenset[str] = frozenset()) -> lis
     for line in metadata.get_all("Requires-Dist") or []:
         requirement = Requirement(line)
         if requirement.marker is None or any(
-            requirement.marker.evaluate({**MARKER_ENVIRONMENT, "extra": extra}) for extra in ("", *extras)
+            requirement.marker.evaluate({**marker_environment(python_version), "extra": extra})
+            for extra in ("", *extras)
         ):
             needed.append(line.split(";")[0].strip())
     return needed
@@ -106,12 +112,12 @@ def check_size(folder: Path, tree_bytes: int) -> int:
     return size
 
 
-def pip_download(requirement: str, out: Path) -> Path:
+def pip_download(requirement: str, out: Path, python_version: str = PYTHON_VERSION) -> Path:
     """Download one wheel for the GPU machine's Python, without dependencies; returns its path."""
     before = set(out.iterdir())
     command = [
         sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version",
-        PYTHON_VERSION, "--implementation", "cp", "--abi", f"cp{PYTHON_VERSION.replace('.', '')}", "-d", str(out),
+        python_version, "--implementation", "cp", "--abi", f"cp{python_version.replace('.', '')}", "-d", str(out),
         *(f"--platform={platform}" for platform in PLATFORMS), requirement,
     ]
     subprocess.run(command, check=True)
@@ -130,15 +136,16 @@ def pip_download(requirement: str, out: Path) -> Path:
     return max(fitting, key=lambda path: Version(path.name.split("-")[1]))
 
 
-def build(out: Path) -> dict:
-    """Fill ``out`` with the wheels; returns what was carried, what is left to the image, and the sizes."""
+def build(out: Path, python_version: str = PYTHON_VERSION) -> dict:
+    """Fill ``out`` with the wheels for ``python_version`` (the GPU image's by default; another one to rehearse the
+    install elsewhere); returns what was carried, what is left to the image, and the sizes."""
     from packaging.requirements import Requirement
 
     out.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(ROOT)],
                    check=True)
     own = next(out.glob("riskpo_trl-*.whl"))
-    queue = list(ROOTS) + wheel_requirements(own)
+    queue = list(ROOTS) + wheel_requirements(own, python_version=python_version)
     seen: set[str] = set()
     carried, left_to_image, fallbacks = [own.name], set(), []
     while queue:
@@ -152,15 +159,15 @@ def build(out: Path) -> dict:
             left_to_image.add(name)
             if not requirement.specifier or name in {"torch", "transformers", "accelerate", "peft"}:
                 continue
-            wheel = pip_download(line, out)
+            wheel = pip_download(line, out, python_version)
             if not wheel.name.endswith("-none-any.whl") or wheel.stat().st_size > FALLBACK_MAX_BYTES:
                 wheel.unlink()  # compiled or large: the image's release has to do
                 continue
             fallbacks.append(wheel.name)
         else:
-            wheel = pip_download(line, out)
+            wheel = pip_download(line, out, python_version)
             carried.append(wheel.name)
-        queue += wheel_requirements(wheel, frozenset(requirement.extras))
+        queue += wheel_requirements(wheel, frozenset(requirement.extras), python_version)
     tree = travelling_bytes()
     size = check_size(out, tree)
     return {
@@ -182,12 +189,14 @@ def main(argv: list[str] | None = None) -> dict | int:
     commands = parser.add_subparsers(dest="command", required=True)
     build_parser = commands.add_parser("build", help="download and build the wheels here (needs PyPI)")
     build_parser.add_argument("--out", type=Path, default=ROOT / ".whl", help="the wheel folder (default: .whl)")
+    build_parser.add_argument("--python-version", default=PYTHON_VERSION,
+                              help=f"the Python the wheels are for (default {PYTHON_VERSION}, the GPU image's)")
     install_parser = commands.add_parser("install", help="install from the folder, without a network")
     install_parser.add_argument("--wheels", type=Path, default=ROOT / ".whl")
     args = parser.parse_args(argv)
     if args.command == "install":
         return install(args.wheels)
-    summary = build(args.out)
+    summary = build(args.out, args.python_version)
     print(json.dumps(summary, indent=2))
     print(f"[gpu_wheels] {len(summary['carried'])} wheels and {len(summary['fallbacks'])} fallbacks, "
           f"{summary['size_mib']} MiB, beside a {summary['tree_mib']} MiB working tree (limit 64 MiB together).")
