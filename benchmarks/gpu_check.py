@@ -104,13 +104,14 @@ def environment_report(device: str) -> dict[str, Any]:
         properties = torch.cuda.get_device_properties(0)
         report["gpu"] = {
             "name": properties.name, "capability": f"{properties.major}.{properties.minor}",
-            "memory_gib": round(properties.total_memory / 2**30, 1), "multiprocessors": properties.multi_processor_count,
+            "memory_gib": round(properties.total_memory / 2**30, 1),
+            "multiprocessors": properties.multi_processor_count,
             "driver": gpu_driver(), "bf16": torch.cuda.is_bf16_supported(),
         }
     report["pins"] = pin_verdicts()
     problems = compat.version_problems()
     report["tested_range"] = {
-        package: tested_position(compat.installed_version(package), *compat.TESTED[package]) for package in compat.TESTED
+        package: tested_position(compat.installed_version(package), *ends) for package, ends in compat.TESTED.items()
     }
     if problems:
         os.environ[compat.ALLOW_UNTESTED_ENV] = "1"
@@ -436,7 +437,7 @@ def run_performance(device: str, dry_run: bool, workdir: Path, deadline: float) 
         slowest_run = max(slowest_run, *summary["run_seconds"])
         results[label] = {"model": name, "gradient_checkpointing": checkpointing, "sizes": sizes[name],
                           "settings": payload["settings"], "summary": summary,
-                          "runs": [{k: v for k, v in run.items() if k != "step_cpu_times_s"} for run in payload["runs"]]}
+                          "runs": payload["runs"]}
         if summary["pairs_done"] < 5:
             notes.append(f"{label}: only {summary['pairs_done']} pair(s) fitted the time budget")
         if device == "cuda":
@@ -475,7 +476,8 @@ def markdown_report(report: dict[str, Any]) -> str:
     for part, describe in (("risk_math", describe_risk_math), ("training", describe_training),
                            ("loss", describe_loss)):
         result = report["parts"].get(part, {})
-        lines.append(f"| {part.replace('_', ' ')} | {verdict(result)} | {describe(result) if 'ok' in result else ''} |")
+        details = describe(result) if "ok" in result else ""
+        lines.append(f"| {part.replace('_', ' ')} | {verdict(result)} | {details} |")
     performance = report["parts"].get("performance", {})
     if performance.get("results"):
         lines += [
@@ -524,9 +526,10 @@ def describe_risk_math(r: dict[str, Any]) -> str:
 
 
 def describe_training(r: dict[str, Any]) -> str:
+    differing = r["resumed_steps_differing"]
     return (f"tiny model on {r['device']}, {r['mixed_precision']} mixed precision ({r['model_dtype']} weights); "
-            f"resumed steps 3-4 {'identical' if not r['resumed_steps_differing'] else 'differ: ' + ', '.join(r['resumed_steps_differing'])}"
-            f"; largest weight difference after step 4: {r['largest_weight_difference_after_step_4']:.2g}")
+            f"resumed steps 3-4 {'differ: ' + ', '.join(differing) if differing else 'identical'}; largest weight "
+            f"difference after step 4: {r['largest_weight_difference_after_step_4']:.2g}")
 
 
 def describe_loss(r: dict[str, Any]) -> str:

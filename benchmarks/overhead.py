@@ -215,7 +215,9 @@ def run_in_process(args: argparse.Namespace, trainer: str, model: str, output_di
     gc.collect()
     if args.device.startswith("cuda"):
         torch.cuda.empty_cache()
-    worker_args = parse_args(["--worker", trainer, "--model", model, "--output-dir", output_dir, *forwarded_flags(args)])
+    worker_args = parse_args(
+        ["--worker", trainer, "--model", model, "--output-dir", output_dir, *forwarded_flags(args)]
+    )
     worker_args.allocated_at_start = torch.cuda.memory_allocated() if args.device.startswith("cuda") else 0
     with contextlib.nullcontext() if args.verbose else contextlib.redirect_stdout(io.StringIO()):  # its log lines
         result = run_worker(worker_args)
@@ -230,7 +232,8 @@ def run_in_subprocess(args: argparse.Namespace, trainer: str, model: str, output
         "--output-dir", output_dir, *forwarded_flags(args),
     ]
     subprocess.run(
-        cmd, check=True, cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.DEVNULL if not args.verbose else None
+        cmd, check=True, cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.DEVNULL if not args.verbose else None,
     )
     return json.loads(Path(out_json).read_text())
 
@@ -251,7 +254,8 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
         for index, trainer in enumerate(abba_order(args.pairs)):
             if index % 2 == 0 and run_seconds and args.deadline is not None:
                 if time.time() + 2 * max(run_seconds) > args.deadline:
-                    stopped = f"stopped after {index // 2} of {args.pairs} pairs: the next pair would pass the deadline"
+                    stopped = (f"stopped after {index // 2} of {args.pairs} pairs: the next pair would pass the "
+                               "deadline")
                     print(f"[overhead] {stopped}", flush=True)
                     break
             started = time.time()
