@@ -36,6 +36,8 @@ def test_recipes_cover_both_settings_all_methods_and_ablations():
             assert f"{model}/{method}/config_{task}.yaml" in names
     for ablation in ["risk_seeking", "bundle_size", "alpha_beta", "omega"]:
         assert f"Qwen2.5-Math-1.5B-Instruct/riskpo/config_math_gsm8k_{ablation}.yaml" in names
+    assert {"DeepSeek-R1-Distill-Qwen-1.5B/riskpo_loo/config_dapo_math.yaml",
+            "Qwen2.5-Math-1.5B-Instruct/riskpo_loo/config_math_gsm8k.yaml"} <= names
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=recipe_id)
@@ -69,6 +71,30 @@ def test_paper_recipes_use_the_papers_hyperparameters(path):
     assert completions_per_generation // completions_per_step == 4
     # Baselines keep RiskPO's batch (a multiple of its bundle size B=5), so every method sees the same prompts.
     assert (completions_per_generation // args.num_generations) % getattr(args, "bundle_size", 5) == 0
+
+
+RISKPO_RECIPES = [p for p in RECIPES if "tiny" not in p.parts and yaml.safe_load(p.read_text())["trainer"] == "riskpo"]
+
+
+@pytest.mark.parametrize("path", RISKPO_RECIPES, ids=recipe_id)
+def test_riskpo_recipes_state_their_baseline(path):
+    """The paper's and the authors' recipes say they use no baseline, whatever the default; only riskpo_loo/ uses one,
+    with every other setting of its paper recipe."""
+    raw = yaml.safe_load(path.read_text())
+    _, args, _ = parse(path)
+    assert raw["advantage_baseline"] == args.advantage_baseline == ("loo" if "riskpo_loo" in path.parts else "none")
+    if "riskpo_loo" in path.parts:
+        paper = yaml.safe_load((path.parents[1] / "riskpo" / path.name).read_text())
+        differs = {key for key in {*raw, *paper} if raw.get(key) != paper.get(key)}
+        assert differs == {"advantage_baseline", "output_dir"}
+
+
+def test_command_line_sets_the_baseline():
+    path = ROOT / "recipes/Qwen2.5-Math-1.5B-Instruct/riskpo/config_math_gsm8k.yaml"
+    assert parse(path, "--advantage_baseline", "loo")[1].advantage_baseline == "loo"
+    with pytest.raises(ValueError, match="advantage_baseline='loo' with advantage_scaling='authors_code'"):
+        parse(ROOT / "recipes/Qwen2.5-1.5B-Instruct/riskpo_authors/config_math_gsm8k.yaml", "--advantage_baseline",
+              "loo")
 
 
 def test_command_line_overrides_recipe():

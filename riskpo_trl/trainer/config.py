@@ -26,9 +26,11 @@ from trl import GRPOConfig  # noqa: E402
 
 from ..registry import closest_name  # noqa: E402
 from ..risk import (  # noqa: E402
-    ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, QUANTILE_SOURCES, RISK_PROFILES, scaled_advantage,
+    ADVANTAGE_BASELINES, ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, QUANTILE_SOURCES, RISK_PROFILES,
+    scaled_advantage,
 )
 from ..risk.advantages import levels_in_order  # noqa: E402
+from ..risk.baselines import check_baseline_pair  # noqa: E402
 
 # The paper updates 4 times per generation batch (batch 512 prompts, mini-batches of 128).
 UPDATES_PER_GENERATION = 4
@@ -56,14 +58,17 @@ class RiskPOConfig(GRPOConfig):
         `False`), so the default config also runs on a CPU-only machine.
 
     Parameters of the risk measure:
-        risk_alpha (`float`, defaults to `0.2`), risk_beta (`float`, defaults to `0.8`), risk_omega (`float`,
-        defaults to `0.5`), bundle_size (`int`, defaults to `5`), risk_profile (`str`, defaults to `"mvar"`),
-        quantile_source (`str`, defaults to `"tracked"`), advantage_scaling (`str`, defaults to `"none"`),
-        natural_baseline (`bool`, defaults to `True`), credit_assignment (`str`, defaults to `"uniform"`), bundling
-        (`str`, defaults to `"permutation"`), quantile_lr (`float`, defaults to `0.1`), quantile_lr_decay (`float`,
-        defaults to `0.0`), max_unscorable_batches (`int`, defaults to `3`), regime_guard_threshold (`float`, defaults to
-        `0.5`), regime_guard_patience (`int`, defaults to `0`: the guard is off): see each field's help. The non-default
-        advantage choices reproduce the authors' public code (see `docs/algorithm.md`).
+        risk_alpha (`float`, defaults to `0.2`), risk_beta (`float`, defaults to `0.8`), risk_omega (`float`, defaults
+        to `0.5`), bundle_size (`int`, defaults to `5`), risk_profile (`str`, defaults to `"mvar"`), quantile_source
+        (`str`, defaults to `"tracked"`), advantage_scaling (`str`, defaults to `"none"`), natural_baseline (`bool`,
+        defaults to `True`), credit_assignment (`str`, defaults to `"uniform"`), bundling (`str`, defaults to
+        `"permutation"`), advantage_baseline (`str`, defaults to `"none"`: the paper), quantile_lr (`float`, defaults
+        to `0.1`), quantile_lr_decay (`float`, defaults to `0.0`), max_unscorable_batches (`int`, defaults to `3`),
+        regime_guard_threshold (`float`, defaults to `0.5`), regime_guard_patience (`int`, defaults to `0`: the guard
+        is off): see each field's help. The non-default advantage choices reproduce the authors' public code (see
+        `docs/algorithm.md`), except advantage_baseline: `"loo"` subtracts from each completion's advantage the mean
+        advantage of its prompt's other completions, which makes the advantages two-signed; it keeps the expected
+        gradient at fixed quantiles because that mean does not depend on the completion itself.
         steps_per_generation (`int`, defaults to `4 x gradient_accumulation_steps` unless it or generation_batch_size
         is set): the paper's 4 optimizer updates per generation batch.
         loss_token_mean_sequences (`int`, defaults to `None`): with loss_type `"bnpo"`, the token mean over groups of
@@ -117,6 +122,14 @@ class RiskPOConfig(GRPOConfig):
         default="uniform",
         metadata={"help": "Credit assignment: how a bundle's advantage reaches its members: "
                   f"{CREDIT_ASSIGNMENTS.describe()}.", "choices": list(CREDIT_ASSIGNMENTS)},
+    )
+    advantage_baseline: str = field(
+        default="none",
+        metadata={"help": "Advantage baseline: what is subtracted from each completion's advantage after credit "
+                  f"assignment: {ADVANTAGE_BASELINES.describe()}. A baseline that does not depend on the completion "
+                  "itself leaves the expected policy gradient unchanged and only changes which completions are pushed "
+                  "up or down. Not with advantage_scaling='authors_code'.",
+                  "choices": list(ADVANTAGE_BASELINES)},
     )
     bundling: str = field(
         default="permutation",
@@ -258,6 +271,7 @@ class RiskPOConfig(GRPOConfig):
         ADVANTAGE_SCALINGS.check(self.advantage_scaling)
         CREDIT_ASSIGNMENTS.check(self.credit_assignment)
         BUNDLINGS.check(self.bundling)
+        ADVANTAGE_BASELINES.check(self.advantage_baseline)
         variant = scaled_advantage(self.advantage_scaling, self.risk_profile)
         if not variant.levels_ok(self.risk_alpha, self.risk_beta):
             raise ValueError(
@@ -301,6 +315,7 @@ class RiskPOConfig(GRPOConfig):
 
     def _refuse_unsourced_combinations(self) -> None:
         """Combinations neither the paper nor the authors' code uses, where the advantage's scale goes wrong."""
+        check_baseline_pair(self.advantage_baseline, self.advantage_scaling)
         if self.advantage_scaling == "authors_code" and self.quantile_source != "group":
             raise ValueError(
                 f"advantage_scaling='authors_code' with quantile_source={self.quantile_source!r}: that scaling "
