@@ -11,7 +11,15 @@ import pytest
 import torch
 
 from benchmarks import gpu_check, gpu_wheels, overhead
-from riskpo_trl.risk import BUNDLINGS, CREDIT_ASSIGNMENTS, QUANTILE_SOURCES, RISK_PROFILES, RiskEstimator
+from riskpo_trl.risk import (
+    ADVANTAGE_BASELINES,
+    ADVANTAGE_SCALINGS,
+    BUNDLINGS,
+    CREDIT_ASSIGNMENTS,
+    QUANTILE_SOURCES,
+    RISK_PROFILES,
+    RiskEstimator,
+)
 from riskpo_trl.tiny_model import build_char_tokenizer
 
 
@@ -36,7 +44,8 @@ def test_the_dry_run_runs_every_part_and_writes_dry_run_files(tmp_path):
 
 def test_the_risk_math_grid_covers_every_registry_the_estimator_takes():
     choices, grid = gpu_check.estimator_grid()
-    for registry in (BUNDLINGS, RISK_PROFILES, QUANTILE_SOURCES, CREDIT_ASSIGNMENTS):
+    registries = (BUNDLINGS, RISK_PROFILES, ADVANTAGE_SCALINGS, QUANTILE_SOURCES, CREDIT_ASSIGNMENTS, ADVANTAGE_BASELINES)
+    for registry in registries:
         assert choices[registry.field] == list(registry)
     assert choices["natural_baseline"] == [True, False]
     assert len(grid) == len({tuple(c.items()) for c in grid}) == math.prod(len(v) for v in choices.values())
