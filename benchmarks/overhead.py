@@ -177,6 +177,7 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
         result["median_riskpo_added_cpu_s"] = statistics.median(a[1] for a in added)
     if on_gpu:
         result["peak_cuda_allocated_mib"] = (torch.cuda.max_memory_allocated() - allocated_at_start) / 2**20
+        result["cuda_allocated_before_run_mib"] = allocated_at_start / 2**20
     return result
 
 

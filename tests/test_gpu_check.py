@@ -25,7 +25,8 @@ from riskpo_trl.tiny_model import build_char_tokenizer
 
 @pytest.mark.slow
 def test_the_dry_run_runs_every_part_and_writes_dry_run_files(tmp_path):
-    report = gpu_check.main(["--dry-run", "--out", str(tmp_path)])
+    # A generous budget: on a loaded machine the default one would rightly skip parts; skipping has its own test.
+    report = gpu_check.main(["--dry-run", "--out", str(tmp_path), "--budget-s", "900"])
     assert {name: gpu_check.verdict(part) for name, part in report["parts"].items()} == dict.fromkeys(
         ("risk_math", "training", "loss", "performance"), "pass")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu_check_dry_run.json", "gpu_check_dry_run.md"]
