@@ -21,18 +21,19 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 
 
-def _closest(name: str, choices: list[str], aliases: Mapping[str, str]) -> str | None:
-    """``aliases[name]`` (another project's name for one of ``choices``), else the closest of ``choices``."""
-    if name in aliases:
+def closest(name: str, choices: Iterable[str], aliases: Mapping[str, str] | None = None) -> str | None:
+    """``aliases[name]`` (another project's name for one of ``choices``), else the closest of ``choices`` to a
+    misspelled ``name``, else None. The package's one spelling matcher: every "did you mean" comes from here."""
+    if aliases and name in aliases:
         return aliases[name]
-    match = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    match = difflib.get_close_matches(name, sorted(choices), n=1, cutoff=0.6)
     return match[0] if match else None
 
 
 def closest_name(name: str, choices: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
     """' (did you mean X?)' for the closest of ``choices`` to a misspelled ``name``, or '' when none is close.
     ``aliases`` maps names other projects use (TRL's ``accuracy_reward``) to ours, and wins over spelling."""
-    match = _closest(name, sorted(choices), aliases or {})
+    match = closest(name, choices, aliases)
     return f" (did you mean {match}?)" if match else ""
 
 
@@ -40,7 +41,7 @@ def closest_names(names: Iterable[str], choices: Iterable[str], aliases: Mapping
     """' (did you mean X for Y, ...?)' for each of ``names`` close to one of ``choices`` (or one of ``aliases``, as in
     :func:`closest_name`), or '' when none is."""
     choices = sorted(choices)
-    pairs = [(name, match) for name in names for match in [_closest(name, choices, aliases or {})] if match]
+    pairs = [(name, match) for name in names for match in [closest(name, choices, aliases)] if match]
     return " (did you mean " + ", ".join(f"{match} for {name}" for name, match in pairs) + "?)" if pairs else ""
 
 

@@ -184,3 +184,17 @@ def test_the_code_layer_and_its_judge_load_only_the_standard_library():
     from riskpo_trl.code import judge
 
     assert "sys.modules" not in judge._BOOT  # the judge imports the real package, faking nothing
+
+
+def test_one_did_you_mean_implementation():
+    """Every "did you mean" hint comes from ``riskpo_trl.registry.closest``: no other module (of the package, its
+    benchmarks or examples) imports difflib."""
+    root = PACKAGE_DIR.parent
+    importers = []
+    for path in [*PACKAGE_DIR.rglob("*.py"), *(root / "benchmarks").rglob("*.py"), *(root / "examples").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(name.split(".")[0] == "difflib" for name in names):
+                importers.append(str(path.relative_to(root)))
+    assert importers == ["riskpo_trl/registry.py"]

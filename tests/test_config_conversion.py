@@ -62,7 +62,7 @@ def test_a_chosen_generation_batch_carries_over(tmp_path):
 
 
 def test_unknown_risk_field_is_named_with_the_closest_field(tmp_path):
-    with pytest.raises(TypeError, match=r"'bundel_size' \(did you mean 'bundle_size'\?\)"):
+    with pytest.raises(TypeError, match=r"'bundel_size' \(did you mean bundle_size\?\)"):
         RiskPOConfig.from_grpo_config(grpo_config(tmp_path), bundel_size=4)
 
 

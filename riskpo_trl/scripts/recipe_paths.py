@@ -9,13 +9,13 @@ A recipe path that does not exist gets the closest recipe's path in its error.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..registry import closest
 from .recipe_values import command_line_fields
 
 # Fields whose relative paths name inputs; dataset_files must exist, the others may be a Hub id or a registered name.
@@ -48,8 +48,8 @@ def check_recipe_exists(recipe_path: str) -> None:
 
 def _closest(name: str, candidates: dict[str, str]) -> str | None:
     """The value of the key of ``candidates`` closest to ``name``, or None when none is close."""
-    match = difflib.get_close_matches(os.path.normpath(name), sorted(candidates), n=1, cutoff=0.6)
-    return candidates[match[0]] if match else None
+    match = closest(os.path.normpath(name), candidates)
+    return candidates[match] if match else None
 
 
 def _recipes_near(recipe_path: str) -> list[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import functools
 import math
 import os
@@ -552,10 +551,7 @@ def converted_config_kwargs(source: Any, target_class: type, overrides: dict[str
     target_fields = init_field_names(target_class)
     unknown = sorted(set(overrides) - target_fields)
     if unknown:
-        hints = []
-        for name in unknown:
-            close = difflib.get_close_matches(name, sorted(target_fields), n=1)
-            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        hints = [f"{name!r}{closest_name(name, target_fields)}" for name in unknown]
         raise TypeError(f"{target_class.__name__} has no field {', '.join(hints)}.")
 
     kwargs = {
