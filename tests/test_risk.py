@@ -355,6 +355,10 @@ def test_a_new_risk_profile_is_one_decorated_function(monkeypatch, tmp_path):
     assert metrics["risk/mean"] == pytest.approx(batch.bundle_scores.mean().item()) and "risk/mvar" not in metrics
     with pytest.raises(ValueError, match="risk_profile='meen' is unknown \\(did you mean mean\\?\\)"):
         RiskPOConfig(output_dir=str(tmp_path), risk_profile="meen", use_cpu=True)
+    from riskpo_trl.scripts import train  # the command line reads the registry when it parses: registered later, taken
+
+    _, parsed, _ = train.parse_args(["--risk_profile", "mean", "--output_dir", str(tmp_path), "--use_cpu", "true"])
+    assert parsed.risk_profile == "mean"
 
 
 def test_each_profile_logs_its_own_objective():

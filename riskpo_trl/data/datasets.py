@@ -32,7 +32,7 @@ from typing import Any
 import datasets
 from datasets import Dataset, Features, Value, concatenate_datasets
 
-from ..registry import closest_name
+from ..registry import Registry, closest_name
 from ..rewards.grading import last_boxed
 from .local_files import load_local_files
 from .prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
@@ -155,7 +155,15 @@ def _geometry3k(split: str, data_files: str | Sequence[str] | None) -> Dataset:
     return load_geometry3k(split, data_files=data_files)
 
 
-TRAIN_DATASETS: dict[str, DatasetSpec | LoaderSpec] = {
+def _registry(field: str, specs: dict[str, DatasetSpec | LoaderSpec]) -> Registry[DatasetSpec | LoaderSpec]:
+    """A registry of ``specs``, each helped by where it lives; more entries: ``registry.add(name, spec, help=...)``."""
+    registry: Registry[DatasetSpec | LoaderSpec] = Registry(field)
+    for name, spec in specs.items():
+        registry.add(name, spec, help=f"{spec.hub_id}, {spec.split} split")
+    return registry
+
+
+TRAIN_DATASETS = _registry("dataset_name", {
     # prompt: [{"role": "user", "content": <DAPO instruction + problem>}], reward_model: {"style", "ground_truth"},
     # plus data_source / ability / extra_info (verl format). Schema: the dataset card as quoted by
     # AISBench's dapo_math README, and loaders reading prompt[0]["content"] / reward_model["ground_truth"].
@@ -175,12 +183,13 @@ TRAIN_DATASETS: dict[str, DatasetSpec | LoaderSpec] = {
     "archer_code": LoaderSpec("wizardII/ArcherCodeR-Dataset", "train", _archer_code, kind="code"),
     # Multi-modal track: Geometry3K, rows prompt + images + solution (riskpo_trl.multimodal.geometry3k).
     "geometry3k": LoaderSpec("hiyouga/geometry3k", "train", _geometry3k, kind="geometry"),
-}
+})
 
 # The paper's second setting trains on MATH and GSM8K together.
-TRAIN_MIXTURES: dict[str, tuple[str, ...]] = {"math_gsm8k": ("math", "gsm8k")}
+TRAIN_MIXTURES: Registry[tuple[str, ...]] = Registry("dataset_name")
+TRAIN_MIXTURES.add("math_gsm8k", ("math", "gsm8k"), help="MATH and GSM8K together, the paper's easy-level setting")
 
-BENCHMARKS: dict[str, DatasetSpec | LoaderSpec] = {
+BENCHMARKS = _registry("benchmark", {
     # id / problem / solution / answer / url / year; one "train" split of 30 problems (loaders in rllm, nemo-rl).
     "aime24": DatasetSpec("HuggingFaceH4/aime_2024", "train", "problem", "answer"),
     # problem / answer (plus id); split "test" (loaders in lighteval custom tasks and several eval harnesses).
@@ -206,7 +215,7 @@ BENCHMARKS: dict[str, DatasetSpec | LoaderSpec] = {
     # be unpickled (the full release's compressed private tests need riskpo_trl.code.data.load_livecodebench).
     "livecodebench_v5": LoaderSpec("wizardII/ArcherCodeR-Dataset", "test", _archer_code, kind="code"),
     "geometry3k_test": LoaderSpec("hiyouga/geometry3k", "test", _geometry3k, kind="geometry"),
-}
+})
 
 # The paper's hard-level table, in its column order ("amc": the 83-problem set its appendix describes).
 HARD_MATH_BENCHMARKS = ("aime25", "aime24", "amc", "math500", "minerva", "olympiadbench")
@@ -310,7 +319,7 @@ def _load_spec(
 
 
 def _lookup(
-    registry: dict[str, DatasetSpec | LoaderSpec], name: str, kind: str, extra: Sequence[str] = ()
+    registry: Registry[DatasetSpec | LoaderSpec], name: str, kind: str, extra: Sequence[str] = ()
 ) -> DatasetSpec | LoaderSpec:
     if name not in registry:
         raise ValueError(f"Unknown {kind} {name!r}{closest_name(name, [*registry, *extra])}; choose one of "
@@ -340,7 +349,7 @@ def load_train_dataset(
         dataset = _load_user_dataset(name, config, split, data_files, prompt_template)
     elif name in TRAIN_MIXTURES:
         if data_files is not None:
-            raise ValueError(f"{name!r} mixes several Hub datasets; data_files only works with one of {TRAIN_DATASETS}.")
+            raise ValueError(f"{name!r} mixes several Hub datasets; data_files only works with one of {list(TRAIN_DATASETS)}.")
         parts = [load_train_dataset(part, split, prompt_template=prompt_template) for part in TRAIN_MIXTURES[name]]
         dataset = concatenate_datasets(parts).shuffle(seed=seed).flatten_indices()
     else:

@@ -28,7 +28,7 @@ from .baselines import ADVANTAGE_BASELINES, leave_one_out_baseline, no_baseline
 from .batch import RiskPOBatch, riskpo_advantages
 from .bundling import BUNDLINGS, permutation_bundles, positional_bundles
 from .credit import CREDIT_ASSIGNMENTS, score_credit, std_credit, sum_mean_credit, uniform_credit
-from .estimator import QUANTILE_SOURCES, RiskEstimator
+from .estimator import RiskEstimator
 from .metrics import (
     frac_prompts_all_failed,
     mvar_objective,
@@ -37,7 +37,7 @@ from .metrics import (
     rvar_objective,
 )
 from .quantile_tracker import QuantileTracker
-from .quantiles import empirical_quantiles, group_quantiles
+from .quantiles import QUANTILE_SOURCES, empirical_quantiles, group_quantiles
 
 __all__ = [
     "ADVANTAGE_BASELINES", "ADVANTAGE_SCALINGS", "BUNDLINGS", "CREDIT_ASSIGNMENTS", "QUANTILE_SOURCES", "RISK_PROFILES",

@@ -15,30 +15,21 @@ from typing import Any
 
 import torch
 
-from ..registry import Registry
 from .advantages import scaled_advantage
 from .baselines import check_baseline_pair
 from .batch import RiskPOBatch, riskpo_advantages
 from .bundling import BUNDLINGS
 from .credit import CREDIT_ASSIGNMENTS
 from .quantile_tracker import QuantileTracker
-from .quantiles import empirical_quantiles, group_quantiles
-
-# Where the advantage's quantiles come from (the config's quantile_source); RiskEstimator._quantiles reads them.
-QUANTILE_SOURCES: Registry[str] = Registry("quantile_source")
-QUANTILE_SOURCES.add("tracked", "tracked", help="the paper: stochastic-approximation trackers updated once per "
-                     "generation batch")
-QUANTILE_SOURCES.add("batch", "batch", help="empirical quantiles of the current batch's bundle scores")
-QUANTILE_SOURCES.add("group", "group", help="empirical quantiles within each bundle group, what the authors' public "
-                     "code does")
+from .quantiles import QUANTILE_SOURCES, tracked_quantiles
 
 
 class RiskEstimator:
     """Algorithm 1, lines 6-8, for one generation batch at a time.
 
     ``step`` bundles the (gathered) rewards, takes one tracker step on the bundle scores when training, picks the
-    quantiles (``quantile_source``: ``"tracked"`` the paper's trackers, ``"batch"`` the batch's empirical quantiles,
-    ``"group"`` those of each bundle group as the authors' code) and returns every completion's advantage, minus the
+    quantiles (the ``quantile_source`` registered in :data:`QUANTILE_SOURCES`: ``"tracked"`` the paper's trackers,
+    ``"batch"`` the batch's empirical quantiles, ``"group"`` those of each bundle group as the authors' code) and returns every completion's advantage, minus the
     ``advantage_baseline`` (``"none"``: the paper; ``"loo"``: each prompt's leave-one-out mean). Evaluation
     batches never move the trackers, may end in a partial bundle group, and use the batch's own quantiles while the
     trackers have not seen a training batch yet.
@@ -66,7 +57,7 @@ class RiskEstimator:
     ) -> None:
         scaled_advantage(advantage_scaling, risk_profile)  # raises on an unknown pair
         check_baseline_pair(advantage_baseline, advantage_scaling)
-        QUANTILE_SOURCES.check(quantile_source)
+        self._quantile_source = QUANTILE_SOURCES.get(quantile_source)
         CREDIT_ASSIGNMENTS.check(credit_assignment)
         BUNDLINGS.check(bundling)
         self.num_generations = num_generations
@@ -126,7 +117,7 @@ class RiskEstimator:
         )
         if train:
             self.tracker.update(bundles[0])
-        q_alpha, q_beta = self._quantiles(bundles[0], num_generations)
+        q_alpha, q_beta = self._quantile_source(bundles[0], num_generations, self.levels, self.tracker)
         return riskpo_advantages(
             rewards,
             num_generations=num_generations,
@@ -142,21 +133,10 @@ class RiskEstimator:
             advantage_baseline=self.advantage_baseline,
         )
 
-    def _quantiles(self, bundle_scores: torch.Tensor, num_generations: int) -> tuple[Any, Any]:
-        if self.quantile_source == "group":
-            q_alpha, q_beta = group_quantiles(bundle_scores, num_generations, list(self.levels)).unbind(dim=1)
-            return q_alpha, q_beta
-        if self.quantile_source == "batch" or not self.tracker.initialized:
-            # Evaluation before any training batch has no tracked quantiles yet: use the batch's own.
-            q_alpha, q_beta = empirical_quantiles(bundle_scores, list(self.levels)).tolist()
-            return q_alpha, q_beta
-        q_alpha, q_beta = self.tracker.values.tolist()
-        return q_alpha, q_beta
-
     def metrics(self, batch: RiskPOBatch) -> dict[str, float]:
         """``batch``'s ``risk/*`` metrics; when the advantages used other quantiles, also where the trackers are."""
         metrics = batch.metrics(self.omega)
-        if self.quantile_source != "tracked" and self.tracker.initialized:
+        if self._quantile_source is not tracked_quantiles and self.tracker.initialized:
             metrics["risk/tracked_q_alpha"], metrics["risk/tracked_q_beta"] = self.tracker.values.tolist()
         return metrics
 

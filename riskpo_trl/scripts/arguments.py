@@ -7,11 +7,34 @@ command-line forms match it: ``--flag`` or ``--flag true|false`` for booleans, s
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import types
 import typing
 from collections.abc import Sequence
 from typing import Any
+
+from ..registry import Registry
+
+
+class RegistryHelpMixin:
+    """For an ``argparse`` help formatter: an option whose ``choices`` is a :class:`~riskpo_trl.registry.Registry`
+    shows ``%(choices)s`` in its help as the registry's entries with their help, read when the help is shown (an entry
+    registered after import is listed; argparse checks a value against the live registry too)."""
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        if isinstance(action.choices, Registry) and action.help:
+            action = copy.copy(action)
+            action.help = action.help.replace("%(choices)s", action.choices.describe().replace("%", "%%"))
+        return super()._expand_help(action)  # type: ignore[misc]
+
+
+class RegistryDefaultsHelpFormatter(RegistryHelpMixin, argparse.ArgumentDefaultsHelpFormatter):
+    """transformers' ``HfArgumentParser`` formatter (defaults shown) with the registries' entries."""
+
+
+class RegistryRawDescriptionHelpFormatter(RegistryHelpMixin, argparse.RawDescriptionHelpFormatter):
+    """The short help's formatter: the description and epilog as written, with the registries' entries."""
 
 
 def _parse_bool(value: str) -> bool:

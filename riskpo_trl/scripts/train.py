@@ -53,9 +53,8 @@ class RiskPOScriptArguments:
 
     trainer: str = field(
         default=DEFAULT_TRAINER,
-        metadata={"help": f"{TRAINERS.describe()}. Picks the config class the recipe is parsed into, so a baseline "
-                  "gets its own config's defaults.",
-                  "choices": list(TRAINERS)},
+        metadata={"help": "%(choices)s. Picks the config class the recipe is parsed into, so a baseline gets its own "
+                  "config's defaults.", "choices": TRAINERS},
     )
     dataset_name: str = field(
         default="dapo_math",
@@ -79,7 +78,7 @@ class RiskPOScriptArguments:
                   "your final answer within \\boxed{}.') or 'authors' (the RiskPO authors' scripts: DAPO-Math-17k's "
                   "own prompt kept as it is; MATH and GSM8K: problem + \" Let's think step by step and output the "
                   "final answer within \\boxed{}.\"). Also used for eval_benchmark.",
-                  "choices": list(PROMPT_BUILDERS)},
+                  "choices": PROMPT_BUILDERS},
     )
     max_train_samples: int | None = field(
         default=None, metadata={"help": "Keep only the first N training rows (of a mixture: after a seeded shuffle)."}
@@ -190,7 +189,10 @@ def make_parser(config_class: type | None = None):
 
     if config_class is None:
         config_class, _ = get_trainer_classes(DEFAULT_TRAINER)
+    from .arguments import RegistryDefaultsHelpFormatter
+
     parser = TrlParser((RiskPOScriptArguments, config_class, ModelConfig))
+    parser.formatter_class = RegistryDefaultsHelpFormatter  # registry choices listed with their help when shown
 
     def error(message: str):
         raise ValueError(f"{message} (riskpo-train --help-all lists every option)")
@@ -261,13 +263,15 @@ def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trai
     )
 
 
-HELP_EPILOG = """\
+def help_epilog() -> str:
+    """Where the training options are described, one line per registered trainer (read when the help is shown)."""
+    width = max(len(name) for name in TRAINERS)
+    trainers = "\n".join(f"  {name:<{width}}  {TRAINERS.help_of(name)}" for name in TRAINERS)
+    return f"""\
 Training options: every field of the trainer's config class, given in the recipe or as --name value:
-  riskpo  riskpo_trl.RiskPOConfig = trl.GRPOConfig + risk_alpha, risk_beta, risk_omega, bundle_size, risk_profile,
-          quantile_source, ... (docs/training.md)
-  grpo    trl.GRPOConfig (GRPO, Dr. GRPO, DAPO through loss_type)
-  gmpo    trl.experimental.gmpo.GMPOConfig
-and of trl.ModelConfig (model_name_or_path, dtype, use_peft, lora_r, load_in_4bit, ...).
+{trainers}
+RiskPOConfig = trl.GRPOConfig + risk_alpha, risk_beta, risk_omega, bundle_size, risk_profile, quantile_source, ...
+(docs/training.md); and trl.ModelConfig (model_name_or_path, dtype, use_peft, lora_r, load_in_4bit, ...).
 `riskpo-train --help-all [--trainer NAME]` lists them all (it loads transformers, which takes several seconds).
 """
 
@@ -276,11 +280,11 @@ def print_short_help() -> None:
     """The script's own options and where the training options are described, without importing torch or TRL."""
     import argparse
 
-    from .arguments import add_dataclass_arguments
+    from .arguments import RegistryRawDescriptionHelpFormatter, add_dataclass_arguments
 
     parser = argparse.ArgumentParser(
-        prog="riskpo-train", description=__doc__.split("\n\n")[0], epilog=HELP_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="riskpo-train", description=__doc__.split("\n\n")[0], epilog=help_epilog(),
+        formatter_class=RegistryRawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", help="YAML recipe (recipes/...); command-line options override its fields.")
     parser.add_argument("--debug", action="store_true",
@@ -435,8 +439,9 @@ def hub_datasets(script_args: RiskPOScriptArguments) -> list[str]:
         return []
     if script_args.dataset_kind == "hub":
         return [script_args.dataset_name]
-    parts = TRAIN_MIXTURES.get(script_args.dataset_name, (script_args.dataset_name,))
-    return [hub_id for part in parts if (hub_id := getattr(TRAIN_DATASETS.get(part), "hub_id", None))]
+    name = script_args.dataset_name
+    parts = TRAIN_MIXTURES[name] if name in TRAIN_MIXTURES else (name,)
+    return [TRAIN_DATASETS[part].hub_id for part in parts if part in TRAIN_DATASETS]
 
 
 # What a checkpoint holds besides the model files that save_model writes into output_dir.

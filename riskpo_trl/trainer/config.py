@@ -102,17 +102,17 @@ class RiskPOConfig(GRPOConfig):
     )
     risk_profile: str = field(
         default="mvar",
-        metadata={"help": f"Risk measure to optimise: {RISK_PROFILES.describe()}.", "choices": list(RISK_PROFILES)},
+        metadata={"help": "Risk measure to optimise: %(choices)s.", "choices": RISK_PROFILES},
     )
     quantile_source: str = field(
         default="tracked",
-        metadata={"help": f"Quantile source: where the advantage's quantiles come from: {QUANTILE_SOURCES.describe()}. "
-                  "The trackers run and are logged in every case.", "choices": list(QUANTILE_SOURCES)},
+        metadata={"help": "Quantile source: where the advantage's quantiles come from: %(choices)s. The trackers run "
+                  "and are logged in every case.", "choices": QUANTILE_SOURCES},
     )
     advantage_scaling: str = field(
         default="none",
-        metadata={"help": "Advantage scaling: how the risk profile's advantage is computed: "
-                  f"{ADVANTAGE_SCALINGS.describe()}.", "choices": list(ADVANTAGE_SCALINGS)},
+        metadata={"help": "Advantage scaling: how the risk profile's advantage is computed: %(choices)s.",
+                  "choices": ADVANTAGE_SCALINGS},
     )
     natural_baseline: bool = field(
         default=True,
@@ -122,21 +122,21 @@ class RiskPOConfig(GRPOConfig):
     )
     credit_assignment: str = field(
         default="uniform",
-        metadata={"help": "Credit assignment: how a bundle's advantage reaches its members: "
-                  f"{CREDIT_ASSIGNMENTS.describe()}.", "choices": list(CREDIT_ASSIGNMENTS)},
+        metadata={"help": "Credit assignment: how a bundle's advantage reaches its members: %(choices)s.",
+                  "choices": CREDIT_ASSIGNMENTS},
     )
     advantage_baseline: str = field(
         default="none",
         metadata={"help": "Advantage baseline: what is subtracted from each completion's advantage after credit "
-                  f"assignment: {ADVANTAGE_BASELINES.describe()}. A baseline that does not depend on the completion "
+                  "assignment: %(choices)s. A baseline that does not depend on the completion "
                   "itself leaves the expected policy gradient unchanged and only changes which completions are pushed "
                   "up or down. Not with advantage_scaling='authors_code'.",
-                  "choices": list(ADVANTAGE_BASELINES)},
+                  "choices": ADVANTAGE_BASELINES},
     )
     bundling: str = field(
         default="permutation",
-        metadata={"help": f"Bundling: how completions are matched into bundles: {BUNDLINGS.describe()}.",
-                  "choices": list(BUNDLINGS)},
+        metadata={"help": "Bundling: how completions are matched into bundles: %(choices)s.",
+                  "choices": BUNDLINGS},
     )
     max_unscorable_batches: int = field(
         default=3,
