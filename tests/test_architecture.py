@@ -198,3 +198,14 @@ def test_one_did_you_mean_implementation():
             if any(name.split(".")[0] == "difflib" for name in names):
                 importers.append(str(path.relative_to(root)))
     assert importers == ["riskpo_trl/registry.py"]
+
+
+def test_the_config_module_holds_the_fields_and_post_init_only():
+    """Validation lives in trainer/config_checks.py, the GRPO conversion and the typo hint in
+    trainer/config_conversion.py, the warnings' attribution in trainer/caller_warnings.py."""
+    tree = ast.parse((PACKAGE_DIR / "trainer" / "config.py").read_text())
+    (config_class,) = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    methods = [node.name for node in config_class.body if isinstance(node, ast.FunctionDef)]
+    assert methods == ["from_grpo_config", "__post_init__"]
+    from_grpo = next(node for node in config_class.body if getattr(node, "name", "") == "from_grpo_config")
+    assert len(from_grpo.body) == 2  # its docstring and the call of config_conversion.from_grpo_config

@@ -79,7 +79,7 @@ def test_trainer_error_names_from_grpo_config_and_that_call_works(tiny_model_dir
 
 def test_one_line_names_the_carried_over_settings_that_differ_from_the_papers(tmp_path, caplog):
     source = grpo_config(tmp_path, beta=0.04)  # GRPO's token ratio, loss_type="dapo"; temperature 0.7, beta 0.04 set
-    with caplog.at_level(logging.WARNING, logger="riskpo_trl.trainer.config"):
+    with caplog.at_level(logging.WARNING, logger="riskpo_trl.trainer.config_conversion"):
         RiskPOConfig.from_grpo_config(source, bundle_size=4, num_generations=4)
     [record] = [r for r in caplog.records if "from_grpo_config" in r.getMessage()]
     assert record.getMessage() == (
@@ -89,7 +89,7 @@ def test_one_line_names_the_carried_over_settings_that_differ_from_the_papers(tm
         "use the paper's."
     )  # num_generations=4 was passed on purpose: not named
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="riskpo_trl.trainer.config"):
+    with caplog.at_level(logging.WARNING, logger="riskpo_trl.trainer.config_conversion"):
         RiskPOConfig.from_grpo_config(source, bundle_size=2, num_generations=10, importance_sampling_level="sequence",
                                       loss_type="grpo", temperature=0.8, beta=0.0, steps_per_generation=8,
                                       per_device_train_batch_size=10)

@@ -349,7 +349,8 @@ def load_train_dataset(
         dataset = _load_user_dataset(name, config, split, data_files, prompt_template)
     elif name in TRAIN_MIXTURES:
         if data_files is not None:
-            raise ValueError(f"{name!r} mixes several Hub datasets; data_files only works with one of {list(TRAIN_DATASETS)}.")
+            raise ValueError(f"{name!r} mixes several Hub datasets; data_files only works with one of "
+                             f"{list(TRAIN_DATASETS)}.")
         parts = [load_train_dataset(part, split, prompt_template=prompt_template) for part in TRAIN_MIXTURES[name]]
         dataset = concatenate_datasets(parts).shuffle(seed=seed).flatten_indices()
     else:

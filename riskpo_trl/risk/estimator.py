@@ -28,8 +28,9 @@ class RiskEstimator:
     """Algorithm 1, lines 6-8, for one generation batch at a time.
 
     ``step`` bundles the (gathered) rewards, takes one tracker step on the bundle scores when training, picks the
-    quantiles (the ``quantile_source`` registered in :data:`QUANTILE_SOURCES`: ``"tracked"`` the paper's trackers,
-    ``"batch"`` the batch's empirical quantiles, ``"group"`` those of each bundle group as the authors' code) and returns every completion's advantage, minus the
+    quantiles (the function registered in :data:`QUANTILE_SOURCES` as ``quantile_source``: ``"tracked"`` the paper's
+    trackers, ``"batch"`` the batch's empirical quantiles, ``"group"`` those of each bundle group as the authors' code)
+    and returns every completion's advantage, minus the
     ``advantage_baseline`` (``"none"``: the paper; ``"loo"``: each prompt's leave-one-out mean). Evaluation
     batches never move the trackers, may end in a partial bundle group, and use the batch's own quantiles while the
     trackers have not seen a training batch yet.

@@ -1,0 +1,226 @@
+"""The checks of a :class:`~riskpo_trl.trainer.config.RiskPOConfig`, run once when it is built
+(:func:`check_config`): the risk fields, the combinations no source uses, and the batch layout that GRPOConfig's own
+checks derive."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from .. import compat
+from ..risk import (
+    ADVANTAGE_BASELINES, ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, QUANTILE_SOURCES, RISK_PROFILES,
+    scaled_advantage,
+)
+from ..risk.advantages import levels_in_order
+from ..risk.baselines import check_baseline_pair
+from .caller_warnings import caller_stacklevel
+
+
+def check_config(config: Any, grpo_checks: Callable[[], None]) -> None:
+    """Check ``config``'s own fields first (a bad one would otherwise surface as a less clear GRPOConfig error), then
+    run ``grpo_checks`` (GRPOConfig's ``__post_init__``, which derives the generation batch), then the batch layout."""
+    _check_risk_fields(config)
+    _refuse_unsourced_combinations(config)
+    grpo_checks()
+    _check_batch_layout(config)
+    _check_token_mean_groups(config)
+
+
+def _check_risk_fields(config: Any) -> None:
+    if not levels_in_order(config.risk_alpha, config.risk_beta):
+        raise ValueError(
+            f"risk_alpha={config.risk_alpha} and risk_beta={config.risk_beta} must satisfy 0 <= risk_alpha < "
+            "risk_beta <= 1 (the paper uses risk_alpha=0.2, risk_beta=0.8)."
+        )
+    if config.risk_omega < 0:
+        raise ValueError(
+            f"risk_omega={config.risk_omega} must be >= 0: it is the extra weight on the lower tail (the paper uses "
+            "0.5; 0 gives CVaR)."
+        )
+    if config.bundle_size < 1:
+        raise ValueError(f"bundle_size={config.bundle_size} must be >= 1 (1 disables bundling; the paper uses 5).")
+    RISK_PROFILES.check(config.risk_profile)
+    QUANTILE_SOURCES.check(config.quantile_source)
+    ADVANTAGE_SCALINGS.check(config.advantage_scaling)
+    CREDIT_ASSIGNMENTS.check(config.credit_assignment)
+    BUNDLINGS.check(config.bundling)
+    ADVANTAGE_BASELINES.check(config.advantage_baseline)
+    variant = scaled_advantage(config.advantage_scaling, config.risk_profile)
+    if not variant.levels_ok(config.risk_alpha, config.risk_beta):
+        raise ValueError(
+            f"advantage_scaling={config.advantage_scaling!r} with risk_profile={config.risk_profile!r} needs "
+            f"{variant.levels_rule}; got risk_alpha={config.risk_alpha}, risk_beta={config.risk_beta}."
+        )
+    if not config.natural_baseline and not variant.has_natural_baseline:
+        raise ValueError(
+            f"natural_baseline=False changes nothing for risk_profile={config.risk_profile!r} with "
+            f"advantage_scaling={config.advantage_scaling!r}: that advantage has no q_alpha - q_beta constant (its "
+            "excluded lower tail already gets 0). Leave natural_baseline at True."
+        )
+    if config.max_unscorable_batches < 0:
+        raise ValueError(
+            f"max_unscorable_batches={config.max_unscorable_batches} must be >= 0 (0 never stops the run)."
+        )
+    if not 0 < config.regime_guard_threshold <= 1:
+        raise ValueError(
+            f"regime_guard_threshold={config.regime_guard_threshold} is a share of prompts (those with no completion rewarded "
+            "above 0): it must be in (0, 1]."
+        )
+    if config.regime_guard_patience < 0:
+        raise ValueError(
+            f"regime_guard_patience={config.regime_guard_patience} must be >= 0 (0 disables the regime guard)."
+        )
+    if config.quantile_lr <= 0:
+        raise ValueError(f"quantile_lr={config.quantile_lr} must be > 0 (the authors' code uses 0.1).")
+    if config.quantile_lr_decay < 0:
+        raise ValueError(f"quantile_lr_decay={config.quantile_lr_decay} must be >= 0 (0 keeps the step constant).")
+    if config.num_generations is None or config.num_generations < 2:
+        raise ValueError(
+            f"num_generations={config.num_generations} must be >= 2: each prompt needs several completions to "
+            "spread over its bundles (the paper uses 10)."
+        )
+    if config.multi_objective_aggregation != "sum_then_normalize":
+        raise ValueError(
+            "RiskPO scores a bundle by the weighted sum of its members' raw rewards, so "
+            f"multi_objective_aggregation={config.multi_objective_aggregation!r} does not apply; leave it at "
+            "'sum_then_normalize'."
+        )
+
+def _refuse_unsourced_combinations(config: Any) -> None:
+    """Combinations neither the paper nor the authors' code uses, where the advantage's scale goes wrong."""
+    check_baseline_pair(config.advantage_baseline, config.advantage_scaling)
+    if config.advantage_scaling == "authors_code" and config.quantile_source != "group":
+        raise ValueError(
+            f"advantage_scaling='authors_code' with quantile_source={config.quantile_source!r}: that scaling "
+            "divides by each bundle group's score std, which is only on a sensible scale with the group's own "
+            "quantiles (with shared quantiles the failures of a group with one success get 2-3 times the "
+            "advantage of an all-zero group). Set quantile_source='group' (what the authors' code effectively "
+            "does), or advantage_scaling='none' for the paper's advantage."
+        )
+    if config.credit_assignment in ("std", "sum_mean") and config.advantage_scaling != "authors_code":
+        raise ValueError(
+            f"credit_assignment={config.credit_assignment!r} rescales members by their prompt's reward statistics, "
+            "which only the authors' scaling uses (their scripts: advantage_scaling='authors_code', "
+            "quantile_source='group'); with the paper's advantage it multiplies some prompts' advantages several "
+            "fold. Set advantage_scaling='authors_code' and quantile_source='group', or credit_assignment="
+            "'uniform' (the paper)."
+        )
+    if config.credit_assignment == "score" and config.advantage_scaling != "authors_code":
+        warnings.warn(
+            "credit_assignment='score' (x0.5 for rewarded members, x1.5 otherwise) comes from the authors' code "
+            "and none of their scripts uses it; with the paper's advantage it is an untested mix.",
+            stacklevel=caller_stacklevel(),
+        )
+
+def _check_batch_layout(config: Any) -> None:
+    """Prompts per generation batch must form whole bundle groups (an evaluation batch's last group may be
+    partial); checkpoints should fall between generation batches."""
+    prompts = config.generation_batch_size // config.num_generations
+    if prompts % config.bundle_size != 0:
+        raise ValueError(
+            f"A generation batch holds {prompts} prompts (generation_batch_size={config.generation_batch_size} / "
+            f"num_generations={config.num_generations}), which is not a multiple of bundle_size={config.bundle_size}. "
+            f"Make generation_batch_size a multiple of num_generations * bundle_size = "
+            f"{config.num_generations * config.bundle_size} ({_multiples(config.num_generations * config.bundle_size)}), "
+            "e.g. through per_device_train_batch_size x num_processes x steps_per_generation, or choose a "
+            f"bundle_size that divides {prompts} ({_divisors(prompts)})."
+        )
+    generate_every = config.steps_per_generation * config.num_iterations
+    off_boundary = _checkpoints_off_generation_boundaries(config, generate_every)
+    if off_boundary:
+        multiple = generate_every // math.gcd(generate_every, config.gradient_accumulation_steps)
+        given = f"save_steps={config.save_steps:g}" + (
+            f" (every {_save_interval(self)} optimizer steps of max_steps={config.max_steps})"
+            if config.save_steps < 1 else "")
+        warnings.warn(
+            f"Checkpoints at {given} do not fall on generation batch boundaries (a new batch every "
+            f"{generate_every} micro-steps: steps_per_generation x num_iterations; the first such checkpoint is "
+            f"at step {off_boundary[0]}). TRL regenerates on resume, so a run resumed from such a checkpoint "
+            "draws an extra batch and its quantiles and bundles diverge from an uninterrupted run's. Make "
+            f"save_steps a multiple of {multiple} (with gradient_accumulation_steps="
+            f"{config.gradient_accumulation_steps}, the smallest interval whose checkpoints all fall between "
+            "generation batches).",
+            stacklevel=caller_stacklevel(),
+        )
+
+def _check_token_mean_groups(config: Any) -> None:
+    """Groups of loss_token_mean_sequences must hold whole micro-batches and should tile each optimizer step; a
+    step must not straddle two generation batches (the groups' token counts are taken per generation batch)."""
+    size = config.loss_token_mean_sequences
+    if size is None:
+        return
+    if config.loss_type != "bnpo":
+        raise ValueError(
+            f"loss_token_mean_sequences={size} regroups the token mean of loss_type='bnpo' (verl's token-mean); "
+            f"loss_type={config.loss_type!r} aggregates otherwise. Set loss_type='bnpo' or drop the field."
+        )
+    if config.use_liger_kernel and compat.liger_skips_compute_loss():
+        raise ValueError(
+            f"use_liger_kernel=True with loss_token_mean_sequences={size}: with TRL "
+            f"{compat.installed_version('trl')} the loss is Liger's, which never applies the token-mean factors, "
+            "so the setting would be silently dropped. Set use_liger_kernel=False, drop loss_token_mean_sequences, "
+            "or upgrade to TRL 1.16, where Liger supplies only layer kernels and the factors apply."
+        )
+    per_device = config.per_device_train_batch_size
+    if size < 1 or size % per_device != 0:
+        raise ValueError(
+            f"loss_token_mean_sequences={size} must be a positive multiple of per_device_train_batch_size="
+            f"{per_device}, so each group holds whole micro-batches: set per_device_train_batch_size to a "
+            f"divisor of {size} ({_divisors(size) if size >= 1 else 'none'})."
+        )
+    per_step = per_device * config.world_size * config.gradient_accumulation_steps
+    if per_step % size != 0:
+        warnings.warn(
+            f"An optimizer step holds {per_step} sequences (per_device_train_batch_size={per_device} x "
+            f"{config.world_size} processes x gradient_accumulation_steps={config.gradient_accumulation_steps}), "
+            f"not a whole number of loss_token_mean_sequences={size} groups: its last group holds "
+            f"{per_step % size} and weighs as much as a full one. Make the step a multiple of {size}: on "
+            f"{config.world_size} process(es), gradient_accumulation_steps a multiple of "
+            f"{size // math.gcd(size, per_device * config.world_size)} (a recipe written for more processes warns "
+            "when run on fewer).",
+            stacklevel=caller_stacklevel(),
+        )
+    if config.steps_per_generation % config.gradient_accumulation_steps != 0:
+        raise ValueError(
+            f"steps_per_generation={config.steps_per_generation} must be a multiple of gradient_accumulation_steps="
+            f"{config.gradient_accumulation_steps} with loss_token_mean_sequences: an optimizer step must not span "
+            "two generation batches."
+        )
+
+
+def _save_interval(args: Any) -> int | None:
+    """Optimizer steps between checkpoints, or None when not known at config time (no step-based saving, or a
+    fraction of a max_steps that epochs decide)."""
+    if args.save_strategy != "steps":
+        return None
+    if args.save_steps >= 1:
+        return int(args.save_steps)
+    return math.ceil(args.max_steps * args.save_steps) if args.max_steps > 0 else None
+
+
+def _checkpoints_off_generation_boundaries(args: Any, generate_every: int) -> list[int]:
+    """The optimizer steps at which a step-based checkpoint will be written in the middle of a generation batch,
+    leaving out the one at the end of the run (the run is over there; continuing it is not a resume of this run).
+    Saving every ``save_steps`` with no ``max_steps`` (epochs decide the end): the first off-boundary multiple."""
+    every = _save_interval(args)
+    if every is None:
+        return []
+
+    def off(step: int) -> bool:
+        return (step * args.gradient_accumulation_steps) % generate_every != 0
+
+    if args.max_steps > 0:
+        return [step for step in range(every, args.max_steps, every) if off(step)]
+    period = generate_every // math.gcd(generate_every, args.gradient_accumulation_steps)
+    return [step for step in range(every, every * period + 1, every) if off(step)][:1]
+
+
+def _multiples(step: int, count: int = 3) -> str:
+    return ", ".join(str(step * k) for k in range(1, count + 1)) + ", ..."
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)

@@ -1,0 +1,117 @@
+"""Config classes by field name: the typo hint of their constructor (:func:`name_misspelled_fields`), and a built
+GRPOConfig carried over to another config class (``RiskPOConfig.from_grpo_config``: :func:`from_grpo_config`)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+from dataclasses import fields
+from typing import Any
+
+from transformers.utils import logging as transformers_logging
+
+from ..registry import closest_name
+
+logger = transformers_logging.get_logger(__name__)
+
+
+def name_misspelled_fields(config_class: type) -> type:
+    """Make ``config_class(bundel_size=2)`` say which field was meant, instead of the dataclass's bare 'unexpected
+    keyword argument'."""
+    generated_init = config_class.__init__
+
+    @functools.wraps(generated_init)
+    def __init__(self, *args, **kwargs):
+        accepted = init_field_names(config_class)
+        for name in kwargs:
+            if name not in accepted:
+                raise TypeError(
+                    f"{config_class.__name__} got an unexpected keyword argument {name!r}"
+                    f"{closest_name(name, accepted)}."
+                )
+        generated_init(self, *args, **kwargs)
+
+    config_class.__init__ = __init__
+    return config_class
+
+
+def from_grpo_config(config_class: type, grpo_config: Any, risk_fields: dict[str, Any],
+                     updates_per_generation: int) -> Any:
+    """``config_class`` with every setting of ``grpo_config`` (tokens included) plus ``risk_fields``; one warning names
+    the carried-over settings that differ from the paper's (:func:`settings_off_the_papers`)."""
+    config = config_class(**converted_config_kwargs(grpo_config, config_class, risk_fields))
+    kept = settings_off_the_papers(config, config_class, set(risk_fields), updates_per_generation)
+    if kept:
+        logger.warning(
+            f"{config_class.__name__}.from_grpo_config kept the GRPO config's {', '.join(kept)}; pass any of them to "
+            "from_grpo_config to use the paper's."
+        )
+    return config
+
+
+# Deprecated fields that GRPOConfig copies into their replacement in __post_init__; passing both again would only
+# repeat the deprecation warning.
+_DEPRECATED_ALIASES = {
+    "vllm_importance_sampling_cap": "vllm_importance_sampling_clip_max",
+    "use_transformers_paged": "use_transformers_continuous_batching",
+}
+
+
+def init_field_names(config_class: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(config_class) if f.init}
+
+
+# GRPO settings that define the paper's method, whose RiskPOConfig defaults are the paper's.
+PAPER_GRPO_SETTINGS = ("importance_sampling_level", "loss_type", "temperature", "num_generations", "epsilon", "beta")
+
+
+def settings_off_the_papers(
+    config: Any, config_class: type, chosen: set[str], updates_per_generation: int
+) -> list[str]:
+    """``"loss_type='dapo' (paper: 'grpo')"``, ... for each of :data:`PAPER_GRPO_SETTINGS` (and the optimizer updates
+    per generation batch) where ``config`` differs from ``config_class``'s default, leaving out the fields in
+    ``chosen`` (set on purpose)."""
+    defaults = {f.name: f.default for f in fields(config_class)}
+    differing = [f"{name}={getattr(config, name)!r} (paper: {defaults[name]!r})" for name in PAPER_GRPO_SETTINGS
+                 if name not in chosen and getattr(config, name) != defaults[name]]
+    updates = config.steps_per_generation / config.gradient_accumulation_steps
+    if not chosen & {"steps_per_generation", "generation_batch_size"} and updates != updates_per_generation:
+        differing.append(f"{updates:g} optimizer update(s) per generation batch (steps_per_generation="
+                         f"{config.steps_per_generation}; paper: {updates_per_generation})")
+    return differing
+
+
+def converted_config_kwargs(source: Any, target_class: type, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments that rebuild ``source`` (a built TrainingArguments/GRPOConfig) as ``target_class``.
+
+    Values are read from the attributes, not from ``to_dict()``, which masks tokens (``hub_token``) and flattens
+    nested configs. Of the pair ``generation_batch_size`` / ``steps_per_generation``, which GRPOConfig derives from each
+    other and refuses both of, ``steps_per_generation`` carries over, so the source's generation schedule stays (GRPO's
+    default is one generation batch per optimizer step, not RiskPOConfig's four); with the source's default relation
+    (``steps_per_generation == gradient_accumulation_steps``) a new ``gradient_accumulation_steps`` moves it along.
+    ``overrides`` win over the source's values; naming either field of the pair replaces both.
+    """
+    target_fields = init_field_names(target_class)
+    unknown = sorted(set(overrides) - target_fields)
+    if unknown:
+        hints = [f"{name!r}{closest_name(name, target_fields)}" for name in unknown]
+        raise TypeError(f"{target_class.__name__} has no field {', '.join(hints)}.")
+
+    kwargs = {
+        name: copy.deepcopy(getattr(source, name))
+        for name in init_field_names(type(source)) & target_fields
+        if hasattr(source, name)
+    }
+    for old, new in _DEPRECATED_ALIASES.items():
+        if old in kwargs and new in kwargs and kwargs[old] is not None and kwargs[old] == kwargs[new]:
+            kwargs.pop(old)
+    kwargs.pop("generation_batch_size", None)
+    if {"generation_batch_size", "steps_per_generation"} & set(overrides):
+        kwargs.pop("steps_per_generation", None)
+    elif "gradient_accumulation_steps" in overrides and kwargs.get("steps_per_generation") == getattr(
+        source, "gradient_accumulation_steps", None
+    ):
+        kwargs["steps_per_generation"] = overrides["gradient_accumulation_steps"]
+    kwargs.update(overrides)
+    return kwargs
