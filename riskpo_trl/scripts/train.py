@@ -545,7 +545,10 @@ def train_and_save(trainer, script_args: RiskPOScriptArguments, training_args, c
     trainer.save_state()
 
     trainer.save_model(training_args.output_dir)
-    card_fields = {"datasets": hub_datasets(script_args), "dataset_files": script_args.dataset_files}
+    local = script_args.dataset_files
+    if script_args.dataset_kind == "directory":
+        local = [script_args.dataset_name]
+    card_fields = {"datasets": hub_datasets(script_args), "dataset_files": local}  # local data: named, not linked
     save_model_card(trainer, **card_fields)
     if training_args.push_to_hub:
         # push_to_hub writes the card again through create_model_card; TRL's (baselines) would replace this one.
