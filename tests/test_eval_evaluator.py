@@ -257,8 +257,10 @@ def test_offline_hub_benchmark_fails_with_the_local_file_form(tmp_path):
     no raw ConnectionError) and shows how to name local files."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
            "HF_DATASETS_CACHE": str(tmp_path / "hf" / "datasets")}
+    model_dir = tmp_path / "never-loaded"  # local: a Hub id not in the cache would be refused first, offline
+    model_dir.mkdir()
     result = subprocess.run(
-        [sys.executable, "-m", "riskpo_trl.scripts.eval", "--model", "org/never-loaded",
+        [sys.executable, "-m", "riskpo_trl.scripts.eval", "--model", str(model_dir),
          "--benchmarks", "math500", "--output_dir", str(tmp_path / "out")],
         capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).parents[1],
     )

@@ -25,7 +25,8 @@ from typing import Any
 from trl.rewards import accuracy_reward, think_format_reward
 
 from ..registry import Registry, closest_names
-from .grading import completion_text, final_answer_preview, last_boxed, verify_answer
+from .completions import completion_text
+from .grading import final_answer_preview, last_boxed, verify_answer
 from .verl_graders import DAPO_ANSWER, GRADERS_BY_SOURCE, GSM8K_STRICT, MATH_EQUIV, Grader, grader_for_source
 
 __all__ = [
