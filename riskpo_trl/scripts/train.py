@@ -89,8 +89,8 @@ class RiskPOScriptArguments:
     )
     code_sandbox: dict | str | None = field(
         default=None,
-        metadata={"help": "Settings of the 'code' reward: max_workers, isolation ('bwrap', the default; 'none' only "
-                  "for trusted test code) and riskpo_trl.code.SandboxLimits fields (timeouts, memory_mb, disk_mb, "
+        metadata={"help": "Settings of the 'code' reward: executor ('bwrap', the default; 'none' only for trusted "
+                  "test code; riskpo_trl.code.EXECUTORS), max_workers and riskpo_trl.code.SandboxLimits fields (timeouts, memory_mb, disk_mb, "
                   "max_files, max_processes, ...), as a YAML mapping in a recipe or a JSON object on the command "
                   "line."},
     )
