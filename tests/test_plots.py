@@ -60,6 +60,19 @@ def test_curves_command_overlays_runs_and_notes_missing_metrics(tmp_path, capsys
     assert load_run(str(tmp_path / "grpo-run")).name == "grpo-run"
 
 
+def test_eval_takes_several_files_after_one_flag_or_repeated():
+    from riskpo_trl.scripts.plot import build_parser
+
+    def eval_results(*argv):
+        return build_parser().parse_args(["curves", "A=runs/a", "B=runs/b", *argv]).eval_results
+
+    assert eval_results("--eval", "A=a.json", "B=b.json") == ["A=a.json", "B=b.json"]
+    assert eval_results("--eval", "A=a.json", "--eval", "B=b.json") == ["A=a.json", "B=b.json"]
+    assert eval_results("--eval", "A=a.json", "B=b.json", "--eval", "Base=c.json", "--smoothing", "0.5") == [
+        "A=a.json", "B=b.json", "Base=c.json"]
+    assert eval_results() == []
+
+
 def test_grpo_only_skips_risk_panels(tmp_path):
     run = load_run(f"GRPO={write_state(tmp_path / 'g', grpo_history())}")
     paths, notes = plot_training_curves([run], tmp_path / "only-grpo")

@@ -160,6 +160,9 @@ def _code_reward(settings: Mapping[str, Any] | None) -> RewardFunc:
 REWARD_BUILDERS: Registry[Callable[[Mapping[str, Any] | None], RewardFunc]] = Registry("reward_funcs")
 REWARD_BUILDERS.add("code", _code_reward)
 
+# TRL's names for the rewards registered above under ours, offered when one of them is given.
+TRL_REWARD_NAMES = {"accuracy_reward": "trl_accuracy", "think_format_reward": "think_format"}
+
 
 def get_reward_funcs(
     names: str | Sequence[str], settings: Mapping[str, Mapping[str, Any] | None] | None = None
@@ -175,7 +178,8 @@ def get_reward_funcs(
     unknown = [name for name in names if name not in REWARD_FUNCS and name not in REWARD_BUILDERS]
     if unknown:
         raise ValueError(
-            f"Unknown reward function(s) {unknown}{closest_names(unknown, [*REWARD_FUNCS, *REWARD_BUILDERS])}; "
+            f"Unknown reward function(s) {unknown}"
+            f"{closest_names(unknown, [*REWARD_FUNCS, *REWARD_BUILDERS], TRL_REWARD_NAMES)}; "
             f"valid names are {sorted([*REWARD_FUNCS, *REWARD_BUILDERS])}."
         )
     settings = settings or {}

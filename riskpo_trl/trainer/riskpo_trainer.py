@@ -16,7 +16,9 @@ from trl.trainer.utils import get_config_model_id  # noqa: E402
 
 from ..risk import QuantileTracker, RiskEstimator  # noqa: E402
 from .batch_hook import BatchObserversMixin, ScoredBatch  # noqa: E402
-from .checkpoints import RISK_STATE_FILE, TiedWeightsResumeMixin, read_state, write_state  # noqa: E402
+from .checkpoints import (  # noqa: E402
+    RISK_STATE_FILE, TiedWeightsResumeMixin, check_resume_settings, read_state, risk_settings, write_state,
+)
 from .checks import check_start_up  # noqa: E402
 from .config import RiskPOConfig  # noqa: E402
 from .model_card import record_absolute_base_model, save_model_card  # noqa: E402
@@ -194,13 +196,15 @@ class RiskPOTrainer(
         # Hub, so a checkpoint that exists (locally or pushed) always carries the trackers.
         super()._save_optimizer_and_scheduler(output_dir)
         if self.args.should_save:
-            state = {**self.risk_estimator.state_dict(), "regime_guard": self.regime_guard.state_dict()}
+            state = {**self.risk_estimator.state_dict(), "regime_guard": self.regime_guard.state_dict(),
+                     "settings": risk_settings(self.args)}
             write_state(output_dir, state)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
+        check_resume_settings(checkpoint, self.args)
         state = read_state(checkpoint)
         self.risk_estimator.load_state_dict(state)
         if "regime_guard" in state:  # checkpoints written before the guard existed have none
