@@ -11,7 +11,12 @@ Every option comes from a YAML recipe and/or the command line (command line wins
 (:data:`riskpo_trl.trainer.registry.TRAINERS`): a GRPO baseline gets ``GRPOConfig``'s own defaults, RiskPO gets
 ``RiskPOConfig``'s. A field the chosen config does not have is reported by name before anything else is checked.
 
-A run restarts from the last checkpoint in ``output_dir`` by itself, and a run whose last checkpoint already reached
+``dataset_name`` is a registered dataset (mapped to the trainer's columns) or, used as it is, a Hub id, a local dataset
+directory, or ``json``/``csv``/``parquet`` with ``dataset_files`` (riskpo_trl.data.user_datasets).
+
+One run at a time per ``output_dir``: a second is refused while the first holds its lock (riskpo_trl.trainer.run_lock).
+A run restarts from the last checkpoint in ``output_dir`` by itself, with the same risk settings (a change is refused
+at start-up), and a run whose last checkpoint already reached
 its end (``max_steps``, or the epochs) says so and exits without training; at the end the model, the tokenizer and the
 model card are saved there, and pushed to the Hub when ``push_to_hub`` is set. A mistake in the options, the recipe or
 the data is one ``error:`` line and exit code 2 (``--debug`` shows its traceback).
@@ -97,8 +102,8 @@ class RiskPOScriptArguments:
     )
     code_sandbox: dict | str | None = field(
         default=None,
-        metadata={"help": "Settings of the 'code' reward: max_workers, isolation ('bwrap', the default; 'none' only "
-                  "for trusted test code) and riskpo_trl.code.SandboxLimits fields (timeouts, memory_mb, disk_mb, "
+        metadata={"help": "Settings of the 'code' reward: executor ('bwrap', the default; 'none' only for trusted "
+                  "test code; riskpo_trl.code.EXECUTORS), max_workers and riskpo_trl.code.SandboxLimits fields (timeouts, memory_mb, disk_mb, "
                   "max_files, max_processes, ...), as a YAML mapping in a recipe or a JSON object on the command "
                   "line."},
     )
@@ -545,7 +550,10 @@ def train_and_save(trainer, script_args: RiskPOScriptArguments, training_args, c
     trainer.save_state()
 
     trainer.save_model(training_args.output_dir)
-    card_fields = {"datasets": hub_datasets(script_args), "dataset_files": script_args.dataset_files}
+    local = script_args.dataset_files
+    if script_args.dataset_kind == "directory":
+        local = [script_args.dataset_name]
+    card_fields = {"datasets": hub_datasets(script_args), "dataset_files": local}  # local data: named, not linked
     save_model_card(trainer, **card_fields)
     if training_args.push_to_hub:
         # push_to_hub writes the card again through create_model_card; TRL's (baselines) would replace this one.
