@@ -80,7 +80,7 @@ def server(model_dir, tmp_path_factory):
     """The launcher's CPU `trl vllm-serve`, healthy; yields its base URL and the launcher's training command for each
     recipe (finished by `train_command`)."""
     port = free_port()
-    train_args = ("--use_vllm", "true", "--model_name_or_path", model_dir, "--vllm_server_timeout", "60",
+    train_args = ("--use_vllm", "true", "--vllm_server_timeout", "60",
                   "--max_steps", str(STEPS), "--save_steps", "1", "--learning_rate", "1e-3")
     commands = {name: launcher_commands(recipe, model_dir, port, *train_args) for name, recipe in RECIPES.items()}
     serve = commands["riskpo"]["vllm"]
@@ -185,22 +185,38 @@ def test_launcher_server_answers_health_models_and_generate(server, model_dir):
     assert all(lp[0] <= 0 for lps in out["logprobs"] for lp in lps)
 
 
-@pytest.mark.parametrize("trainer", ["riskpo", "grpo"])
-def test_launcher_training_command_trains_in_server_mode_and_the_server_ends_with_its_weights(
-        server, model_dir, tmp_path, trainer):
+def test_launcher_training_command_trains_riskpo_in_server_mode_and_the_server_ends_with_its_weights(
+        server, model_dir, tmp_path):
     """The launcher's training command (accelerate, `--vllm_mode server`) trains STEPS steps and syncs its weights
     before each generation batch after the first; the server then holds the weights of step STEPS - 1 (the last
-    sync), which differ from the initial ones. GRPO goes through the training script's hook for the baselines."""
-    result = subprocess.run(train_command(server, trainer, tmp_path), cwd=ROOT, capture_output=True, text=True,
-                            timeout=900)
+    sync), which differ from the initial ones."""
+    served = train_in_server_mode(server, "riskpo", tmp_path, model_dir)
+    assert largest_gap(served, model_logprobs(model_dir, sequences(model_dir))) > 100 * LOGPROB_TOLERANCE
+
+
+def test_the_grpo_baseline_trains_in_server_mode_through_the_same_sync(server, model_dir, tmp_path):
+    """GRPO, through the training script's hook for the baselines. The tiny model earns no reward, so GRPO's
+    advantages are 0 and its weights stay as they start: it starts from another random model than the one served, so
+    that the sync shows (the server ends with that model's weights)."""
+    start = tmp_path / "start"
+    build_tiny_model(start, **VLLM_CPU_SIZES, initializer_range=0.2, seed=1)
+    served = train_in_server_mode(server, "grpo", tmp_path / "run", start)
+    assert largest_gap(served, model_logprobs(model_dir, sequences(model_dir))) > 100 * LOGPROB_TOLERANCE
+
+
+def train_in_server_mode(server, trainer: str, output_dir: Path, start) -> list[torch.Tensor]:
+    """Run the launcher's training command from the model ``start``; check that it trained STEPS steps and that the
+    server holds the weights of the last sync (the checkpoint of step STEPS - 1); return the server's log-probs."""
+    command = [*train_command(server, trainer, output_dir), "--model_name_or_path", str(start)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert f"[step {STEPS}/{STEPS}]" in output
 
-    seqs = sequences(model_dir)
+    seqs = sequences(str(start))
     served = server_logprobs(plain_client(server), seqs)
-    assert largest_gap(served, model_logprobs(tmp_path / f"checkpoint-{STEPS - 1}", seqs)) < LOGPROB_TOLERANCE
-    assert largest_gap(served, model_logprobs(model_dir, seqs)) > 100 * LOGPROB_TOLERANCE
+    assert largest_gap(served, model_logprobs(output_dir / f"checkpoint-{STEPS - 1}", seqs)) < LOGPROB_TOLERANCE
+    return served
 
 
 def test_a_sync_lands_tied_head_included_and_a_sync_that_moves_nothing_fails_loudly(server, model_dir):

@@ -165,3 +165,27 @@ def test_the_gloo_client_records_checksums_in_the_server_s_dtype_for_what_it_can
     sent = list(client._recorded(iter(tensors)))
     assert [name for name, _ in sent] == [name for name, _ in tensors]
     assert client._sent_checksums == {"model.norm.weight": checksum(tensors[0][1].to(torch.bfloat16))}
+
+
+def test_a_vllm_without_the_weight_transfer_api_gets_one_error_naming_what_is_missing(monkeypatch):
+    monkeypatch.setattr(compat, "VLLM_WEIGHT_TRANSFER", {"json": ("loads", "no_such_name"), "no_such_module": ("x",)})
+    with pytest.raises(ImportError, match="lacks json.no_such_name, no_such_module. Install vllm==0.31.0"):
+        compat.check_vllm_weight_transfer()
+
+
+@pytest.mark.skipif(not TRL_1_16, reason="TRL 1.16's server client")
+def test_trl_s_client_has_what_the_gloo_client_builds_on():
+    import inspect
+
+    client_class = compat.trl_vllm_client_class()
+    assert compat.trl_vllm_generation_module().VLLMClient is client_class
+    for name in ("_post", "_start_weight_update", "_finish_weight_update", "get_server_info", "get_world_size",
+                 "init_communicator", "reset_prefix_cache", "close_communicator", "weight_update"):
+        assert callable(getattr(client_class, name)), name
+    assert list(inspect.signature(client_class.update_named_params).parameters) == [
+        "self", "metadata", "named_params"]
+    init = inspect.getsource(client_class.__init__)
+    assert "self._updating_weights = False" in init and "self.session = " in init and "self.group_port" in init
+    # VLLMGeneration syncs through update_named_params and builds its client as VLLMClient(base_url=..., ...).
+    generation = inspect.getsource(compat.trl_vllm_generation_module().VLLMGeneration)
+    assert "self.vllm_client.update_named_params(" in generation and "VLLMClient(" in generation
