@@ -22,6 +22,7 @@ LAYERS = {
     "riskpo_trl.data": 1,
     "riskpo_trl.code": 1,
     "riskpo_trl.multimodal": 1,
+    "riskpo_trl.weight_sync": 1,
     "riskpo_trl.evaluation": 2,
     "riskpo_trl.trainer": 2,
     "riskpo_trl.scripts": 3,
