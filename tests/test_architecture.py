@@ -22,6 +22,7 @@ LAYERS = {
     "riskpo_trl.data": 1,
     "riskpo_trl.code": 1,
     "riskpo_trl.multimodal": 1,
+    "riskpo_trl.weight_sync": 1,
     "riskpo_trl.evaluation": 2,
     "riskpo_trl.trainer": 2,
     "riskpo_trl.scripts": 3,
@@ -209,3 +210,14 @@ def test_the_config_module_holds_the_fields_and_post_init_only():
     assert methods == ["from_grpo_config", "__post_init__"]
     from_grpo = next(node for node in config_class.body if getattr(node, "name", "") == "from_grpo_config")
     assert len(from_grpo.body) == 2  # its docstring and the call of config_conversion.from_grpo_config
+
+
+def test_the_lazy_package_roots_list_and_serve_every_public_name():
+    import riskpo_trl
+    import riskpo_trl.code
+
+    for package in (riskpo_trl, riskpo_trl.code):
+        assert set(package.__all__) <= set(dir(package))
+        assert all(getattr(package, name) is not None for name in package.__all__)
+    from riskpo_trl import RiskPOConfig, RiskPOTrainer  # noqa: F401 - the documented import
+    from riskpo_trl.code import EXECUTORS, CodeReward  # noqa: F401

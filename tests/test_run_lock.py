@@ -110,6 +110,20 @@ def test_a_lock_from_another_host_is_refused_with_the_override(tmp_path):
         acquire(str(tmp_path))
 
 
+def test_a_requeued_slurm_jobs_earlier_lock_is_stale_on_any_node(tmp_path, monkeypatch):
+    lock = {"pid": 1, "host": "other-node", "started": "2026-01-01T00:00:00", "slurm_job_id": "77",
+            "slurm_restart_count": 0}
+    (tmp_path / LOCK_FILE).write_text(json.dumps(lock))
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")  # the same start of the job: it may still run there
+    with pytest.raises(OutputDirLocked, match="PID 1 on host other-node"):
+        acquire(str(tmp_path))
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # requeued: that start has ended
+    taken = acquire(str(tmp_path))
+    assert json.loads((tmp_path / LOCK_FILE).read_text())["slurm_restart_count"] == 1
+    taken.release()
+
+
 def test_a_reused_pid_does_not_hold_the_lock(tmp_path):
     """The recorded PID runs again, but as another process (its start time differs): the lock is stale."""
     (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),

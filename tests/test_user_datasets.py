@@ -92,7 +92,11 @@ def make_folder_of_files(tmp_path: Path) -> list[str]:
 @pytest.mark.parametrize("make", [make_csv, make_parquet, make_saved_dataset_dict, make_folder_of_files],
                          ids=["csv", "parquet", "save_to_disk", "folder"])
 def test_other_formats_and_local_directories_train(tmp_path, tiny_model_dir, make):
-    assert trained_steps(train_on(tmp_path, tiny_model_dir, *make(tmp_path))) == 2
+    options = make(tmp_path)
+    output_dir = train_on(tmp_path, tiny_model_dir, *options)
+    assert trained_steps(output_dir) == 2
+    local = Path(options[options.index("--dataset_files") + 1] if "--dataset_files" in options else options[1])
+    assert f"`{local.name}`" in (output_dir / "README.md").read_text()  # the card names the local data
 
 
 def cache_as_hub_dataset(cache_dir: Path, repo_id: str, rows_file: Path) -> None:

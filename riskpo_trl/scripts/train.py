@@ -11,7 +11,12 @@ Every option comes from a YAML recipe and/or the command line (command line wins
 (:data:`riskpo_trl.trainer.registry.TRAINERS`): a GRPO baseline gets ``GRPOConfig``'s own defaults, RiskPO gets
 ``RiskPOConfig``'s. A field the chosen config does not have is reported by name before anything else is checked.
 
-A run restarts from the last checkpoint in ``output_dir`` by itself, and a run whose last checkpoint already reached
+``dataset_name`` is a registered dataset (mapped to the trainer's columns) or, used as it is, a Hub id, a local dataset
+directory, or ``json``/``csv``/``parquet`` with ``dataset_files`` (riskpo_trl.data.user_datasets).
+
+One run at a time per ``output_dir``: a second is refused while the first holds its lock (riskpo_trl.trainer.run_lock).
+A run restarts from the last checkpoint in ``output_dir`` by itself, with the same risk settings (a change is refused
+at start-up), and a run whose last checkpoint already reached
 its end (``max_steps``, or the epochs) says so and exits without training; at the end the model, the tokenizer and the
 model card are saved there, and pushed to the Hub when ``push_to_hub`` is set. A mistake in the options, the recipe or
 the data is one ``error:`` line and exit code 2 (``--debug`` shows its traceback).
@@ -96,8 +101,8 @@ class RiskPOScriptArguments:
     )
     code_sandbox: dict | str | None = field(
         default=None,
-        metadata={"help": "Settings of the 'code' reward: max_workers, isolation ('bwrap', the default; 'none' only "
-                  "for trusted test code) and riskpo_trl.code.SandboxLimits fields (timeouts, memory_mb, disk_mb, "
+        metadata={"help": "Settings of the 'code' reward: executor ('bwrap', the default; 'none' only for trusted "
+                  "test code; riskpo_trl.code.EXECUTORS), max_workers and riskpo_trl.code.SandboxLimits fields (timeouts, memory_mb, disk_mb, "
                   "max_files, max_processes, ...), as a YAML mapping in a recipe or a JSON object on the command "
                   "line."},
     )
@@ -338,6 +343,7 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     from ..trainer.checks import check_generation_batch_fits, check_model_path
     from ..trainer.model_card import record_absolute_base_model
     from ..trainer.resumed_schedule import continue_schedule_on_resume
+    from ..weight_sync.client import serve_weights_to_cpu_servers
     from .console import use_compact_log
 
     _, trainer_class = get_trainer_classes(script_args.trainer)
@@ -378,15 +384,16 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     # Geometry3K track) its processor, and then takes TRL's VLM path for the `images` column.
     # The trainer places a quantized model itself (device_map=None under distributed training), which is what
     # get_kbit_device_map did in older TRL scripts; trl 1.16 no longer ships that helper.
-    trainer = trainer_class(
-        model=model_args.model_name_or_path,
-        reward_funcs=script_args.reward_functions,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        peft_config=get_peft_config(model_args),
-        quantization_config=get_quantization_config(model_args),
-    )
+    with serve_weights_to_cpu_servers(training_args):  # baselines too: a CPU vLLM server's weight sync
+        trainer = trainer_class(
+            model=model_args.model_name_or_path,
+            reward_funcs=script_args.reward_functions,
+            args=training_args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            peft_config=get_peft_config(model_args),
+            quantization_config=get_quantization_config(model_args),
+        )
     record_absolute_base_model(trainer.model)  # baselines too: a saved adapter loads from any working directory
     compat.suppress_image_token(trainer)  # baselines too: before TRL 1.16 they could sample a VLM's image token
     continue_schedule_on_resume(trainer)  # and a raised max_steps continues at the new schedule's learning rate
@@ -550,7 +557,10 @@ def train_and_save(trainer, script_args: RiskPOScriptArguments, training_args, c
     trainer.save_state()
 
     trainer.save_model(training_args.output_dir)
-    card_fields = {"datasets": hub_datasets(script_args), "dataset_files": script_args.dataset_files}
+    local = script_args.dataset_files
+    if script_args.dataset_kind == "directory":
+        local = [script_args.dataset_name]
+    card_fields = {"datasets": hub_datasets(script_args), "dataset_files": local}  # local data: named, not linked
     save_model_card(trainer, **card_fields)
     if training_args.push_to_hub:
         # push_to_hub writes the card again through create_model_card; TRL's (baselines) would replace this one.

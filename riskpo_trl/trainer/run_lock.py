@@ -8,8 +8,9 @@ supported, while an exclusive create is atomic on local filesystems and NFS v3 o
 
 A run killed without cleaning up (SIGKILL, a node lost) leaves the file behind. On the same host the next run checks
 whether that PID still runs (and is the same process, by its start time where ``/proc`` tells) and takes the lock
-over if not. A lock taken on another host cannot be checked from here: the run is refused until the file is deleted
-by hand, which is the override once that run is known to be dead. The leading underscore keeps the file out of
+over if not. A lock left by an earlier start of the same SLURM job (requeued: the same ``SLURM_JOB_ID``, a higher
+``SLURM_RESTART_COUNT``) is stale on any node. Any other lock taken on another host cannot be checked from here: the
+run is refused until the file is deleted by hand, which is the override once that run is known to be dead. The leading underscore keeps the file out of
 ``push_to_hub`` uploads.
 
 Under ``accelerate launch`` only the main process takes the lock; the others learn the outcome from it.
@@ -59,6 +60,7 @@ def acquire(output_dir: str) -> RunLock:
         "host": socket.gethostname(),
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "process_start": _process_start(os.getpid()),
+        **_slurm_job(),
     })
     deadline = time.monotonic() + 2 * WRITE_GRACE_S
     while True:
@@ -121,8 +123,21 @@ def _in_use_message(output_dir: str, path: str, holder: dict) -> str:
     )
 
 
+def _slurm_job() -> dict:
+    """The SLURM job and its restart count, if this runs in one: a requeued job keeps its id and counts up."""
+    if "SLURM_JOB_ID" not in os.environ:
+        return {}
+    return {"slurm_job_id": os.environ["SLURM_JOB_ID"],
+            "slurm_restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)}
+
+
 def _is_running(holder: dict) -> bool:
-    """Whether the process that took the lock still runs; a lock from another host counts as running."""
+    """Whether the process that took the lock still runs. A lock from an earlier start of this SLURM job (requeued,
+    on any node) does not; any other lock from another host counts as running."""
+    current = _slurm_job()
+    if current and holder.get("slurm_job_id") == current["slurm_job_id"]:
+        if holder.get("slurm_restart_count", 0) < current["slurm_restart_count"]:
+            return False
     if holder.get("host") != socket.gethostname():
         return True
     pid = holder.get("pid")
