@@ -63,18 +63,13 @@ def batch_signals(rewards: torch.Tensor, advantages: torch.Tensor, num_generatio
 
 
 def with_covariance_probe(trainer_cls):
-    """``trainer_cls`` with a batch observer (riskpo_trl's public per-batch hook, added to GRPO baselines through
-    ``BatchObserversMixin``) that records, for each training generation batch, (a) the covariance and the correlation
+    """``trainer_cls`` (a trainer of riskpo_trl's registry: RiskPO, or a baseline with the package's shared layer) with
+    a batch observer (the public per-batch hook, ``add_batch_observer``) that records, for each training generation batch, (a) the covariance and the correlation
     between a completion's length-normalised log-probability (under the policy that sampled it) and its advantage,
     within each prompt's group, averaged over prompts (Proposition 1's quantity), logged as ``probe/*``; (b) the
     :func:`batch_signals` and, for RiskPO, the quantiles used, kept in ``self.batch_signal_history``. Everything else
     is inherited."""
-    from riskpo_trl.trainer.batch_hook import BatchObserversMixin
-
-    base = trainer_cls if issubclass(trainer_cls, BatchObserversMixin) else type(
-        f"Observed{trainer_cls.__name__}", (BatchObserversMixin, trainer_cls), {})
-
-    class CovarianceProbe(base):
+    class CovarianceProbe(trainer_cls):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.batch_signal_history: list[dict[str, float | None]] = []
@@ -166,9 +161,8 @@ def build_trainer(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: P
     model in ``start_dir``; ``grader_for(tokenizer)`` gives the reward's grader (default: the text exact match)."""
     from datasets import Dataset
     from transformers import AutoTokenizer
-    from trl import GRPOTrainer
-
     from riskpo_trl import RiskPOTrainer
+    from riskpo_trl.trainer.registry import get_trainer_classes
 
     splits = make_splits(cfg)
     train_rows = [
@@ -176,7 +170,8 @@ def build_trainer(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: P
         for d, pairs in splits.train.items() if train_buckets is None or d in train_buckets for a, b in pairs
     ]
     args = rl_config(method, lr, seed, cfg, output_dir, **overrides)
-    trainer_cls = with_covariance_probe(GRPOTrainer if method in ("grpo", "gspo") else RiskPOTrainer)
+    _, grpo_trainer = get_trainer_classes("grpo")  # TRL's GRPOTrainer with the package's shared layer
+    trainer_cls = with_covariance_probe(grpo_trainer if method in ("grpo", "gspo") else RiskPOTrainer)
     tokenizer = AutoTokenizer.from_pretrained(start_dir)
     recorder = RewardRecorder(grader_for(tokenizer)) if grader_for is not None else RewardRecorder()
     return trainer_cls(

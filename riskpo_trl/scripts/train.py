@@ -337,13 +337,9 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     """The trainer ``script_args.trainer`` names, on the recipe's model, data and rewards."""
     from trl import get_peft_config, get_quantization_config
 
-    from .. import compat
     from ..data import load_benchmark, load_train_dataset
     from ..tiny_model import warn_if_tiny_random_model
-    from ..trainer.checks import check_generation_batch_fits, check_model_path
-    from ..trainer.model_card import record_absolute_base_model
-    from ..trainer.resumed_schedule import continue_schedule_on_resume
-    from ..weight_sync.client import serve_weights_to_cpu_servers
+    from ..trainer.checks import check_model_path
     from .console import use_compact_log
 
     _, trainer_class = get_trainer_classes(script_args.trainer)
@@ -374,7 +370,6 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         prompt_template=script_args.prompt_template,
         config=script_args.dataset_config,
     )
-    check_generation_batch_fits(train_dataset, training_args)  # every trainer: GRPO's drops the last batch too
     eval_dataset = None
     if script_args.eval_benchmark is not None and training_args.eval_strategy != "no":
         eval_dataset = load_benchmark(script_args.eval_benchmark, limit=script_args.max_eval_samples,
@@ -384,20 +379,17 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     # Geometry3K track) its processor, and then takes TRL's VLM path for the `images` column.
     # The trainer places a quantized model itself (device_map=None under distributed training), which is what
     # get_kbit_device_map did in older TRL scripts; trl 1.16 no longer ships that helper.
-    with serve_weights_to_cpu_servers(training_args):  # baselines too: a CPU vLLM server's weight sync
-        trainer = trainer_class(
-            model=model_args.model_name_or_path,
-            reward_funcs=script_args.reward_functions,
-            args=training_args,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            peft_config=get_peft_config(model_args),
-            quantization_config=get_quantization_config(model_args),
-        )
-    record_absolute_base_model(trainer.model)  # baselines too: a saved adapter loads from any working directory
-    compat.suppress_image_token(trainer)  # baselines too: before TRL 1.16 they could sample a VLM's image token
-    continue_schedule_on_resume(trainer)  # and a raised max_steps continues at the new schedule's learning rate
-    use_compact_log(trainer)  # baselines too: one console line per logging step
+    # Every registered trainer applies the package's checks and fixes itself (riskpo_trl.trainer.shared).
+    trainer = trainer_class(
+        model=model_args.model_name_or_path,
+        reward_funcs=script_args.reward_functions,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        peft_config=get_peft_config(model_args),
+        quantization_config=get_quantization_config(model_args),
+    )
+    use_compact_log(trainer)  # the console: one line per logging step
     if script_args.pass_at_k is not None:
         from ..evaluation.callback import add_pass_at_k_callback
 
@@ -541,7 +533,6 @@ def main(script_args: RiskPOScriptArguments, training_args, model_args):
 def train_and_save(trainer, script_args: RiskPOScriptArguments, training_args, checkpoint: str | None):
     """Train from ``checkpoint`` (None: from scratch), then save the model, the trainer state and the card; a run
     that took no step raises before anything is saved."""
-    from ..trainer.model_card import save_model_card
     from ..trainer.preemption import stopping_on_signals
 
     if checkpoint is not None:
@@ -550,9 +541,6 @@ def train_and_save(trainer, script_args: RiskPOScriptArguments, training_args, c
         trainer.train(resume_from_checkpoint=checkpoint)
     if stop.stopped_at is not None:
         stop.finish(trainer)  # one line, no card; raises RunStopped: exit code 75
-    if trainer.state.global_step == 0:  # baselines; RiskPOTrainer.train raises itself
-        raise RuntimeError("Training ended without a single step, so no model or card is saved: the training data "
-                           "yielded less than one generation batch.")
     # trainer_state.json (the log history `riskpo-plot` reads) lands in output_dir even with save_strategy "no".
     trainer.save_state()
 
@@ -560,12 +548,10 @@ def train_and_save(trainer, script_args: RiskPOScriptArguments, training_args, c
     local = script_args.dataset_files
     if script_args.dataset_kind == "directory":
         local = [script_args.dataset_name]
-    card_fields = {"datasets": hub_datasets(script_args), "dataset_files": local}  # local data: named, not linked
-    save_model_card(trainer, **card_fields)
+    card_fields = {"dataset_name": hub_datasets(script_args), "dataset_files": local}  # local data: named, not linked
+    trainer.create_model_card(**card_fields)
     if training_args.push_to_hub:
-        # push_to_hub writes the card again through create_model_card; TRL's (baselines) would replace this one.
-        trainer.create_model_card = functools.partial(save_model_card, trainer, **card_fields)
-        trainer.push_to_hub()
+        trainer.push_to_hub(**card_fields)  # writes the card again, with the same fields
     trainer.accelerator.print(f"Saved the model and its card to {training_args.output_dir}.")
     trainer.accelerator.end_training()  # close trackers and the process group (what transformers' Trainer.end does)
     return trainer

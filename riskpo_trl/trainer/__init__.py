@@ -1,4 +1,5 @@
-"""The trainer layer: RiskPO on TRL (``riskpo_trainer``, ``config``), the trainer's plumbing in one module per concern
+"""The trainer layer: RiskPO on TRL (``riskpo_trainer``, ``config`` with ``config_checks`` and ``config_conversion``),
+what every trainer of the package shares (``shared``), the trainers' plumbing in one module per concern
 (``batch_hook``, ``token_mean``, ``unscored_rewards``, ``checkpoints``, ``checks``, ``regime_guard``, ``preemption``),
 the model card and the registry of trainers a recipe can name (``registry``). Public names load on first use."""
 

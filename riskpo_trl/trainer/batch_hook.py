@@ -3,8 +3,10 @@
 An observer is any callable taking one :class:`ScoredBatch`; register it with ``trainer.add_batch_observer(fn)``.
 It sees the whole (gathered) batch's rewards, this process's tensors that reach the loss, and, for RiskPO, the
 :class:`~riskpo_trl.risk.RiskPOBatch` (bundles, advantages, quantiles) with the ``risk/*`` metrics logged for it.
-The regime guard, the tests and the studies observe batches this way rather than by overriding TRL's private
-methods; ``BatchObserversMixin`` is the one place that does, and works on ``GRPOTrainer`` and its subclasses alike.
+The regime guard, the tests, the benchmarks and the studies observe batches this way rather than by overriding TRL's
+private methods; ``BatchObserversMixin`` is the one place that overrides ``_generate_and_score_completions``. It is part
+of every trainer of this package (:class:`~riskpo_trl.trainer.shared.SharedTrainerMixin`, whose ``_calculate_rewards``
+keeps the batch's gathered rewards for it), RiskPO's and the GRPO/GMPO baselines' alike.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ BatchObserver = Callable[[ScoredBatch], None]
 class BatchObserversMixin:
     """For a `GRPOTrainer`: :meth:`add_batch_observer`, and every scored generation batch (training and evaluation)
     passed to the observers in the order they were added. A subclass computes its own advantages in
-    :meth:`_score_batch`, which runs before the observers (the default changes nothing)."""
+    :meth:`_score_batch`, which runs before the observers (the default changes nothing). ``_scored_rewards`` (the
+    batch's gathered rewards per function) is set by the shared layer's ``_calculate_rewards``."""
 
     _batch_observers: list[BatchObserver]
     _scored_rewards: torch.Tensor | None = None
@@ -55,11 +58,6 @@ class BatchObserversMixin:
         if not hasattr(self, "_batch_observers"):
             self._batch_observers = []
         self._batch_observers.append(observer)
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        # The rewards come back gathered over all processes; kept for the batch's step and its observers.
-        self._scored_rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        return self._scored_rewards
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         outputs = super()._generate_and_score_completions(inputs)

@@ -328,13 +328,20 @@ def check_model_available(name: str, what: str = "model") -> None:
 
 
 def check_keywords(kwargs: dict[str, Any], trainer_class: type, base_class: type) -> None:
-    """A misspelled keyword is named with the closest one ``base_class.__init__`` takes, before anything loads."""
-    accepted = set(inspect.signature(base_class.__init__).parameters) - {"self", "model", "reward_funcs", "args"}
+    """A misspelled keyword is named with the closest one ``base_class.__init__`` takes, before anything loads; an
+    ``__init__`` that passes ``**kwargs`` on (TRL's ``GMPOTrainer``) takes those of the class it passes them to."""
+    accepted: set[str] = set()
+    for owner in (cls for cls in base_class.__mro__ if "__init__" in vars(cls)):
+        parameters = inspect.signature(owner.__init__).parameters
+        accepted |= {name for name, p in parameters.items() if p.kind is not p.VAR_KEYWORD}
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            break
+    accepted -= {"self", "model", "reward_funcs", "args"}
     for name in kwargs:
         if name not in accepted:
             raise TypeError(
                 f"{trainer_class.__name__} got an unexpected keyword argument {name!r}{closest_name(name, accepted)}; "
-                f"it takes {base_class.__name__}'s: model, reward_funcs, args, {', '.join(sorted(accepted))}."
+                f"it takes {owner.__name__}'s: model, reward_funcs, args, {', '.join(sorted(accepted))}."
             )
 
 

@@ -12,28 +12,18 @@ from .. import compat
 compat.check_versions()  # before TRL loads: a release outside the tested range gets one message naming the range
 
 from trl import GRPOTrainer  # noqa: E402
-from trl.trainer.utils import get_config_model_id  # noqa: E402
 
 from ..risk import QuantileTracker, RiskEstimator  # noqa: E402
-from ..weight_sync.client import serve_weights_to_cpu_servers  # noqa: E402
-from .batch_hook import BatchObserversMixin, ScoredBatch  # noqa: E402
-from .checkpoints import (  # noqa: E402
-    RISK_STATE_FILE, TiedWeightsResumeMixin, check_resume_settings, read_state, risk_settings, write_state,
-)
-from .checks import check_start_up  # noqa: E402
+from .batch_hook import ScoredBatch  # noqa: E402
+from .checkpoints import RISK_STATE_FILE, check_resume_settings, read_state, risk_settings, write_state  # noqa: E402
 from .config import RiskPOConfig  # noqa: E402
-from .model_card import record_absolute_base_model, save_model_card  # noqa: E402
 from .regime_guard import RegimeGuard  # noqa: E402
-from .resumed_schedule import continue_schedule_on_resume  # noqa: E402
-from .token_mean import TokenMeanLossMixin  # noqa: E402
-from .unscored_rewards import UnscoredRewardsMixin  # noqa: E402
+from .shared import SharedTrainerMixin  # noqa: E402
 
 __all__ = ["RISK_STATE_FILE", "RiskPOTrainer"]
 
 
-class RiskPOTrainer(
-    BatchObserversMixin, TokenMeanLossMixin, UnscoredRewardsMixin, TiedWeightsResumeMixin, GRPOTrainer
-):
+class RiskPOTrainer(SharedTrainerMixin, GRPOTrainer):
     """
     Trainer for Risk-based Policy Optimization (RiskPO).
 
@@ -65,18 +55,14 @@ class RiskPOTrainer(
     many sequences, what the authors' runs used ([`~riskpo_trl.trainer.token_mean.TokenMeanLossMixin`]).
 
     Unscorable completions (every reward function returned ``None`` or NaN) get advantage 0 and do not count in their
-    bundle's score, which is rescaled to the size of a full bundle; see [`~riskpo_trl.risk.permutation_bundles`]. A
-    warning names the reward functions that returned NaN, and how often
-    ([`~riskpo_trl.trainer.unscored_rewards.UnscoredRewardsMixin`]).
+    bundle's score, which is rescaled to the size of a full bundle; see [`~riskpo_trl.risk.permutation_bundles`].
 
-    At construction, besides GRPOTrainer's own checks, [`~riskpo_trl.trainer.checks.check_start_up`] refuses a model
-    path that does not exist, a misspelled keyword, missing columns that TRL and the reward functions read, and a
-    training set smaller than one generation batch (which would train 0 steps), with a message that names them;
-    `train` raises if a run ends without a single step.
-
-    In vLLM server mode against a CPU server started with this package's weight-transfer engine
-    ([`riskpo_trl.weight_sync`]), the weights go to the server over gloo and every sync is checked; on any other
-    server the sync is TRL's.
+    What every trainer of this package shares comes from [`~riskpo_trl.trainer.shared.SharedTrainerMixin`], as for
+    the GRPO/GMPO baselines: the start-up checks ([`~riskpo_trl.trainer.checks.check_start_up`]: a model path that
+    does not exist, a misspelled keyword, missing columns, a training set smaller than one generation batch), the
+    warning that names reward functions returning NaN, the CPU vLLM server's weight sync ([`riskpo_trl.weight_sync`]),
+    an adapter's absolute base-model path, the resumed schedule, the per-batch seam, the model card, and `train`
+    raising when a run ends without a single step.
     """
 
     _tag_names = ["trl", "riskpo"]
@@ -95,22 +81,16 @@ class RiskPOTrainer(
             }"""),
     }
 
+    config_class = RiskPOConfig
+
     def __init__(self, model, reward_funcs=None, args: RiskPOConfig | None = None, **kwargs):
-        if args is None:
-            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
-            args = RiskPOConfig(f"{model_name.split('/')[-1]}-RiskPO")
-        elif not isinstance(args, RiskPOConfig):
+        if args is not None and not isinstance(args, RiskPOConfig):
             raise TypeError(
                 f"RiskPOTrainer needs a RiskPOConfig, got {type(args).__name__}. Convert it with "
                 "RiskPOConfig.from_grpo_config(your_config, bundle_size=..., ...): it keeps every setting and adds "
                 "the risk fields you pass."
             )
-        check_start_up(type(self), GRPOTrainer, model, reward_funcs, args, kwargs)
-        with serve_weights_to_cpu_servers(args):  # a CPU vLLM server gets this package's weight sync
-            super().__init__(model, reward_funcs, args=args, **kwargs)
-        record_absolute_base_model(self.model)  # a saved adapter then loads from any working directory
-        continue_schedule_on_resume(self)  # a raised max_steps continues at the new schedule's learning rate
-        compat.suppress_image_token(self)
+        super().__init__(model, reward_funcs, args=args, **kwargs)  # the shared layer's checks and fixes
         self.risk_estimator = RiskEstimator.from_config(args)
         # The guard's evidence is about the paper's advantage; the authors' scaling did not collapse in its regime.
         patience = args.regime_guard_patience if args.advantage_scaling == "none" else 0
@@ -118,20 +98,6 @@ class RiskPOTrainer(
         self.add_batch_observer(self.regime_guard.observe_batch)
         self._unscorable_batches = 0  # consecutive training batches without a scorable completion
         self._eval_batches = 0
-
-    def train(self, *args, **kwargs):
-        """`Trainer.train`, but a run that ends without a single optimizer step raises instead of returning as if it
-        had trained (e.g. an ``IterableDataset`` that yields fewer examples than one generation batch)."""
-        output = super().train(*args, **kwargs)
-        if self.state.global_step == 0:
-            prompts = self.args.generation_batch_size // self.num_generations
-            raise RuntimeError(
-                f"Training ended without a single step: the training data yielded fewer than the {prompts} prompts "
-                f"one generation batch takes (generation_batch_size={self.args.generation_batch_size} / "
-                f"num_generations={self.num_generations}). Add examples, or lower steps_per_generation, "
-                "per_device_train_batch_size or the number of processes."
-            )
-        return output
 
     @property
     def quantile_tracker(self) -> QuantileTracker:
@@ -215,16 +181,3 @@ class RiskPOTrainer(
         self.risk_estimator.load_state_dict(state)
         if "regime_guard" in state:  # checkpoints written before the guard existed have none
             self.regime_guard.load_state_dict(state["regime_guard"])
-
-    # --- model card ----------------------------------------------------------------------------------------------
-
-    def create_model_card(
-        self,
-        model_name: str | None = None,
-        dataset_name: str | list[str] | None = None,
-        tags: str | list[str] | None = None,
-        dataset_files: list[str] | None = None,
-    ) -> None:
-        """The card of `riskpo_trl.trainer.model_card`: the run's own name, the base model only when it is a Hub id,
-        the Hub datasets given (``dataset_files`` for local ones) and the risk settings."""
-        save_model_card(self, model_name=model_name, datasets=dataset_name, dataset_files=dataset_files, tags=tags)

@@ -2,8 +2,8 @@
 that is not a number, usually a bug in the function).
 
 TRL turns both into NaN before RiskPO sees the rewards, and warns that every function "returned None" even when one
-returned NaN. :class:`UnscoredRewardsMixin` counts each kind per function, so the trainer's messages name the
-function, the kind and how many.
+returned NaN. :func:`counting_unscored_rewards` counts each kind per function while a batch is scored, so the
+trainer's messages (:func:`warn_unscored`) name the function, the kind and how many.
 """
 
 from __future__ import annotations
@@ -123,45 +123,39 @@ def _holding_back_trl_all_none_warning() -> Iterator[None]:
         trl_logger.removeFilter(drop)
 
 
-class UnscoredRewardsMixin:
-    """For a `GRPOTrainer`: count, per reward function, the completions it returned None and NaN for, and warn by name.
+@contextlib.contextmanager
+def counting_unscored_rewards(trainer: Any) -> Iterator[UnscoredCounts]:
+    """While TRL scores a batch: each of ``trainer``'s reward functions (reward models, which always score, are left as
+    they are) checks its output's shape and counts what it leaves unscored into ``trainer.unscored_counts``, and TRL's
+    all-None warning (which says None for NaN too) is held back. ``reward_funcs`` holds the user's own objects again
+    as soon as the block ends, so they stay inspectable as given."""
+    trainer.unscored_counts = UnscoredCounts(list(trainer.reward_func_names))
+    original = trainer.reward_funcs
+    trainer.reward_funcs = [
+        func if isinstance(func, nn.Module) else _counting(func, index, trainer) for index, func in enumerate(original)
+    ]
+    try:
+        with _holding_back_trl_all_none_warning():
+            yield trainer.unscored_counts
+    finally:
+        trainer.reward_funcs = original
 
-    While TRL scores a batch, each reward function (reward models, which always score, are left as they are) counts
-    into :attr:`unscored_counts`; ``reward_funcs`` holds the user's own objects again as soon as the batch is scored,
-    so they stay inspectable as given. Then NaN rewards are named as NaN and the completions no function scored are
-    counted in one warning."""
 
-    unscored_counts: UnscoredCounts | None = None
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        self.unscored_counts = UnscoredCounts(list(self.reward_func_names))
-        original = self.reward_funcs
-        self.reward_funcs = [
-            func if isinstance(func, nn.Module) else _counting(func, index, self) for index, func in enumerate(original)
-        ]
-        try:
-            with _holding_back_trl_all_none_warning():
-                rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        finally:
-            self.reward_funcs = original
-        start = self.accelerator.process_index * len(prompts)  # the rewards come back gathered over all processes
-        self._warn_unscored(rewards_per_func[start : start + len(prompts)], completions)
-        return rewards_per_func
-
-    def _warn_unscored(self, local_rewards: torch.Tensor, completions: list) -> None:
-        """Name NaN rewards as NaN (TRL reports them as None), and the completions no reward function scored."""
-        total, unscored = len(completions), self.unscored_counts
-        for name, nan in zip(unscored.names, unscored.nan):
-            if nan:
-                logger.warning(
-                    f"Reward function {name} returned NaN for {nan} of {total} completions. NaN, like None, leaves a "
-                    "completion unscored by that function; if NaN is not meant as 'does not apply', fix the function "
-                    "(return None for that)."
-                )
-        unscorable = torch.isnan(local_rewards).all(dim=1)
-        if unscorable.any():
-            first = completions[int(unscorable.nonzero()[0, 0])]
+def warn_unscored(unscored: UnscoredCounts, local_rewards: torch.Tensor, completions: list) -> None:
+    """Name NaN rewards as NaN (TRL reports them as None), and the completions no reward function scored
+    (``local_rewards``: this process's rows of the rewards per function)."""
+    total = len(completions)
+    for name, nan in zip(unscored.names, unscored.nan):
+        if nan:
             logger.warning(
-                f"{int(unscorable.sum())} of {total} completions were scored by no reward function ("
-                f"{unscored.describe()}); they get advantage 0. First of them: {str(first)[:200]!r}"
+                f"Reward function {name} returned NaN for {nan} of {total} completions. NaN, like None, leaves a "
+                "completion unscored by that function; if NaN is not meant as 'does not apply', fix the function "
+                "(return None for that)."
             )
+    unscorable = torch.isnan(local_rewards).all(dim=1)
+    if unscorable.any():
+        first = completions[int(unscorable.nonzero()[0, 0])]
+        logger.warning(
+            f"{int(unscorable.sum())} of {total} completions were scored by no reward function ("
+            f"{unscored.describe()}); they get advantage 0. First of them: {str(first)[:200]!r}"
+        )
