@@ -1,4 +1,5 @@
-"""What RiskPO costs on top of GRPO: step time and peak memory of ``RiskPOTrainer`` vs ``trl.GRPOTrainer``.
+"""What RiskPO costs on top of GRPO: step time and peak memory of ``RiskPOTrainer`` vs ``trl.GRPOTrainer`` (both as
+the registry builds them, with the package's shared layer).
 
     python -m benchmarks.overhead                                   # tiny CPU model (build_tiny_model)
     python -m benchmarks.overhead --model Qwen/Qwen2.5-0.5B-Instruct --device cuda --max-completion-length 256
@@ -8,7 +9,10 @@ Both trainers get the same model, prompts, reward, seed, batch layout and loss s
 a fresh subprocess, so its peak memory (RSS on CPU, ``torch.cuda.max_memory_allocated`` on GPU) is its own, and runs
 alternate GRPO/RiskPO in ABBA order to cancel slow drift of the machine's speed. Step time is the median of per-step
 wall times after ``--warmup`` steps; ratios are RiskPO / GRPO, so 1.00 means no overhead, given both as the ratio of
-the trainers' medians and as the median of the per-pair ratios.
+the trainers' medians and as the median of the per-pair ratios. RiskPO's own work per generation batch is read from
+the public seams only: each run times the interval from its reward function's return to its batch observer (TRL's
+work after scoring, the same in both trainers, plus RiskPO's advantage step); RiskPO's share is the difference of
+the two trainers' medians.
 
 On a GPU, ``--in-process`` runs the trainers one after another in this process instead (it saves an interpreter and
 the imports per run, which matters when device time is short): each run's peak is then
@@ -62,9 +66,8 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     """Train ``args.steps`` steps with one trainer and measure it; runs inside its own process."""
     import torch
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
 
-    from riskpo_trl import RiskPOConfig, RiskPOTrainer
+    from riskpo_trl.trainer.registry import get_trainer_classes
 
     torch.set_num_threads(args.threads)
     on_gpu = args.device.startswith("cuda")
@@ -89,30 +92,17 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
             self.wall.append(end[0] - self._start[0])
             self.cpu.append(end[1] - self._start[1])
 
-    class TimedGRPO(GRPOTrainer):
-        """Times GRPO's own generation-and-scoring, so RiskPO's additions around it can be measured."""
+    scored_at: list[tuple[float, float]] = []  # when the reward function returned, per generation batch
+    after_scoring: list[tuple[float, float]] = []  # from then to the batch observer
 
-        inner: list[tuple[float, float]]
+    def timed_reward(completions, **kwargs) -> list[float]:
+        rewards = digit_reward(completions)
+        scored_at.append(clocks())
+        return rewards
 
-        def _generate_and_score_completions(self, inputs):
-            start = clocks()
-            output = super()._generate_and_score_completions(inputs)
-            end = clocks()
-            self.inner.append((end[0] - start[0], end[1] - start[1]))
-            return output
-
-    class TimedRiskPO(RiskPOTrainer, TimedGRPO):
-        """MRO: TimedRiskPO -> RiskPOTrainer -> TimedGRPO -> GRPOTrainer. The outer time minus the inner one is
-        exactly what RiskPO adds per generation batch (bundling, tracker, advantages, metrics, logging)."""
-
-        outer: list[tuple[float, float]]
-
-        def _generate_and_score_completions(self, inputs):
-            start = clocks()
-            output = super()._generate_and_score_completions(inputs)
-            end = clocks()
-            self.outer.append((end[0] - start[0], end[1] - start[1]))
-            return output
+    def observe(batch) -> None:
+        end, start = clocks(), scored_at[-1]
+        after_scoring.append((end[0] - start[0], end[1] - start[1]))
 
     num_prompts_per_step = args.prompts_per_step
     common = {
@@ -138,19 +128,17 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
         "bf16": on_gpu and torch.cuda.is_bf16_supported(),
         "gradient_checkpointing": args.gradient_checkpointing,
     }
-    if args.worker == "grpo":
-        config, trainer_cls = GRPOConfig(**common), TimedGRPO
-    else:
-        config, trainer_cls = RiskPOConfig(**common, bundle_size=args.bundle_size), TimedRiskPO
+    config_class, trainer_class = get_trainer_classes(args.worker)
+    risk = {"bundle_size": args.bundle_size} if args.worker == "riskpo" else {}
     timer = StepTimer()
-    trainer = trainer_cls(
+    trainer = trainer_class(
         model=args.model,
-        reward_funcs=digit_reward,
-        args=config,
+        reward_funcs=timed_reward,
+        args=config_class(**common, **risk),
         train_dataset=prompts(num_prompts_per_step * args.steps),
         callbacks=[timer],
     )
-    trainer.inner, trainer.outer = [], []
+    trainer.add_batch_observer(observe)
     if on_gpu:
         torch.cuda.reset_peak_memory_stats()
         allocated_at_start = args.allocated_at_start or 0  # in-process runs: what earlier runs left allocated
@@ -171,10 +159,9 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     }
     if lengths:  # completion tokens generated and trained on per second of a whole step
         result["completion_tokens_per_s"] = statistics.fmean(lengths) * completions_per_step / result["median_step_s"]
-    if trainer.outer:
-        added = [(o[0] - i[0], o[1] - i[1]) for o, i in zip(trainer.outer, trainer.inner)][args.warmup :]
-        result["median_riskpo_added_s"] = statistics.median(a[0] for a in added)
-        result["median_riskpo_added_cpu_s"] = statistics.median(a[1] for a in added)
+    kept = after_scoring[args.warmup :] or after_scoring
+    result["median_after_scoring_s"] = statistics.median(a[0] for a in kept)
+    result["median_after_scoring_cpu_s"] = statistics.median(a[1] for a in kept)
     if on_gpu:
         result["peak_cuda_allocated_mib"] = (torch.cuda.max_memory_allocated() - allocated_at_start) / 2**20
         result["cuda_allocated_before_run_mib"] = allocated_at_start / 2**20
@@ -276,12 +263,15 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
     }
     if not args.in_process:  # in one process the RSS peak is the whole sequence's, not a run's
         summary["peak_rss_mib"] = ratio_summary(runs, "peak_rss_mib")
-    riskpo_runs = [r for r in runs if r["trainer"] == "riskpo"]
-    added_cpu = statistics.median(r["median_riskpo_added_cpu_s"] for r in riskpo_runs)
+    after_scoring = ratio_summary(runs, "median_after_scoring_s")
+    after_scoring_cpu = ratio_summary(runs, "median_after_scoring_cpu_s")
+    added_cpu = after_scoring_cpu["riskpo"] - after_scoring_cpu["grpo"]
     summary["riskpo_added_per_step"] = {
-        "wall_s": statistics.median(r["median_riskpo_added_s"] for r in riskpo_runs),
+        "wall_s": after_scoring["riskpo"] - after_scoring["grpo"],
         "cpu_s": added_cpu,
         "fraction_of_grpo_step_cpu": added_cpu / summary["step_cpu_time_s"]["grpo"],
+        "after_scoring_s": after_scoring,
+        "after_scoring_cpu_s": after_scoring_cpu,
     }
     if "peak_cuda_allocated_mib" in runs[0]:
         summary["peak_cuda_allocated_mib"] = ratio_summary(runs, "peak_cuda_allocated_mib")
@@ -326,8 +316,9 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
         + ".",
         "",
         (
-            f"Measured inside the RiskPO runs: RiskPO's own work per step (bundling, tracker, advantages, metrics and "
-            f"logging around GRPO's generate-and-score) costs {1e3 * added['cpu_s']:.2f} ms CPU "
+            f"Measured from the public seams (reward function's return to batch observer, RiskPO's median minus "
+            f"GRPO's): RiskPO's own work per step (bundling, tracker, advantages, metrics and logging after GRPO's "
+            f"generate-and-score) costs {1e3 * added['cpu_s']:.2f} ms CPU "
             f"({1e3 * added['wall_s']:.2f} ms wall), {100 * added['fraction_of_grpo_step_cpu']:.2f}% of a GRPO step's "
             "CPU time."
         ),

@@ -82,17 +82,38 @@ SINGLE_LAYOUT = {"per_device": 16, "accumulation": 8, "steps_per_generation": 16
 DISTRIBUTED_LAYOUT = {"per_device": 4, "accumulation": 4, "steps_per_generation": 8, "token_mean_sequences": 16}
 
 
+class MicroBatchesTheLossSees:
+    """A forward pre-hook on the model (torch's public seam): each forward over rows of the made-up ``batch`` (prompt
+    then completion ids) is recorded as those rows of ``batch``, in the order the loss takes them."""
+
+    KEYS = ("prompt_ids", "completion_ids", "completion_mask", "advantages")
+
+    def __init__(self, batch: dict[str, torch.Tensor]):
+        self.batch, self.seen = batch, []
+
+    def __call__(self, module, args, kwargs):
+        input_ids = kwargs.get("input_ids", args[0] if args else None)
+        prompt_width, completion_ids = self.batch["prompt_ids"].shape[1], self.batch["completion_ids"]
+        if input_ids is None or input_ids.shape[1] != prompt_width + completion_ids.shape[1]:
+            return  # the real generation's forwards, before the batch is replaced
+        matches = (input_ids[:, prompt_width:].unsqueeze(1) == completion_ids.unsqueeze(0)).all(-1)
+        if matches.any(dim=1).all():
+            rows = matches.float().argmax(dim=1)
+            self.seen.append({key: self.batch[key][rows] for key in self.KEYS})
+
+
 def train_on_a_made_up_batch(model_dir, output_dir, *, per_device, accumulation, steps_per_generation,
                              token_mean_sequences):
     """Two optimizer steps (learning rate 0) of TRL's real training loop on one generation batch of made-up
-    completions of mixed lengths (different on each process); returns the model, the gradients before each
-    optimizer step, the micro-batches the loss saw, and the trainer."""
+    completions of mixed lengths (different on each process), put in place of the generated one by a batch observer;
+    returns the model, the gradients before each optimizer step, the micro-batches the loss saw, and the trainer."""
     args = RiskPOConfig(
         output_dir=str(output_dir), report_to="none", use_cpu=True, bf16=False, gradient_checkpointing=False,
         num_generations=8, bundle_size=1, per_device_train_batch_size=per_device,
         gradient_accumulation_steps=accumulation, steps_per_generation=steps_per_generation, max_steps=2,
         learning_rate=0.0, max_grad_norm=0.0, temperature=1.0, importance_sampling_level="token", loss_type="bnpo",
         delta=None, loss_token_mean_sequences=token_mean_sequences, save_strategy="no", logging_steps=1,
+        max_completion_length=4,  # the generated batch is replaced: keep its generation short
     )
     trainer = RiskPOTrainer(model_dir, reward_funcs=contains_digit_reward, args=args,
                             train_dataset=make_prompt_dataset(num_prompts=64))
@@ -108,20 +129,19 @@ def train_on_a_made_up_batch(model_dir, output_dir, *, per_device, accumulation,
         "advantages": torch.randn(count, generator=generator),
         "num_items_in_batch": completion_mask.sum(),
     }
-    trainer._generate_and_score_completions = lambda inputs: dict(batch)
-    seen = []
-    compute_loss = trainer._compute_loss
 
-    def recording(model, inputs):
-        seen.append({key: inputs[key] for key in ("prompt_ids", "completion_ids", "completion_mask", "advantages")})
-        return compute_loss(model, inputs)
+    def made_up(scored):  # the batch that goes to the loss: the made-up one, in place of the generated one
+        scored.outputs.clear()
+        scored.outputs.update(batch)
 
-    trainer._compute_loss = recording
+    trainer.add_batch_observer(made_up)
+    recorder = MicroBatchesTheLossSees(batch)
+    trainer.model.register_forward_pre_hook(recorder, with_kwargs=True)
     gradients = GradientsBeforeEachStep()
     trainer.add_callback(gradients)
     trainer.train()
-    assert len(gradients.steps) == 2 and len(seen) == 2 * accumulation
-    return trainer.model, gradients.steps, seen, trainer
+    assert len(gradients.steps) == 2 and len(recorder.seen) == 2 * accumulation
+    return trainer.model, gradients.steps, recorder.seen, trainer
 
 
 def verl_gradients(model, micro_batches: list[dict], group_micro_batches: int) -> list[torch.Tensor]:
