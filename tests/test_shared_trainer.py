@@ -75,3 +75,12 @@ def test_the_shared_fixes_apply_to_every_trainer(name, tiny_model_dir, tmp_path,
     assert trainer.unscored_counts.nan == [0, 4]  # one of each prompt's 2 completions
     assert "Reward function nan_for_first_completions returned NaN for 4 of 8 completions" in caplog.text
     assert trainer.reward_funcs[1] is nan_for_first_completions  # the user's own function again after the batch
+
+
+def test_without_args_riskpo_takes_its_configs_defaults(tiny_model_dir, tmp_path, monkeypatch):
+    """The shared layer builds the default config (the baselines' GRPOConfig defaults to bf16, which a CPU refuses)."""
+    monkeypatch.chdir(tmp_path)
+    config_class, trainer_class = get_trainer_classes("riskpo")
+    trainer = trainer_class(tiny_model_dir, reward_funcs=contains_digit_reward, train_dataset=make_prompt_dataset(20))
+    assert type(trainer.args) is config_class and trainer.risk_estimator.bundle_size == 5
+    assert trainer.args.output_dir == f"{os.path.basename(tiny_model_dir)}-RiskPO"

@@ -91,6 +91,7 @@ class RiskPOTrainer(SharedTrainerMixin, GRPOTrainer):
                 "the risk fields you pass."
             )
         super().__init__(model, reward_funcs, args=args, **kwargs)  # the shared layer's checks and fixes
+        args = self.args  # RiskPOConfig's defaults when none was given
         self.risk_estimator = RiskEstimator.from_config(args)
         # The guard's evidence is about the paper's advantage; the authors' scaling did not collapse in its regime.
         patience = args.regime_guard_patience if args.advantage_scaling == "none" else 0
