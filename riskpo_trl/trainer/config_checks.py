@@ -133,7 +133,7 @@ def _check_batch_layout(config: Any) -> None:
     if off_boundary:
         multiple = generate_every // math.gcd(generate_every, config.gradient_accumulation_steps)
         given = f"save_steps={config.save_steps:g}" + (
-            f" (every {_save_interval(self)} optimizer steps of max_steps={config.max_steps})"
+            f" (every {_save_interval(config)} optimizer steps of max_steps={config.max_steps})"
             if config.save_steps < 1 else "")
         warnings.warn(
             f"Checkpoints at {given} do not fall on generation batch boundaries (a new batch every "
