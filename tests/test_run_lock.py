@@ -38,6 +38,36 @@ def wait_for(predicate, timeout: float = 240.0) -> None:
         time.sleep(0.2)
 
 
+def _hold(output_dir: str, taken) -> None:
+    acquire(output_dir)
+    taken.set()
+    time.sleep(600)  # until the test kills it
+
+
+def test_a_run_is_refused_while_another_holds_the_lock_and_takes_it_over_once_that_one_is_killed(
+        tmp_path, tiny_model_dir, capsys):
+    """The other run is a forked process that took the lock (the slow test below runs two real trainings)."""
+    context = multiprocessing.get_context("fork")
+    taken = context.Event()
+    holder = context.Process(target=_hold, args=(str(tmp_path / "run"), taken))
+    holder.start()
+    try:
+        assert taken.wait(timeout=60)
+        with pytest.raises(SystemExit) as exit:
+            train.cli(tiny_run_argv(tmp_path, tiny_model_dir, 1))
+        assert exit.value.code == 2
+        [line] = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+        assert line.startswith(f"riskpo-train: error: output_dir {tmp_path / 'run'} is in use by another run: PID "
+                               f"{holder.pid} on host {socket.gethostname()}, started ")
+        assert not any((tmp_path / "run").glob("checkpoint-*"))  # it stopped before training
+    finally:
+        holder.kill()
+        holder.join(timeout=60)
+    trainer = train.main(*train.parse_args(tiny_run_argv(tmp_path, tiny_model_dir, 1)))
+    assert trainer.state.global_step == 1 and not (tmp_path / "run" / LOCK_FILE).exists()
+
+
+@pytest.mark.slow  # two real training processes; the fast test above holds the lock from a forked process
 def test_a_second_run_is_refused_and_a_killed_runs_lock_is_taken_over(tmp_path, tiny_model_dir, capsys):
     output_dir = tmp_path / "run"
     lock = output_dir / LOCK_FILE
