@@ -180,3 +180,14 @@ def test_under_accelerate_launch_the_main_process_holds_it_for_all(tmp_path):
     # The free one: one lock, taken by the main process, seen by both, gone at the end.
     assert rank0["free_lock"] == rank1["free_lock"] and rank0["free_lock"]["pid"] == rank0["pid"]
     assert not (free / LOCK_FILE).exists()
+
+
+def test_the_lock_does_not_make_a_hub_like_model_path_read_as_local(tmp_path, monkeypatch, capsys):
+    """Taking the lock creates output_dir (outputs/run here); `outputs/tiny-qwen2` must still be refused as a
+    possible Hub id for build_tiny_model, as it is where no outputs/ exists."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        train.cli(["--config", str(TINY_RECIPE), "--model_name_or_path", "outputs/tiny-qwen2", "--output_dir",
+                   "outputs/run", "--dataset_files", str(TINY_DATA)])
+    assert "'outputs/tiny-qwen2' could be a Hub id" in capsys.readouterr().err
+    assert not (tmp_path / "outputs").exists()
