@@ -136,7 +136,8 @@ def test_of_runs_starting_together_exactly_one_takes_the_lock(tmp_path):
 
 def test_a_lock_from_another_host_is_refused_with_the_override(tmp_path):
     (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": 1, "host": "other-node", "started": "2026-01-01T00:00:00"}))
-    with pytest.raises(OutputDirLocked, match=rf"PID 1 on host other-node.*another host.*delete {tmp_path / LOCK_FILE}"):
+    expected = rf"PID 1 on host other-node.*another host.*delete {tmp_path / LOCK_FILE}"
+    with pytest.raises(OutputDirLocked, match=expected):
         acquire(str(tmp_path))
 
 
