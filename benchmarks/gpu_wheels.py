@@ -21,7 +21,9 @@ from __future__ import annotations
 import argparse
 import email.parser
 import json
+import shutil
 import subprocess
+import tempfile
 import sys
 import zipfile
 from pathlib import Path
@@ -142,8 +144,13 @@ def build(out: Path, python_version: str = PYTHON_VERSION) -> dict:
     from packaging.requirements import Requirement
 
     out.mkdir(parents=True, exist_ok=True)
+    leftovers = [ROOT / "build", ROOT / "riskpo_trl.egg-info"]
+    existed = [path.exists() for path in leftovers]
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(ROOT)],
                    check=True)
+    for path, was_there in zip(leftovers, existed):  # what setuptools left in the source tree
+        if not was_there:
+            shutil.rmtree(path, ignore_errors=True)
     own = next(out.glob("riskpo_trl-*.whl"))
     queue = list(ROOTS) + wheel_requirements(own, python_version=python_version)
     seen: set[str] = set()
@@ -178,10 +185,11 @@ def build(out: Path, python_version: str = PYTHON_VERSION) -> dict:
 
 def install(wheels: Path) -> int:
     """Install this package and the tested TRL from ``wheels`` alone (no index); pip's exit status."""
-    command = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(wheels),
+    command = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(wheels.resolve()),
                "--disable-pip-version-check", "riskpo-trl", "trl==1.16.0", "math-verify"]
     print("[gpu_wheels]", " ".join(command), flush=True)
-    return subprocess.run(command).returncode
+    # Not from the repository root: there `python -m pip` would take a riskpo_trl.egg-info for an installed package.
+    return subprocess.run(command, cwd=tempfile.gettempdir()).returncode
 
 
 def main(argv: list[str] | None = None) -> dict | int:

@@ -22,6 +22,7 @@ LAYERS = {
     "riskpo_trl.data": 1,
     "riskpo_trl.code": 1,
     "riskpo_trl.multimodal": 1,
+    "riskpo_trl.weight_sync": 1,
     "riskpo_trl.evaluation": 2,
     "riskpo_trl.trainer": 2,
     "riskpo_trl.scripts": 3,
@@ -184,3 +185,14 @@ def test_the_code_layer_and_its_judge_load_only_the_standard_library():
     from riskpo_trl.code import judge
 
     assert "sys.modules" not in judge._BOOT  # the judge imports the real package, faking nothing
+
+
+def test_the_lazy_package_roots_list_and_serve_every_public_name():
+    import riskpo_trl
+    import riskpo_trl.code
+
+    for package in (riskpo_trl, riskpo_trl.code):
+        assert set(package.__all__) <= set(dir(package))
+        assert all(getattr(package, name) is not None for name in package.__all__)
+    from riskpo_trl import RiskPOConfig, RiskPOTrainer  # noqa: F401 - the documented import
+    from riskpo_trl.code import EXECUTORS, CodeReward  # noqa: F401

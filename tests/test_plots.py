@@ -52,7 +52,7 @@ def test_curves_command_overlays_runs_and_notes_missing_metrics(tmp_path, capsys
     eval_a = write_results(tmp_path / "a.json", {1: 0.3, 2: 0.45, 4: 0.6})
     eval_b = write_results(tmp_path / "b.json", {1: 0.35, 2: 0.5, 4: 0.55})
     paths = main(["curves", f"RiskPO={riskpo}", str(tmp_path / "grpo-run"), "--eval", f"RiskPO={eval_a}",
-                  "--eval", f"grpo-run={eval_b}", "--smoothing", "0.5", "--output", str(tmp_path / "fig" / "curves")])
+                  f"grpo-run={eval_b}", "--smoothing", "0.5", "--output", str(tmp_path / "fig" / "curves")])
     assert [p.suffix for p in paths] == [".png", ".pdf"] and all(p.stat().st_size > 1000 for p in paths)
     out = capsys.readouterr().out
     for panel in ("Lower-tail RVaR", "MVaR objective", "Tracked quantiles", "Held-out Pass@k during training"):

@@ -148,3 +148,15 @@ def test_the_single_flight_cache_remembers_refusals_but_not_other_failures():
     with pytest.raises(ValueError):
         cache("refused")
     assert calls.count("refused") == 2
+
+
+def test_dataset_folding_benchmark_runs_tiny(tmp_path):
+    from benchmarks import dataset_folding
+
+    payload = dataset_folding.main(["--runs", "1", "--cells", "red team: 600 x 600 loops of pass",
+                                    "honest: a 2,000-row loop table", "--out", str(tmp_path)])
+    cells = payload["cells"]
+    assert cells["red team: 600 x 600 loops of pass"]["outcome"].startswith("refused: more than 20000 statements")
+    assert cells["honest: a 2,000-row loop table"]["outcome"] == "folded: 2000 probes"
+    assert all(cell["computations"] == 1 and cell["cpu_s_median"] > 0 for cell in cells.values())
+    assert (tmp_path / "dataset_folding.md").exists()

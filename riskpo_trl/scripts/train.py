@@ -102,8 +102,8 @@ class RiskPOScriptArguments:
     )
     code_sandbox: dict | str | None = field(
         default=None,
-        metadata={"help": "Settings of the 'code' reward: max_workers, isolation ('bwrap', the default; 'none' only "
-                  "for trusted test code) and riskpo_trl.code.SandboxLimits fields (timeouts, memory_mb, disk_mb, "
+        metadata={"help": "Settings of the 'code' reward: executor ('bwrap', the default; 'none' only for trusted "
+                  "test code; riskpo_trl.code.EXECUTORS), max_workers and riskpo_trl.code.SandboxLimits fields (timeouts, memory_mb, disk_mb, "
                   "max_files, max_processes, ...), as a YAML mapping in a recipe or a JSON object on the command "
                   "line."},
     )
@@ -339,6 +339,7 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     from ..trainer.checks import check_generation_batch_fits, check_model_path
     from ..trainer.model_card import record_absolute_base_model
     from ..trainer.resumed_schedule import continue_schedule_on_resume
+    from ..weight_sync.client import serve_weights_to_cpu_servers
     from .console import use_compact_log
 
     _, trainer_class = get_trainer_classes(script_args.trainer)
@@ -379,15 +380,16 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     # Geometry3K track) its processor, and then takes TRL's VLM path for the `images` column.
     # The trainer places a quantized model itself (device_map=None under distributed training), which is what
     # get_kbit_device_map did in older TRL scripts; trl 1.16 no longer ships that helper.
-    trainer = trainer_class(
-        model=model_args.model_name_or_path,
-        reward_funcs=script_args.reward_functions,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        peft_config=get_peft_config(model_args),
-        quantization_config=get_quantization_config(model_args),
-    )
+    with serve_weights_to_cpu_servers(training_args):  # baselines too: a CPU vLLM server's weight sync
+        trainer = trainer_class(
+            model=model_args.model_name_or_path,
+            reward_funcs=script_args.reward_functions,
+            args=training_args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            peft_config=get_peft_config(model_args),
+            quantization_config=get_quantization_config(model_args),
+        )
     record_absolute_base_model(trainer.model)  # baselines too: a saved adapter loads from any working directory
     compat.suppress_image_token(trainer)  # baselines too: before TRL 1.16 they could sample a VLM's image token
     continue_schedule_on_resume(trainer)  # and a raised max_steps continues at the new schedule's learning rate

@@ -15,6 +15,7 @@ from trl import GRPOTrainer  # noqa: E402
 from trl.trainer.utils import get_config_model_id  # noqa: E402
 
 from ..risk import QuantileTracker, RiskEstimator  # noqa: E402
+from ..weight_sync.client import serve_weights_to_cpu_servers  # noqa: E402
 from .batch_hook import BatchObserversMixin, ScoredBatch  # noqa: E402
 from .checkpoints import (  # noqa: E402
     RISK_STATE_FILE, TiedWeightsResumeMixin, check_resume_settings, read_state, risk_settings, write_state,
@@ -72,6 +73,10 @@ class RiskPOTrainer(
     path that does not exist, a misspelled keyword, missing columns that TRL and the reward functions read, and a
     training set smaller than one generation batch (which would train 0 steps), with a message that names them;
     `train` raises if a run ends without a single step.
+
+    In vLLM server mode against a CPU server started with this package's weight-transfer engine
+    ([`riskpo_trl.weight_sync`]), the weights go to the server over gloo and every sync is checked; on any other
+    server the sync is TRL's.
     """
 
     _tag_names = ["trl", "riskpo"]
@@ -101,7 +106,8 @@ class RiskPOTrainer(
                 "the risk fields you pass."
             )
         check_start_up(type(self), GRPOTrainer, model, reward_funcs, args, kwargs)
-        super().__init__(model, reward_funcs, args=args, **kwargs)
+        with serve_weights_to_cpu_servers(args):  # a CPU vLLM server gets this package's weight sync
+            super().__init__(model, reward_funcs, args=args, **kwargs)
         record_absolute_base_model(self.model)  # a saved adapter then loads from any working directory
         continue_schedule_on_resume(self)  # a raised max_steps continues at the new schedule's learning rate
         compat.suppress_image_token(self)

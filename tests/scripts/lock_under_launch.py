@@ -23,3 +23,6 @@ with lock_output_dir(str(free_dir)):
     report["free_lock"] = json.loads((free_dir / LOCK_FILE).read_text())
     state.wait_for_everyone()  # nobody reads it after the main process has left
 (report_dir / f"rank{state.process_index}.json").write_text(json.dumps(report))
+# Close the process group before exit: left to interpreter exit, gloo's threads can abort a rank ("terminate called
+# without an active exception") after the work is done.
+state.destroy_process_group()
