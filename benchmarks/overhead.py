@@ -7,12 +7,21 @@ Both trainers get the same model, prompts, reward, seed, batch layout and loss s
 (``importance_sampling_level="sequence"``, ``loss_type="grpo"``, ``beta=0``); only the advantage differs. Every run is
 a fresh subprocess, so its peak memory (RSS on CPU, ``torch.cuda.max_memory_allocated`` on GPU) is its own, and runs
 alternate GRPO/RiskPO in ABBA order to cancel slow drift of the machine's speed. Step time is the median of per-step
-wall times after ``--warmup`` steps; ratios are RiskPO / GRPO, so 1.00 means no overhead.
+wall times after ``--warmup`` steps; ratios are RiskPO / GRPO, so 1.00 means no overhead, given both as the ratio of
+the trainers' medians and as the median of the per-pair ratios.
+
+On a GPU, ``--in-process`` runs the trainers one after another in this process instead (it saves an interpreter and
+the imports per run, which matters when device time is short): each run's peak is then
+``torch.cuda.max_memory_allocated`` minus what was allocated when it began, and RSS is left out. ``--deadline``
+(seconds since the epoch) stops before a pair that would not finish in time, and says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
+import io
 import json
 import os
 import resource
@@ -144,9 +153,11 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     trainer.inner, trainer.outer = [], []
     if on_gpu:
         torch.cuda.reset_peak_memory_stats()
+        allocated_at_start = args.allocated_at_start or 0  # in-process runs: what earlier runs left allocated
     rss_before_train = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     trainer.train()
     lengths = [e["completions/mean_length"] for e in trainer.state.log_history if "completions/mean_length" in e]
+    completions_per_step = args.num_generations * num_prompts_per_step
     result = {
         "trainer": args.worker,
         "step_times_s": timer.wall,
@@ -156,13 +167,17 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # Linux reports KiB
         "peak_rss_before_train_mib": rss_before_train / 1024,
         "mean_completion_length": statistics.fmean(lengths) if lengths else None,
+        "model_dtype": str(trainer.model.dtype),
     }
+    if lengths:  # completion tokens generated and trained on per second of a whole step
+        result["completion_tokens_per_s"] = statistics.fmean(lengths) * completions_per_step / result["median_step_s"]
     if trainer.outer:
         added = [(o[0] - i[0], o[1] - i[1]) for o, i in zip(trainer.outer, trainer.inner)][args.warmup :]
         result["median_riskpo_added_s"] = statistics.median(a[0] for a in added)
         result["median_riskpo_added_cpu_s"] = statistics.median(a[1] for a in added)
     if on_gpu:
-        result["peak_cuda_allocated_mib"] = torch.cuda.max_memory_allocated() / 2**20
+        result["peak_cuda_allocated_mib"] = (torch.cuda.max_memory_allocated() - allocated_at_start) / 2**20
+        result["cuda_allocated_before_run_mib"] = allocated_at_start / 2**20
     return result
 
 
@@ -177,16 +192,51 @@ def abba_order(pairs: int) -> list[str]:
     return order
 
 
-def ratio_summary(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
-    """Median of the per-run values of each trainer and their ratio RiskPO / GRPO."""
+def ratio_summary(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """Median of the per-run values of each trainer, their ratio RiskPO / GRPO, and the median of the ratios within
+    each consecutive GRPO/RiskPO pair (runs 1-2, 3-4, ...)."""
     per_run = {t: [r[key] for r in runs if r["trainer"] == t] for t in TRAINERS}
     medians = {t: statistics.median(values) for t, values in per_run.items()}
+    pairs = [{r["trainer"]: r[key] for r in runs[i : i + 2]} for i in range(0, len(runs) - 1, 2)]
+    pair_ratios = [p["riskpo"] / p["grpo"] for p in pairs if set(p) == set(TRAINERS)]
     return {
         "grpo": medians["grpo"],
         "riskpo": medians["riskpo"],
         "ratio": medians["riskpo"] / medians["grpo"],
+        "pair_ratios": pair_ratios,
+        "median_pair_ratio": statistics.median(pair_ratios),
         "per_run": per_run,
     }
+
+
+def run_in_process(args: argparse.Namespace, trainer: str, model: str, output_dir: str) -> dict[str, Any]:
+    """One run in this process; afterwards its trainer and model are freed, so the next run's peak is its own."""
+    import torch
+
+    gc.collect()
+    if args.device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    worker_args = parse_args(
+        ["--worker", trainer, "--model", model, "--output-dir", output_dir, *forwarded_flags(args)]
+    )
+    worker_args.allocated_at_start = torch.cuda.memory_allocated() if args.device.startswith("cuda") else 0
+    with contextlib.nullcontext() if args.verbose else contextlib.redirect_stdout(io.StringIO()):  # its log lines
+        result = run_worker(worker_args)
+    gc.collect()
+    return result
+
+
+def run_in_subprocess(args: argparse.Namespace, trainer: str, model: str, output_dir: str) -> dict[str, Any]:
+    out_json = output_dir + ".json"
+    cmd = [
+        sys.executable, "-m", "benchmarks.overhead", "--worker", trainer, "--worker-out", out_json, "--model", model,
+        "--output-dir", output_dir, *forwarded_flags(args),
+    ]
+    subprocess.run(
+        cmd, check=True, cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.DEVNULL if not args.verbose else None,
+    )
+    return json.loads(Path(out_json).read_text())
 
 
 def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
@@ -199,42 +249,33 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
 
             model = os.path.join(tmp, "tiny-model")
             build_tiny_model(model)
-        runs = []
+        runs, run_seconds, stopped = [], [], None
+        on_cuda = args.device.startswith("cuda")
+        run_one = run_in_process if args.in_process else run_in_subprocess
         for index, trainer in enumerate(abba_order(args.pairs)):
-            out_json = os.path.join(tmp, f"run{index}.json")
-            cmd = [
-                sys.executable,
-                "-m",
-                "benchmarks.overhead",
-                "--worker",
-                trainer,
-                "--worker-out",
-                out_json,
-                "--model",
-                model,
-                "--output-dir",
-                os.path.join(tmp, f"run{index}"),
-                *forwarded_flags(args),
-            ]
-            subprocess.run(
-                cmd,
-                check=True,
-                cwd=Path(__file__).resolve().parent.parent,
-                stdout=subprocess.DEVNULL if not args.verbose else None,
-            )
-            runs.append(json.loads(Path(out_json).read_text()))
+            if index % 2 == 0 and run_seconds and args.deadline is not None:
+                if time.time() + 2 * max(run_seconds) > args.deadline:
+                    stopped = (f"stopped after {index // 2} of {args.pairs} pairs: the next pair would pass the "
+                               "deadline")
+                    print(f"[overhead] {stopped}", flush=True)
+                    break
+            started = time.time()
+            runs.append(run_one(args, trainer, model, os.path.join(tmp, f"run{index}")))
+            run_seconds.append(time.time() - started)
             print(
                 f"[overhead] run {index + 1}/{2 * args.pairs} {trainer}: median step "
                 f"{1e3 * runs[-1]['median_step_s']:.1f} ms wall, {1e3 * runs[-1]['median_step_cpu_s']:.1f} ms CPU, "
-                f"peak RSS {runs[-1]['peak_rss_mib']:.0f} MiB",
+                f"peak RSS {runs[-1]['peak_rss_mib']:.0f} MiB"
+                + (f", peak CUDA {runs[-1]['peak_cuda_allocated_mib']:.0f} MiB" if on_cuda else ""),
                 flush=True,
             )
 
     summary = {
         "step_time_s": ratio_summary(runs, "median_step_s"),
         "step_cpu_time_s": ratio_summary(runs, "median_step_cpu_s"),
-        "peak_rss_mib": ratio_summary(runs, "peak_rss_mib"),
     }
+    if not args.in_process:  # in one process the RSS peak is the whole sequence's, not a run's
+        summary["peak_rss_mib"] = ratio_summary(runs, "peak_rss_mib")
     riskpo_runs = [r for r in runs if r["trainer"] == "riskpo"]
     added_cpu = statistics.median(r["median_riskpo_added_cpu_s"] for r in riskpo_runs)
     summary["riskpo_added_per_step"] = {
@@ -244,37 +285,37 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
     }
     if "peak_cuda_allocated_mib" in runs[0]:
         summary["peak_cuda_allocated_mib"] = ratio_summary(runs, "peak_cuda_allocated_mib")
-    settings = {k: v for k, v in vars(args).items() if k not in ("worker", "worker_out", "output_dir", "verbose")}
+    if all("completion_tokens_per_s" in r for r in runs):
+        summary["completion_tokens_per_s"] = ratio_summary(runs, "completion_tokens_per_s")
+    summary["pairs_done"] = len(runs) // 2
+    summary["run_seconds"] = run_seconds
+    if stopped:
+        summary["stopped_early"] = stopped
+    settings = {k: v for k, v in vars(args).items()
+                if k not in ("worker", "worker_out", "output_dir", "verbose", "allocated_at_start")}
     settings["model"] = args.model or "build_tiny_model() defaults"
     lines = [
         f"# RiskPO vs GRPO overhead ({settings['model']}, {args.device}, {args.threads} thread(s))",
         "",
         (
-            f"{2 * args.pairs} runs in ABBA order, {args.steps} steps each, median per-step time after {args.warmup} "
-            f"warm-up steps; {args.prompts_per_step} prompts x {args.num_generations} completions per step, "
-            f"max_completion_length={args.max_completion_length}."
+            f"{len(runs)} runs in ABBA order{' in one process' if args.in_process else ''}, {args.steps} steps each, "
+            f"median per-step time after {args.warmup} warm-up steps; {args.prompts_per_step} prompts x "
+            f"{args.num_generations} completions per step, max_completion_length={args.max_completion_length}"
+            f"{', gradient checkpointing' if args.gradient_checkpointing else ''}."
+            + (f" {stopped[0].upper()}{stopped[1:]}." if stopped else "")
         ),
         "",
-        "| measure | GRPO | RiskPO | ratio RiskPO/GRPO |",
-        "|---|---:|---:|---:|",
-        (
-            f"| step time (ms) | {1e3 * summary['step_time_s']['grpo']:.1f} | "
-            f"{1e3 * summary['step_time_s']['riskpo']:.1f} | {summary['step_time_s']['ratio']:.3f} |"
-        ),
-        (
-            f"| step CPU time (ms) | {1e3 * summary['step_cpu_time_s']['grpo']:.1f} | "
-            f"{1e3 * summary['step_cpu_time_s']['riskpo']:.1f} | {summary['step_cpu_time_s']['ratio']:.3f} |"
-        ),
-        (
-            f"| peak RSS (MiB) | {summary['peak_rss_mib']['grpo']:.0f} | {summary['peak_rss_mib']['riskpo']:.0f} "
-            f"| {summary['peak_rss_mib']['ratio']:.3f} |"
-        ),
+        "| measure | GRPO | RiskPO | ratio of medians | median of pair ratios |",
+        "|---|---:|---:|---:|---:|",
     ]
-    if "peak_cuda_allocated_mib" in summary:
-        cuda = summary["peak_cuda_allocated_mib"]
-        lines.append(
-            f"| peak CUDA allocated (MiB) | {cuda['grpo']:.0f} | {cuda['riskpo']:.0f} | {cuda['ratio']:.3f} |"
-        )
+    rows = [("step time (ms)", "step_time_s", 1e3, ".1f"), ("step CPU time (ms)", "step_cpu_time_s", 1e3, ".1f"),
+            ("peak RSS (MiB)", "peak_rss_mib", 1, ".0f"), ("peak CUDA allocated (MiB)", "peak_cuda_allocated_mib", 1,
+            ".0f"), ("completion tokens / s", "completion_tokens_per_s", 1, ".0f")]
+    for label, key, scale, digits in rows:
+        if key in summary:
+            row = summary[key]
+            lines.append(f"| {label} | {scale * row['grpo']:{digits}} | {scale * row['riskpo']:{digits}} | "
+                         f"{row['ratio']:.3f} | {row['median_pair_ratio']:.3f} |")
     added = summary["riskpo_added_per_step"]
     lines += [
         "",
@@ -344,9 +385,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gradient-checkpointing", action="store_true", help="For large models on GPU.")
     parser.add_argument("--out", default=None, help="Results directory (default: benchmarks/results).")
     parser.add_argument("--verbose", action="store_true", help="Show the runs' training logs.")
+    parser.add_argument("--in-process", action="store_true",
+                        help="Run the trainers in this process, one after another (for CUDA; see above).")
+    parser.add_argument("--deadline", type=float, default=None,
+                        help="Seconds since the epoch; no pair starts that would end after it.")
     parser.add_argument("--worker", choices=TRAINERS, help=argparse.SUPPRESS)
     parser.add_argument("--worker-out", help=argparse.SUPPRESS)
     parser.add_argument("--output-dir", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--allocated-at-start", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.warmup >= args.steps:
         parser.error(f"--warmup ({args.warmup}) must be smaller than --steps ({args.steps}).")

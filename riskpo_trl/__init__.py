@@ -10,6 +10,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _RISK_NAMES = (
+    "ADVANTAGE_BASELINES",
     "ADVANTAGE_SCALINGS",
     "BUNDLINGS",
     "CREDIT_ASSIGNMENTS",
@@ -22,6 +23,7 @@ _RISK_NAMES = (
     "authors_code_risk_seeking_advantage",
     "empirical_quantiles",
     "group_quantiles",
+    "leave_one_out_baseline",
     "mvar_advantage",
     "mvar_objective",
     "permutation_bundles",

@@ -150,7 +150,7 @@ def check_versions() -> None:
         "riskpo-trl supports the TRL and transformers releases it is tested with, and this environment has others:\n  "
         + "\n  ".join(problems)
         + f"\nInstall supported releases: pip install {install}\nTo run untested releases anyway, set "
-        f"{ALLOW_UNTESTED_ENV}=1 (README: Tested versions)."
+        f"{ALLOW_UNTESTED_ENV}=1 (docs/installation.md: Tested versions)."
     )
     if os.environ.get(ALLOW_UNTESTED_ENV) == "1":
         warnings.warn(message, stacklevel=2)

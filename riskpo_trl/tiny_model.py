@@ -7,6 +7,7 @@ prompt handling works as it does for real chat models.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -59,14 +60,20 @@ def _bytes_to_unicode() -> dict[int, str]:
     return dict(zip(printable, (chr(c) for c in chars)))
 
 
-def build_char_tokenizer(alphabet: str = DEFAULT_ALPHABET) -> PreTrainedTokenizerFast:
-    """A tokenizer with one token per character of ``alphabet`` plus pad/eos/bos/unk and a chat template."""
+def build_char_tokenizer(alphabet: str = DEFAULT_ALPHABET, vocab_size: int | None = None) -> PreTrainedTokenizerFast:
+    """A tokenizer with one token per character of ``alphabet`` plus pad/eos/bos/unk and a chat template.
+
+    ``vocab_size`` pads the vocabulary to that many tokens (every byte, then runs of two and more bytes): text still
+    encodes one token per character, and a random model with a real model's vocabulary size (e.g. Qwen2.5's 151936)
+    decodes whatever it samples."""
     # Byte-level BPE without merges is character-level, and it is also what transformers' Qwen2 tokenizer class
     # rebuilds when AutoTokenizer loads the saved files, so both load paths tokenize identically.
     vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
     for char in dict.fromkeys(alphabet):  # keep order, drop repeats
         for mapped in _byte_level(char):
             vocab.setdefault(mapped, len(vocab))
+    if vocab_size is not None:
+        _pad_vocabulary(vocab, vocab_size)
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     backend.decoder = decoders.ByteLevel()
@@ -76,6 +83,18 @@ def build_char_tokenizer(alphabet: str = DEFAULT_ALPHABET) -> PreTrainedTokenize
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
+
+
+def _pad_vocabulary(vocab: dict[str, int], size: int) -> None:
+    """Add byte-level tokens of one, two, three... bytes until ``vocab`` holds ``size``; no merge ever forms them."""
+    if size < len(vocab):
+        raise ValueError(f"vocab_size={size} is smaller than the {len(vocab)} tokens the alphabet already needs.")
+    byte_chars = list(_bytes_to_unicode().values())
+    for length in itertools.count(1):
+        for chars in itertools.product(byte_chars, repeat=length):
+            if len(vocab) >= size:
+                return
+            vocab.setdefault("".join(chars), len(vocab))
 
 
 def build_tiny_model(

@@ -57,3 +57,23 @@ def test_zero3_ranks_share_bundles_slice_their_own_and_resume_exactly(tiny_model
         assert resumed[0]["tracker"] == full[rank][2]["tracker"]
         assert resumed[0]["bundle_ids"] == full[rank][2]["bundle_ids"]
         assert resumed[0]["advantages"] == pytest.approx(full[rank][2]["advantages"])
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_zero3_ranks_share_leave_one_out_advantages(tiny_model_dir, tmp_path):
+    """The baseline is computed on the gathered batch: both ranks hold the same centred advantages, each keeps its
+    own slice, and every prompt's advantages sum to 0."""
+    pytest.importorskip("deepspeed")
+    if shutil.which("accelerate") is None:
+        pytest.skip("accelerate CLI not on PATH")
+    launch(tmp_path, tiny_model_dir, "--advantage-baseline", "loo")
+    full = [json.loads((tmp_path / f"full-rank{r}.json").read_text()) for r in (0, 1)]
+    assert len(full[0]) == len(full[1]) == 3
+    for batch0, batch1 in zip(*full):
+        assert batch0["advantages"] == batch1["advantages"]
+        local = len(batch0["local_advantages"])
+        assert batch0["local_advantages"] == pytest.approx(batch0["advantages"][:local])
+        assert batch1["local_advantages"] == pytest.approx(batch1["advantages"][local:])
+        per_prompt = [sum(batch0["advantages"][i : i + 10]) for i in range(0, len(batch0["advantages"]), 10)]
+        assert per_prompt == pytest.approx([0.0] * 10, abs=1e-5)

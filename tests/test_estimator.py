@@ -113,6 +113,8 @@ def test_state_round_trip_keeps_the_checkpoint_format():
 
 
 def test_from_config_reads_riskpo_fields_and_defaults_the_opt_ins(tmp_path):
+    estimator = RiskEstimator.from_config(RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="loo"))
+    assert estimator.advantage_baseline == "loo"
     config = RiskPOConfig(output_dir=str(tmp_path), credit_assignment="std", bundling="positional", risk_omega=1.0,
                           advantage_scaling="authors_code", quantile_source="group")
     estimator = RiskEstimator.from_config(config)
@@ -123,7 +125,7 @@ def test_from_config_reads_riskpo_fields_and_defaults_the_opt_ins(tmp_path):
                             risk_profile="mvar", quantile_source="tracked", quantile_lr=0.1, quantile_lr_decay=0.0)
     estimator = RiskEstimator.from_config(older)
     assert (estimator.advantage_scaling, estimator.natural_baseline, estimator.credit_assignment,
-            estimator.bundling) == ("none", True, "uniform", "permutation")
+            estimator.bundling, estimator.advantage_baseline) == ("none", True, "uniform", "permutation", "none")
     assert estimator.tracker.levels.tolist() == [0.1, 0.9]
 
 
@@ -133,6 +135,9 @@ def test_from_config_reads_riskpo_fields_and_defaults_the_opt_ins(tmp_path):
         ({"quantile_source": "oracle"}, "quantile_source='oracle' is unknown"),
         ({"credit_assignment": "sum-mean"}, "credit_assignment='sum-mean' is unknown"),
         ({"bundling": "random"}, "bundling='random' is unknown"),
+        ({"advantage_baseline": "lo"}, "advantage_baseline='lo' is unknown \\(did you mean loo\\?\\)"),
+        ({"advantage_baseline": "loo", "advantage_scaling": "authors_code", "quantile_source": "group"},
+         "advantage_baseline='loo' with advantage_scaling='authors_code'"),
         ({"risk_profile": "rvar", "advantage_scaling": "authors_code"}, "not 'rvar'"),
     ],
 )

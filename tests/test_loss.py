@@ -26,11 +26,9 @@ def paper_objective(model, inputs, temperature: float, epsilon: float) -> torch.
     return torch.minimum(s * advantages, s.clamp(1 - epsilon, 1 + epsilon) * advantages).mean()
 
 
-def test_trl_sequence_level_grpo_loss_is_the_papers_objective(tiny_model_dir, tmp_path):
-    args = RiskPOConfig(output_dir=str(tmp_path), report_to="none", gradient_checkpointing=False,
-                        max_completion_length=8)
-    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=contains_digit_reward, args=args,
-                            train_dataset=make_prompt_dataset())
+def loss_against_paper(trainer) -> dict:
+    """TRL's loss and gradients on a fixed batch (built on the model's device) against :func:`paper_objective`'s,
+    with the tolerances this file holds them to; ``clipped`` is the share of sequences on the clipped branch."""
     model = trainer.model
     model.train()
     trainer.current_gradient_accumulation_steps = 1
@@ -48,23 +46,38 @@ def test_trl_sequence_level_grpo_loss_is_the_papers_objective(tiny_model_dir, tm
         "advantages": torch.tensor([-1.5, -0.2, 0.0, -3.0, 0.7, -0.9]),
         "num_items_in_batch": completion_mask.sum(),
     }
+    inputs = {key: value.to(model.device) for key, value in inputs.items()}
     with torch.no_grad():
         reference_logps = trainer._get_per_token_logps_and_entropies(
             model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
-            torch.cat([inputs["prompt_mask"], completion_mask], 1), completion_len,
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1), completion_len,
         )[0]
     # pi_old shifted per sequence (plus token noise) so that sequence ratios fall on both sides of [0.8, 1.2]:
     # rows 0 and 3 (A < 0, s < 0.8) and row 4 (A > 0, s > 1.2) take the clipped branch, row 1 (A < 0, s > 1.2) not.
-    offsets = torch.tensor([0.5, -0.5, 0.1, 0.4, -0.4, 0.0]).unsqueeze(1)
-    inputs["old_per_token_logps"] = reference_logps + offsets + 0.05 * torch.randn_like(reference_logps)
+    offsets = torch.tensor([0.5, -0.5, 0.1, 0.4, -0.4, 0.0], device=model.device).unsqueeze(1)
+    noise = 0.05 * torch.randn(reference_logps.shape).to(model.device)
+    inputs["old_per_token_logps"] = reference_logps + offsets + noise
 
     trl_loss = trainer._compute_loss(model, inputs)
     trl_grads = torch.autograd.grad(trl_loss, [p for p in model.parameters() if p.requires_grad])
-    ours = -paper_objective(model, inputs, args.temperature, args.epsilon)
+    ours = -paper_objective(model, inputs, trainer.args.temperature, trainer.args.epsilon)
     our_grads = torch.autograd.grad(ours, [p for p in model.parameters() if p.requires_grad])
+    return {
+        "trl_loss": trl_loss.item(),
+        "paper_loss": ours.item(),
+        "loss_matches": trl_loss.item() == pytest.approx(ours.item(), rel=1e-5, abs=1e-6),
+        "max_grad_difference": max((a - b).abs().max().item() for a, b in zip(trl_grads, our_grads)),
+        "grads_match": all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(trl_grads, our_grads)),
+        "clipped": trainer._metrics["train"]["clip_ratio/region_mean"][-1],
+    }
 
-    assert trl_loss.item() == pytest.approx(ours.item(), rel=1e-5, abs=1e-6)
-    for trl_grad, our_grad in zip(trl_grads, our_grads):
-        assert torch.allclose(trl_grad, our_grad, rtol=1e-4, atol=1e-6)
-    clipped = trainer._metrics["train"]["clip_ratio/region_mean"][-1]
-    assert clipped > 0  # the comparison exercised the clipped branch, not only the unclipped one
+
+def test_trl_sequence_level_grpo_loss_is_the_papers_objective(tiny_model_dir, tmp_path):
+    args = RiskPOConfig(output_dir=str(tmp_path), report_to="none", gradient_checkpointing=False,
+                        max_completion_length=8)
+    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=contains_digit_reward, args=args,
+                            train_dataset=make_prompt_dataset())
+    result = loss_against_paper(trainer)
+    assert result["loss_matches"], result
+    assert result["grads_match"], result
+    assert result["clipped"] > 0  # the comparison exercised the clipped branch, not only the unclipped one

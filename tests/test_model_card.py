@@ -40,7 +40,8 @@ def header_and_body(card: str) -> tuple[str, str]:
 
 
 def test_local_run_card_names_the_output_dir_and_no_hub_ids(tiny_model_dir, tmp_path):
-    trainer = make_trainer(tiny_model_dir, tmp_path / "tiny-riskpo-run", risk_omega=1.0, bundle_size=4)
+    trainer = make_trainer(tiny_model_dir, tmp_path / "tiny-riskpo-run", risk_omega=1.0, bundle_size=4,
+                           advantage_baseline="loo")
     trainer.create_model_card(dataset_files=["data/train/tiny_arithmetic.jsonl"])
     card = (tmp_path / "tiny-riskpo-run" / "README.md").read_text()
     header, body = header_and_body(card)
@@ -54,7 +55,8 @@ def test_local_run_card_names_the_output_dir_and_no_hub_ids(tiny_model_dir, tmp_
     assert "| Mixing weight omega >= 0 of MVaR | `risk_omega=1.0` | `0.5` |" in body
     assert "| Prompts per bundle B | `bundle_size=4` | `5` |" in body
     assert "`risk_beta=0.8`" in body and "`quantile_source=tracked`" in body
-    for name in ("natural_baseline", "credit_assignment", "bundling", "advantage_scaling"):  # the opt-ins
+    assert "| Advantage baseline | `advantage_baseline=loo` | `none` |" in body
+    for name in ("natural_baseline", "credit_assignment", "bundling", "advantage_scaling", "advantage_baseline"):
         assert f"`{name}={getattr(trainer.args, name)}`" in body
     assert "2510.00911" in body and "ren2025riskpo" in body
     assert "- riskpo" in header and "- trl" in header
@@ -158,3 +160,15 @@ def test_vision_language_card_quick_start_runs_an_image_text_pipeline(tmp_path, 
     result = subprocess.run([sys.executable, "-c", code.replace("max_new_tokens=256", "max_new_tokens=4")],
                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_every_settings_row_label_closes_its_parentheses(tmp_path):
+    from riskpo_trl.trainer.model_card import settings_table
+
+    args = RiskPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, loss_type="bnpo",
+                        loss_token_mean_sequences=10, regime_guard_patience=3)
+    rows = settings_table(args).splitlines()[2:]
+    labels = [row.split(" | ")[0].removeprefix("| ") for row in rows]
+    assert len(labels) > 15 and all(label.count("(") == label.count(")") for label in labels), labels
+    assert "| Regime guard threshold (the guard is opt-in: see regime_guard_patience) | `regime_guard_threshold=0.5` | " \
+        "`0.5` |" in rows

@@ -20,9 +20,20 @@ ACCELERATE_CONFIGS = sorted((ROOT / "recipes" / "accelerate_configs").glob("*.ya
 PAPER_RECIPES = [p for p in RECIPES if "tiny" not in p.parts and "riskpo_authors" not in p.parts]
 
 
+# Written for 8 processes (1,280 sequences a step, twenty 64-sequence token-mean groups); parsed here on one, it
+# warns that a step of 160 sequences is not whole groups.
+AUTHORS_DAPO = ROOT / "recipes/DeepSeek-R1-Distill-Qwen-1.5B/riskpo_authors/config_dapo_math.yaml"
+ONE_PROCESS_WARNING = (r"An optimizer step holds 160 sequences \(per_device_train_batch_size=8 x 1 processes .*on 1 "
+                       r"process\(es\), gradient_accumulation_steps a multiple of 8")
+
+
 def parse(path: Path, *extra: str):
     # The paper recipes leave bf16 to the config: GRPOConfig makes it True, which only a bf16 accelerator accepts.
-    return train.parse_args(["--config", str(path), "--bf16", "false", *extra])
+    argv = ["--config", str(path), "--bf16", "false", *extra]
+    if path == AUTHORS_DAPO:
+        with pytest.warns(UserWarning, match=ONE_PROCESS_WARNING):
+            return train.parse_args(argv)
+    return train.parse_args(argv)
 
 
 def recipe_id(path: Path) -> str:
@@ -36,6 +47,8 @@ def test_recipes_cover_both_settings_all_methods_and_ablations():
             assert f"{model}/{method}/config_{task}.yaml" in names
     for ablation in ["risk_seeking", "bundle_size", "alpha_beta", "omega"]:
         assert f"Qwen2.5-Math-1.5B-Instruct/riskpo/config_math_gsm8k_{ablation}.yaml" in names
+    assert {"DeepSeek-R1-Distill-Qwen-1.5B/riskpo_loo/config_dapo_math.yaml",
+            "Qwen2.5-Math-1.5B-Instruct/riskpo_loo/config_math_gsm8k.yaml"} <= names
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=recipe_id)
@@ -44,10 +57,13 @@ def test_recipe_parses_and_sets_vllm_mode(path):
     assert "vllm_mode" in raw, "every recipe sets vllm_mode explicitly"
     if raw.get("use_vllm"):
         assert raw["vllm_mode"] == "server"
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         # e.g. checkpoints that would fall inside a generation batch and not resume exactly
         warnings.filterwarnings("error", message="Checkpoints every", category=UserWarning)
         script_args, training_args, model_args = parse(path)
+    # only the authors' DAPO recipe warns about its token-mean groups on one process, and parse() expects that
+    assert not [w for w in caught if str(w.message).startswith("An optimizer step holds")]
     # Each recipe is parsed into its own trainer's config class, not a RiskPOConfig copied into another one.
     config_class, _ = get_trainer_classes(script_args.trainer)
     assert type(training_args) is config_class
@@ -69,6 +85,30 @@ def test_paper_recipes_use_the_papers_hyperparameters(path):
     assert completions_per_generation // completions_per_step == 4
     # Baselines keep RiskPO's batch (a multiple of its bundle size B=5), so every method sees the same prompts.
     assert (completions_per_generation // args.num_generations) % getattr(args, "bundle_size", 5) == 0
+
+
+RISKPO_RECIPES = [p for p in RECIPES if "tiny" not in p.parts and yaml.safe_load(p.read_text())["trainer"] == "riskpo"]
+
+
+@pytest.mark.parametrize("path", RISKPO_RECIPES, ids=recipe_id)
+def test_riskpo_recipes_state_their_baseline(path):
+    """The paper's and the authors' recipes say they use no baseline, whatever the default; only riskpo_loo/ uses one,
+    with every other setting of its paper recipe."""
+    raw = yaml.safe_load(path.read_text())
+    _, args, _ = parse(path)
+    assert raw["advantage_baseline"] == args.advantage_baseline == ("loo" if "riskpo_loo" in path.parts else "none")
+    if "riskpo_loo" in path.parts:
+        paper = yaml.safe_load((path.parents[1] / "riskpo" / path.name).read_text())
+        differs = {key for key in {*raw, *paper} if raw.get(key) != paper.get(key)}
+        assert differs == {"advantage_baseline", "output_dir"}
+
+
+def test_command_line_sets_the_baseline():
+    path = ROOT / "recipes/Qwen2.5-Math-1.5B-Instruct/riskpo/config_math_gsm8k.yaml"
+    assert parse(path, "--advantage_baseline", "loo")[1].advantage_baseline == "loo"
+    with pytest.raises(ValueError, match="advantage_baseline='loo' with advantage_scaling='authors_code'"):
+        parse(ROOT / "recipes/Qwen2.5-1.5B-Instruct/riskpo_authors/config_math_gsm8k.yaml", "--advantage_baseline",
+              "loo")
 
 
 def test_command_line_overrides_recipe():

@@ -16,6 +16,7 @@ from riskpo_trl import (
     RiskPOTrainer,
     authors_code_mvar_advantage,
     group_quantiles,
+    leave_one_out_baseline,
     mvar_advantage,
     risk_seeking_advantage,
 )
@@ -116,6 +117,21 @@ def test_training_logs_risk_metrics_and_feeds_riskpo_advantages(tiny_model_dir, 
     last = capture.batches[-1]
     assert table["advantage"].tolist() == pytest.approx(last.advantages.tolist())
     assert table["bundle"].tolist() == last.bundle_ids.tolist()
+
+
+def test_leave_one_out_baseline_reaches_the_loss_and_the_logs(tiny_model_dir, tmp_path):
+    trainer = make_trainer(tiny_model_dir, tiny_config(tmp_path, max_steps=2, advantage_baseline="loo"))
+    capture = CaptureOutputs(trainer)
+    trainer.train()
+    for output, batch, tracker in zip(capture.outputs, capture.batches, capture.trackers):
+        q_alpha, q_beta = tracker.tolist()
+        paper = mvar_advantage(batch.bundle_scores.double(), q_alpha, q_beta, 0.5)[batch.bundle_ids]
+        expected = leave_one_out_baseline(paper, ~torch.isnan(batch.rewards), trainer.num_generations).float()
+        assert torch.allclose(output["advantages"], expected, atol=1e-6)
+    logs = [entry for entry in trainer.state.log_history if "risk/frac_positive_advantage" in entry]
+    assert len(logs) == 2
+    pushed_up = [(batch.advantages > 1e-6).float().mean().item() for batch in capture.batches]
+    assert [entry["risk/frac_positive_advantage"] for entry in logs] == pytest.approx(pushed_up)
 
 
 @pytest.mark.slow

@@ -2,11 +2,11 @@
 Risk-based Policy Optimization via Verifiable Reward for LLM Post-Training* (Ren et al., 2025).
 
 One module per job: ``bundling`` (matching completions into bundles), ``advantages`` (the risk profiles' formulas),
-``credit`` (a bundle's advantage to its members), ``quantiles`` and ``quantile_tracker`` (where the quantiles come
-from), ``metrics`` (per-batch signals and objectives), ``batch`` (one batch's step, :class:`RiskPOBatch`) and
-``estimator`` (:class:`RiskEstimator`, the step with its state across batches). Every choice is a registry filled
-by a decorator (:data:`BUNDLINGS`, :data:`RISK_PROFILES` with :data:`ADVANTAGE_SCALINGS`, :data:`CREDIT_ASSIGNMENTS`,
-:data:`QUANTILE_SOURCES`).
+``credit`` (a bundle's advantage to its members), ``baselines`` (a control variate subtracted last), ``quantiles`` and
+``quantile_tracker`` (where the quantiles come from), ``metrics`` (per-batch signals and objectives), ``batch`` (one
+batch's step, :class:`RiskPOBatch`) and ``estimator`` (:class:`RiskEstimator`, the step with its state across batches).
+Every choice is a registry filled by a decorator (:data:`BUNDLINGS`, :data:`RISK_PROFILES` with
+:data:`ADVANTAGE_SCALINGS`, :data:`CREDIT_ASSIGNMENTS`, :data:`ADVANTAGE_BASELINES`, :data:`QUANTILE_SOURCES`).
 """
 
 from .advantages import (
@@ -24,6 +24,7 @@ from .advantages import (
     rvar_window,
     scaled_advantage,
 )
+from .baselines import ADVANTAGE_BASELINES, leave_one_out_baseline, no_baseline
 from .batch import RiskPOBatch, riskpo_advantages
 from .bundling import BUNDLINGS, permutation_bundles, positional_bundles
 from .credit import CREDIT_ASSIGNMENTS, score_credit, std_credit, sum_mean_credit, uniform_credit
@@ -39,11 +40,11 @@ from .quantile_tracker import QuantileTracker
 from .quantiles import empirical_quantiles, group_quantiles
 
 __all__ = [
-    "ADVANTAGE_SCALINGS", "BUNDLINGS", "CREDIT_ASSIGNMENTS", "QUANTILE_SOURCES", "RISK_PROFILES", "QuantileTracker",
-    "RiskEstimator", "RiskPOBatch", "RiskProfile", "ScaledAdvantage", "authors_code_mvar_advantage",
+    "ADVANTAGE_BASELINES", "ADVANTAGE_SCALINGS", "BUNDLINGS", "CREDIT_ASSIGNMENTS", "QUANTILE_SOURCES", "RISK_PROFILES",
+    "QuantileTracker", "RiskEstimator", "RiskPOBatch", "RiskProfile", "ScaledAdvantage", "authors_code_mvar_advantage",
     "authors_code_risk_seeking_advantage", "empirical_quantiles", "frac_prompts_all_failed", "group_quantiles",
-    "mvar_advantage", "mvar_objective", "permutation_bundles", "positional_bundles", "push_signals",
-    "register_risk_profile", "register_scaled_advantage", "risk_seeking_advantage", "risk_seeking_objective",
-    "riskpo_advantages", "rvar_advantage", "rvar_objective", "rvar_window", "scaled_advantage", "score_credit",
-    "std_credit", "sum_mean_credit", "uniform_credit",
+    "leave_one_out_baseline", "mvar_advantage", "mvar_objective", "no_baseline", "permutation_bundles",
+    "positional_bundles", "push_signals", "register_risk_profile", "register_scaled_advantage",
+    "risk_seeking_advantage", "risk_seeking_objective", "riskpo_advantages", "rvar_advantage", "rvar_objective",
+    "rvar_window", "scaled_advantage", "score_credit", "std_credit", "sum_mean_credit", "uniform_credit",
 ]

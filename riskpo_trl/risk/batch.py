@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from .advantages import RISK_PROFILES, scaled_advantage
+from .baselines import ADVANTAGE_BASELINES
 from .bundling import BUNDLINGS, Bundles
 from .credit import CREDIT_ASSIGNMENTS
 from .metrics import frac_prompts_all_failed, push_signals
@@ -91,6 +92,7 @@ def riskpo_advantages(
     natural_baseline: bool = True,
     credit_assignment: str = "uniform",
     bundling: str = "permutation",
+    advantage_baseline: str = "none",
 ) -> RiskPOBatch:
     """Bundle a batch, score it against the given quantiles and spread each bundle's advantage to its members.
 
@@ -110,12 +112,16 @@ def riskpo_advantages(
         natural_baseline: keep ``g``'s ``q_alpha - q_beta`` constant (the paper); ``False`` drops it.
         credit_assignment: a key of :data:`CREDIT_ASSIGNMENTS`; ``"uniform"`` (the paper) gives every member its
             bundle's advantage.
+        advantage_baseline: a key of :data:`ADVANTAGE_BASELINES`, subtracted last; ``"none"`` (the paper) subtracts
+            nothing, ``"loo"`` each prompt's leave-one-out mean.
 
     Unscorable completions (``NaN`` reward) get advantage ``0``; so do all members of a bundle that has no scorable
-    member. Every other completion gets its (credited) bundle advantage, so the result is never ``NaN``.
+    member. Every other completion gets its (credited) bundle advantage, minus the baseline, so the result is never
+    ``NaN``.
     """
     variant = scaled_advantage(advantage_scaling, risk_profile)
     credit = CREDIT_ASSIGNMENTS.get(credit_assignment)
+    baseline = ADVANTAGE_BASELINES.get(advantage_baseline)
     if bundles is None:
         if bundle_size is None:
             raise ValueError("riskpo_advantages needs bundle_size to draw the bundles (or pass bundles=).")
@@ -133,7 +139,8 @@ def riskpo_advantages(
     advantages = credit(bundle_adv[bundle_ids], rewards, bundle_ids, num_generations)
     unscorable = torch.isnan(rewards)
     advantages = torch.where(unscorable, torch.zeros_like(advantages), advantages)
-    advantages = torch.nan_to_num(advantages, nan=0.0, posinf=0.0, neginf=0.0).to(torch.float32)
+    advantages = torch.nan_to_num(advantages, nan=0.0, posinf=0.0, neginf=0.0)
+    advantages = baseline(advantages, ~unscorable, num_generations).to(torch.float32)
     return RiskPOBatch(
         advantages=advantages,
         bundle_ids=bundle_ids,

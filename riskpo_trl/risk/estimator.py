@@ -17,6 +17,7 @@ import torch
 
 from ..registry import Registry
 from .advantages import scaled_advantage
+from .baselines import check_baseline_pair
 from .batch import RiskPOBatch, riskpo_advantages
 from .bundling import BUNDLINGS
 from .credit import CREDIT_ASSIGNMENTS
@@ -37,7 +38,8 @@ class RiskEstimator:
 
     ``step`` bundles the (gathered) rewards, takes one tracker step on the bundle scores when training, picks the
     quantiles (``quantile_source``: ``"tracked"`` the paper's trackers, ``"batch"`` the batch's empirical quantiles,
-    ``"group"`` those of each bundle group as the authors' code) and returns every completion's advantage. Evaluation
+    ``"group"`` those of each bundle group as the authors' code) and returns every completion's advantage, minus the
+    ``advantage_baseline`` (``"none"``: the paper; ``"loo"``: each prompt's leave-one-out mean). Evaluation
     batches never move the trackers, may end in a partial bundle group, and use the batch's own quantiles while the
     trackers have not seen a training batch yet.
 
@@ -60,8 +62,10 @@ class RiskEstimator:
         bundling: str = "permutation",
         quantile_lr: float = 0.1,
         quantile_lr_decay: float = 0.0,
+        advantage_baseline: str = "none",
     ) -> None:
         scaled_advantage(advantage_scaling, risk_profile)  # raises on an unknown pair
+        check_baseline_pair(advantage_baseline, advantage_scaling)
         QUANTILE_SOURCES.check(quantile_source)
         CREDIT_ASSIGNMENTS.check(credit_assignment)
         BUNDLINGS.check(bundling)
@@ -75,6 +79,7 @@ class RiskEstimator:
         self.natural_baseline = natural_baseline
         self.credit_assignment = credit_assignment
         self.bundling = bundling
+        self.advantage_baseline = advantage_baseline
         self.tracker = QuantileTracker(self.levels, lr=quantile_lr, lr_decay=quantile_lr_decay)
 
     @classmethod
@@ -95,6 +100,7 @@ class RiskEstimator:
             bundling=getattr(args, "bundling", "permutation"),
             quantile_lr=args.quantile_lr,
             quantile_lr_decay=args.quantile_lr_decay,
+            advantage_baseline=getattr(args, "advantage_baseline", "none"),
         )
 
     def step(
@@ -133,6 +139,7 @@ class RiskEstimator:
             levels=self.levels,
             natural_baseline=self.natural_baseline,
             credit_assignment=self.credit_assignment,
+            advantage_baseline=self.advantage_baseline,
         )
 
     def _quantiles(self, bundle_scores: torch.Tensor, num_generations: int) -> tuple[Any, Any]:
@@ -162,5 +169,6 @@ class RiskEstimator:
     def __repr__(self) -> str:
         return (
             f"RiskEstimator(profile={self.risk_profile!r}, scaling={self.advantage_scaling!r}, "
-            f"quantiles={self.quantile_source!r}, B={self.bundle_size}, G={self.num_generations}, {self.tracker!r})"
+            f"quantiles={self.quantile_source!r}, baseline={self.advantage_baseline!r}, B={self.bundle_size}, "
+            f"G={self.num_generations}, {self.tracker!r})"
         )

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import transformers
 import trl
+from transformers.utils import logging as transformers_logging
 
 from .. import compat
 
@@ -26,9 +27,13 @@ from trl import GRPOConfig  # noqa: E402
 
 from ..registry import closest_name  # noqa: E402
 from ..risk import (  # noqa: E402
-    ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, QUANTILE_SOURCES, RISK_PROFILES, scaled_advantage,
+    ADVANTAGE_BASELINES, ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, QUANTILE_SOURCES, RISK_PROFILES,
+    scaled_advantage,
 )
 from ..risk.advantages import levels_in_order  # noqa: E402
+from ..risk.baselines import check_baseline_pair  # noqa: E402
+
+logger = transformers_logging.get_logger(__name__)
 
 # The paper updates 4 times per generation batch (batch 512 prompts, mini-batches of 128).
 UPDATES_PER_GENERATION = 4
@@ -56,14 +61,17 @@ class RiskPOConfig(GRPOConfig):
         `False`), so the default config also runs on a CPU-only machine.
 
     Parameters of the risk measure:
-        risk_alpha (`float`, defaults to `0.2`), risk_beta (`float`, defaults to `0.8`), risk_omega (`float`,
-        defaults to `0.5`), bundle_size (`int`, defaults to `5`), risk_profile (`str`, defaults to `"mvar"`),
-        quantile_source (`str`, defaults to `"tracked"`), advantage_scaling (`str`, defaults to `"none"`),
-        natural_baseline (`bool`, defaults to `True`), credit_assignment (`str`, defaults to `"uniform"`), bundling
-        (`str`, defaults to `"permutation"`), quantile_lr (`float`, defaults to `0.1`), quantile_lr_decay (`float`,
-        defaults to `0.0`), max_unscorable_batches (`int`, defaults to `3`), regime_guard_threshold (`float`, defaults to
-        `0.5`), regime_guard_patience (`int`, defaults to `0`: the guard is off): see each field's help. The non-default
-        advantage choices reproduce the authors' public code (see `docs/algorithm.md`).
+        risk_alpha (`float`, defaults to `0.2`), risk_beta (`float`, defaults to `0.8`), risk_omega (`float`, defaults
+        to `0.5`), bundle_size (`int`, defaults to `5`), risk_profile (`str`, defaults to `"mvar"`), quantile_source
+        (`str`, defaults to `"tracked"`), advantage_scaling (`str`, defaults to `"none"`), natural_baseline (`bool`,
+        defaults to `True`), credit_assignment (`str`, defaults to `"uniform"`), bundling (`str`, defaults to
+        `"permutation"`), advantage_baseline (`str`, defaults to `"none"`: the paper), quantile_lr (`float`, defaults
+        to `0.1`), quantile_lr_decay (`float`, defaults to `0.0`), max_unscorable_batches (`int`, defaults to `3`),
+        regime_guard_threshold (`float`, defaults to `0.5`), regime_guard_patience (`int`, defaults to `0`: the guard
+        is off): see each field's help. The non-default advantage choices reproduce the authors' public code (see
+        `docs/algorithm.md`), except advantage_baseline: `"loo"` subtracts from each completion's advantage the mean
+        advantage of its prompt's other completions, which makes the advantages two-signed; it keeps the expected
+        gradient at fixed quantiles because that mean does not depend on the completion itself.
         steps_per_generation (`int`, defaults to `4 x gradient_accumulation_steps` unless it or generation_batch_size
         is set): the paper's 4 optimizer updates per generation batch.
         loss_token_mean_sequences (`int`, defaults to `None`): with loss_type `"bnpo"`, the token mean over groups of
@@ -117,6 +125,14 @@ class RiskPOConfig(GRPOConfig):
         default="uniform",
         metadata={"help": "Credit assignment: how a bundle's advantage reaches its members: "
                   f"{CREDIT_ASSIGNMENTS.describe()}.", "choices": list(CREDIT_ASSIGNMENTS)},
+    )
+    advantage_baseline: str = field(
+        default="none",
+        metadata={"help": "Advantage baseline: what is subtracted from each completion's advantage after credit "
+                  f"assignment: {ADVANTAGE_BASELINES.describe()}. A baseline that does not depend on the completion "
+                  "itself leaves the expected policy gradient unchanged and only changes which completions are pushed "
+                  "up or down. Not with advantage_scaling='authors_code'.",
+                  "choices": list(ADVANTAGE_BASELINES)},
     )
     bundling: str = field(
         default="permutation",
@@ -221,9 +237,17 @@ class RiskPOConfig(GRPOConfig):
 
         GRPO's own values carry over where they differ from the paper's defaults (e.g. ``num_generations=8``, one
         generation batch per optimizer step), so pass ``bundle_size`` and any other field to change as
-        ``risk_fields``; see `converted_config_kwargs` for the generation batch.
+        ``risk_fields``; see `converted_config_kwargs` for the generation batch. One warning names the carried-over
+        settings that differ from the paper's (`settings_off_the_papers`).
         """
-        return cls(**converted_config_kwargs(grpo_config, cls, risk_fields))
+        config = cls(**converted_config_kwargs(grpo_config, cls, risk_fields))
+        kept = settings_off_the_papers(config, cls, chosen=set(risk_fields))
+        if kept:
+            logger.warning(
+                f"{cls.__name__}.from_grpo_config kept the GRPO config's {', '.join(kept)}; pass any of them to "
+                "from_grpo_config to use the paper's."
+            )
+        return config
 
     def __post_init__(self):
         if self.bf16 is None:
@@ -258,6 +282,7 @@ class RiskPOConfig(GRPOConfig):
         ADVANTAGE_SCALINGS.check(self.advantage_scaling)
         CREDIT_ASSIGNMENTS.check(self.credit_assignment)
         BUNDLINGS.check(self.bundling)
+        ADVANTAGE_BASELINES.check(self.advantage_baseline)
         variant = scaled_advantage(self.advantage_scaling, self.risk_profile)
         if not variant.levels_ok(self.risk_alpha, self.risk_beta):
             raise ValueError(
@@ -301,6 +326,7 @@ class RiskPOConfig(GRPOConfig):
 
     def _refuse_unsourced_combinations(self) -> None:
         """Combinations neither the paper nor the authors' code uses, where the advantage's scale goes wrong."""
+        check_baseline_pair(self.advantage_baseline, self.advantage_scaling)
         if self.advantage_scaling == "authors_code" and self.quantile_source != "group":
             raise ValueError(
                 f"advantage_scaling='authors_code' with quantile_source={self.quantile_source!r}: that scaling "
@@ -386,7 +412,10 @@ class RiskPOConfig(GRPOConfig):
                 f"An optimizer step holds {per_step} sequences (per_device_train_batch_size={per_device} x "
                 f"{self.world_size} processes x gradient_accumulation_steps={self.gradient_accumulation_steps}), "
                 f"not a whole number of loss_token_mean_sequences={size} groups: its last group holds "
-                f"{per_step % size} and weighs as much as a full one. Make the step a multiple of {size}.",
+                f"{per_step % size} and weighs as much as a full one. Make the step a multiple of {size}: on "
+                f"{self.world_size} process(es), gradient_accumulation_steps a multiple of "
+                f"{size // math.gcd(size, per_device * self.world_size)} (a recipe written for more processes warns "
+                "when run on fewer).",
                 stacklevel=_caller_stacklevel(),
             )
         if self.steps_per_generation % self.gradient_accumulation_steps != 0:
@@ -490,6 +519,24 @@ _DEPRECATED_ALIASES = {
 
 def init_field_names(config_class: type) -> set[str]:
     return {f.name for f in dataclasses.fields(config_class) if f.init}
+
+
+# GRPO settings that define the paper's method, whose RiskPOConfig defaults are the paper's.
+PAPER_GRPO_SETTINGS = ("importance_sampling_level", "loss_type", "temperature", "num_generations", "epsilon", "beta")
+
+
+def settings_off_the_papers(config: GRPOConfig, config_class: type, chosen: set[str]) -> list[str]:
+    """``"loss_type='dapo' (paper: 'grpo')"``, ... for each of :data:`PAPER_GRPO_SETTINGS` (and the optimizer updates
+    per generation batch) where ``config`` differs from ``config_class``'s default, leaving out the fields in
+    ``chosen`` (set on purpose)."""
+    defaults = {f.name: f.default for f in fields(config_class)}
+    differing = [f"{name}={getattr(config, name)!r} (paper: {defaults[name]!r})" for name in PAPER_GRPO_SETTINGS
+                 if name not in chosen and getattr(config, name) != defaults[name]]
+    updates = config.steps_per_generation / config.gradient_accumulation_steps
+    if not chosen & {"steps_per_generation", "generation_batch_size"} and updates != UPDATES_PER_GENERATION:
+        differing.append(f"{updates:g} optimizer update(s) per generation batch (steps_per_generation="
+                         f"{config.steps_per_generation}; paper: {UPDATES_PER_GENERATION})")
+    return differing
 
 
 def converted_config_kwargs(source: Any, target_class: type, overrides: dict[str, Any]) -> dict[str, Any]:

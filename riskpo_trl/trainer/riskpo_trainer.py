@@ -17,7 +17,9 @@ from trl.trainer.utils import get_config_model_id  # noqa: E402
 from ..risk import QuantileTracker, RiskEstimator  # noqa: E402
 from ..weight_sync.client import serve_weights_to_cpu_servers  # noqa: E402
 from .batch_hook import BatchObserversMixin, ScoredBatch  # noqa: E402
-from .checkpoints import RISK_STATE_FILE, TiedWeightsResumeMixin, read_state, write_state  # noqa: E402
+from .checkpoints import (  # noqa: E402
+    RISK_STATE_FILE, TiedWeightsResumeMixin, check_resume_settings, read_state, risk_settings, write_state,
+)
 from .checks import check_start_up  # noqa: E402
 from .config import RiskPOConfig  # noqa: E402
 from .model_card import record_absolute_base_model, save_model_card  # noqa: E402
@@ -45,7 +47,8 @@ class RiskPOTrainer(
     2. trackers of the ``risk_alpha`` / ``risk_beta`` quantiles of bundle scores take one stochastic-approximation
        step on the batch (never on evaluation batches);
     3. every completion gets its bundle's MVaR advantage (or the ``risk_profile`` chosen), computed with the
-       quantiles after that step, and each process keeps its own slice.
+       quantiles after that step, minus the ``advantage_baseline`` if one is chosen (the paper has none), and each
+       process keeps its own slice.
 
     The trackers are saved in every checkpoint (``riskpo_state.json``) and restored on resume. Per generation batch the
     trainer logs ``risk/q_alpha``, ``risk/q_beta``, ``risk/bundle_score_mean``, the profile's objective
@@ -199,13 +202,15 @@ class RiskPOTrainer(
         # Hub, so a checkpoint that exists (locally or pushed) always carries the trackers.
         super()._save_optimizer_and_scheduler(output_dir)
         if self.args.should_save:
-            state = {**self.risk_estimator.state_dict(), "regime_guard": self.regime_guard.state_dict()}
+            state = {**self.risk_estimator.state_dict(), "regime_guard": self.regime_guard.state_dict(),
+                     "settings": risk_settings(self.args)}
             write_state(output_dir, state)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
+        check_resume_settings(checkpoint, self.args)
         state = read_state(checkpoint)
         self.risk_estimator.load_state_dict(state)
         if "regime_guard" in state:  # checkpoints written before the guard existed have none

@@ -1,7 +1,7 @@
 """Run by tests/test_distributed.py under `accelerate launch`: a few RiskPO steps, every rank dumps its view of
 each generation batch (full bundle ids and advantages, its own slice, tracker values) to JSON.
 
-    distributed_bundles.py OUTPUT_DIR MODEL_DIR [--resume CHECKPOINT]
+    distributed_bundles.py OUTPUT_DIR MODEL_DIR [--resume CHECKPOINT] [--advantage-baseline NAME]
 
 Checkpoints are saved every 2 steps; with --resume the run continues from CHECKPOINT instead of starting fresh.
 """
@@ -24,11 +24,13 @@ def main() -> None:
     parser.add_argument("output_dir")
     parser.add_argument("model_dir")
     parser.add_argument("--resume", default=None)
+    parser.add_argument("--advantage-baseline", default="none")
     cli = parser.parse_args()
     args = RiskPOConfig(
         output_dir=cli.output_dir, max_steps=3, max_completion_length=12, per_device_train_batch_size=10,
         gradient_accumulation_steps=5, steps_per_generation=5, logging_steps=1, report_to="none",
         save_strategy="steps", save_steps=2, gradient_checkpointing=False, learning_rate=1e-3, seed=11,
+        advantage_baseline=cli.advantage_baseline,
     )
     trainer = RiskPOTrainer(cli.model_dir, reward_funcs=contains_digit_reward, args=args,
                             train_dataset=make_prompt_dataset(num_prompts=20))
