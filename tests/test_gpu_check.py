@@ -79,6 +79,7 @@ def test_differences_treat_matching_nans_as_equal_and_anything_else_as_infinite(
     assert gpu_check.largest_difference(torch.tensor([1.0, nan]), torch.tensor([1.0, 2.0])) == float("inf")
     assert gpu_check.largest_difference({"a": 1.0}, {"b": 1.0}) == float("inf")
     assert gpu_check.largest_difference({"a": 1.0, "b": nan}, {"a": 1.5, "b": nan}) == 0.5
+    assert gpu_check.largest_difference(torch.tensor([100.0]), torch.tensor([100.01])) == pytest.approx(1e-4, rel=1e-3)
 
 
 def test_a_part_the_budget_cannot_hold_is_skipped_and_a_failing_part_is_recorded():
