@@ -135,7 +135,7 @@ check_latest() {
     fi
     # The package refuses versions outside the tested range at import; this run is what tells whether it may widen.
     if RISKPO_ALLOW_UNTESTED_VERSIONS=1 run_suites "$venv" "latest TRL $latest"; then
-        echo "LATEST TRL: $latest (with $(versions_in "$venv")) passes the tests; widen the range: pins, TESTED in riskpo_trl/compat.py, README table (not a failure)"
+        echo "LATEST TRL: $latest (with $(versions_in "$venv")) passes the tests; widen the range: pins, TESTED in riskpo_trl/compat.py, the table in docs/installation.md (not a failure)"
     else
         echo "LATEST TRL: $latest (with $(versions_in "$venv")) FAILS tests above; the supported range stays at trl<=$newest (not a failure)"
     fi

@@ -63,6 +63,9 @@ AUTHORS_KEYWORDS = {
     "credit_assignment": "sum_mean",
 }
 AUTHORS_ESTIMATOR = {**AUTHORS_KEYWORDS, "quantile_source": "group"}
+# Methods the baseline cells add (benchmarks/tabular_baseline.py); not part of this study's own grid.
+EXTRA_METHODS = {"riskpo_loo": "RiskPO (paper) + leave-one-out baseline"}
+OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 BUCKETS = {"hard": (0.0, 0.05), "medium": (0.05, 0.5), "easy": (0.5, 1.0)}  # by the starting P(correct)
 
 
@@ -154,13 +157,15 @@ class AdvantageFn:
     trainer calls once per generation batch (bundling, tracker step, quantiles, advantage, credit rule)."""
 
     def __init__(self, method: str, cfg: TabularConfig, seed: int) -> None:
-        if method not in METHODS:
-            raise ValueError(f"Unknown method {method!r}; choose one of {METHODS}.")
+        if method not in (*METHODS, *EXTRA_METHODS):
+            raise ValueError(f"Unknown method {method!r}; choose one of {(*METHODS, *EXTRA_METHODS)}.")
         self.method, self.cfg = method, cfg
         self.generator = torch.Generator().manual_seed(10_000 + seed)  # bundling draws, same for every method
         self.estimator = None
         if method != "grpo":
             extra = AUTHORS_ESTIMATOR if method == "riskpo_authors" else {}
+            if method == "riskpo_loo":
+                extra = {"advantage_baseline": "loo"}
             self.estimator = RiskEstimator(
                 num_generations=cfg.num_generations,
                 bundle_size=cfg.bundle_size,
@@ -201,11 +206,14 @@ def logprob_advantage_cov(logp: torch.Tensor, adv: torch.Tensor, num_generations
 
 
 def train(
-    method: str, num_prompts: int, lr: float, seed: int, cfg: TabularConfig, steps: int | None = None
+    method: str, num_prompts: int, lr: float, seed: int, cfg: TabularConfig, steps: int | None = None,
+    optimizer: str = "adam",
 ) -> tuple[torch.Tensor, dict[str, Any]]:
+    """One run; ``optimizer`` is ``"adam"`` (this study's) or ``"sgd"`` (plain steps, which keep the advantage's
+    scale)."""
     theta0, start_p = starting_logits(cfg)
     theta = theta0.clone().requires_grad_(True)
-    optimizer = torch.optim.Adam([theta], lr=lr)
+    optimizer = OPTIMIZERS[optimizer]([theta], lr=lr)
     advantage = AdvantageFn(method, cfg, seed)
     gen = torch.Generator().manual_seed(seed)
     curves: dict[str, list[float]] = {"step": [], "pass@1": [], "pass@16": [], "entropy": [], "hard/pass@16": []}

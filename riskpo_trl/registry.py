@@ -21,17 +21,26 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 
 
-def closest_name(name: str, choices: Iterable[str]) -> str:
-    """' (did you mean X?)' for the closest of ``choices`` to a misspelled ``name``, or '' when none is close."""
-    match = difflib.get_close_matches(name, sorted(choices), n=1, cutoff=0.6)
-    return f" (did you mean {match[0]}?)" if match else ""
+def _closest(name: str, choices: list[str], aliases: Mapping[str, str]) -> str | None:
+    """``aliases[name]`` (another project's name for one of ``choices``), else the closest of ``choices``."""
+    if name in aliases:
+        return aliases[name]
+    match = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return match[0] if match else None
 
 
-def closest_names(names: Iterable[str], choices: Iterable[str]) -> str:
-    """' (did you mean X for Y, ...?)' for each of ``names`` close to one of ``choices``, or '' when none is."""
+def closest_name(name: str, choices: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
+    """' (did you mean X?)' for the closest of ``choices`` to a misspelled ``name``, or '' when none is close.
+    ``aliases`` maps names other projects use (TRL's ``accuracy_reward``) to ours, and wins over spelling."""
+    match = _closest(name, sorted(choices), aliases or {})
+    return f" (did you mean {match}?)" if match else ""
+
+
+def closest_names(names: Iterable[str], choices: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
+    """' (did you mean X for Y, ...?)' for each of ``names`` close to one of ``choices`` (or one of ``aliases``, as in
+    :func:`closest_name`), or '' when none is."""
     choices = sorted(choices)
-    pairs = [(name, match[0]) for name in names
-             for match in [difflib.get_close_matches(name, choices, n=1, cutoff=0.6)] if match]
+    pairs = [(name, match) for name in names for match in [_closest(name, choices, aliases or {})] if match]
     return " (did you mean " + ", ".join(f"{match} for {name}" for name, match in pairs) + "?)" if pairs else ""
 
 

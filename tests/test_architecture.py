@@ -16,11 +16,13 @@ LAYERS = {
     "riskpo_trl.registry": 0,
     "riskpo_trl.compat": 0,
     "riskpo_trl.tiny_model": 0,
+    "riskpo_trl.hub_access": 0,
     "riskpo_trl.risk": 1,
     "riskpo_trl.rewards": 1,
     "riskpo_trl.data": 1,
     "riskpo_trl.code": 1,
     "riskpo_trl.multimodal": 1,
+    "riskpo_trl.weight_sync": 1,
     "riskpo_trl.evaluation": 2,
     "riskpo_trl.trainer": 2,
     "riskpo_trl.scripts": 3,
@@ -149,14 +151,48 @@ def test_the_risk_math_imports_neither_trl_nor_transformers():
 
 def test_leaf_modules_import_nothing_from_the_package():
     for leaf in ("riskpo_trl.registry", "riskpo_trl.tiny_model", "riskpo_trl.rewards.grading",
-                 "riskpo_trl.data.local_files", "riskpo_trl.scripts.console"):
+                 "riskpo_trl.rewards.completions", "riskpo_trl.data.local_files", "riskpo_trl.scripts.console"):
         assert GRAPH[leaf] == set(), leaf
 
 
 def test_the_docs_list_the_registered_trainers():
     from riskpo_trl.trainer.registry import TRAINERS
 
-    readme = (PACKAGE_DIR.parent / "README.md").read_text()
     architecture = (PACKAGE_DIR.parent / "docs" / "architecture.md").read_text()
-    assert "(the `trainer:` registry: " + ", ".join(f"`{name}`" for name in TRAINERS) + ")" in readme
+    assert "(the `trainer:` registry: " + ", ".join(f"`{name}`" for name in TRAINERS) + ")" in architecture
     assert "TRAINERS: " + " | ".join(TRAINERS) + " -> (config, trainer)" in architecture
+
+
+def test_the_code_layer_and_its_judge_load_only_the_standard_library():
+    """`riskpo_trl.code` (the reward, the sandbox, the executors) and the judge process import no torch,
+    transformers, TRL or math-verify: the code layer imports in an interpreter without site-packages (``-I -S``, as
+    the judge runs), where none of them exists, and with them installed it loads none of them."""
+    import json
+    import subprocess
+    import sys
+
+    probe = ("import json, sys; sys.path.insert(0, sys.argv[1]); import riskpo_trl, riskpo_trl.code; "
+             "from riskpo_trl.code import CodeReward, EXECUTORS, code_reward; import riskpo_trl.code._judge_main; "
+             "print(json.dumps({'heavy': [m for m in ('torch', 'transformers', 'trl', 'datasets', 'math_verify') "
+             "if m in sys.modules], 'package': riskpo_trl.__file__, 'executors': list(EXECUTORS)}))")
+    root = str(PACKAGE_DIR.parent)
+    for flags in ([], ["-I", "-S", "-B"]):
+        done = subprocess.run([sys.executable, *flags, "-c", probe, root], capture_output=True, text=True,
+                              timeout=120, cwd="/")
+        assert done.returncode == 0, done.stderr[-2000:]
+        loaded = json.loads(done.stdout.strip().splitlines()[-1])
+        assert loaded == {"heavy": [], "package": str(PACKAGE_DIR / "__init__.py"), "executors": ["bwrap", "none"]}
+    from riskpo_trl.code import judge
+
+    assert "sys.modules" not in judge._BOOT  # the judge imports the real package, faking nothing
+
+
+def test_the_lazy_package_roots_list_and_serve_every_public_name():
+    import riskpo_trl
+    import riskpo_trl.code
+
+    for package in (riskpo_trl, riskpo_trl.code):
+        assert set(package.__all__) <= set(dir(package))
+        assert all(getattr(package, name) is not None for name in package.__all__)
+    from riskpo_trl import RiskPOConfig, RiskPOTrainer  # noqa: F401 - the documented import
+    from riskpo_trl.code import EXECUTORS, CodeReward  # noqa: F401

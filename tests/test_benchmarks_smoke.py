@@ -77,6 +77,24 @@ def test_tabular_study_smoke_and_cache(tmp_path):
     assert again["cells"]["grpo|10|0.1"]["pass@1"][0] == pytest.approx(0.123456)
 
 
+@pytest.mark.slow
+def test_tabular_baseline_cells_smoke_and_cache(tmp_path):
+    from benchmarks import tabular_baseline
+
+    payload = tabular_baseline.main(["--smoke", "--out", str(tmp_path)])
+    cfg = tabular_baseline.TabularBaselineConfig().scaled_down()
+    assert len(payload["cells"]) == len(tabular_baseline.cells(cfg)) == 2 * 4  # two optimizers x four methods
+    sgd = tmp_path / "runs" / tabular_baseline.run_file("sgd", "riskpo_loo", 10, 1.0, 0)
+    assert json.loads(sgd.read_text())["optimizer"] == "sgd"
+    # SGD keeps the advantage's scale, Adam does not: the two runs of one method differ.
+    assert payload["cells"]["sgd|riskpo_loo|10|1"]["pass@1"] != payload["cells"]["adam|riskpo_loo|10|0.1"]["pass@1"]
+    cached = json.loads(sgd.read_text())
+    cached["final"]["pass@1"] = 0.123456
+    sgd.write_text(json.dumps(cached))
+    again = tabular_baseline.main(["--smoke", "--out", str(tmp_path)])
+    assert again["cells"]["sgd|riskpo_loo|10|1"]["pass@1"][0] == pytest.approx(0.123456)
+
+
 def test_tabular_start_policy_spreads_difficulty():
     from benchmarks import tabular_study
 
@@ -215,3 +233,41 @@ def test_exact_protocol_smoke_resumes_from_its_cache(tmp_path):
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json")}
     exact_protocol.main(argv)
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json")} == stamps
+
+
+@pytest.mark.slow
+def test_baseline_protocol_smoke_resumes_and_reports_partial_data_as_pending(tmp_path):
+    from benchmarks.lm_study import baseline_protocol, config
+
+    argv = ["--smoke", "--out", str(tmp_path), "--workers", "0"]
+    payload = baseline_protocol.main(argv)
+    protocol = config.BaselineProtocol().scaled_down()
+    jobs = baseline_protocol.planned_jobs(protocol, tmp_path, tmp_path)
+    assert payload["runs_finished"] == payload["runs_named"] == len(jobs)
+    # The grid comes first, from both starts; then the chosen rate's other seeds; the control; the references.
+    grid = len(protocol.exact.starts) * len(protocol.learning_rates)
+    assert {(j.method, j.seed) for j in jobs[:grid]} == {("riskpo_loo", 0)}
+    chosen = {s: baseline_protocol.chosen_lr(protocol, tmp_path, tmp_path, s) for s in protocol.exact.starts}
+    assert all(lr in protocol.learning_rates for lr in chosen.values())
+    loo = [j for j in jobs if j.method == "riskpo_loo" and j.seed != 0]
+    assert {(j.start, j.lr) for j in loo} == set(chosen.items())
+    control = [j for j in jobs if j.start == "low" and j.method == "grpo" and j.lr == chosen["low"]]
+    assert len(control) == len(protocol.exact.seeds)
+    result = json.loads(loo[0].path(protocol.exact).read_text())
+    assert result["method"] == "riskpo_loo" and result["lr"] == chosen[loo[0].start]
+    rows = payload["starts"]["low"]["claims"]
+    assert [r["claim"] for r in rows] == [c.label for c in config.BASELINE_CLAIMS]
+    assert all(r["verdict"].startswith(("supported", "contradicted", "not significant")) for r in rows)
+    assert payload["default"]["default"] in ("none", "loo")
+
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json")}
+    baseline_protocol.main(argv)
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json")} == stamps
+
+    # With a run missing, rows rest on fewer seeds and no default is given.
+    loo[-1].path(protocol.exact).unlink()
+    partial = baseline_protocol.main([*argv, "--report-only"])
+    assert partial["default"]["default"] == "pending"
+    assert partial["runs_finished"] == partial["runs_named"] - 1
+    text = (tmp_path / "lm_baseline.md").read_text()
+    assert "Default: pending" in text and "interim (1 of 2 seeds)" in text

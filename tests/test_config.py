@@ -72,7 +72,7 @@ def test_prompts_not_divisible_by_bundle_size_says_which_sizes_work(tmp_path):
 
 def test_valid_non_default_layouts(tmp_path):
     config = RiskPOConfig(output_dir=str(tmp_path), num_generations=8, bundle_size=4, generation_batch_size=64,
-                          per_device_train_batch_size=8)
+                          per_device_train_batch_size=8, save_strategy="no")  # no checkpoint inside a batch to warn of
     assert config.steps_per_generation == 8
     RiskPOConfig(output_dir=str(tmp_path), bundle_size=1, per_device_train_batch_size=10, gradient_accumulation_steps=1)
 

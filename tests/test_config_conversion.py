@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import pytest
 from trl import GRPOConfig
@@ -74,3 +75,22 @@ def test_trainer_error_names_from_grpo_config_and_that_call_works(tiny_model_dir
                             args=RiskPOConfig.from_grpo_config(source, bundle_size=4),
                             train_dataset=make_prompt_dataset())
     assert trainer.args.bundle_size == 4 and trainer.args.hub_model_id == "someone/tiny-grpo"
+
+
+def test_one_line_names_the_carried_over_settings_that_differ_from_the_papers(tmp_path, caplog):
+    source = grpo_config(tmp_path, beta=0.04)  # GRPO's token ratio, loss_type="dapo"; temperature 0.7, beta 0.04 set
+    with caplog.at_level(logging.WARNING, logger="riskpo_trl.trainer.config"):
+        RiskPOConfig.from_grpo_config(source, bundle_size=4, num_generations=4)
+    [record] = [r for r in caplog.records if "from_grpo_config" in r.getMessage()]
+    assert record.getMessage() == (
+        "RiskPOConfig.from_grpo_config kept the GRPO config's importance_sampling_level='token' (paper: 'sequence'), "
+        "loss_type='dapo' (paper: 'grpo'), temperature=0.7 (paper: 0.8), beta=0.04 (paper: 0.0), 1 optimizer "
+        "update(s) per generation batch (steps_per_generation=2; paper: 4); pass any of them to from_grpo_config to "
+        "use the paper's."
+    )  # num_generations=4 was passed on purpose: not named
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="riskpo_trl.trainer.config"):
+        RiskPOConfig.from_grpo_config(source, bundle_size=2, num_generations=10, importance_sampling_level="sequence",
+                                      loss_type="grpo", temperature=0.8, beta=0.0, steps_per_generation=8,
+                                      per_device_train_batch_size=10)
+    assert "from_grpo_config" not in caplog.text  # the paper's settings: nothing to say

@@ -80,7 +80,17 @@ def test_scores_and_metrics_with_math_verify(tmp_path):
     assert on_disk["benchmarks"]["toy_math"]["metrics"] == summary["metrics"]
     table = (tmp_path / "results.md").read_text()
     assert "| Metric | toy_math | Avg. |" in table and "| Pass@4 | 60.0 | 60.0 |" in table
+    assert "Sampling: 4 completions per problem, temperature 0.8, top-p 1.0, at most 1024 new tokens, seed 0." in table
     assert "cannot parse" in table
+
+
+def test_the_table_says_how_its_completions_were_sampled(tmp_path):
+    config = EvalConfig(model="scripted", dataset_files=[TOY_ROWS], num_samples=4, ks=[1, 4], temperature=0.6,
+                        top_p=0.95, max_new_tokens=512, max_problems=2, seed=7, output_dir=str(tmp_path))
+    evaluate(config, backend=ScriptedBackend(ANSWERS), progress=False)
+    table = (tmp_path / "results.md").read_text()
+    assert ("Sampling: 4 completions per problem, temperature 0.6, top-p 0.95, at most 512 new tokens, seed 7; the "
+            "first 2 problems of each benchmark.") in table.splitlines()
 
 
 def test_partial_results_survive_a_crash_and_resume_finishes(tmp_path):
@@ -247,8 +257,10 @@ def test_offline_hub_benchmark_fails_with_the_local_file_form(tmp_path):
     no raw ConnectionError) and shows how to name local files."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
            "HF_DATASETS_CACHE": str(tmp_path / "hf" / "datasets")}
+    model_dir = tmp_path / "never-loaded"  # local: a Hub id not in the cache would be refused first, offline
+    model_dir.mkdir()
     result = subprocess.run(
-        [sys.executable, "-m", "riskpo_trl.scripts.eval", "--model", "org/never-loaded",
+        [sys.executable, "-m", "riskpo_trl.scripts.eval", "--model", str(model_dir),
          "--benchmarks", "math500", "--output_dir", str(tmp_path / "out")],
         capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).parents[1],
     )

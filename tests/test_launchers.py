@@ -45,9 +45,26 @@ def test_single_node_splits_gpus_between_server_and_training():
     assert cmd["train"][-2:] == ["--gradient_accumulation_steps", "40"]
 
 
+def test_single_node_adds_vllm_args_to_the_server_command_split_like_a_shell():
+    from riskpo_trl.weight_sync import SERVER_ARGS
+
+    extra = '--max_model_len 4096 --weight-transfer-config \'{"backend": "riskpo_gloo"}\''
+    result = launch(SINGLE_NODE, "--dry-run", "--config", RECIPE, "--train-gpus", "1", "--vllm-args", extra)
+    assert result.returncode == 0, result.stderr
+    cmd = commands(result.stdout)
+    assert cmd["vllm"][-4:] == ["--max_model_len", "4096", "--weight-transfer-config", '{"backend": "riskpo_gloo"}']
+    assert "--max_model_len" not in cmd["train"]
+    result = launch(SINGLE_NODE, "--dry-run", "--config", RECIPE, "--train-gpus", "1", "--vllm-args",
+                    " ".join(SERVER_ARGS))
+    assert commands(result.stdout)["vllm"][-len(SERVER_ARGS):] == list(SERVER_ARGS)
+    plain = commands(launch(SINGLE_NODE, "--dry-run", "--config", RECIPE, "--train-gpus", "1").stdout)
+    assert plain["vllm"][-2:] == ["--port", "8000"]  # no empty argument without --vllm-args
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (["--train-gpus", "1", "--vllm-args", "--dtype 'float32"], "--vllm-args: cannot split"),
         (["--vllm-gpus", "0,1", "--train-gpus", "1,2"], "GPU 1 is in both"),
         (["--vllm-gpus", "0,1,2", "--train-gpus", "3", "--tp", "2"], "tensor-parallel groups of 2"),
         (["--train-gpus", "1", "--accelerate-config", "nope.yaml"], "nope.yaml"),

@@ -160,3 +160,15 @@ def test_vision_language_card_quick_start_runs_an_image_text_pipeline(tmp_path, 
     result = subprocess.run([sys.executable, "-c", code.replace("max_new_tokens=256", "max_new_tokens=4")],
                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_every_settings_row_label_closes_its_parentheses(tmp_path):
+    from riskpo_trl.trainer.model_card import settings_table
+
+    args = RiskPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, loss_type="bnpo",
+                        loss_token_mean_sequences=10, regime_guard_patience=3)
+    rows = settings_table(args).splitlines()[2:]
+    labels = [row.split(" | ")[0].removeprefix("| ") for row in rows]
+    assert len(labels) > 15 and all(label.count("(") == label.count(")") for label in labels), labels
+    assert "| Regime guard threshold (the guard is opt-in: see regime_guard_patience) | `regime_guard_threshold=0.5` | " \
+        "`0.5` |" in rows

@@ -52,12 +52,25 @@ def test_curves_command_overlays_runs_and_notes_missing_metrics(tmp_path, capsys
     eval_a = write_results(tmp_path / "a.json", {1: 0.3, 2: 0.45, 4: 0.6})
     eval_b = write_results(tmp_path / "b.json", {1: 0.35, 2: 0.5, 4: 0.55})
     paths = main(["curves", f"RiskPO={riskpo}", str(tmp_path / "grpo-run"), "--eval", f"RiskPO={eval_a}",
-                  "--eval", f"grpo-run={eval_b}", "--smoothing", "0.5", "--output", str(tmp_path / "fig" / "curves")])
+                  f"grpo-run={eval_b}", "--smoothing", "0.5", "--output", str(tmp_path / "fig" / "curves")])
     assert [p.suffix for p in paths] == [".png", ".pdf"] and all(p.stat().st_size > 1000 for p in paths)
     out = capsys.readouterr().out
     for panel in ("Lower-tail RVaR", "MVaR objective", "Tracked quantiles", "Held-out Pass@k during training"):
         assert f"'{panel}': not logged by grpo-run" in out  # the run name comes from the folder above checkpoint-6
     assert load_run(str(tmp_path / "grpo-run")).name == "grpo-run"
+
+
+def test_eval_takes_several_files_after_one_flag_or_repeated():
+    from riskpo_trl.scripts.plot import build_parser
+
+    def eval_results(*argv):
+        return build_parser().parse_args(["curves", "A=runs/a", "B=runs/b", *argv]).eval_results
+
+    assert eval_results("--eval", "A=a.json", "B=b.json") == ["A=a.json", "B=b.json"]
+    assert eval_results("--eval", "A=a.json", "--eval", "B=b.json") == ["A=a.json", "B=b.json"]
+    assert eval_results("--eval", "A=a.json", "B=b.json", "--eval", "Base=c.json", "--smoothing", "0.5") == [
+        "A=a.json", "B=b.json", "Base=c.json"]
+    assert eval_results() == []
 
 
 def test_grpo_only_skips_risk_panels(tmp_path):

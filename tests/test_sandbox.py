@@ -261,11 +261,12 @@ def test_code_reward_talks_to_any_executor():
 
 
 def test_recipe_settings_set_the_judge_limits_and_refuse_unknown_judge_keys():
-    reward = code_reward_from_settings({"isolation": "none", "max_workers": 1, "judge_timeout_s": 3,
+    reward = code_reward_from_settings({"executor": "none", "max_workers": 1, "judge_timeout_s": 3,
                                         "judge_memory_mb": 512})
     assert reward.executor.judge_limits == JudgeLimits(timeout_s=3, memory_mb=512)
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['judge_cpu_s'\].*'judge_cpu_time_s'"):
-        code_reward_from_settings({"isolation": "none", "judge_cpu_s": 3})
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['judge_cpu_s'\] \(did you mean judge_cpu_time_s for "
+                                         r"judge_cpu_s\?\).*'judge_cpu_time_s'"):
+        code_reward_from_settings({"executor": "none", "judge_cpu_s": 3})
 
 
 def test_the_judge_fails_a_completion_whose_report_it_cannot_judge_in_time():
@@ -467,8 +468,8 @@ def test_bubblewrap_that_cannot_create_namespaces_is_refused_naming_the_kernel_s
     assert "user.max_user_namespaces" in message and "apparmor_restrict_unprivileged_userns" in message
 
 
-def test_isolation_none_is_explicit_and_warned_about_on_every_batch(caplog):
-    reward = code_reward_from_settings({"isolation": "none", "max_workers": 1, "total_timeout_s": 5})
+def test_the_unisolated_executor_is_explicit_and_warned_about_on_every_batch(caplog):
+    reward = code_reward_from_settings({"executor": "none", "max_workers": 1, "total_timeout_s": 5})
     assert reward.sandbox.isolation.mode == "none"
     spec = TestSpec("stdin", [""], ["3"]).to_json()
     with caplog.at_level(logging.WARNING, logger="riskpo_trl.code.sandbox"):

@@ -778,7 +778,7 @@ def test_seccomp_refuses_ptrace_of_pid_1_and_risky_syscalls(guard):
         calls = {"memfd_create": (319, b"x", 0), "io_uring_setup": (425, 1, ctypes.create_string_buffer(120)),
                  "shmget": (29, 0, 1 << 20, 0o1600), "msgget": (68, 0, 0o1600),
                  "keyctl": (250, 0, -3), "personality": (135, 0x0040000), "userfaultfd": (323, 0),
-                 "bpf": (321, 0, 0, 0)}
+                 "bpf": (321, 0, 0, 0), "io_setup": (206, 128, ctypes.byref(ctypes.c_ulong(0)))}
         for name, (number, *args) in calls.items():
             wins.append(libc.syscall(number, *args) >= 0)
         seccomp = [line for line in open("/proc/self/status") if line.startswith("Seccomp:")]
@@ -900,6 +900,12 @@ FRESH_TRAINER = textwrap.dedent("""
         options["judge_limits"] = JudgeLimits(**job["judge"])
     reward = CodeReward(sandbox=sandbox, **options)
     sandbox.check()
+
+    def peak_mb():  # this process's own high-water mark: ru_maxrss carries the parent's over from before exec
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
+
+    peak_before = peak_mb()
     before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.monotonic()
     completions = [[{"role": "assistant", "content": f"```python\\n{p}\\n```"}] for p in job["programs"]]
@@ -908,7 +914,7 @@ FRESH_TRAINER = textwrap.dedent("""
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     print(json.dumps({"scores": scores, "elapsed": elapsed, "cpu": cpu,
-                      "peak_growth_mb": (after.ru_maxrss - before.ru_maxrss) / 1024}))
+                      "peak_growth_mb": peak_mb() - peak_before}))
     """)
 JUDGE = {"timeout_s": 4.0, "cpu_time_s": 3, "memory_mb": 1024}
 BOUND_S = LIMITS.total_timeout_s + JUDGE["timeout_s"] + 5  # the run, the judge, and a generous constant
@@ -963,6 +969,18 @@ def test_values_a_program_returns_cannot_make_the_judge_allocate_in_the_trainer(
 def test_dataset_check_code_is_folded_within_bounds(check):
     spec = json.dumps({"style": "assert", "inputs": [check], "outputs": [""]})
     assert _judged_in_a_fresh_trainer(["def f(x):\n    return 0"], [spec]) == [None]
+
+
+RED_TEAM_CELL = "for i in range(600):\n    for j in range(600):\n        pass\nassert f(1) == 2\n"
+
+
+def test_nested_literal_loops_in_a_dataset_cell_are_refused_once_by_four_workers_within_bounds():
+    """A cell whose loops unroll to 720,600 statements held the trainer for 109 s and 1.97 GB, once per worker that
+    scored it; now it is refused before it is built, once, while a neighbouring honest problem scores 1.0."""
+    hostile = json.dumps({"style": "assert", "inputs": [RED_TEAM_CELL], "outputs": [""]})
+    honest = TestSpec("assert", ["for x, want in [(1, 2), (3, 6)]:\n    assert f(x) == want"], [""]).to_json()
+    program = "def f(x):\n    return 2 * x"
+    assert _judged_in_a_fresh_trainer([program] * 5, [hostile] * 4 + [honest]) == [None] * 4 + [1.0]
 
 
 def test_values_over_4300_digits_pass():

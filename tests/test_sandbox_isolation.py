@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import logging
 import os
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -26,6 +31,8 @@ from riskpo_trl.code.sandbox import Sandbox, SandboxLimits, fallback_statement, 
 from riskpo_trl.code.stdout_compare import stdout_matches, tokens_match
 from riskpo_trl.code.testspec import TestSpec
 
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_INIT = ROOT / "riskpo_trl" / "__init__.py"
 LIMITS = SandboxLimits(test_timeout_s=4.0, total_timeout_s=8.0, cpu_time_s=6, memory_mb=512,
                        max_output_bytes=1 << 20, disk_mb=16, max_processes=20, max_files=2000)
 WIN = TestSpec("stdin", [""], ["3"]).to_json()  # a program prints 3 only when its attack worked
@@ -654,3 +661,96 @@ def test_runs_share_a_network_namespace_only_where_the_filter_refuses_sockets():
     finally:
         filtered.close()
         unfiltered.close()
+
+
+# --- a private TMPDIR (per-job temp directories of mode 0700, common on clusters) ----------------------------------
+
+PRIVATE_TMPDIR_TRAINER = textwrap.dedent("""
+    import json, os, sys, tempfile
+    sys.path.insert(0, sys.argv[1])
+    from riskpo_trl.code import CodeReward, Sandbox, SandboxLimits, TestSpec
+    from riskpo_trl.code.sandbox import _find_bwrap, _launcher
+
+    reward = CodeReward(sandbox=Sandbox(SandboxLimits(total_timeout_s=20), max_workers=2))
+    spec = TestSpec("stdin", ["2 3\\n"], ["5"]).to_json()
+    programs = ["a, b = map(int, input().split())\\nprint(a + b)",
+                "import os, tempfile\\nwith tempfile.TemporaryDirectory() as d:\\n    print(len(os.listdir(d)) + 5)",
+                "print(6)"]
+    scores = reward([[{"role": "assistant", "content": f"```python\\n{p}\\n```"}] for p in programs], [spec] * 3)
+    reward.sandbox.close()
+    stage = _launcher(_find_bwrap()).stage_dir
+    print(json.dumps({"scores": scores, "tmpdir": tempfile.gettempdir(), "stage": stage, "uid": os.geteuid()}))
+    """)
+
+
+def _run_with_a_private_tmpdir(tmpdir: str, python: str, user: int | None = None) -> dict:
+    """What a trainer started with ``TMPDIR=tmpdir`` reports (as ``user`` when given); it must exit cleanly."""
+    environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TMPDIR": tmpdir, "HOME": tmpdir}
+    done = subprocess.run([python, "-c", PRIVATE_TMPDIR_TRAINER, str(ROOT)], capture_output=True, text=True,
+                          timeout=300, env=environment, cwd="/", user=user, group=user,
+                          extra_groups=[] if user is not None else None)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@ROOT_ONLY
+def test_a_private_tmpdir_as_root_scores_an_honest_program_and_leaves_nothing_behind():
+    tmpdir = tempfile.mkdtemp(prefix="riskpo-private-tmpdir-")  # 0700, root's: the sandbox uid cannot enter it
+    try:
+        report = _run_with_a_private_tmpdir(tmpdir, sys.executable)
+        assert report["scores"] == [1.0, 1.0, 0.0] and report["tmpdir"] == tmpdir and report["uid"] == 0
+        assert not report["stage"].startswith(tmpdir + "/")  # staged where the sandbox uid can enter
+        assert not os.path.exists(report["stage"])  # removed at exit, as before
+        assert os.listdir(tmpdir) == []
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _python_for(uid: int) -> str | None:
+    """An interpreter of this Python's version (or the system's python3, 3.10 or later) that ``uid`` can run, or
+    None. The code layer needs the standard library only."""
+    for candidate in (os.path.realpath(sys.executable), shutil.which("python3", path="/usr/bin:/bin")):
+        try:
+            if candidate and subprocess.run([candidate, "-c", "import sys; assert sys.version_info >= (3, 10)"],
+                                            user=uid, group=uid, extra_groups=[], capture_output=True).returncode == 0:
+                return candidate
+        except OSError:  # not executable by uid
+            continue
+    return None
+
+
+@ROOT_ONLY
+def test_a_private_tmpdir_without_root_scores_an_honest_program_and_leaves_nothing_behind():
+    """The trainer as user nobody, whose TMPDIR is a 0700 directory of its own: bwrap runs as nobody, so nothing
+    needs another uid to enter it; the sandbox still works and nothing is left there."""
+    nobody = 65534
+    python = _python_for(nobody)
+    readable = subprocess.run(["/bin/sh", "-c", f"test -r '{PACKAGE_INIT}'"], user=nobody, group=nobody,
+                              extra_groups=[]).returncode == 0
+    namespaces = subprocess.run([shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--unshare-all", "true"],
+                                user=nobody, group=nobody, extra_groups=[], capture_output=True).returncode == 0
+    if python is None or not readable or not namespaces:
+        pytest.skip(f"user nobody cannot run this test here (an interpreter: {python}, the package readable: "
+                    f"{readable}, unprivileged user namespaces: {namespaces})")
+    tmpdir = tempfile.mkdtemp(prefix="riskpo-private-tmpdir-", dir="/tmp")
+    os.chown(tmpdir, nobody, nobody)
+    try:
+        report = _run_with_a_private_tmpdir(tmpdir, python, user=nobody)
+        assert report["scores"] == [1.0, 1.0, 0.0] and report["tmpdir"] == tmpdir and report["uid"] == nobody
+        assert report["stage"] is None  # no staging namespace without root
+        assert os.listdir(tmpdir) == []
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def test_without_a_temp_directory_others_can_enter_root_is_told_what_to_fix(tmp_path, monkeypatch):
+    from riskpo_trl.code import bwrap
+
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    monkeypatch.setattr(bwrap, "STAGE_PARENTS", (str(private),))
+    with pytest.raises(bwrap.SandboxUnavailableError, match="Point TMPDIR at a directory with mode 755 or 1777"):
+        bwrap.stage_parent()
+    monkeypatch.setattr(bwrap, "STAGE_PARENTS", ("/tmp",))
+    assert bwrap.stage_parent() == "/tmp"

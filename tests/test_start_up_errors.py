@@ -138,3 +138,17 @@ def test_misspelled_names_get_the_closest_valid_one():
     # nothing close: no guess
     with pytest.raises(ValueError, match=r"\['zzz'\]; valid names"):
         get_reward_funcs(["zzz"])
+
+
+def test_trls_reward_names_get_ours(tmp_path, capsys):
+    import trl.rewards
+
+    from riskpo_trl.rewards.registry import REWARD_FUNCS, TRL_REWARD_NAMES
+
+    line = run_cli(train.cli, ["--config", str(TINY_RECIPE), "--output_dir", str(tmp_path / "run"),
+                               "--reward_funcs", "accuracy_reward"], capsys)
+    assert "['accuracy_reward'] (did you mean trl_accuracy for accuracy_reward?); valid names are" in line
+    assert not (tmp_path / "run").exists()
+    # each TRL name offered is the very function registered under our name
+    for trl_name, ours in TRL_REWARD_NAMES.items():
+        assert getattr(trl.rewards, trl_name) is REWARD_FUNCS[ours]

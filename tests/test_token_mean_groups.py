@@ -206,7 +206,7 @@ def test_scales_weigh_every_group_alike_when_the_last_is_short():
 def test_loss_token_mean_sequences_is_checked_when_the_config_is_built(tmp_path, fields, error):
     base = {"output_dir": str(tmp_path), "loss_type": "bnpo", "loss_token_mean_sequences": 64,
             "per_device_train_batch_size": 8, "gradient_accumulation_steps": 8, "steps_per_generation": 16,
-            "num_generations": 8, "bundle_size": 1, "use_cpu": True}
+            "num_generations": 8, "bundle_size": 1, "use_cpu": True, "save_strategy": "no"}
     with pytest.raises(ValueError, match=error):
         RiskPOConfig(**{**base, **fields})
     with pytest.warns(UserWarning, match="holds 32 sequences.*its last group holds 32"):

@@ -69,3 +69,27 @@ def test_all_nan_stops_naming_nan_and_none_per_function(tiny_model_dir, tmp_path
     assert "(last batch on this process: always_nan: 8 NaN; async_none: 8 None)" in str(error.value)
     assert "Reward function always_nan returned NaN for 8 of 8 completions" in caplog.text
     assert "async_none returned NaN" not in caplog.text
+
+
+def mean_digit_reward(completions, **kwargs):
+    """A common mistake: one number for the batch instead of one per completion."""
+    rewards = contains_digit_reward(completions)
+    return sum(rewards) / len(rewards)
+
+
+def test_a_reward_returning_a_float_is_named_with_what_it_must_return(tiny_model_dir, tmp_path):
+    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=[contains_digit_reward, mean_digit_reward],
+                            args=config(tmp_path), train_dataset=make_prompt_dataset(4))
+    with pytest.raises(TypeError, match=r"^Reward function mean_digit_reward returned float '[0-9.]+'; it must return "
+                       r"a list with one float \(or None\) per completion \(8 here\)\.$"):
+        trainer.train()
+
+
+def test_a_reward_returning_too_few_values_is_named():
+    from riskpo_trl.trainer.unscored_rewards import check_reward_output
+
+    check_reward_output("ok", [1.0, None], 2)
+    with pytest.raises(ValueError, match=r"^Reward function short returned 1 values for 2 completions"):
+        check_reward_output("short", [1.0], 2)
+    with pytest.raises(TypeError, match=r"^Reward function text returned str 'yes'"):
+        check_reward_output("text", "yes", None)

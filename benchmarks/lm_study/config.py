@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-METHODS = ("grpo", "gspo", "riskpo", "riskpo_authors", "risk_seeking")
+METHODS = ("grpo", "gspo", "riskpo", "riskpo_authors", "risk_seeking", "riskpo_loo")
 METHOD_LABELS = {
     "grpo": "GRPO (TRL defaults)",
     "gspo": "GSPO (sequence ratio)",
     "riskpo": "RiskPO (paper)",
     "riskpo_authors": "RiskPO, authors' DAPO advantage",
     "risk_seeking": "Risk-seeking",
+    "riskpo_loo": "RiskPO (paper) + leave-one-out baseline",
 }
 AUTHORS_FIELDS = {
     "advantage_scaling": "authors_code",
@@ -259,4 +260,64 @@ EXACT_CLAIMS: tuple[Claim, ...] = (
     Claim("GRPO's Pass@1024 falls below the start (boundary effect)", "grpo", "start", "pass", 1024, sign=-1),
     Claim("RiskPO's Pass@1024 ends above the start", "riskpo", "start", "pass", 1024),
     Claim("The authors' advantage raises Pass@64 over GRPO", "riskpo_authors", "grpo", "pass", 64),
+)
+
+
+# --- the baseline study: the paper's advantage minus a per-prompt leave-one-out baseline -----------------------------
+
+BASELINE_DEFAULT_RULE = (
+    "The default becomes advantage_baseline='loo' only if, from both starts, with every seed of the protocol at "
+    "'loo''s chosen learning rate: 'loo' minus the paper's advantage is supported (EXACT_VERDICT_RULE) at Pass@64 "
+    "and at Pass@1024, is not contradicted at Pass@1, and no 'loo' run of the study (the learning-rate grid's "
+    "included) collapses, i.e. its tracked exact validation Pass@64 over all buckets falls below half the start's at "
+    "any evaluation. Otherwise the default stays 'none', and the docs name every condition that failed."
+)
+
+
+@dataclass(frozen=True)
+class BaselineProtocol:
+    """The baseline study, every knob fixed before its first run: the exact protocol's starts, training, exact
+    evaluation and :data:`EXACT_VERDICT_RULE` (``exact``), with ``method`` (RiskPO's paper advantage minus the
+    per-prompt leave-one-out baseline) as the one new method.
+
+    1. Learning rate: ``method`` trains with ``grid_seed`` at every rate of ``learning_rates`` from each start; per
+       start the rate with the best final exact validation criterion (:data:`LONG_SELECTION_CRITERION` computed
+       exactly, as the exact protocol's tracking does; ties: the smaller rate) is chosen. No test number is read.
+    2. Seeds: the chosen rate runs with every seed of ``exact.seeds`` from each start (the grid's seed-0 run is
+       reused).
+    3. Equal-lr control: ``control_method`` at ``method``'s chosen rate from ``control_start``, every seed; the
+       exact protocol's cached runs are reused where the rates match.
+    4. References: the exact protocol's cached runs of ``references`` at its own rates, from both starts.
+    5. Claims (:data:`BASELINE_CLAIMS`), each from both starts, by :data:`EXACT_VERDICT_RULE`; collapses by
+       ``coverage_collapse_fraction``; the default by :data:`BASELINE_DEFAULT_RULE`.
+    """
+
+    exact: ExactProtocol = ExactProtocol()
+    method: str = "riskpo_loo"
+    learning_rates: tuple[float, ...] = (1e-5, 3e-5, 1e-4)
+    grid_seed: int = 0
+    control_start: str = "low"
+    control_method: str = "grpo"
+    references: tuple[str, ...] = ("riskpo", "grpo", "riskpo_authors")
+    coverage_collapse_fraction: float = 0.5
+
+    def scaled_down(self) -> BaselineProtocol:
+        """Trivial sizes for the test suite: seconds per run, numbers mean nothing."""
+        return replace(self, exact=self.exact.scaled_down(), learning_rates=(1e-5, 1e-4))
+
+
+BASELINE_CLAIMS: tuple[Claim, ...] = (
+    Claim("loo raises Pass@1 over the paper's advantage", "riskpo_loo", "riskpo", "pass", 1),
+    Claim("loo raises Pass@64 over the paper's advantage", "riskpo_loo", "riskpo", "pass", 64),
+    Claim("loo raises Pass@1024 over the paper's advantage", "riskpo_loo", "riskpo", "pass", 1024),
+    Claim("loo raises Pass@1 over GRPO (GRPO at its own lr)", "riskpo_loo", "grpo", "pass", 1),
+    Claim("loo raises Pass@64 over GRPO (GRPO at its own lr)", "riskpo_loo", "grpo", "pass", 64),
+    Claim("loo raises Pass@1024 over GRPO (GRPO at its own lr)", "riskpo_loo", "grpo", "pass", 1024),
+    Claim("loo raises Pass@1 over GRPO at loo's lr", "riskpo_loo", "grpo_equal_lr", "pass", 1),
+    Claim("loo raises Pass@64 over GRPO at loo's lr", "riskpo_loo", "grpo_equal_lr", "pass", 64),
+    Claim("loo raises Pass@1024 over GRPO at loo's lr", "riskpo_loo", "grpo_equal_lr", "pass", 1024),
+    Claim("loo raises Pass@64 over the authors' advantage", "riskpo_loo", "riskpo_authors", "pass", 64),
+    Claim("loo raises Pass@1024 over the authors' advantage", "riskpo_loo", "riskpo_authors", "pass", 1024),
+    Claim("loo keeps test entropy higher than the paper's advantage", "riskpo_loo", "riskpo", "entropy"),
+    Claim("loo keeps test entropy higher than GRPO (GRPO at its own lr)", "riskpo_loo", "grpo", "entropy"),
 )

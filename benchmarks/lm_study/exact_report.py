@@ -89,6 +89,30 @@ def claim_row(protocol: ExactProtocol, claim: Claim, start: str, runs, start_eva
     return row
 
 
+def verdict_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The markdown table of :func:`claim_row` rows."""
+    lines = ["| claim | seeds (a / b) | difference [95% two-level CI] | problem-level CI | verdict |",
+             "|---|---|---|---|---|"]
+    for row in rows:
+        seeds = " / ".join(str(n) for n in row["seeds"].values()) or "-"
+        if "two_level" not in row:
+            lines.append(f"| {row['claim']} | {seeds} | - | - | {row['verdict']} |")
+            continue
+        t = row["two_level"]
+        o = row.get("problem_level")
+        lines.append(f"| {row['claim']} | {seeds} | {t['estimate']:+.4f} [{t['low']:+.4f}, {t['high']:+.4f}] | "
+                     + (f"[{o['low']:+.4f}, {o['high']:+.4f}]" if o else "(seed level only)")
+                     + f" | {row['verdict']} |")
+    return lines
+
+
+def write_report(out: Path, name: str, lines: list[str], payload: dict[str, Any]) -> None:
+    """``out/<name>.md`` and ``out/<name>.json``, and the text on stdout."""
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    (out / f"{name}.json").write_text(json.dumps(payload, indent=1, default=float) + "\n")
+    print("\n".join(lines), flush=True)
+
+
 def start_report(protocol: ExactProtocol, out: Path, start: str) -> tuple[dict[str, Any], list[str]]:
     path = out / start / "start_eval.json"
     if not path.exists():
@@ -185,19 +209,7 @@ def start_report(protocol: ExactProtocol, out: Path, start: str) -> tuple[dict[s
     rows = [claim_row(protocol, c, start, runs, start_eval, buckets) for c in EXACT_CLAIMS]
     payload["claims"] = rows
     lines += ["### Verdict rows (final weights, by the rule)", "", f"Rule: {EXACT_VERDICT_RULE}", "",
-              "| claim | seeds (a / b) | difference [95% two-level CI] | problem-level CI | verdict |",
-              "|---|---|---|---|---|"]
-    for row in rows:
-        seeds = " / ".join(str(n) for n in row["seeds"].values()) or "-"
-        if "two_level" not in row:
-            lines.append(f"| {row['claim']} | {seeds} | - | - | {row['verdict']} |")
-            continue
-        t = row["two_level"]
-        o = row.get("problem_level")
-        lines.append(f"| {row['claim']} | {seeds} | {t['estimate']:+.4f} [{t['low']:+.4f}, {t['high']:+.4f}] | "
-                     + (f"[{o['low']:+.4f}, {o['high']:+.4f}]" if o else "(seed level only)")
-                     + f" | {row['verdict']} |")
-    lines.append("")
+              *verdict_table(rows), ""]
 
     # The regime guard's post hoc signal, described (no collapse definition is part of this protocol).
     from .long_report import GUARD_PATIENCE, guard_alarm
@@ -269,9 +281,7 @@ def report(protocol: ExactProtocol, out: Path, skip_figure: bool = False) -> dic
     ]
     payload = {"protocol": repr(protocol), "runs_finished": done, "runs_total": total, "starts": starts,
                "figure": figure_name}
-    (out / "lm_exact.md").write_text("\n".join(header + body) + "\n")
-    (out / "lm_exact.json").write_text(json.dumps(payload, indent=1, default=float) + "\n")
-    print("\n".join(header + body), flush=True)
+    write_report(out, "lm_exact", header + body, payload)
     return payload
 
 

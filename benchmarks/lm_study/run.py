@@ -151,6 +151,8 @@ def rl_config(method: str, lr: float, seed: int, cfg: LMConfig, output_dir: Path
         return RiskPOConfig(**common, **risk, risk_profile="risk_seeking")
     if method == "riskpo_authors":
         return RiskPOConfig(**common, **risk, **AUTHORS_FIELDS)
+    if method == "riskpo_loo":
+        return RiskPOConfig(**common, **risk, advantage_baseline="loo")
     raise ValueError(f"Unknown method {method!r}; choose one of {METHODS}.")
 
 

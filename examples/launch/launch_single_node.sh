@@ -3,17 +3,19 @@
 #
 #   examples/launch/launch_single_node.sh --config recipes/DeepSeek-R1-Distill-Qwen-1.5B/riskpo/config_dapo_math.yaml \
 #       --vllm-gpus 0,1 --train-gpus 2,3,4,5,6,7 [--accelerate-config recipes/accelerate_configs/zero3.yaml] \
-#       [--tp 1] [--port 8000] [--model ID] [--health-timeout 900] [--dry-run] [-- extra training args]
+#       [--tp 1] [--port 8000] [--model ID] [--health-timeout 900] [--vllm-args "ARGS"] [--dry-run] \
+#       [-- extra training args]
 #
-# vLLM data parallel size = (number of vLLM GPUs) / tp. --dry-run prints the two commands and exits.
-# See docs/scale_out.md for the GPU split, ports and failure modes.
+# vLLM data parallel size = (number of vLLM GPUs) / tp. --vllm-args adds arguments to `trl vllm-serve` (split as a
+# shell would; a repeated option wins over the launcher's). --dry-run prints the two commands and exits.
+# See docs/scale_out.md for the GPU split, ports, failure modes and the CPU server's --vllm-args.
 set -euo pipefail
 
-usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 die() { echo "error: $*" >&2; exit 2; }
 
 CONFIG="" ACCELERATE_CONFIG="recipes/accelerate_configs/zero3.yaml" VLLM_GPUS="0" TRAIN_GPUS="" TP=1 PORT=8000
-MODEL="" HEALTH_TIMEOUT=900 DRY_RUN=0 EXTRA=()
+MODEL="" HEALTH_TIMEOUT=900 DRY_RUN=0 EXTRA=() VLLM_ARGS=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --config) CONFIG="${2:?--config needs a value}"; shift 2 ;;
@@ -24,6 +26,7 @@ while [[ $# -gt 0 ]]; do
     --port) PORT="${2:?--port needs a value}"; shift 2 ;;
     --model) MODEL="${2:?--model needs a value}"; shift 2 ;;
     --health-timeout) HEALTH_TIMEOUT="${2:?--health-timeout needs a value}"; shift 2 ;;
+    --vllm-args) VLLM_ARGS="${2?--vllm-args needs a value}"; shift 2 ;;
     --dry-run) DRY_RUN=1; shift ;;
     -h|--help) usage 0 ;;
     --) shift; EXTRA=("$@"); break ;;
@@ -54,15 +57,22 @@ if [[ -z "$MODEL" ]]; then
     || die "could not read model_name_or_path from '$CONFIG'; pass --model"
 fi
 
+SERVE_EXTRA=()
+if [[ -n "$VLLM_ARGS" ]]; then  # split like a shell, without running anything in it
+  split=$(python -c 'import shlex, sys; print(*shlex.split(sys.argv[1]), sep="\n")' "$VLLM_ARGS" 2> /dev/null) \
+    || die "--vllm-args: cannot split '$VLLM_ARGS' into arguments (unbalanced quotes?)"
+  mapfile -t SERVE_EXTRA <<< "$split"
+fi
 SERVE_CMD=(env "CUDA_VISIBLE_DEVICES=$VLLM_GPUS" trl vllm-serve --model "$MODEL" --tensor_parallel_size "$TP"
-           --data_parallel_size "$DP" --host 0.0.0.0 --port "$PORT")
+           --data_parallel_size "$DP" --host 0.0.0.0 --port "$PORT" ${SERVE_EXTRA[@]+"${SERVE_EXTRA[@]}"})
 TRAIN_CMD=(env "CUDA_VISIBLE_DEVICES=$TRAIN_GPUS" accelerate launch --config_file "$ACCELERATE_CONFIG"
            --num_processes "$NUM_TRAIN" -m riskpo_trl.scripts.train --config "$CONFIG"
            --vllm_mode server --vllm_server_host 127.0.0.1 --vllm_server_port "$PORT" ${EXTRA[@]+"${EXTRA[@]}"})
 
 if (( DRY_RUN )); then
-  printf 'vllm: %s\n' "${SERVE_CMD[*]}"
-  printf 'train: %s\n' "${TRAIN_CMD[*]}"
+  show() { python -c 'import shlex, sys; print(f"{sys.argv[1]}: {shlex.join(sys.argv[2:])}")' "$@"; }
+  show vllm "${SERVE_CMD[@]}"
+  show train "${TRAIN_CMD[@]}"
   exit 0
 fi
 

@@ -22,7 +22,7 @@ must be reached exactly once, so a program cannot pass by skipping the check.
 A program that forges its report can then only claim leaf values, which is what returning them would have done. That
 holds when, in every comparison, one side is known here, or every leaf of both sides derives from the program; and for
 a bare truth test (``assert f(x)``) when its leaves derive from the program. Check code that cannot be judged that
-way raises `UndecidableTestError`, and the dataset adapters drop and count such rows (docs/code_and_multimodal.md):
+way raises `UndecidableTestError`, and the dataset adapters drop and count such rows (docs/code_sandbox.md):
 an expected value or tolerance computed in the sandbox (``assert f(x) == brute(x)``, ``assert helper(f(x), 2.5)``);
 assertions inside loops over computed values or ``if`` on the program's values, or in functions not called at the
 top level; checks that fail other than by such an assertion (``raise``, unittest's ``assertEqual``, ``try``,
@@ -53,16 +53,24 @@ from .check_eval import (
     LEAF_PREFIX,
     WORK_BUDGET,
     EvaluationFailed,
+    charge,
     dotted_name,
     evaluate,
+    size_of,
     truth,
     work_budget,
 )
+from .single_flight import single_flight_cache
 from .values import decode_value, int_to_decimal
 
 MAX_OBSERVED_CHARS = 16 * 1024 * 1024  # a returned value or assertion record beyond this fails (none real comes close)
 MAX_UNROLLED_ASSERTIONS = 5000  # more (after unrolling loops) is refused as too large to judge
+MAX_UNROLLED_STATEMENTS = 20_000  # statements of the check once loops are unrolled: more is refused
 MAX_LOOP_ITERATIONS = 2000
+MAX_CHECK_CODE_CHARS = 1_000_000  # longer check code is refused unparsed
+# What one AST node the split parses or builds costs, in units of the folding `work_budget` (elements the evaluator
+# touches): about the same CPU time (some 20 us a node, against some 0.15 us an element; docs/code_sandbox.md).
+NODE_COST = 150
 JUDGE_WORK_BUDGET = 50 * WORK_BUDGET  # per probe, in the judge process (whose CPU limit bounds it anyway)
 
 _STRUCTURE = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.UnaryOp, ast.BinOp, ast.BoolOp, ast.Compare,
@@ -220,6 +228,7 @@ class _Splitter:
             for argument in [*node.args, *(keyword.value for keyword in node.keywords)]
             for name in ast.walk(argument) if isinstance(name, ast.Name)}
         self.probes: list[Probe] = []
+        self.statements = 0  # statements built so far (`_built`)
         self.expected_names: set[str] = set()  # constants the trainer's side of an assertion reads
         self._trainer_reads: set[str] = set()  # constants the last `split` folded in
 
@@ -361,6 +370,12 @@ class _Splitter:
 
     # --- statements ----------------------------------------------------------------------------------------------
 
+    def _built(self, count: int) -> None:
+        """Count ``count`` statements of sandbox code built; refuse the check beyond `MAX_UNROLLED_STATEMENTS`."""
+        self.statements += count
+        if self.statements > MAX_UNROLLED_STATEMENTS:
+            raise UndecidableTestError(_TOO_MANY_STATEMENTS, f"over {MAX_UNROLLED_STATEMENTS} built so far")
+
     def assertion(self, node: ast.Assert, scope: _Scope) -> ast.stmt:
         self._check_decidable(node.test, scope, truth_context=True)
         leaves: list[ast.expr] = []
@@ -390,6 +405,7 @@ class _Splitter:
 
     def statement(self, node: ast.stmt, scope: _Scope, functions: dict[str, ast.FunctionDef]) -> list[ast.stmt]:
         if isinstance(node, ast.Assert):
+            self._built(1)
             return [self.assertion(node, scope)]
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             return self._assign(node, node.targets[0].id, scope)
@@ -406,6 +422,7 @@ class _Splitter:
             taken = node.body if self.evaluate_constant(node.test, scope) else node.orelse
             return self.block(taken, scope, functions)
         if isinstance(node, ast.FunctionDef) and node.name in functions:
+            self._built(1)
             return [self._function_def(node, scope, functions[node.name])]
         if _contains([node], ast.Assert):
             raise UndecidableTestError(
@@ -414,9 +431,11 @@ class _Splitter:
         if isinstance(node, ast.If):
             raise UndecidableTestError("an if on values only the sandbox knows (whatever it does there, the program "
                                        "decides)", ast.unparse(node.test)[:80])
+        self._built(1)
         return [self.fold(node, scope)]
 
     def _assign(self, node: ast.Assign, name: str, scope: _Scope) -> list[ast.stmt]:
+        self._built(1)
         if name in scope.assigned_once and self.leaf_free(node.value, scope):
             scope.bind_constant(name, self.evaluate_constant(node.value, scope))
             return [node]  # dropped later unless the sandbox reads the name (`_prune`)
@@ -438,6 +457,7 @@ class _Splitter:
             values = []
         if len(values) != len(names):
             raise UndecidableTestError("an assignment that does not unpack", ast.unparse(node)[:80])
+        self._built(len(names))
         out: list[ast.stmt] = []
         for name, value in zip(names, values):
             scope.bind_constant(name, value)
@@ -458,10 +478,18 @@ class _Splitter:
             raise UndecidableTestError(f"a loop of more than {MAX_LOOP_ITERATIONS} iterations", str(len(items)))
         out: list[ast.stmt] = []
         names = [target.id for target in targets]
-        for item in items:
+        body_nodes = sum(1 for statement in node.body for _ in ast.walk(statement))
+        before = self.statements
+        for index, item in enumerate(items):
+            if index == 1:  # one iteration built: refuse now, unbuilt, what all of them would build beyond the cap
+                projected = self.statements + (len(items) - 1) * (self.statements - before)
+                if projected > MAX_UNROLLED_STATEMENTS:
+                    raise UndecidableTestError(_TOO_MANY_STATEMENTS, f"{projected} statements")
             values = [item] if len(names) == 1 else list(item)
             if len(values) != len(names):
                 raise UndecidableTestError("a loop item that does not unpack", f"{item!r:.80} into {names}")
+            self._built(len(names))
+            charge(NODE_COST * body_nodes)  # the copy of the body below, and all that is done with it
             for name, value in zip(names, values):
                 scope.bind_constant(name, value)
                 assign = ast.Assign([ast.Name(name, ast.Store())], _literal_node(value), lineno=node.lineno)
@@ -523,6 +551,7 @@ class _Splitter:
         return InstrumentedCheck(ast.unparse(ast.fix_missing_locations(ast.Module(body, []))), tuple(self.probes))
 
 
+_TOO_MANY_STATEMENTS = f"more than {MAX_UNROLLED_STATEMENTS} statements once loops are unrolled"
 _IMMUTABLE = (int, float, complex, str, bytes, bool, type(None))
 _NEW_SCOPES = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ListComp, ast.SetComp,
                ast.DictComp, ast.GeneratorExp)
@@ -598,17 +627,23 @@ def _calls_in(tree: ast.AST, name: str) -> int:
 
 
 def _literal_node(value) -> ast.expr:
-    """An expression that rebuilds ``value`` in the sandbox (for loop variables the sandbox needs)."""
+    """An expression that rebuilds ``value`` in the sandbox (for loop variables the sandbox needs), paid for from the
+    folding budget before it is built."""
+    charge(NODE_COST * size_of(value))
+    return _literal(value)
+
+
+def _literal(value) -> ast.expr:
     if isinstance(value, float) and not math.isfinite(value):
         return ast.parse(f"float({str(value)!r})", mode="eval").body
     if isinstance(value, (list, tuple, set, frozenset)):
         kind = {list: ast.List, tuple: ast.Tuple}.get(type(value))
-        elements = [_literal_node(item) for item in value]
+        elements = [_literal(item) for item in value]
         if kind is not None:
             return kind(elements, ast.Load())
         return ast.Call(ast.Name("set", ast.Load()), [ast.List(elements, ast.Load())], [])
     if isinstance(value, dict):
-        return ast.Dict([_literal_node(k) for k in value], [_literal_node(v) for v in value.values()])
+        return ast.Dict([_literal(k) for k in value], [_literal(v) for v in value.values()])
     if isinstance(value, int) and value.bit_length() > 13_000:  # unparsing it would pass the int/str digit limit
         return ast.Call(ast.Name("int", ast.Load()), [ast.Constant(int_to_decimal(value))], [])
     return ast.Constant(value)
@@ -659,13 +694,18 @@ def _is_literal_assignment(statement: ast.Assign) -> bool:
 # --- entry points ------------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=4096)
+@single_flight_cache(maxsize=4096)
 def instrument_assertions(test_code: str) -> InstrumentedCheck:
-    """Split check code into sandbox code and trainer-side probes.
+    """Split check code into sandbox code and trainer-side probes, within one folding budget: `WORK_BUDGET` units,
+    spent by the evaluator (elements it touches) and by the split (`NODE_COST` per AST node parsed or built), and at
+    most `MAX_UNROLLED_STATEMENTS` statements. Computed once per check code however many threads ask at once.
 
     Raises ValueError for code that does not parse and `UndecidableTestError` for check code the trainer cannot judge
-    (the message says which construct).
+    or that needs more than its budget (the message says which construct or limit).
     """
+    if len(test_code) > MAX_CHECK_CODE_CHARS:
+        raise UndecidableTestError(f"check code of more than {MAX_CHECK_CODE_CHARS} characters",
+                                   f"{len(test_code)} characters")
     try:
         tree = ast.parse(_spell_out_long_ints(test_code))
     except (SyntaxError, ValueError, RecursionError, MemoryError, tokenize.TokenError) as exc:
@@ -673,6 +713,7 @@ def instrument_assertions(test_code: str) -> InstrumentedCheck:
     demoted: set[str] = set()
     try:
         with work_budget(WORK_BUDGET):  # folding the check's own constants: bounded however they are written
+            charge(NODE_COST * sum(1 for _ in ast.walk(tree)))
             while True:  # each further pass demotes at least one name, so this ends
                 splitter = _Splitter(tree, demoted)
                 check = splitter.run()
@@ -685,6 +726,8 @@ def instrument_assertions(test_code: str) -> InstrumentedCheck:
                 demoted |= newly
     except RecursionError as exc:
         raise UndecidableTestError("check code nested too deeply") from exc
+    except EvaluationFailed as exc:  # the split's own nodes went beyond the budget (values are refused where read)
+        raise UndecidableTestError("check code that needs more than its folding budget", str(exc)) from exc
 
 
 def assertions_pass(observed: str, check: InstrumentedCheck) -> bool:

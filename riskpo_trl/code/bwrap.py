@@ -159,6 +159,22 @@ def _enterable_by_others(path: str) -> bool:
     return True
 
 
+# Where the staging directory may go when the temp directory is private (a per-job TMPDIR of mode 0700 on clusters):
+# the sandbox's uid must be able to enter every directory on the way to its binds and working directories.
+STAGE_PARENTS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def stage_parent() -> str:
+    """The temp directory when every uid can enter it, else the first of `STAGE_PARENTS` they can."""
+    for candidate in (tempfile.gettempdir(), *STAGE_PARENTS):
+        if os.path.isdir(candidate) and _enterable_by_others(os.path.join(candidate, "stage")):
+            return candidate
+    raise SandboxUnavailableError(
+        f"Running the code sandbox as root needs a temporary directory that other users can enter (the sandbox runs "
+        f"as uid {SANDBOX_UID_BASE} + its slot): neither TMPDIR ({tempfile.gettempdir()}) nor any of {STAGE_PARENTS} "
+        f"is one. Point TMPDIR at a directory with mode 755 or 1777 all the way down.")
+
+
 class BwrapLauncher:
     """Builds the command line that runs a program in a fresh bwrap sandbox (one per process, thread-safe)."""
 
@@ -186,8 +202,8 @@ class BwrapLauncher:
                 raise SandboxUnavailableError(
                     f"Running the code sandbox as root needs util-linux's `{tool}` (to start bwrap as an unprivileged "
                     "uid in a private mount namespace); install util-linux.")
-        stage = tempfile.mkdtemp(prefix="riskpo-sandbox-stage-")
-        os.chmod(stage, 0o755)
+        stage = tempfile.mkdtemp(prefix="riskpo-sandbox-stage-", dir=stage_parent())
+        os.chmod(stage, 0o755)  # made 0700 under a random name (no one can have planted it), then opened to the uid
         self._stage = {path: f"{stage}/{index}" for index, path in enumerate(private)}
         self._holder = _StageServer([self._tools["unshare"], "--mount", "--net", "--propagation", "private", "--"],
                                     ["--stage", stage, *private])

@@ -296,7 +296,7 @@ def _v2_parent_dir(point: str, root: str, own: str) -> tuple[str | None, tuple[s
     if not set(REQUIRED_V2) <= enabled:
         if not in_root:
             return None, (), ("the cgroup v2 parent of the trainer's cgroup does not delegate memory and pids "
-                              "(cgroup.subtree_control); see docs/code_and_multimodal.md")
+                              "(cgroup.subtree_control); see docs/code_sandbox.md")
         try:
             _write(os.path.join(directory, "cgroup.subtree_control"), "+memory +pids")
         except OSError as exc:

@@ -135,7 +135,7 @@ _ORDER = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.Gt
 
 def evaluate(node: ast.expr, leaves: list):
     """Evaluate a probe expression over the reported leaf values (raises `EvaluationFailed` where Python would raise)."""
-    _charge(1)
+    charge(1)
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
@@ -211,7 +211,8 @@ def work_budget(units: int = WORK_BUDGET):
         _work.remaining = outer
 
 
-def _charge(units: int) -> None:
+def charge(units: int) -> None:
+    """Spend ``units`` of the current `work_budget` (none outside one); raise `EvaluationFailed` beyond it."""
     if _work.remaining is not None:
         _work.remaining -= units
         if _work.remaining < 0:
@@ -243,6 +244,11 @@ def _measure(value, colliders: list[int], limit: int) -> int:
     return total
 
 
+def size_of(value, limit: int = _MAX_SIZE * 16) -> int:
+    """Elements, characters and machine words of ``value`` and everything in it, counted up to about ``limit``."""
+    return _measure(value, [0], limit)
+
+
 # Functions (by __name__) that hash the items of their arguments
 _HASHING = {"hashable_set", "Counter", "dict", "_dict_of_pairs"}
 
@@ -254,7 +260,7 @@ def _call(function, args: list, keywords: dict):
     size = _measure([args, list(keywords.values())], colliders, _MAX_SIZE * 16)
     if size > _MAX_SIZE * 16:
         raise EvaluationFailed("arguments too large to evaluate")
-    _charge(size)
+    charge(size)
     if getattr(function, "__name__", "") in _HASHING and colliders[0] > _MAX_HASH_COLLIDERS:
         raise EvaluationFailed("too many numbers beyond 2**61 to hash")
     try:
@@ -288,9 +294,9 @@ def _binary(op: ast.operator, left, right):
     if _int(left) and _int(right):  # big-int products and divisions cost about words x words, not words
         words = (left.bit_length() >> 6) + 1, (right.bit_length() >> 6) + 1
         if isinstance(op, (ast.Mult, ast.FloorDiv, ast.Mod)):
-            _charge(words[0] * words[1] >> 4)
+            charge(words[0] * words[1] >> 4)
         elif isinstance(op, ast.Pow) and right > 0:
-            _charge(((words[0] * right) >> 4) * words[0])
+            charge(((words[0] * right) >> 4) * words[0])
     return _call(_BINARY[type(op)], [left, right], {})
 
 

@@ -204,5 +204,5 @@ def drop_undecidable(dataset, to_riskpo: Callable[[Mapping[str, Any]], dict], lo
     if dropped:
         common = "; ".join(f"{count} x {reason}" for reason, count in reasons.most_common(3))
         logger.warning("%s: dropped %d of %d rows whose assert-style tests the trainer cannot judge without trusting "
-                       "the program (%s). See docs/code_and_multimodal.md.", loader, dropped, len(dataset), common)
+                       "the program (%s). See docs/code_sandbox.md.", loader, dropped, len(dataset), common)
     return kept

@@ -32,14 +32,12 @@ MAX_VERDICT_BYTES = 512
 PASS, FAIL = b"P", b"F"
 DEADLINE_MARGIN_S = 1.0  # how long after a judge's deadline the trainer still waits for its verdict
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding riskpo_trl/
-# Registers riskpo_trl and riskpo_trl.code as bare namespaces, so that only the judge's own modules are imported
-# (not the package's __init__, which would pull in torch).
+# The judge server's interpreter: the package root first on its path (``-I`` leaves out the current directory and
+# PYTHONPATH, ``-S`` site-packages); the package's ``__init__`` files import nothing until asked, so only the judging
+# modules load.
 _BOOT = """
-import sys, types
-for name, sub in (("riskpo_trl", ""), ("riskpo_trl.code", "/code")):
-    module = types.ModuleType(name)
-    module.__path__ = [sys.argv[1] + "/riskpo_trl" + sub]
-    sys.modules[name] = module
+import sys
+sys.path.insert(0, sys.argv[1])
 from riskpo_trl.code._judge_main import serve
 serve(int(sys.argv[2]))
 """

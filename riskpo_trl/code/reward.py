@@ -7,14 +7,14 @@ import logging
 import re
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import fields
 from typing import Any
 
-from ..rewards.grading import completion_text
+from ..rewards.completions import completion_text
 from .assertions import UndecidableTestError
-from .executor import Executor, SandboxExecutor
+from .executor import DEFAULT_EXECUTOR, EXECUTORS, Executor, SandboxExecutor
 from .judge import JudgeLimits
 from .sandbox import Sandbox, SandboxLimits, SandboxUnavailableError
+from .single_flight import single_flight_cache
 from .testspec import TestSpec
 
 logger = logging.getLogger(__name__)
@@ -47,10 +47,10 @@ def parse_tests(tests) -> TestSpec | None:
     return None
 
 
-@functools.lru_cache(maxsize=64)  # a batch has a few dozen prompts; a cell can be megabytes (LiveCodeBench)
+@single_flight_cache(maxsize=64)  # a batch has a few dozen prompts; a cell can be megabytes (LiveCodeBench)
 def _parse_json_tests(tests: str) -> TestSpec | None:
     """`parse_tests` of a JSON cell, remembered: every completion of a prompt carries the same cell, and a refusal
-    (which may have spent the folding budget) is not recomputed for each."""
+    (which may have spent the folding budget) is not recomputed for each, nor computed by each worker at once."""
     try:
         return TestSpec.from_json(tests)
     except UndecidableTestError as exc:
@@ -136,28 +136,20 @@ class CodeReward:
 
 
 def code_reward_from_settings(settings: Mapping[str, Any] | None = None) -> CodeReward:
-    """A `CodeReward` from a recipe's ``code_sandbox:`` block: ``max_workers``, ``isolation`` ("bwrap" or, for
-    trusted tests only, "none"), any `SandboxLimits` field, and any `JudgeLimits` field prefixed with ``judge_``
-    (``judge_timeout_s``, ``judge_cpu_time_s``, ``judge_memory_mb``).
+    """A `CodeReward` from a recipe's ``code_sandbox:`` block: ``executor``, a name of `EXECUTORS` (``bwrap``, the
+    default, or, for trusted code only, ``none``), and the settings that executor takes (`SandboxExecutor.from_settings`:
+    ``max_workers``, any `SandboxLimits` field, ``judge_`` + any `JudgeLimits` field).
 
-    Raises naming an unknown key, so a typo in a recipe fails at start-up instead of silently using a default, and
-    `SandboxUnavailableError` when bubblewrap does not work on this machine (`Sandbox.check`).
+    Raises naming an unknown executor or key (and the closest valid one), so a typo in a recipe fails at start-up
+    instead of silently using a default, and `SandboxUnavailableError` when the executor cannot run programs here.
     """
     settings = dict(settings or {})
-    max_workers = settings.pop("max_workers", None)
-    isolation = settings.pop("isolation", None)
-    judge_settings = {key[len("judge_"):]: settings.pop(key) for key in list(settings) if key.startswith("judge_")}
-    limit_names = {f.name for f in fields(SandboxLimits)}
-    judge_names = {f.name for f in fields(JudgeLimits)}
-    unknown = sorted(set(settings) - limit_names) + sorted(f"judge_{key}" for key in set(judge_settings) - judge_names)
-    if unknown:
-        raise ValueError(
-            f"code_sandbox has unknown key(s) {unknown}; valid keys are "
-            f"{['isolation', 'max_workers', *sorted(limit_names), *sorted(f'judge_{n}' for n in judge_names)]}."
-        )
-    reward = CodeReward(limits=SandboxLimits(**settings), max_workers=max_workers, isolation=isolation,
-                        judge_limits=JudgeLimits(**judge_settings))
-    reward.executor.check()  # fail at start-up, not at the first batch, when bubblewrap does not work here
+    if "isolation" in settings:
+        raise ValueError(f"code_sandbox.isolation is now code_sandbox.executor: write executor: "
+                         f"{settings['isolation']} (one of {list(EXECUTORS)}).")
+    name = settings.pop("executor", DEFAULT_EXECUTOR)
+    reward = CodeReward(executor=EXECUTORS.get(name).from_settings(settings))
+    reward.executor.check()  # fail at start-up, not at the first batch, when programs cannot run here
     return reward
 
 

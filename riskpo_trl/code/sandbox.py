@@ -174,7 +174,7 @@ def detect_isolation() -> Isolation:
                           seccomp=start.seccomp)
     fallback = fallback_statement(support)
     if fallback:
-        logger.warning("Code sandbox: %s. So %s. See docs/code_and_multimodal.md (threat model).",
+        logger.warning("Code sandbox: %s. So %s. See docs/code_sandbox.md (threat model).",
                        support.describe(), fallback)
     else:
         logger.info("Code sandbox: %s.", support.describe())

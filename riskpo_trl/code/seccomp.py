@@ -3,8 +3,11 @@
 It refuses, with EPERM, the system calls that a test program never needs and that would let it step around the
 sandbox's other layers: tracing or reading other processes (``ptrace``, ``process_vm_readv``/``writev``), memory
 no rlimit counts (``memfd_create``, ``memfd_secret``, SysV ``shmget`` and ``msgget``), kernel interfaces with a long
-record of exploitable bugs (``io_uring_*``, ``bpf``, ``userfaultfd``, ``perf_event_open``, the keyring calls) and
-``personality`` (which can, e.g., turn off address-space randomisation).
+record of exploitable bugs (``io_uring_*``, ``bpf``, ``userfaultfd``, ``perf_event_open``, the keyring calls),
+``personality`` (which can, e.g., turn off address-space randomisation) and ``io_setup``: Linux AIO contexts count
+against one limit for the whole host (``fs.aio-max-nr``), which no namespace or rlimit divides, so a program could take
+them all from the host's own AIO users; nothing in the standard library uses it, and without a context the other
+``io_*`` calls do nothing.
 
 It also closes what the namespaces leave shared between concurrent sandboxes and with the host:
 
@@ -40,14 +43,14 @@ _ARCHES = {
         "keyctl": 250, "inotify_init": 253, "inotify_add_watch": 254, "inotify_rm_watch": 255, "inotify_init1": 294,
         "perf_event_open": 298, "fanotify_init": 300, "fanotify_mark": 301, "process_vm_readv": 310,
         "process_vm_writev": 311, "memfd_create": 319, "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425,
-        "io_uring_enter": 426, "io_uring_register": 427, "memfd_secret": 447,
+        "io_uring_enter": 426, "io_uring_register": 427, "memfd_secret": 447, "io_setup": 206,
     }, {"socket": 41, "socketpair": 53, "fcntl": 72}),
     "aarch64": (0xC00000B7, {  # no inotify_init: aarch64 has inotify_init1 only
         "inotify_init1": 26, "inotify_add_watch": 27, "inotify_rm_watch": 28, "flock": 32, "personality": 92,
         "ptrace": 117, "msgget": 186, "shmget": 194, "add_key": 217, "request_key": 218, "keyctl": 219,
         "perf_event_open": 241, "fanotify_init": 262, "fanotify_mark": 263, "process_vm_readv": 270,
         "process_vm_writev": 271, "memfd_create": 279, "bpf": 280, "userfaultfd": 282, "io_uring_setup": 425,
-        "io_uring_enter": 426, "io_uring_register": 427, "memfd_secret": 447,
+        "io_uring_enter": 426, "io_uring_register": 427, "memfd_secret": 447, "io_setup": 0,
     }, {"socket": 198, "socketpair": 199, "fcntl": 25}),
 }
 DENIED = tuple(sorted(_ARCHES["x86_64"][1]))

@@ -36,6 +36,7 @@ from ..registry import closest_name
 from ..rewards.grading import last_boxed
 from .local_files import load_local_files
 from .prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
+from .user_datasets import HUB, check_prompt_template_unset, load_user_dataset, user_dataset_kind
 
 logger = logging.getLogger(__name__)
 
@@ -272,8 +273,9 @@ def _load_raw(spec: DatasetSpec, split: str | None, data_files: str | Sequence[s
     return datasets.load_dataset(spec.hub_id, spec.config_name, split=split or spec.split)
 
 
-class DatasetUnavailableError(RuntimeError):
-    """A registered dataset is neither in the local cache nor reachable on the Hub (offline machine or no network)."""
+class DatasetUnavailableError(ConnectionError):
+    """A Hub dataset is neither in the local cache nor reachable on the Hub (offline machine or no network); a
+    ConnectionError (an OSError), which the console scripts report as one line."""
 
 
 def _load_spec(
@@ -299,11 +301,10 @@ def _load_spec(
     except ConnectionError as error:  # what `datasets` raises offline, after its retries without a network
         if data_files is not None:
             raise
-        retries = "" if datasets.config.HF_HUB_OFFLINE else " Without a network, set HF_HUB_OFFLINE=1 to fail at once."
         raise DatasetUnavailableError(
             f"{name!r} ({spec.hub_id} on the Hugging Face Hub) is not available offline: it is not in the local "
             f"datasets cache and the Hub cannot be reached ({error}). Read local JSON/JSONL/Parquet files in its Hub "
-            f"schema instead: {local_form}.{retries}"
+            f"schema instead: {local_form}." + _offline_hint()
         ) from None
     return adapt_dataset(raw, spec, name, prompt_template)
 
@@ -324,15 +325,20 @@ def load_train_dataset(
     limit: int | None = None,
     seed: int = 0,
     prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
+    config: str | None = None,
 ) -> Dataset:
-    """A training set from :data:`TRAIN_DATASETS` or :data:`TRAIN_MIXTURES` in the trainer's columns.
+    """A training set: one of :data:`TRAIN_DATASETS` or :data:`TRAIN_MIXTURES` in the trainer's columns, or any
+    other dataset as it is (a Hub id, a local dataset directory, or ``json``/``csv``/``parquet`` with ``data_files``;
+    see :mod:`riskpo_trl.data.user_datasets`), ``config`` naming its configuration.
 
-    ``data_files`` reads local files in the named dataset's schema instead of the Hub. ``limit`` keeps the first rows.
-    ``prompt_template`` picks the prompt (see :func:`adapt_dataset`).
+    For a registered dataset ``data_files`` reads local files in its schema instead of the Hub. ``limit`` keeps the
+    first rows. ``prompt_template`` picks the prompt of a registered dataset (see :func:`adapt_dataset`).
     A mixture is shuffled with ``seed`` first, so its first rows draw from every part (concatenated in order, a limit
     would keep only the first part's rows); the trainer reshuffles each epoch anyway.
     """
-    if name in TRAIN_MIXTURES:
+    if name not in TRAIN_DATASETS and name not in TRAIN_MIXTURES:
+        dataset = _load_user_dataset(name, config, split, data_files, prompt_template)
+    elif name in TRAIN_MIXTURES:
         if data_files is not None:
             raise ValueError(f"{name!r} mixes several Hub datasets; data_files only works with one of {TRAIN_DATASETS}.")
         parts = [load_train_dataset(part, split, prompt_template=prompt_template) for part in TRAIN_MIXTURES[name]]
@@ -342,6 +348,30 @@ def load_train_dataset(
         local_form = "`dataset_files: [PATH]` in the recipe (`--dataset_files PATH`)"
         dataset = _load_spec(spec, name, split, data_files, local_form, prompt_template)
     return dataset.select(range(min(limit, len(dataset)))) if limit is not None else dataset
+
+
+def _load_user_dataset(
+    name: str, config: str | None, split: str, data_files: str | Sequence[str] | None, prompt_template: str
+) -> Dataset:
+    """A dataset that is not registered, as it is; a Hub id that cannot be reached is one line, as for registered
+    ones."""
+    kind = user_dataset_kind(name, data_files, [*TRAIN_DATASETS, *TRAIN_MIXTURES])
+    check_prompt_template_unset(name, prompt_template)
+    try:
+        return load_user_dataset(name, kind, config, split, data_files)
+    except ConnectionError as error:
+        if kind != HUB:
+            raise
+        raise DatasetUnavailableError(
+            f"{name!r} is not available offline: it is not in the local datasets cache and the Hugging Face Hub "
+            f"cannot be reached ({error}). Save it with save_to_disk where the Hub is reachable and give that "
+            f"directory as dataset_name, or give its files: dataset_name json (csv, parquet) with dataset_files."
+            + _offline_hint()
+        ) from None
+
+
+def _offline_hint() -> str:
+    return "" if datasets.config.HF_HUB_OFFLINE else " Without a network, set HF_HUB_OFFLINE=1 to fail at once."
 
 
 def load_benchmark(

@@ -11,6 +11,14 @@ def load_local_files(data_files: str | Sequence[str]):
     images."""
     import datasets
 
+    files = check_data_files(data_files)
+    builder = "parquet" if str(files[0]).endswith(".parquet") else "json"
+    return datasets.load_dataset(builder, data_files=data_files, split="train")
+
+
+def check_data_files(data_files: str | Sequence[str]) -> list:
+    """``data_files`` as a list, after checking that each exists and is not empty (the datasets loader fails on an
+    empty file with a bare StopIteration)."""
     files = [data_files] if isinstance(data_files, (str, os.PathLike)) else list(data_files)
     if not files:
         raise ValueError("No dataset files given.")
@@ -19,13 +27,12 @@ def load_local_files(data_files: str | Sequence[str]):
             raise FileNotFoundError(f"Dataset file {path}: no such file.")
         if _is_empty(path):
             raise ValueError(f"Dataset file {path} is empty: it needs at least one example (a JSON line, a JSON "
-                             "list or a Parquet file with rows).")
-    builder = "parquet" if str(files[0]).endswith(".parquet") else "json"
-    return datasets.load_dataset(builder, data_files=data_files, split="train")
+                             "list, a CSV row or a Parquet file with rows).")
+    return files
 
 
 def _is_empty(path: str | os.PathLike) -> bool:
-    """No bytes, or (JSON/JSONL) only whitespace: the datasets loader fails on it with a bare StopIteration."""
+    """No bytes, or (text formats) only whitespace."""
     if os.path.getsize(path) == 0:
         return True
     if str(path).endswith(".parquet"):

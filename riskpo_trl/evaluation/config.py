@@ -63,7 +63,7 @@ class EvalConfig:
     )
     code_sandbox: dict | str | None = field(
         default=None,
-        metadata={"help": "Sandbox of the code benchmarks: max_workers and riskpo_trl.code.SandboxLimits fields, as "
+        metadata={"help": "Sandbox of the code benchmarks: executor, max_workers and riskpo_trl.code.SandboxLimits fields, as "
                   "a JSON object (the `code_sandbox:` block of a training recipe)."},
     )
     vllm_kwargs: dict | str | None = field(

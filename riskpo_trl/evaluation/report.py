@@ -31,6 +31,16 @@ def average_metrics(benchmarks: dict[str, dict[str, Any]]) -> dict[str, float]:
     return {key: sum(metrics[key] for metrics in complete) / len(complete) for key in shared}
 
 
+def sampling_line(config: dict[str, Any]) -> str:
+    """How the table's completions were sampled, from the run's config (as ``results.json`` stores it)."""
+    line = (f"Sampling: {config['num_samples']} completions per problem, temperature {config['temperature']}"
+            f"{' (greedy)' if config['temperature'] == 0 else ''}, top-p {config['top_p']}, at most "
+            f"{config['max_new_tokens']} new tokens, seed {config['seed']}")
+    if config.get("max_problems"):
+        line += f"; the first {config['max_problems']} problems of each benchmark"
+    return line + "."
+
+
 def markdown_table(results: dict[str, Any]) -> str:
     """Results as a table like the paper's Table 1: benchmarks as columns plus Avg., metrics as rows, in percent."""
     benchmarks = results["benchmarks"]
@@ -40,7 +50,8 @@ def markdown_table(results: dict[str, Any]) -> str:
         metric_names += [key for key in summary.get("metrics", {}) if key not in metric_names]
     header = "| Metric | " + " | ".join(names) + " | Avg. |"
     lines = [f"Model: `{results['model']}`" + (f" + adapter `{results['adapter']}`" if results.get("adapter") else ""),
-             "", header, "|" + " --- |" * (len(names) + 2)]
+             "", *([sampling_line(results["config"]), ""] if results.get("config") else []),
+             header, "|" + " --- |" * (len(names) + 2)]
     for key in metric_names:
         cells = []
         for name in names:

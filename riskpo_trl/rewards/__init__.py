@@ -12,15 +12,19 @@ needs a grader does not load TRL, and the code sandbox is only imported when the
 
 from typing import Any
 
-_GRADING_NAMES = ("completion_text", "final_answer_preview", "last_boxed", "matching_brace", "verify_answer")
+_GRADING_NAMES = ("final_answer_preview", "last_boxed", "matching_brace", "verify_answer")
 _REGISTRY_NAMES = (
     "REWARD_BUILDERS", "REWARD_FUNCS", "boxed_format_reward", "geometry_accuracy_reward", "get_reward_funcs",
     "math_verify_reward", "verl_by_source_reward", "verl_gsm8k_reward", "verl_math_dapo_reward", "verl_math_reward",
 )
-__all__ = sorted([*_GRADING_NAMES, *_REGISTRY_NAMES])
+__all__ = sorted(["completion_text", *_GRADING_NAMES, *_REGISTRY_NAMES])
 
 
 def __getattr__(name: str) -> Any:
+    if name == "completion_text":
+        from .completions import completion_text
+
+        return completion_text
     if name in _GRADING_NAMES:
         from . import grading
 

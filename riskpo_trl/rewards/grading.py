@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
 from latex2sympy2_extended import NormalizationConfig
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
@@ -111,20 +110,3 @@ def final_answer_preview(text: str) -> str:
     """What the grader reads as the final answer, shortened for the completions table."""
     boxed = last_boxed(text)
     return boxed if boxed is not None else text[-40:]
-
-
-# --- text of TRL completions, shared by every reward and grader
-
-
-def completion_text(completion: str | list[dict[str, Any]]) -> str:
-    """The text of a TRL completion: a string, or a conversational list of messages whose content is a string or a
-    list of multi-modal content blocks (only the text blocks count)."""
-    if isinstance(completion, str):
-        return completion
-    parts = []
-    for message in completion:
-        content = message.get("content") or ""
-        if isinstance(content, list):
-            content = "".join(block.get("text") or "" for block in content if isinstance(block, dict))
-        parts.append(str(content))
-    return "".join(parts)

@@ -25,7 +25,8 @@ from typing import Any
 from trl.rewards import accuracy_reward, think_format_reward
 
 from ..registry import Registry, closest_names
-from .grading import completion_text, final_answer_preview, last_boxed, verify_answer
+from .completions import completion_text
+from .grading import final_answer_preview, last_boxed, verify_answer
 from .verl_graders import DAPO_ANSWER, GRADERS_BY_SOURCE, GSM8K_STRICT, MATH_EQUIV, Grader, grader_for_source
 
 __all__ = [
@@ -159,6 +160,9 @@ def _code_reward(settings: Mapping[str, Any] | None) -> RewardFunc:
 REWARD_BUILDERS: Registry[Callable[[Mapping[str, Any] | None], RewardFunc]] = Registry("reward_funcs")
 REWARD_BUILDERS.add("code", _code_reward)
 
+# TRL's names for the rewards registered above under ours, offered when one of them is given.
+TRL_REWARD_NAMES = {"accuracy_reward": "trl_accuracy", "think_format_reward": "think_format"}
+
 
 def get_reward_funcs(
     names: str | Sequence[str], settings: Mapping[str, Mapping[str, Any] | None] | None = None
@@ -174,7 +178,8 @@ def get_reward_funcs(
     unknown = [name for name in names if name not in REWARD_FUNCS and name not in REWARD_BUILDERS]
     if unknown:
         raise ValueError(
-            f"Unknown reward function(s) {unknown}{closest_names(unknown, [*REWARD_FUNCS, *REWARD_BUILDERS])}; "
+            f"Unknown reward function(s) {unknown}"
+            f"{closest_names(unknown, [*REWARD_FUNCS, *REWARD_BUILDERS], TRL_REWARD_NAMES)}; "
             f"valid names are {sorted([*REWARD_FUNCS, *REWARD_BUILDERS])}."
         )
     settings = settings or {}

@@ -17,6 +17,7 @@ evaluated on the base model its ``adapter_config.json`` names.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -38,13 +39,18 @@ def main(argv: Sequence[str] | None = None) -> dict:
     config = parse_dataclass(EvalConfig, argv, prog="riskpo-eval",
                              description="Sample completions and report Pass@k / Avg@k per benchmark.",
                              formatter_class=DefaultsHelpFormatter)
-    from ..trainer.checks import check_model_path
+    from ..hub_access import use_offline_mode_if_unreachable
+    from ..trainer.checks import check_model_available
 
-    # At once (before torch loads), not after the Hub's retries: a local path that does not exist, the same check as
-    # riskpo-train's.
-    check_model_path(config.model, config.model_source)
+    # At once (before torch loads), not after the Hub's retries: a local path that does not exist (the same check as
+    # riskpo-train's); and when something is to come from the Hub, whether it answers, asked once: if not, the
+    # libraries go offline, so a benchmark or model missing from the local caches fails at once.
+    models = [config.model, *([config.adapter] if config.adapter is not None else [])]
+    if any("=" not in entry for entry in config.benchmarks) or not all(os.path.exists(m) for m in models):
+        use_offline_mode_if_unreachable()
+    check_model_available(config.model, config.model_source)
     if config.adapter is not None:
-        check_model_path(config.adapter, "adapter")
+        check_model_available(config.adapter, "adapter")
     from ..tiny_model import warn_if_tiny_random_model
 
     warn_if_tiny_random_model(config.model, config.model_source)

@@ -1,7 +1,7 @@
 """``riskpo-plot``: figures from training runs and evaluation results (thin over riskpo_trl.evaluation.plots).
 
-    riskpo-plot curves RiskPO=outputs/riskpo GRPO=outputs/grpo --eval RiskPO=eval/riskpo/results.json \\
-        --eval GRPO=eval/grpo/results.json --output figures/training_curves
+    riskpo-plot curves RiskPO=outputs/riskpo GRPO=outputs/grpo \\
+        --eval RiskPO=eval/riskpo/results.json GRPO=eval/grpo/results.json --output figures/training_curves
     riskpo-plot logprob Base=eval/base/samples.jsonl RiskPO=eval/riskpo/samples.jsonl --output figures/logprob
 """
 
@@ -19,8 +19,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     curves = commands.add_parser("curves", help="Training curves of one or more runs, overlaid, plus Pass@k curves.")
     curves.add_argument("runs", nargs="+", help="[NAME=]output_dir or [NAME=]trainer_state.json, one per run.")
-    curves.add_argument("--eval", dest="eval_results", action="append", default=[],
-                        help="[NAME=]results.json of riskpo-eval, for the Pass@k-versus-k panel (repeatable). NAME "
+    curves.add_argument("--eval", dest="eval_results", action="extend", nargs="+", default=[],
+                        metavar="[NAME=]results.json",
+                        help="results.json files of riskpo-eval, for the Pass@k-versus-k panel: several after one "
+                        "--eval, or --eval repeated (give the runs first: the files run to the next option). NAME "
                         "is the run it belongs to (without it: the only run, or the run named like the file's "
                         "folder), or a name of its own such as Base.")
     curves.add_argument("--benchmark", default="average", help="Benchmark of the Pass@k panel (default: average).")

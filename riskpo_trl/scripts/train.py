@@ -11,7 +11,12 @@ Every option comes from a YAML recipe and/or the command line (command line wins
 (:data:`riskpo_trl.trainer.registry.TRAINERS`): a GRPO baseline gets ``GRPOConfig``'s own defaults, RiskPO gets
 ``RiskPOConfig``'s. A field the chosen config does not have is reported by name before anything else is checked.
 
-A run restarts from the last checkpoint in ``output_dir`` by itself, and a run whose last checkpoint already reached
+``dataset_name`` is a registered dataset (mapped to the trainer's columns) or, used as it is, a Hub id, a local dataset
+directory, or ``json``/``csv``/``parquet`` with ``dataset_files`` (riskpo_trl.data.user_datasets).
+
+One run at a time per ``output_dir``: a second is refused while the first holds its lock (riskpo_trl.trainer.run_lock).
+A run restarts from the last checkpoint in ``output_dir`` by itself, with the same risk settings (a change is refused
+at start-up), and a run whose last checkpoint already reached
 its end (``max_steps``, or the epochs) says so and exits without training; at the end the model, the tokenizer and the
 model card are saved there, and pushed to the Hub when ``push_to_hub`` is set. A mistake in the options, the recipe or
 the data is one ``error:`` line and exit code 2 (``--debug`` shows its traceback).
@@ -25,6 +30,7 @@ second Ctrl-C more than a second later aborts at once without saving (exit statu
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -38,7 +44,7 @@ from typing import Any
 from ..data.prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
 from ..registry import closest_name
 from ..trainer.registry import TRAINERS, check_trainer_name, get_trainer_classes
-from .console import pop_debug_flag, silence_known_warnings, usage_errors
+from .console import USAGE_ERRORS, pop_debug_flag, silence_known_warnings, usage_errors
 from .recipe_values import check_recipe_values, error_source
 
 logger = logging.getLogger(__name__)
@@ -58,12 +64,19 @@ class RiskPOScriptArguments:
     )
     dataset_name: str = field(
         default="dapo_math",
-        metadata={"help": "Training set adapter (riskpo_trl.data.TRAIN_DATASETS or TRAIN_MIXTURES)."},
+        metadata={"help": "Training set: a registered one, mapped to the trainer's columns (riskpo_trl.data."
+                  "TRAIN_DATASETS or TRAIN_MIXTURES); or, used as it is, a Hub id, a local dataset directory "
+                  "(save_to_disk, or a folder of data files) or json/csv/parquet with dataset_files. Rows used as "
+                  "they are need a 'prompt' column and the columns the rewards read (docs/training.md)."},
     )
-    dataset_split: str = field(default="train", metadata={"help": "Split of the training set."})
+    dataset_config: str | None = field(
+        default=None, metadata={"help": "Configuration of a Hub or local dataset (load_dataset's name)."}
+    )
+    dataset_train_split: str = field(default="train", metadata={"help": "Split of the training set."})
     dataset_files: list[str] | None = field(
         default=None,
-        metadata={"help": "Local JSON/JSONL/Parquet files in dataset_name's Hub schema, read instead of the Hub."},
+        metadata={"help": "Local data files: with a registered dataset_name, in its Hub schema, read instead of the "
+                  "Hub; with dataset_name json, csv or parquet, rows used as they are."},
     )
     prompt_template: str = field(
         default=DEFAULT_PROMPT_TEMPLATE,
@@ -89,8 +102,8 @@ class RiskPOScriptArguments:
     )
     code_sandbox: dict | str | None = field(
         default=None,
-        metadata={"help": "Settings of the 'code' reward: max_workers, isolation ('bwrap', the default; 'none' only "
-                  "for trusted test code) and riskpo_trl.code.SandboxLimits fields (timeouts, memory_mb, disk_mb, "
+        metadata={"help": "Settings of the 'code' reward: executor ('bwrap', the default; 'none' only for trusted "
+                  "test code; riskpo_trl.code.EXECUTORS), max_workers and riskpo_trl.code.SandboxLimits fields (timeouts, memory_mb, disk_mb, "
                   "max_files, max_processes, ...), as a YAML mapping in a recipe or a JSON object on the command "
                   "line."},
     )
@@ -115,16 +128,18 @@ class RiskPOScriptArguments:
     )
 
     def __post_init__(self):
-        from ..data import BENCHMARKS, TRAIN_DATASETS, TRAIN_MIXTURES
+        from ..data import BENCHMARKS
 
         # Fail at start-up, before any model or dataset is loaded, on names that do not exist.
         check_trainer_name(self.trainer)
-        datasets = [*TRAIN_DATASETS, *TRAIN_MIXTURES]
-        if self.dataset_name not in datasets:
-            raise ValueError(
-                f"dataset_name={self.dataset_name!r} is unknown{closest_name(self.dataset_name, datasets)}; "
-                f"choose one of {sorted(datasets)}."
-            )
+        if self.dataset_files:
+            from ..data.local_files import check_data_files
+
+            check_data_files(self.dataset_files)  # before a model is built or loaded
+        if self.dataset_kind != "registered":
+            from ..data.user_datasets import check_prompt_template_unset
+
+            check_prompt_template_unset(self.dataset_name, self.prompt_template)
         if self.eval_benchmark is not None and self.eval_benchmark not in BENCHMARKS:
             raise ValueError(
                 f"eval_benchmark={self.eval_benchmark!r} is unknown{closest_name(self.eval_benchmark, BENCHMARKS)}; "
@@ -139,6 +154,21 @@ class RiskPOScriptArguments:
         if self.build_tiny_model and self.build_tiny_vlm:
             raise ValueError("Set at most one of build_tiny_model and build_tiny_vlm.")
         self.reward_functions  # built here, once: raises naming an unknown reward or setting
+
+    @functools.cached_property
+    def dataset_kind(self) -> str:
+        """``"registered"`` for an adapted dataset, else how the dataset is read as it is (``"hub"``, ``"directory"``,
+        ``"files"``; riskpo_trl.data.user_datasets). Raises on a name that fits none."""
+        from ..data import TRAIN_DATASETS, TRAIN_MIXTURES
+
+        if self.dataset_name in TRAIN_DATASETS or self.dataset_name in TRAIN_MIXTURES:
+            if self.dataset_config is not None:
+                raise ValueError(f"dataset_config applies to a Hub id or a local dataset; {self.dataset_name!r} is "
+                                 "registered with its own. Remove dataset_config.")
+            return "registered"
+        from ..data.user_datasets import user_dataset_kind
+
+        return user_dataset_kind(self.dataset_name, self.dataset_files, [*TRAIN_DATASETS, *TRAIN_MIXTURES])
 
     @property
     def reward_settings(self) -> dict[str, dict]:
@@ -191,6 +221,9 @@ def _read_recipe(argv: Sequence[str]) -> dict[str, Any]:
         return {}
     import yaml
 
+    from .recipe_paths import check_recipe_exists
+
+    check_recipe_exists(path)
     with open(path) as file:
         try:
             recipe = yaml.safe_load(file)
@@ -282,8 +315,13 @@ def parse_args(argv: Sequence[str] | None = None):
     _check_field_names(parser, recipe, argv, trainer, config_class)
     recipe_path = _option_value(argv, "config")
     check_recipe_values(parser, recipe, recipe_path)
+    resolved = []
+    if recipe_path is not None:
+        from .recipe_paths import resolved_path_options
+
+        resolved = resolved_path_options(recipe, recipe_path, argv)  # inputs named relative to the recipe's repository
     try:
-        return parser.parse_args_and_config(argv)
+        return parser.parse_args_and_config([*argv, *resolved])
     except ValueError as error:  # a config's own validation: say which flag or recipe field it came from
         where = error_source(str(error), recipe, argv, recipe_path)
         if where is None:
@@ -301,6 +339,7 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     from ..trainer.checks import check_generation_batch_fits, check_model_path
     from ..trainer.model_card import record_absolute_base_model
     from ..trainer.resumed_schedule import continue_schedule_on_resume
+    from ..weight_sync.client import serve_weights_to_cpu_servers
     from .console import use_compact_log
 
     _, trainer_class = get_trainer_classes(script_args.trainer)
@@ -324,11 +363,12 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
 
     train_dataset = load_train_dataset(
         script_args.dataset_name,
-        script_args.dataset_split,
+        script_args.dataset_train_split,
         script_args.dataset_files,
         script_args.max_train_samples,
         seed=training_args.seed,  # which rows of a mixture max_train_samples keeps
         prompt_template=script_args.prompt_template,
+        config=script_args.dataset_config,
     )
     check_generation_batch_fits(train_dataset, training_args)  # every trainer: GRPO's drops the last batch too
     eval_dataset = None
@@ -340,15 +380,16 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     # Geometry3K track) its processor, and then takes TRL's VLM path for the `images` column.
     # The trainer places a quantized model itself (device_map=None under distributed training), which is what
     # get_kbit_device_map did in older TRL scripts; trl 1.16 no longer ships that helper.
-    trainer = trainer_class(
-        model=model_args.model_name_or_path,
-        reward_funcs=script_args.reward_functions,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        peft_config=get_peft_config(model_args),
-        quantization_config=get_quantization_config(model_args),
-    )
+    with serve_weights_to_cpu_servers(training_args):  # baselines too: a CPU vLLM server's weight sync
+        trainer = trainer_class(
+            model=model_args.model_name_or_path,
+            reward_funcs=script_args.reward_functions,
+            args=training_args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            peft_config=get_peft_config(model_args),
+            quantization_config=get_quantization_config(model_args),
+        )
     record_absolute_base_model(trainer.model)  # baselines too: a saved adapter loads from any working directory
     compat.suppress_image_token(trainer)  # baselines too: before TRL 1.16 they could sample a VLM's image token
     continue_schedule_on_resume(trainer)  # and a raised max_steps continues at the new schedule's learning rate
@@ -394,11 +435,13 @@ def build_tiny(script_args: RiskPOScriptArguments, model_path: str) -> None:
 
 
 def hub_datasets(script_args: RiskPOScriptArguments) -> list[str]:
-    """Hub ids of the datasets the run really downloaded: none when it read ``dataset_files``."""
+    """Hub ids of the datasets the run really downloaded: none when it read ``dataset_files`` or a local directory."""
     from ..data import TRAIN_DATASETS, TRAIN_MIXTURES
 
-    if script_args.dataset_files:
+    if script_args.dataset_files or script_args.dataset_kind == "directory":
         return []
+    if script_args.dataset_kind == "hub":
+        return [script_args.dataset_name]
     parts = TRAIN_MIXTURES.get(script_args.dataset_name, (script_args.dataset_name,))
     return [hub_id for part in parts if (hub_id := getattr(TRAIN_DATASETS.get(part), "hub_id", None))]
 
@@ -457,9 +500,16 @@ def prepare(script_args: RiskPOScriptArguments, training_args, model_args):
     finished the run this command asks for: then nothing is built, and a missing final save is restored from it."""
     from accelerate import PartialState
 
+    from ..trainer.checks import check_run_requirements
+
+    check_run_requirements(training_args)  # vLLM, report_to, push_to_hub: before the model loads
     checkpoint = resume_checkpoint(training_args)
     finished = finished_run(checkpoint, training_args)
     if finished is None:
+        if checkpoint is not None and script_args.trainer == DEFAULT_TRAINER:
+            from ..trainer.checkpoints import check_resume_settings
+
+            check_resume_settings(checkpoint, training_args)
         return build_trainer(script_args, training_args, model_args), checkpoint
     state = PartialState()
     with state.main_process_first():
@@ -474,9 +524,13 @@ def prepare(script_args: RiskPOScriptArguments, training_args, model_args):
 
 def main(script_args: RiskPOScriptArguments, training_args, model_args):
     """Build the trainer, train (resuming from the last checkpoint in ``output_dir``), save model, state and card.
-    Returns the trainer, or None when ``output_dir`` already holds a finished run (nothing is trained)."""
-    trainer, checkpoint = prepare(script_args, training_args, model_args)
-    return trainer and train_and_save(trainer, script_args, training_args, checkpoint)
+    Returns the trainer, or None when ``output_dir`` already holds a finished run (nothing is trained). Another run
+    in the same ``output_dir`` is refused (riskpo_trl.trainer.run_lock)."""
+    from ..trainer.run_lock import lock_output_dir
+
+    with lock_output_dir(training_args.output_dir):
+        trainer, checkpoint = prepare(script_args, training_args, model_args)
+        return trainer and train_and_save(trainer, script_args, training_args, checkpoint)
 
 
 def train_and_save(trainer, script_args: RiskPOScriptArguments, training_args, checkpoint: str | None):
@@ -498,7 +552,10 @@ def train_and_save(trainer, script_args: RiskPOScriptArguments, training_args, c
     trainer.save_state()
 
     trainer.save_model(training_args.output_dir)
-    card_fields = {"datasets": hub_datasets(script_args), "dataset_files": script_args.dataset_files}
+    local = script_args.dataset_files
+    if script_args.dataset_kind == "directory":
+        local = [script_args.dataset_name]
+    card_fields = {"datasets": hub_datasets(script_args), "dataset_files": local}  # local data: named, not linked
     save_model_card(trainer, **card_fields)
     if training_args.push_to_hub:
         # push_to_hub writes the card again through create_model_card; TRL's (baselines) would replace this one.
@@ -515,14 +572,17 @@ def cli(argv: Sequence[str] | None = None) -> None:
     wrapped, so a crash keeps its traceback."""
     argv, debug = pop_debug_flag(sys.argv[1:] if argv is None else argv)
     silence_known_warnings()  # before parsing: building the config already warns
-    with usage_errors("riskpo-train", debug):
-        script_args, training_args, model_args = parse_args(argv)
-        from .cpu_threads import use_default_cpu_threads
+    with contextlib.ExitStack() as held:
+        with usage_errors("riskpo-train", debug, (*USAGE_ERRORS, ImportError)):  # ImportError: use_vllm, report_to
+            script_args, training_args, model_args = parse_args(argv)
+            from ..trainer.run_lock import lock_output_dir
+            from .cpu_threads import use_default_cpu_threads
 
-        use_default_cpu_threads(training_args.use_cpu)
-        trainer, checkpoint = prepare(script_args, training_args, model_args)
-    if trainer is not None:
-        train_and_save(trainer, script_args, training_args, checkpoint)
+            use_default_cpu_threads(training_args.use_cpu)
+            held.enter_context(lock_output_dir(training_args.output_dir))
+            trainer, checkpoint = prepare(script_args, training_args, model_args)
+        if trainer is not None:
+            train_and_save(trainer, script_args, training_args, checkpoint)
 
 
 if __name__ == "__main__":

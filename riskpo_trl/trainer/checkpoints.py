@@ -2,6 +2,10 @@
 
 - The advantage step's state (the quantile trackers, the regime guard) is written next to the optimizer, in
   ``riskpo_state.json``, atomically (:func:`write_state`, :func:`read_state`).
+- The risk settings it was trained with (``"settings"`` in that file, :func:`risk_settings`): a resumed run must keep
+  them, as they define the advantage the trackers' quantiles belong to; :func:`check_resume_settings` refuses a change
+  before anything loads. What may change on resume: everything else (the schedule, ``max_steps``, the learning rate,
+  the trackers' step size ``quantile_lr`` / ``quantile_lr_decay``, the guards, logging and saving).
 - Tied weights on resume: a checkpoint stores a tied weight once (``lm_head.weight`` is the embedding's tensor in a
   model with ``tie_word_embeddings``), so loading it with ``strict=False`` lists the tied copy as missing although it
   already holds the loaded values; :class:`TiedWeightsResumeMixin` keeps the resume warning for real gaps only.
@@ -16,6 +20,51 @@ from typing import Any
 from torch import nn
 
 RISK_STATE_FILE = "riskpo_state.json"
+
+# RiskPOConfig's own fields that a resumed run may change: the trackers' step size and the run's guards. Every other
+# field RiskPOConfig adds to GRPOConfig is a risk setting (a field added later is one unless listed here).
+RESUMABLE_RISK_FIELDS = frozenset({
+    "quantile_lr", "quantile_lr_decay", "max_unscorable_batches", "regime_guard_threshold", "regime_guard_patience",
+    "loss_token_mean_sequences",
+})
+
+
+def risk_settings(args: Any) -> dict[str, Any]:
+    """The settings of ``args`` (a RiskPOConfig) that a resumed run must keep: the fields RiskPOConfig adds to
+    GRPOConfig, less :data:`RESUMABLE_RISK_FIELDS`."""
+    from dataclasses import fields
+
+    from trl import GRPOConfig
+
+    inherited = {f.name for f in fields(GRPOConfig)}
+    return {f.name: getattr(args, f.name) for f in fields(args)
+            if f.name not in inherited and f.name not in RESUMABLE_RISK_FIELDS}
+
+
+def check_resume_settings(checkpoint: str, args: Any) -> None:
+    """Raise a ValueError naming each risk setting that ``args`` changes from what ``checkpoint`` was trained with.
+    A checkpoint written before the settings were recorded tells only its trackers' levels (risk_alpha, risk_beta);
+    one without RiskPO's state is left to :func:`read_state`."""
+    path = os.path.join(checkpoint, RISK_STATE_FILE)
+    if not os.path.isfile(path):
+        return
+    with open(path) as f:
+        state = json.load(f)
+    saved = state.get("settings")
+    if saved is None:
+        levels = state.get("quantile_tracker", {}).get("levels")
+        saved = {} if levels is None else {"risk_alpha": levels[0], "risk_beta": levels[1]}
+    current = risk_settings(args)
+    changed = [name for name in saved if name in current and saved[name] != current[name]]
+    if changed:
+        was = ", ".join(f"{name}={saved[name]!r}" for name in changed)
+        now = ", ".join(f"{name}={current[name]!r}" for name in changed)
+        raise ValueError(
+            f"{checkpoint} was trained with {was}; this run sets {now}. Risk settings define the advantage and its "
+            "tracked quantiles, so a resumed run keeps them: set them back, or start a fresh run in another "
+            "output_dir. What may change on resume: max_steps, the learning rate and its schedule, quantile_lr, "
+            "quantile_lr_decay, the guards, logging and saving."
+        )
 
 
 def write_state(output_dir: str, state: dict[str, Any]) -> None:

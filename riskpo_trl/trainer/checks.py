@@ -249,6 +249,81 @@ def check_model_path(name: str, what: str = "model") -> None:
     )
 
 
+# --- optional packages and the Hub, before the model loads: TRL and transformers find out only after it has loaded
+
+# Packages of the report_to integrations whose pip name differs from the integration's name.
+REPORTER_PACKAGES = {"azure_ml": "azureml-core", "comet_ml": "comet-ml", "flyte": "flytekit"}
+# ... and whose transformers availability check (is_<name>_available) is named otherwise.
+REPORTER_CHECKS = {"azure_ml": "azureml", "comet_ml": "comet", "flyte": "flytekit"}
+
+
+def check_run_requirements(args: Any) -> None:
+    """Raise, naming the setting and the fix, when ``use_vllm`` is set without vLLM installed, when a ``report_to``
+    integration is not installed, or when ``push_to_hub`` is set and the Hub cannot be reached or no token is
+    there."""
+    import importlib.util
+
+    if getattr(args, "use_vllm", False) and importlib.util.find_spec("vllm") is None:
+        raise ImportError(
+            "use_vllm is true but vLLM is not installed: pip install 'riskpo-trl[vllm]' (the tested vLLM range), or "
+            "set use_vllm false to generate with transformers."
+        )
+    for name in getattr(args, "report_to", None) or ():
+        from transformers.integrations import integration_utils
+
+        is_available = getattr(integration_utils, f"is_{REPORTER_CHECKS.get(name, name)}_available", None)
+        if is_available is not None and not is_available():
+            raise ImportError(
+                f"report_to includes {name!r}, which is not installed: pip install "
+                f"{REPORTER_PACKAGES.get(name, name)}, or leave it out of report_to ('none' logs to the console and "
+                "trainer_state.json only)."
+            )
+    if getattr(args, "push_to_hub", False):
+        check_hub_push(getattr(args, "hub_token", None))
+
+
+def check_hub_push(token: str | None) -> None:
+    """``push_to_hub`` needs the Hub and a token: say so at start-up rather than after the model has loaded."""
+    from huggingface_hub import get_token
+
+    from ..hub_access import hub_unreachable
+
+    reason = hub_unreachable()
+    if reason is not None:
+        raise ConnectionError(
+            f"push_to_hub is true but the Hugging Face Hub cannot be reached ({reason}). Set push_to_hub false (push "
+            "later with `hf upload`), or run where the Hub is reachable."
+        )
+    if token is None and get_token() is None:
+        raise PermissionError(
+            "push_to_hub is true but no Hugging Face token is found: run `hf auth login`, set HF_TOKEN, or set "
+            "hub_token; or set push_to_hub false."
+        )
+
+
+def check_model_available(name: str, what: str = "model") -> None:
+    """`check_model_path`, and when the Hub cannot be reached (or ``HF_HUB_OFFLINE`` is set): a ``name`` that is no
+    local directory and not in the local Hub cache is refused at once, as missing, rather than after the Hub's
+    retries."""
+    check_model_path(name, what)
+    if os.path.exists(name):
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    from ..hub_access import hub_unreachable
+
+    reason = hub_unreachable()
+    if reason is None:
+        return
+    if any(isinstance(try_to_load_from_cache(name, file), str) for file in ("config.json", "adapter_config.json")):
+        return
+    raise FileNotFoundError(
+        f"{what} {name!r}: no such local directory, and not in the local Hub cache; the Hugging Face Hub cannot be "
+        f"reached to look it up as a Hub id ({reason}). Give an existing directory, or download the model where the "
+        "Hub is reachable."
+    )
+
+
 # --- all of them, once
 
 
@@ -268,6 +343,7 @@ def check_start_up(trainer_class: type, base_class: type, model: Any, reward_fun
     """Every start-up check of a GRPO-family trainer's arguments (``kwargs``: the keywords besides ``model``,
     ``reward_funcs`` and ``args``)."""
     check_keywords(kwargs, trainer_class, base_class)
+    check_run_requirements(args)
     train_dataset = kwargs.get("train_dataset")
     check_dataset_columns(train_dataset, kwargs.get("eval_dataset"), reward_funcs, kwargs.get("environment_factory"))
     check_generation_batch_fits(train_dataset, args)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import transformers
 import trl
+from transformers.utils import logging as transformers_logging
 
 from .. import compat
 
@@ -31,6 +32,8 @@ from ..risk import (  # noqa: E402
 )
 from ..risk.advantages import levels_in_order  # noqa: E402
 from ..risk.baselines import check_baseline_pair  # noqa: E402
+
+logger = transformers_logging.get_logger(__name__)
 
 # The paper updates 4 times per generation batch (batch 512 prompts, mini-batches of 128).
 UPDATES_PER_GENERATION = 4
@@ -234,9 +237,17 @@ class RiskPOConfig(GRPOConfig):
 
         GRPO's own values carry over where they differ from the paper's defaults (e.g. ``num_generations=8``, one
         generation batch per optimizer step), so pass ``bundle_size`` and any other field to change as
-        ``risk_fields``; see `converted_config_kwargs` for the generation batch.
+        ``risk_fields``; see `converted_config_kwargs` for the generation batch. One warning names the carried-over
+        settings that differ from the paper's (`settings_off_the_papers`).
         """
-        return cls(**converted_config_kwargs(grpo_config, cls, risk_fields))
+        config = cls(**converted_config_kwargs(grpo_config, cls, risk_fields))
+        kept = settings_off_the_papers(config, cls, chosen=set(risk_fields))
+        if kept:
+            logger.warning(
+                f"{cls.__name__}.from_grpo_config kept the GRPO config's {', '.join(kept)}; pass any of them to "
+                "from_grpo_config to use the paper's."
+            )
+        return config
 
     def __post_init__(self):
         if self.bf16 is None:
@@ -401,7 +412,10 @@ class RiskPOConfig(GRPOConfig):
                 f"An optimizer step holds {per_step} sequences (per_device_train_batch_size={per_device} x "
                 f"{self.world_size} processes x gradient_accumulation_steps={self.gradient_accumulation_steps}), "
                 f"not a whole number of loss_token_mean_sequences={size} groups: its last group holds "
-                f"{per_step % size} and weighs as much as a full one. Make the step a multiple of {size}.",
+                f"{per_step % size} and weighs as much as a full one. Make the step a multiple of {size}: on "
+                f"{self.world_size} process(es), gradient_accumulation_steps a multiple of "
+                f"{size // math.gcd(size, per_device * self.world_size)} (a recipe written for more processes warns "
+                "when run on fewer).",
                 stacklevel=_caller_stacklevel(),
             )
         if self.steps_per_generation % self.gradient_accumulation_steps != 0:
@@ -505,6 +519,24 @@ _DEPRECATED_ALIASES = {
 
 def init_field_names(config_class: type) -> set[str]:
     return {f.name for f in dataclasses.fields(config_class) if f.init}
+
+
+# GRPO settings that define the paper's method, whose RiskPOConfig defaults are the paper's.
+PAPER_GRPO_SETTINGS = ("importance_sampling_level", "loss_type", "temperature", "num_generations", "epsilon", "beta")
+
+
+def settings_off_the_papers(config: GRPOConfig, config_class: type, chosen: set[str]) -> list[str]:
+    """``"loss_type='dapo' (paper: 'grpo')"``, ... for each of :data:`PAPER_GRPO_SETTINGS` (and the optimizer updates
+    per generation batch) where ``config`` differs from ``config_class``'s default, leaving out the fields in
+    ``chosen`` (set on purpose)."""
+    defaults = {f.name: f.default for f in fields(config_class)}
+    differing = [f"{name}={getattr(config, name)!r} (paper: {defaults[name]!r})" for name in PAPER_GRPO_SETTINGS
+                 if name not in chosen and getattr(config, name) != defaults[name]]
+    updates = config.steps_per_generation / config.gradient_accumulation_steps
+    if not chosen & {"steps_per_generation", "generation_batch_size"} and updates != UPDATES_PER_GENERATION:
+        differing.append(f"{updates:g} optimizer update(s) per generation batch (steps_per_generation="
+                         f"{config.steps_per_generation}; paper: {UPDATES_PER_GENERATION})")
+    return differing
 
 
 def converted_config_kwargs(source: Any, target_class: type, overrides: dict[str, Any]) -> dict[str, Any]:

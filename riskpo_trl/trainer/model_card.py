@@ -99,9 +99,14 @@ def method_settings(args: Any) -> list[tuple[str, str]]:
 
 
 def _first_clause(text: str) -> str:
-    """The help's label: what precedes its first ': ' (every field RiskPOConfig adds has one)."""
-    label, colon, _ = text.partition(": ")
-    return label if colon else ""
+    """The help's label: what precedes its first ': ' outside parentheses (every field RiskPOConfig adds has one;
+    "Regime guard threshold (the guard is opt-in: see ...)" keeps its aside whole)."""
+    depth = 0
+    for position, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and text.startswith(": ", position):
+            return text[:position]
+    return ""
 
 
 def settings_table(args: Any) -> str:

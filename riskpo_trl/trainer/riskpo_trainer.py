@@ -15,8 +15,11 @@ from trl import GRPOTrainer  # noqa: E402
 from trl.trainer.utils import get_config_model_id  # noqa: E402
 
 from ..risk import QuantileTracker, RiskEstimator  # noqa: E402
+from ..weight_sync.client import serve_weights_to_cpu_servers  # noqa: E402
 from .batch_hook import BatchObserversMixin, ScoredBatch  # noqa: E402
-from .checkpoints import RISK_STATE_FILE, TiedWeightsResumeMixin, read_state, write_state  # noqa: E402
+from .checkpoints import (  # noqa: E402
+    RISK_STATE_FILE, TiedWeightsResumeMixin, check_resume_settings, read_state, risk_settings, write_state,
+)
 from .checks import check_start_up  # noqa: E402
 from .config import RiskPOConfig  # noqa: E402
 from .model_card import record_absolute_base_model, save_model_card  # noqa: E402
@@ -70,6 +73,10 @@ class RiskPOTrainer(
     path that does not exist, a misspelled keyword, missing columns that TRL and the reward functions read, and a
     training set smaller than one generation batch (which would train 0 steps), with a message that names them;
     `train` raises if a run ends without a single step.
+
+    In vLLM server mode against a CPU server started with this package's weight-transfer engine
+    ([`riskpo_trl.weight_sync`]), the weights go to the server over gloo and every sync is checked; on any other
+    server the sync is TRL's.
     """
 
     _tag_names = ["trl", "riskpo"]
@@ -99,7 +106,8 @@ class RiskPOTrainer(
                 "the risk fields you pass."
             )
         check_start_up(type(self), GRPOTrainer, model, reward_funcs, args, kwargs)
-        super().__init__(model, reward_funcs, args=args, **kwargs)
+        with serve_weights_to_cpu_servers(args):  # a CPU vLLM server gets this package's weight sync
+            super().__init__(model, reward_funcs, args=args, **kwargs)
         record_absolute_base_model(self.model)  # a saved adapter then loads from any working directory
         continue_schedule_on_resume(self)  # a raised max_steps continues at the new schedule's learning rate
         compat.suppress_image_token(self)
@@ -194,13 +202,15 @@ class RiskPOTrainer(
         # Hub, so a checkpoint that exists (locally or pushed) always carries the trackers.
         super()._save_optimizer_and_scheduler(output_dir)
         if self.args.should_save:
-            state = {**self.risk_estimator.state_dict(), "regime_guard": self.regime_guard.state_dict()}
+            state = {**self.risk_estimator.state_dict(), "regime_guard": self.regime_guard.state_dict(),
+                     "settings": risk_settings(self.args)}
             write_state(output_dir, state)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
+        check_resume_settings(checkpoint, self.args)
         state = read_state(checkpoint)
         self.risk_estimator.load_state_dict(state)
         if "regime_guard" in state:  # checkpoints written before the guard existed have none

@@ -12,7 +12,7 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,10 +64,33 @@ def count_unscored(values: Sequence[Any]) -> tuple[int, int]:
     return none, nan
 
 
-def _counting(func: Callable, index: int, owner: Any) -> Callable:
-    """``func`` counting what it leaves unscored into ``owner.unscored_counts`` (the current batch's)."""
+def check_reward_output(name: str, output: Any, num_completions: int | None) -> None:
+    """Raise an error naming reward function ``name`` unless ``output`` holds one value per completion (for a float,
+    TRL's own is a bare "'float' object is not iterable")."""
+    try:
+        length = None if isinstance(output, (str, bytes, Mapping)) else len(output)
+    except TypeError:  # a number, a 0-d tensor, a generator
+        length = None
+    if length is None:
+        raise TypeError(
+            f"Reward function {name} returned {type(output).__name__} {str(output)[:50]!r}; it must return a list "
+            f"with one float (or None) per completion" + (f" ({num_completions} here)." if num_completions else ".")
+        )
+    if num_completions is not None and length != num_completions:
+        raise ValueError(
+            f"Reward function {name} returned {length} values for {num_completions} completions; it must return "
+            "one float (or None) per completion, in order."
+        )
 
-    def record(output):
+
+def _counting(func: Callable, index: int, owner: Any) -> Callable:
+    """``func`` checking its output's shape and counting what it leaves unscored into ``owner.unscored_counts`` (the
+    current batch's)."""
+
+    def record(output, kwargs):
+        completions = kwargs.get("completions")
+        check_reward_output(owner.unscored_counts.names[index], output,
+                            len(completions) if completions is not None else None)
         none, nan = count_unscored(output)
         owner.unscored_counts.none[index] += none
         owner.unscored_counts.nan[index] += nan
@@ -75,11 +98,11 @@ def _counting(func: Callable, index: int, owner: Any) -> Callable:
 
     if trl_awaits(func):  # the wrapper must be awaited exactly when TRL would await func
         async def counted_async(*args, **kwargs):
-            return record(await func(*args, **kwargs))
+            return record(await func(*args, **kwargs), kwargs)
 
         return functools.wraps(func)(counted_async)
 
-    return functools.wraps(func)(lambda *args, **kwargs: record(func(*args, **kwargs)))
+    return functools.wraps(func)(lambda *args, **kwargs: record(func(*args, **kwargs), kwargs))
 
 
 class _DropAllNoneWarning(logging.Filter):

@@ -1,0 +1,176 @@
+"""Tabular study, the baseline cells: RiskPO's paper advantage minus a per-prompt leave-one-out baseline
+(``advantage_baseline="loo"``) in the tabular study's cells, with Adam and with plain SGD.
+
+    python -m benchmarks.tabular_baseline            # every cell, cached under benchmarks/results/tabular_baseline/runs
+    python -m benchmarks.tabular_baseline --smoke    # trivial size, for the test suite
+
+Fixed before any run (:class:`TabularBaselineConfig`): the tabular study's task, starting policy, steps, batch sizes,
+seeds and metrics (:class:`~benchmarks.tabular_study.TabularConfig`). With Adam, ``riskpo_loo`` runs on that study's
+learning-rate grid and is compared with its cached runs of the other methods (``--reference``). With SGD, which keeps
+the advantage's scale where Adam divides it out, every compared method runs on ``sgd_learning_rates``: the loss is a
+mean over ``P * G`` answers, so a question's logits move by about ``lr * A / P`` per step; the grid spans that step
+from ~0.001 to ~3 logits for ``P`` from 200 to 10. Each cell is reported as it comes (seed mean ± std), with the
+tabular study's selection rule for a one-line summary per method and batch size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks._common import RESULTS_DIR, machine_info, mean_std, write_results
+from benchmarks.tabular_study import (
+    EXTRA_METHODS, METHOD_LABELS, TabularConfig, policy_metrics, run_name, starting_logits, train,
+)
+
+LABELS = {**METHOD_LABELS, **EXTRA_METHODS}
+
+
+@dataclass(frozen=True)
+class TabularBaselineConfig:
+    tabular: TabularConfig = TabularConfig()
+    method: str = "riskpo_loo"
+    compared: tuple[str, ...] = ("grpo", "riskpo", "riskpo_authors")
+    sgd_learning_rates: tuple[float, ...] = (0.3, 1.0, 3.0, 10.0, 30.0)
+
+    def learning_rates(self, optimizer: str) -> tuple[float, ...]:
+        return self.tabular.learning_rates if optimizer == "adam" else self.sgd_learning_rates
+
+    def scaled_down(self) -> TabularBaselineConfig:
+        return replace(self, tabular=self.tabular.scaled_down(), sgd_learning_rates=(1.0,))
+
+
+def run_file(optimizer: str, method: str, num_prompts: int, lr: float, seed: int) -> str:
+    name = run_name(method, num_prompts, lr, seed)
+    return f"{name}.json" if optimizer == "adam" else f"{name}-sgd.json"
+
+
+def run_path(cfg: TabularBaselineConfig, out: Path, reference: Path, optimizer: str, method: str, num_prompts: int,
+             lr: float, seed: int) -> Path:
+    """Adam runs of the tabular study's own methods are its cached runs; every other run is this study's."""
+    folder = reference if optimizer == "adam" and method != cfg.method else out
+    return folder / "runs" / run_file(optimizer, method, num_prompts, lr, seed)
+
+
+def cells(cfg: TabularBaselineConfig) -> list[tuple[str, str, int, float]]:
+    return [(optimizer, method, p, lr) for optimizer in ("adam", "sgd") for method in (cfg.method, *cfg.compared)
+            for p in cfg.tabular.prompts_per_step for lr in cfg.learning_rates(optimizer)]
+
+
+def run_all(cfg: TabularBaselineConfig, out: Path, reference: Path) -> dict[str, dict[str, Any]]:
+    """Every run of every cell, read from its JSON when cached (the tabular study's Adam runs must be there)."""
+    runs = {}
+    for optimizer, method, p, lr in cells(cfg):
+        for seed in cfg.tabular.seeds:
+            path = run_path(cfg, out, reference, optimizer, method, p, lr, seed)
+            if not path.exists():
+                if path.parent.parent == reference and reference != out:
+                    raise FileNotFoundError(f"{path} is missing: run python -m benchmarks.tabular_study first.")
+                started = time.perf_counter()
+                _, result = train(method, p, lr, seed, cfg.tabular, optimizer=optimizer)
+                result.update(method=method, prompts=p, lr=lr, seed=seed, optimizer=optimizer,
+                              seconds=time.perf_counter() - started)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(result) + "\n")
+            runs[f"{optimizer}|{method}|{p}|{lr:g}|{seed}"] = json.loads(path.read_text())
+    return runs
+
+
+def summarize(cfg: TabularBaselineConfig, runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Seed mean ± std of every cell, and per optimizer, method and batch size the lr with the best seed mean of
+    (Pass@1 + Pass@16) / 2 (the tabular study's rule)."""
+    top = f"pass@{cfg.tabular.ks[-1]}"
+    keys = ("pass@1", top, f"hard/{top}", "easy/pass@1", "entropy")
+    table = {}
+    for optimizer, method, p, lr in cells(cfg):
+        finals = [runs[f"{optimizer}|{method}|{p}|{lr:g}|{s}"]["final"] for s in cfg.tabular.seeds]
+        table[f"{optimizer}|{method}|{p}|{lr:g}"] = {key: mean_std([f[key] for f in finals]) for key in keys}
+    selected = {}
+    for optimizer in ("adam", "sgd"):
+        for method in (cfg.method, *cfg.compared):
+            for p in cfg.tabular.prompts_per_step:
+                def score(lr, optimizer=optimizer, method=method, p=p):
+                    cell = table[f"{optimizer}|{method}|{p}|{lr:g}"]
+                    return (cell["pass@1"][0] + cell[top][0]) / 2
+                selected[f"{optimizer}|{method}|{p}"] = max(cfg.learning_rates(optimizer), key=score)
+    return {"cells": table, "selected_lr": selected}
+
+
+def markdown(cfg: TabularBaselineConfig, summary: dict[str, Any], machine: dict[str, Any], seconds: float) -> str:
+    tab = cfg.tabular
+    top = tab.ks[-1]
+    theta0, start_p = starting_logits(tab)
+    start = policy_metrics(theta0, start_p, tab.ks)
+    methods = (cfg.method, *cfg.compared)
+    lines = [
+        "# Tabular study, the baseline cells: `loo` with Adam and with SGD", "",
+        f"The tabular study's task ({tab.num_questions} questions x {tab.num_answers} answers, one correct; "
+        f"{tab.steps} steps, G={tab.num_generations}, seeds {list(tab.seeds)}; mean ± std over seeds). Start: "
+        f"Pass@1 {start['pass@1']:.3f}, Pass@{top} {start[f'pass@{top}']:.3f}, hard Pass@{top} "
+        f"{start[f'hard/pass@{top}']:.3f}, entropy {start['entropy']:.3f}. Adam cells of the other methods are the "
+        "tabular study's cached runs; every SGD run and every `loo` run is this study's.", "",
+    ]
+    for optimizer in ("adam", "sgd"):
+        lines += [f"## {optimizer.upper()}: selected lr per method and batch size (best seed mean of (Pass@1 + "
+                  f"Pass@{top}) / 2)", "",
+                  "| prompts | " + " | ".join(LABELS[m] for m in methods) + " |", "|---" * (len(methods) + 1) + "|"]
+        for p in tab.prompts_per_step:
+            row = []
+            for m in methods:
+                lr = summary["selected_lr"][f"{optimizer}|{m}|{p}"]
+                c = summary["cells"][f"{optimizer}|{m}|{p}|{lr:g}"]
+                row.append(f"lr {lr:g}: P@1 {c['pass@1'][0]:.3f}, P@{top} {c[f'pass@{top}'][0]:.3f}, hard "
+                           f"P@{top} {c[f'hard/pass@{top}'][0]:.3f}, H {c['entropy'][0]:.2f}")
+            lines.append(f"| {p} | " + " | ".join(row) + " |")
+        lines += ["", f"## {optimizer.upper()}: every cell (final policy)", "",
+                  f"| method | prompts | lr | Pass@1 | Pass@{top} | hard Pass@{top} | easy Pass@1 | entropy |",
+                  "|---" * 8 + "|"]
+        for m in methods:
+            for p in tab.prompts_per_step:
+                for lr in cfg.learning_rates(optimizer):
+                    c = summary["cells"][f"{optimizer}|{m}|{p}|{lr:g}"]
+                    mark = " *" if summary["selected_lr"][f"{optimizer}|{m}|{p}"] == lr else ""
+                    lines.append(f"| {LABELS[m]} | {p} | {lr:g}{mark} | " + " | ".join(
+                        f"{c[k][0]:.3f} ± {c[k][1]:.3f}"
+                        for k in ("pass@1", f"pass@{top}", f"hard/pass@{top}", "easy/pass@1", "entropy")) + " |")
+        lines.append("")
+    lines += [f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores (shared with other jobs), load "
+              f"average at start {machine.get('load_average_at_start')}, torch {machine['torch']}, one torch thread; "
+              f"this invocation took {seconds:.0f} s (cached runs are read, not rerun)."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="Trivial size for the test suite; numbers mean nothing.")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="Output folder (default benchmarks/results/tabular_baseline, or tabular_baseline-smoke "
+                             "with --smoke).")
+    parser.add_argument("--reference", type=Path, default=None,
+                        help="The tabular study's folder, whose Adam runs are reused (default "
+                             "benchmarks/results/tabular; with --smoke, the output folder, where they are run).")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    cfg = TabularBaselineConfig().scaled_down() if args.smoke else TabularBaselineConfig()
+    out = args.out or RESULTS_DIR / ("tabular_baseline-smoke" if args.smoke else "tabular_baseline")
+    reference = args.reference or (out if args.smoke else RESULTS_DIR / "tabular")
+    machine = machine_info()
+    started = time.perf_counter()
+    runs = run_all(cfg, out, reference)
+    summary = summarize(cfg, runs)
+    seconds = time.perf_counter() - started
+    text = markdown(cfg, summary, machine, seconds)
+    payload = {"config": asdict(cfg), "machine": machine, "wall_seconds": seconds, **summary}
+    write_results("tabular_baseline", payload, text, out)
+    print(text)
+    return payload
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Datasets named the way TRL's scripts name them, used as they are (no adapter): a Hub id, a local dataset directory
+(written by ``save_to_disk``, or a folder of data files), or a file format (``json``, ``csv``, ``parquet``) with
+``data_files``.
+
+Their rows must already hold what the trainer reads: a ``prompt`` column (a string or a list of chat messages) and
+the columns the reward functions read (``solution`` for the math rewards). The trainer's start-up checks name a
+missing one. The registered datasets of :mod:`riskpo_trl.data.datasets` are the other way in: they map a known Hub
+schema to those columns.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+
+from ..registry import closest_name
+from .local_files import check_data_files
+from .prompts import DEFAULT_PROMPT_TEMPLATE
+
+# Formats read from local files by `datasets`' packaged builders, named as TRL's `--dataset_name json` does.
+FILE_FORMATS = ("json", "csv", "parquet")
+
+# What each kind of name is, for messages and the model card.
+HUB, DIRECTORY, FILES = "hub", "directory", "files"
+
+
+def user_dataset_kind(name: str, data_files: str | Sequence[str] | None, registered: Sequence[str]) -> str:
+    """``"files"``, ``"directory"`` or ``"hub"`` for a ``name`` that is not one of ``registered``; raise a ValueError
+    that says what is wrong with it otherwise (a format without files, a missing directory, a misspelled name).
+    Nothing is read or downloaded."""
+    if name in FILE_FORMATS:
+        if not data_files:
+            raise ValueError(
+                f"dataset_name={name!r} reads local {name} files: give them with dataset_files (--dataset_files "
+                "rows.jsonl, or a list in the recipe)."
+            )
+        check_data_files(data_files)
+        return FILES
+    if os.path.isdir(name):
+        return DIRECTORY
+    if _reads_as_path(name):
+        raise FileNotFoundError(f"dataset_name={name!r}: no such directory (a local dataset directory, written by "
+                                "save_to_disk or holding data files, was meant).")
+    choices = sorted([*registered, *FILE_FORMATS])
+    if "/" not in name:
+        raise ValueError(
+            f"dataset_name={name!r} is unknown{closest_name(name, choices)}: give a registered dataset "
+            f"({', '.join(registered)}), a Hub id (namespace/name), a local dataset directory, or one of {list(FILE_FORMATS)} with dataset_files."
+        )
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise ValueError(f"dataset_name={name!r} is neither a Hub id (namespace/name), a local directory, a registered "
+                         f"dataset nor one of {list(FILE_FORMATS)}.") from None
+    return HUB
+
+
+def check_prompt_template_unset(name: str, prompt_template: str) -> None:
+    """A prompt template applies to registered datasets only: one used as it is keeps its own prompts."""
+    if prompt_template != DEFAULT_PROMPT_TEMPLATE:
+        raise ValueError(
+            f"prompt_template={prompt_template!r} applies to the registered datasets; {name!r} is used as it is, "
+            "with its own 'prompt' column. Leave prompt_template at its default."
+        )
+
+
+def _reads_as_path(name: str) -> bool:
+    """A name only a local path has: absolute, ``./``, ``../``, ``~``, a Windows separator, or under a local
+    directory (``data/my_set`` next to ``data/``)."""
+    if os.path.isabs(name) or name.startswith((".", "~")) or (os.sep != "/" and os.sep in name):
+        return True
+    head, slash, _ = name.partition("/")
+    return bool(slash) and os.path.isdir(head)
+
+
+def load_user_dataset(
+    name: str,
+    kind: str,
+    config: str | None = None,
+    split: str = "train",
+    data_files: str | Sequence[str] | None = None,
+):
+    """The ``split`` of the dataset ``name`` (of ``kind``, see :func:`user_dataset_kind`), as it is."""
+    import datasets
+
+    if kind == FILES:
+        return datasets.load_dataset(name, data_files=data_files, split=split)
+    if kind == DIRECTORY and _saved_to_disk(name):
+        saved = datasets.load_from_disk(name)
+        if not isinstance(saved, datasets.DatasetDict):
+            return saved
+        if split not in saved:
+            raise ValueError(f"The dataset saved in {name} has no split {split!r}; its splits: {list(saved)}. Set "
+                             "dataset_train_split.")
+        return saved[split]
+    return datasets.load_dataset(name, config, split=split, data_files=data_files)
+
+
+def _saved_to_disk(directory: str) -> bool:
+    import datasets
+
+    return any(os.path.isfile(os.path.join(directory, file)) for file in (
+        datasets.config.DATASET_STATE_JSON_FILENAME, datasets.config.DATASETDICT_JSON_FILENAME))

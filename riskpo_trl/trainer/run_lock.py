@@ -1,0 +1,204 @@
+"""One training run per output directory: a lock file taken at start-up and removed at exit.
+
+Two runs writing into one ``output_dir`` would each resume from (or overwrite) the other's checkpoints. The lock is a
+file, ``output_dir/_riskpo_run.lock``, created with ``O_CREAT | O_EXCL``: of two runs that start together exactly one
+creates it. It holds the PID, the host and the start time of the run that took it, so the second run's error names
+them. No ``flock``: on network filesystems (NFS, Lustre, GPFS) ``flock`` is often local to one node or not
+supported, while an exclusive create is atomic on local filesystems and NFS v3 or later.
+
+A run killed without cleaning up (SIGKILL, a node lost) leaves the file behind. On the same host the next run checks
+whether that PID still runs (and is the same process, by its start time where ``/proc`` tells) and takes the lock
+over if not. A lock left by an earlier start of the same SLURM job (requeued: the same ``SLURM_JOB_ID``, a higher
+``SLURM_RESTART_COUNT``) is stale on any node. Any other lock taken on another host cannot be checked from here: the
+run is refused until the file is deleted by hand, which is the override once that run is known to be dead. The leading underscore keeps the file out of
+``push_to_hub`` uploads.
+
+Under ``accelerate launch`` only the main process takes the lock; the others learn the outcome from it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+
+LOCK_FILE = "_riskpo_run.lock"
+# Holding this one (also an exclusive create) is what allows removing a stale lock, so that two runs that both find
+# the same stale lock cannot both take over.
+BREAK_SUFFIX = ".break"
+STALE_BREAK_S = 30.0  # a break file older than this was left by a process that died while removing a stale lock
+WRITE_GRACE_S = 5.0  # an empty or unreadable lock file younger than this is being written by its run
+
+
+class OutputDirLocked(FileExistsError):
+    """Another run holds ``output_dir``'s lock."""
+
+
+class RunLock:
+    """The lock of ``output_dir`` held by this process; :meth:`release` removes it (only if it is still ours)."""
+
+    def __init__(self, path: str, content: str):
+        self.path, self.content = path, content
+
+    def release(self) -> None:
+        if _read_text(self.path) == self.content:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+
+
+def acquire(output_dir: str) -> RunLock:
+    """Take ``output_dir``'s lock (creating the directory), taking over a stale one; raise :class:`OutputDirLocked`
+    naming the run that holds it."""
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, LOCK_FILE)
+    content = json.dumps({
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "process_start": _process_start(os.getpid()),
+        **_slurm_job(),
+    })
+    deadline = time.monotonic() + 2 * WRITE_GRACE_S
+    while True:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder_text = _read_text(path)
+            holder = _parse(holder_text)
+            if holder_text is None or (holder is None and _age(path) < WRITE_GRACE_S):
+                if time.monotonic() > deadline:
+                    raise OutputDirLocked(f"Could not take the lock {path}: it keeps changing.") from None
+                time.sleep(0.1)  # gone meanwhile, or being written: look again
+                continue
+            if holder is not None and _is_running(holder):
+                raise OutputDirLocked(_in_use_message(output_dir, path, holder)) from None
+            _remove_stale(path, holder_text)
+            continue
+        with os.fdopen(fd, "w") as file:
+            file.write(content)
+            file.flush()
+            os.fsync(file.fileno())
+        return RunLock(path, content)
+
+
+@contextlib.contextmanager
+def lock_output_dir(output_dir: str) -> Iterator[None]:
+    """Hold ``output_dir``'s lock for the block. With several processes (``accelerate launch``) the main process
+    takes it and every process raises the same :class:`OutputDirLocked` when it could not."""
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list
+
+    state = PartialState()
+    lock, error = None, None
+    if state.is_main_process:
+        try:
+            lock = acquire(output_dir)
+        except OutputDirLocked as locked:
+            error = str(locked)
+    if state.num_processes > 1:
+        [error] = broadcast_object_list([error])
+    if error is not None:
+        raise OutputDirLocked(error)
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _in_use_message(output_dir: str, path: str, holder: dict) -> str:
+    same_host = holder.get("host") == socket.gethostname()
+    override = (
+        "" if same_host else
+        f" It was taken on another host, so this one cannot tell whether that run still runs; if it does not, delete "
+        f"{path}."
+    )
+    return (
+        f"output_dir {output_dir} is in use by another run: PID {holder.get('pid')} on host {holder.get('host')}, "
+        f"started {holder.get('started')}. Wait for it to finish, or choose another output_dir.{override}"
+    )
+
+
+def _slurm_job() -> dict:
+    """The SLURM job and its restart count, if this runs in one: a requeued job keeps its id and counts up."""
+    if "SLURM_JOB_ID" not in os.environ:
+        return {}
+    return {"slurm_job_id": os.environ["SLURM_JOB_ID"],
+            "slurm_restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)}
+
+
+def _is_running(holder: dict) -> bool:
+    """Whether the process that took the lock still runs. A lock from an earlier start of this SLURM job (requeued,
+    on any node) does not; any other lock from another host counts as running."""
+    current = _slurm_job()
+    if current and holder.get("slurm_job_id") == current["slurm_job_id"]:
+        if holder.get("slurm_restart_count", 0) < current["slurm_restart_count"]:
+            return False
+    if holder.get("host") != socket.gethostname():
+        return True
+    pid = holder.get("pid")
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it runs, as another user
+    recorded, current = holder.get("process_start"), _process_start(pid)
+    return recorded is None or current is None or recorded == current  # else: the PID was reused
+
+
+def _remove_stale(path: str, stale_text: str) -> None:
+    """Remove the lock file if it still holds ``stale_text``, under the break file."""
+    breaker = path + BREAK_SUFFIX
+    try:
+        fd = os.open(breaker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        if _age(breaker) > STALE_BREAK_S:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(breaker)
+        time.sleep(0.1)
+        return
+    os.close(fd)
+    try:
+        if _read_text(path) == stale_text:
+            os.unlink(path)
+    finally:
+        os.unlink(breaker)
+
+
+def _process_start(pid: int) -> int | None:
+    """The start time of process ``pid`` in clock ticks since boot (``/proc``, Linux), or None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return int(file.read().rpartition(")")[2].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path) as file:
+            return file.read()
+    except FileNotFoundError:
+        return None
+
+
+def _parse(text: str | None) -> dict | None:
+    try:
+        holder = json.loads(text or "")
+    except ValueError:
+        return None
+    return holder if isinstance(holder, dict) else None
+
+
+def _age(path: str) -> float:
+    try:
+        return time.time() - os.path.getmtime(path)
+    except FileNotFoundError:
+        return 0.0

@@ -1,0 +1,42 @@
+"""The gloo group that carries the weights: the trainer is rank 0 and hosts the rendezvous store, the server's workers
+join it after the trainer. Plain torch.distributed objects, outside the default process group, so neither side's
+own distributed set-up (accelerate's, vLLM's) is touched."""
+
+from __future__ import annotations
+
+import datetime
+import socket
+
+import torch
+from torch.distributed import BroadcastOptions, PrefixStore, ProcessGroupGloo, TCPStore
+
+# Rendezvous and every broadcast wait at most this long: a peer that died fails the sync instead of hanging it.
+DEFAULT_TIMEOUT_S = 600.0
+_STORE_PREFIX = "riskpo-weight-sync"
+
+
+def open_group(address: str, port: int, rank: int, world_size: int,
+               timeout_s: float = DEFAULT_TIMEOUT_S) -> ProcessGroupGloo:
+    """Join the group; blocks until all ``world_size`` ranks have joined. Rank 0 hosts the store on ``port``. The
+    interface gloo uses is the host name's, or those named by ``GLOO_SOCKET_IFNAME`` (as for torch.distributed)."""
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = TCPStore(address, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False)
+    return ProcessGroupGloo(PrefixStore(_STORE_PREFIX, store), rank, world_size, timeout)
+
+
+def broadcast_from_trainer(group: ProcessGroupGloo, tensor: torch.Tensor) -> None:
+    """Send ``tensor`` (on rank 0) or receive into it (elsewhere); returns when this rank's part is done."""
+    options = BroadcastOptions()
+    options.rootRank = 0
+    options.rootTensor = 0
+    group.broadcast([tensor], options).wait()
+
+
+def address_towards(host: str) -> str:
+    """This machine's address on the route to ``host``: the address the server reaches the trainer at (127.0.0.1 when
+    the server runs here). No packet is sent."""
+    target = "127.0.0.1" if host in ("", "0.0.0.0", "localhost", "::") else host
+    family = socket.AF_INET6 if ":" in target else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect((target, 9))
+        return probe.getsockname()[0]

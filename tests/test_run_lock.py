@@ -1,0 +1,152 @@
+"""One run per output directory: a second run started while one trains there stops with one line naming the first
+(PID and host); a run killed without cleaning up leaves a stale lock the next run takes over; a run that ends
+releases it, so resuming in the same directory works; under accelerate launch the processes agree."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from riskpo_trl.scripts import train
+from riskpo_trl.trainer.run_lock import LOCK_FILE, OutputDirLocked, acquire
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
+TINY_DATA = ROOT / "examples/data/tiny_arithmetic.jsonl"
+
+
+def tiny_run_argv(tmp_path: Path, model_dir: str, max_steps: int) -> list[str]:
+    return ["--config", str(TINY_RECIPE), "--model_name_or_path", model_dir, "--output_dir", str(tmp_path / "run"),
+            "--dataset_files", str(TINY_DATA), "--max_completion_length", "8", "--max_steps", str(max_steps),
+            "--save_steps", "1"]
+
+
+def wait_for(predicate, timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def test_a_second_run_is_refused_and_a_killed_runs_lock_is_taken_over(tmp_path, tiny_model_dir, capsys):
+    output_dir = tmp_path / "run"
+    lock = output_dir / LOCK_FILE
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    first = subprocess.Popen([sys.executable, "-m", "riskpo_trl.scripts.train",
+                              *tiny_run_argv(tmp_path, tiny_model_dir, 10_000)],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # Training has begun (a checkpoint exists): the first run holds the lock.
+        wait_for(lambda: first.poll() is not None or any(output_dir.glob("checkpoint-*")))
+        assert first.poll() is None
+        with pytest.raises(SystemExit) as exit:
+            train.cli(tiny_run_argv(tmp_path, tiny_model_dir, 2))
+        assert exit.value.code == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        [line] = [line for line in err.splitlines() if "error:" in line]
+        assert line.startswith(f"riskpo-train: error: output_dir {output_dir} is in use by another run: PID "
+                               f"{first.pid} on host {socket.gethostname()}, started ")
+        first.send_signal(signal.SIGKILL)  # no clean-up: the lock file stays
+        first.wait(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert json.loads(lock.read_text())["pid"] == first.pid
+    # The same host sees that PID is gone: the next run takes the stale lock over, resumes and releases it.
+    last = max_checkpoint(output_dir)
+    trainer = train.main(*train.parse_args(tiny_run_argv(tmp_path, tiny_model_dir, last + 1)))
+    assert trainer.state.global_step == last + 1 == max_checkpoint(output_dir)
+    assert not lock.exists()
+
+
+def max_checkpoint(output_dir: Path) -> int:
+    return max(int(path.name.rpartition("-")[2]) for path in output_dir.glob("checkpoint-*"))
+
+
+def test_a_run_that_ends_releases_the_lock_and_the_same_command_resumes(tmp_path, tiny_model_dir):
+    first = train.main(*train.parse_args(tiny_run_argv(tmp_path, tiny_model_dir, 1)))
+    assert first.state.global_step == 1 and not (tmp_path / "run" / LOCK_FILE).exists()
+    second = train.main(*train.parse_args(tiny_run_argv(tmp_path, tiny_model_dir, 2)))
+    assert second.state.global_step == 2 and not (tmp_path / "run" / LOCK_FILE).exists()
+
+
+def _take(output_dir: str, start, results) -> None:
+    start.wait()
+    try:
+        acquire(output_dir)  # never released: every later taker finds this process alive until the test ends
+        results.put("taken")
+    except OutputDirLocked:
+        results.put("refused")
+    time.sleep(2)  # stay alive while the others look
+
+
+def test_of_runs_starting_together_exactly_one_takes_the_lock(tmp_path):
+    context = multiprocessing.get_context("fork")
+    start, results = context.Event(), context.Queue()
+    takers = [context.Process(target=_take, args=(str(tmp_path), start, results)) for _ in range(6)]
+    for taker in takers:
+        taker.start()
+    start.set()
+    outcomes = sorted(results.get(timeout=60) for _ in takers)
+    for taker in takers:
+        taker.join(timeout=60)
+    assert outcomes == ["refused"] * 5 + ["taken"]
+
+
+def test_a_lock_from_another_host_is_refused_with_the_override(tmp_path):
+    (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": 1, "host": "other-node", "started": "2026-01-01T00:00:00"}))
+    with pytest.raises(OutputDirLocked, match=rf"PID 1 on host other-node.*another host.*delete {tmp_path / LOCK_FILE}"):
+        acquire(str(tmp_path))
+
+
+def test_a_requeued_slurm_jobs_earlier_lock_is_stale_on_any_node(tmp_path, monkeypatch):
+    lock = {"pid": 1, "host": "other-node", "started": "2026-01-01T00:00:00", "slurm_job_id": "77",
+            "slurm_restart_count": 0}
+    (tmp_path / LOCK_FILE).write_text(json.dumps(lock))
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")  # the same start of the job: it may still run there
+    with pytest.raises(OutputDirLocked, match="PID 1 on host other-node"):
+        acquire(str(tmp_path))
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # requeued: that start has ended
+    taken = acquire(str(tmp_path))
+    assert json.loads((tmp_path / LOCK_FILE).read_text())["slurm_restart_count"] == 1
+    taken.release()
+
+
+def test_a_reused_pid_does_not_hold_the_lock(tmp_path):
+    """The recorded PID runs again, but as another process (its start time differs): the lock is stale."""
+    (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                                  "started": "2026-01-01T00:00:00", "process_start": -1}))
+    acquire(str(tmp_path)).release()
+    assert not (tmp_path / LOCK_FILE).exists()
+
+
+@pytest.mark.distributed
+def test_under_accelerate_launch_the_main_process_holds_it_for_all(tmp_path):
+    held, free = tmp_path / "held", tmp_path / "free"
+    holder = acquire(str(held))  # this test's process: alive, on this host
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "accelerate.commands.launch",
+               "--config_file", str(ROOT / "recipes/accelerate_configs/cpu_2proc.yaml"), "--main_process_port", "0",
+               str(HERE / "scripts/lock_under_launch.py"), str(held), str(free), str(tmp_path)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    holder.release()
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    rank0, rank1 = (json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1))
+    # Both processes refuse the held directory with the main process's message, naming this test's process.
+    assert rank0["held"] == rank1["held"] and f"PID {os.getpid()} on host" in rank0["held"]
+    # The free one: one lock, taken by the main process, seen by both, gone at the end.
+    assert rank0["free_lock"] == rank1["free_lock"] and rank0["free_lock"]["pid"] == rank0["pid"]
+    assert not (free / LOCK_FILE).exists()

@@ -1,0 +1,191 @@
+"""The CPU weight sync of vLLM server mode, without vLLM: the checksums, the gloo transport between two ranks, which
+client a trainer gets for which server, the check after an update, and the refusal on TRL releases before 1.16.
+The real-vLLM suite (tests/test_vllm_real_server.py) runs it against `vllm serve`."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from riskpo_trl import compat
+from riskpo_trl.weight_sync import BACKEND, SERVER_ARGS, WORKER_EXTENSION
+from riskpo_trl.weight_sync import client as sync_client
+from riskpo_trl.weight_sync.checksums import checksum, same_checksum
+from riskpo_trl.weight_sync.gloo import address_towards, broadcast_from_trainer, open_group
+
+TRL_1_16 = compat.trl_serves_weight_transfer_engines()
+
+
+def test_checksums_tell_the_sent_tensor_from_a_stale_zeroed_or_permuted_one():
+    sent = torch.randn(64, 16)
+    assert same_checksum(checksum(sent), checksum(sent.clone()))
+    assert same_checksum(checksum(sent), checksum(sent.to(torch.float64)))
+    for other in (sent + 1e-3, torch.zeros_like(sent), sent.flip(0)):
+        assert not same_checksum(checksum(sent), checksum(other))
+
+
+def test_the_server_arguments_name_the_engine_and_its_extension():
+    assert SERVER_ARGS[SERVER_ARGS.index("--weight-transfer-config.backend") + 1] == BACKEND
+    assert SERVER_ARGS[SERVER_ARGS.index("--worker-extension-cls") + 1] == WORKER_EXTENSION
+    assert SERVER_ARGS[SERVER_ARGS.index("--dtype") + 1] == "float32"
+    module, _, name = WORKER_EXTENSION.rpartition(".")
+    assert module == "riskpo_trl.weight_sync.server" and name == "GlooWeightSyncExtension"
+
+
+def test_the_gloo_group_carries_tensors_from_the_trainer_to_a_worker():
+    address = address_towards("127.0.0.1")
+    assert address == "127.0.0.1"
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    sent = torch.randn(5, 3)
+    received = torch.empty(5, 3)
+    errors = []
+
+    def worker():
+        try:
+            broadcast_from_trainer(open_group(address, port, 1, 2, timeout_s=60), received)
+        except Exception as error:  # reported by the assertion below
+            errors.append(error)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    broadcast_from_trainer(open_group(address, port, 0, 2, timeout_s=60), sent)
+    thread.join(60)
+    assert not errors and torch.equal(received, sent)
+
+
+class FakeTRLClient:
+    """Stands in for TRL's VLLMClient: answers /server_info with a given weight-transfer config."""
+
+    def __init__(self, backend, **kwargs):
+        self.base_url, self.kwargs, self.backend = "http://server:8000", kwargs, backend
+        self.session = SimpleNamespace(close=lambda: None)
+
+    def get_server_info(self):
+        if self.backend == "no dev mode":
+            raise RuntimeError("no development endpoints")
+        return {"weight_transfer_config": None if self.backend is None else {"backend": self.backend}}
+
+
+@pytest.fixture
+def gloo_marker(monkeypatch):
+    class GlooMarker:
+        def __init__(self, *args, **kwargs):
+            self.kwargs = kwargs
+
+    monkeypatch.setattr(sync_client, "gloo_client_class", lambda: GlooMarker)
+    return GlooMarker
+
+
+def test_a_server_on_this_package_s_backend_gets_the_gloo_client(gloo_marker):
+    client = sync_client.open_client(FakeTRLClient, False, BACKEND, group_port=5)
+    assert isinstance(client, gloo_marker) and client.kwargs == {"group_port": 5}
+
+
+@pytest.mark.parametrize("backend", ["nccl", None, "no dev mode"])
+def test_other_servers_get_trl_s_client_on_cuda(gloo_marker, backend):
+    client = sync_client.open_client(FakeTRLClient, True, backend)
+    assert type(client) is FakeTRLClient
+
+
+def test_a_cuda_only_backend_is_refused_on_a_trainer_without_cuda_naming_the_launcher_s_fix(gloo_marker):
+    with pytest.raises(RuntimeError, match="'nccl' engine, which needs CUDA") as error:
+        sync_client.open_client(FakeTRLClient, False, "nccl")
+    assert "--vllm-args" in str(error.value) and " ".join(SERVER_ARGS) in str(error.value)
+    # A server without weight transfer, or without its development endpoints: TRL's client reports it.
+    assert type(sync_client.open_client(FakeTRLClient, False, None)) is FakeTRLClient
+
+
+def server_mode(**settings):
+    return SimpleNamespace(**{"use_vllm": True, "vllm_mode": "server", "use_cpu": True, **settings})
+
+
+@pytest.mark.parametrize("args", [server_mode(use_vllm=False), server_mode(vllm_mode="colocate"), SimpleNamespace()])
+def test_the_hook_does_nothing_outside_server_mode(monkeypatch, args):
+    monkeypatch.setattr(compat, "trl_vllm_generation_module", lambda: pytest.fail("looked at TRL's client"))
+    with sync_client.serve_weights_to_cpu_servers(args):
+        pass
+
+
+def test_server_mode_without_cuda_is_refused_before_trl_1_16(monkeypatch):
+    monkeypatch.setattr(compat, "trl_serves_weight_transfer_engines", lambda: False)
+    with pytest.raises(ValueError, match="vLLM server mode without CUDA needs TRL 1.16"):
+        with sync_client.serve_weights_to_cpu_servers(server_mode()):
+            pass
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with sync_client.serve_weights_to_cpu_servers(server_mode(use_cpu=False)):  # TRL's own NCCL path on CUDA
+        pass
+
+
+@pytest.mark.skipif(not TRL_1_16, reason="TRL 1.16's server client")
+def test_while_a_trainer_is_built_trl_opens_its_server_client_through_open_client():
+    module = compat.trl_vllm_generation_module()
+    original = module.VLLMClient
+    with sync_client.serve_weights_to_cpu_servers(server_mode()):
+        hooked = module.VLLMClient
+        assert hooked.func is sync_client.open_client and hooked.args == (original, False)
+        with sync_client.serve_weights_to_cpu_servers(server_mode()):  # RiskPOTrainer inside the training script's
+            assert module.VLLMClient is hooked
+    assert module.VLLMClient is original
+
+
+@pytest.mark.skipif(not TRL_1_16, reason="TRL 1.16's server client")
+def test_an_update_the_server_does_not_hold_fails_loudly():
+    client_class = sync_client.gloo_client_class()
+    assert issubclass(client_class, compat.trl_vllm_client_class())
+    client = client_class.__new__(client_class)  # no server: only the check after an update
+    client.base_url = "http://server:8000"
+    norm, embed = torch.randn(8), torch.randn(16, 8)
+    server = {"model.norm.weight": norm, "model.embed_tokens.weight": embed}
+    client._server_checksums = lambda names: [{name: {"checksum": checksum(server[name])} for name in names}]
+    sent = {"model.norm.weight": checksum(norm), "model.embed_tokens.weight": checksum(embed)}
+    client._verify(sent)  # the server holds what was sent
+
+    server["model.norm.weight"] = norm - 0.01  # it kept the previous weights
+    with pytest.raises(sync_client.WeightSyncError, match="1 of 2 checked parameters.*model.norm.weight"):
+        client._verify(sent)
+    with pytest.raises(sync_client.WeightSyncError, match="cannot be verified"):
+        client._verify({})
+
+
+@pytest.mark.skipif(not TRL_1_16, reason="TRL 1.16's server client")
+def test_the_gloo_client_records_checksums_in_the_server_s_dtype_for_what_it_can_check():
+    client_class = sync_client.gloo_client_class()
+    client = client_class.__new__(client_class)
+    client._checkable = {"model.norm.weight": ("bfloat16", [4])}
+    client._sent_checksums = {}
+    tensors = [("model.norm.weight", torch.tensor([1.0001, 2.0, 3.0, 4.0])), ("model.layers.0.mlp.up.weight",
+                                                                              torch.ones(2, 2))]
+    sent = list(client._recorded(iter(tensors)))
+    assert [name for name, _ in sent] == [name for name, _ in tensors]
+    assert client._sent_checksums == {"model.norm.weight": checksum(tensors[0][1].to(torch.bfloat16))}
+
+
+def test_a_vllm_without_the_weight_transfer_api_gets_one_error_naming_what_is_missing(monkeypatch):
+    monkeypatch.setattr(compat, "VLLM_WEIGHT_TRANSFER", {"json": ("loads", "no_such_name"), "no_such_module": ("x",)})
+    with pytest.raises(ImportError, match="lacks json.no_such_name, no_such_module. Install vllm==0.31.0"):
+        compat.check_vllm_weight_transfer()
+
+
+@pytest.mark.skipif(not TRL_1_16, reason="TRL 1.16's server client")
+def test_trl_s_client_has_what_the_gloo_client_builds_on():
+    import inspect
+
+    client_class = compat.trl_vllm_client_class()
+    assert compat.trl_vllm_generation_module().VLLMClient is client_class
+    for name in ("_post", "_start_weight_update", "_finish_weight_update", "get_server_info", "get_world_size",
+                 "init_communicator", "reset_prefix_cache", "close_communicator", "weight_update"):
+        assert callable(getattr(client_class, name)), name
+    assert list(inspect.signature(client_class.update_named_params).parameters) == [
+        "self", "metadata", "named_params"]
+    init = inspect.getsource(client_class.__init__)
+    assert "self._updating_weights = False" in init and "self.session = " in init and "self.group_port" in init
+    # VLLMGeneration syncs through update_named_params and builds its client as VLLMClient(base_url=..., ...).
+    generation = inspect.getsource(compat.trl_vllm_generation_module().VLLMGeneration)
+    assert "self.vllm_client.update_named_params(" in generation and "VLLMClient(" in generation
