@@ -80,6 +80,7 @@ def test_differences_treat_matching_nans_as_equal_and_anything_else_as_infinite(
     assert gpu_check.largest_difference(torch.tensor([1.0, nan]), torch.tensor([1.0, 2.0])) == float("inf")
     assert gpu_check.largest_difference({"a": 1.0}, {"b": 1.0}) == float("inf")
     assert gpu_check.largest_difference({"a": 1.0, "b": nan}, {"a": 1.5, "b": nan}) == 0.5
+    assert gpu_check.largest_difference(torch.tensor([100.0]), torch.tensor([100.01])) == pytest.approx(1e-4, rel=1e-3)
 
 
 def test_a_part_the_budget_cannot_hold_is_skipped_and_a_failing_part_is_recorded():
@@ -134,3 +135,14 @@ def test_the_wheels_for_the_gpu_machine_fit_beside_the_working_tree(tmp_path):
     assert not any(name.startswith(("torch-", "transformers-", "numpy-", "pyarrow-")) for name in
                    summary["carried"] + summary["fallbacks"])
     assert summary["size_mib"] + summary["tree_mib"] < 64
+
+
+def test_the_qwen_sizes_give_the_parameter_counts_the_model_cards_state():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    counts = {}
+    for name, sizes in gpu_check.QWEN25_SIZES.items():
+        with torch.device("meta"):
+            model = Qwen2ForCausalLM(Qwen2Config(**sizes))
+        counts[name] = round(sum(p.numel() for p in model.parameters()) / 1e9, 2)
+    assert counts == {"Qwen2.5-0.5B": 0.49, "Qwen2.5-1.5B": 1.54}  # "0.49B" and "1.54B" on the Qwen2.5 model cards

@@ -38,6 +38,36 @@ def wait_for(predicate, timeout: float = 240.0) -> None:
         time.sleep(0.2)
 
 
+def _hold(output_dir: str, taken) -> None:
+    acquire(output_dir)
+    taken.set()
+    time.sleep(600)  # until the test kills it
+
+
+def test_a_run_is_refused_while_another_holds_the_lock_and_takes_it_over_once_that_one_is_killed(
+        tmp_path, tiny_model_dir, capsys):
+    """The other run is a forked process that took the lock (the slow test below runs two real trainings)."""
+    context = multiprocessing.get_context("fork")
+    taken = context.Event()
+    holder = context.Process(target=_hold, args=(str(tmp_path / "run"), taken))
+    holder.start()
+    try:
+        assert taken.wait(timeout=60)
+        with pytest.raises(SystemExit) as exit:
+            train.cli(tiny_run_argv(tmp_path, tiny_model_dir, 1))
+        assert exit.value.code == 2
+        [line] = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+        assert line.startswith(f"riskpo-train: error: output_dir {tmp_path / 'run'} is in use by another run: PID "
+                               f"{holder.pid} on host {socket.gethostname()}, started ")
+        assert not any((tmp_path / "run").glob("checkpoint-*"))  # it stopped before training
+    finally:
+        holder.kill()
+        holder.join(timeout=60)
+    trainer = train.main(*train.parse_args(tiny_run_argv(tmp_path, tiny_model_dir, 1)))
+    assert trainer.state.global_step == 1 and not (tmp_path / "run" / LOCK_FILE).exists()
+
+
+@pytest.mark.slow  # two real training processes; the fast test above holds the lock from a forked process
 def test_a_second_run_is_refused_and_a_killed_runs_lock_is_taken_over(tmp_path, tiny_model_dir, capsys):
     output_dir = tmp_path / "run"
     lock = output_dir / LOCK_FILE
@@ -106,7 +136,8 @@ def test_of_runs_starting_together_exactly_one_takes_the_lock(tmp_path):
 
 def test_a_lock_from_another_host_is_refused_with_the_override(tmp_path):
     (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": 1, "host": "other-node", "started": "2026-01-01T00:00:00"}))
-    with pytest.raises(OutputDirLocked, match=rf"PID 1 on host other-node.*another host.*delete {tmp_path / LOCK_FILE}"):
+    expected = rf"PID 1 on host other-node.*another host.*delete {tmp_path / LOCK_FILE}"
+    with pytest.raises(OutputDirLocked, match=expected):
         acquire(str(tmp_path))
 
 
@@ -150,3 +181,14 @@ def test_under_accelerate_launch_the_main_process_holds_it_for_all(tmp_path):
     # The free one: one lock, taken by the main process, seen by both, gone at the end.
     assert rank0["free_lock"] == rank1["free_lock"] and rank0["free_lock"]["pid"] == rank0["pid"]
     assert not (free / LOCK_FILE).exists()
+
+
+def test_the_lock_does_not_make_a_hub_like_model_path_read_as_local(tmp_path, monkeypatch, capsys):
+    """Taking the lock creates output_dir (outputs/run here); `outputs/tiny-qwen2` must still be refused as a
+    possible Hub id for build_tiny_model, as it is where no outputs/ exists."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        train.cli(["--config", str(TINY_RECIPE), "--model_name_or_path", "outputs/tiny-qwen2", "--output_dir",
+                   "outputs/run", "--dataset_files", str(TINY_DATA)])
+    assert "'outputs/tiny-qwen2' could be a Hub id" in capsys.readouterr().err
+    assert not (tmp_path / "outputs").exists()

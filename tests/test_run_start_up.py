@@ -239,8 +239,8 @@ def test_a_recipe_input_found_nowhere_is_one_line(tmp_path, capsys, monkeypatch)
 def test_a_missing_recipe_names_the_closest_one(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     line = run_cli(train.cli, ["--config", "recipes/tiny/riskpo/config_tiny_arithmetc.yaml"], capsys)
-    assert line == ("riskpo-train: error: Recipe recipes/tiny/riskpo/config_tiny_arithmetc.yaml: no such file (did you "
-                    "mean recipes/tiny/riskpo/config_tiny_arithmetic.yaml?).")
+    assert line == ("riskpo-train: error: Recipe recipes/tiny/riskpo/config_tiny_arithmetc.yaml: no such file (did "
+                    "you mean recipes/tiny/riskpo/config_tiny_arithmetic.yaml?).")
     monkeypatch.chdir(tmp_path)  # elsewhere: the checkout's recipes, by their full path
     line = run_cli(train.cli, ["--config", "recipes/tiny/grpo/config_tiny_arithmetc.yaml"], capsys)
     assert line.endswith(f"(did you mean {ROOT / 'recipes/tiny/grpo/config_tiny_arithmetic.yaml'}?).")

@@ -48,13 +48,14 @@ def user_dataset_kind(name: str, data_files: str | Sequence[str] | None, registe
     if "/" not in name:
         raise ValueError(
             f"dataset_name={name!r} is unknown{closest_name(name, choices)}: give a registered dataset "
-            f"({', '.join(registered)}), a Hub id (namespace/name), a local dataset directory, or one of {list(FILE_FORMATS)} with dataset_files."
+            f"({', '.join(registered)}), a Hub id (namespace/name), a local dataset directory, or one of "
+            f"{list(FILE_FORMATS)} with dataset_files."
         )
     try:
         validate_repo_id(name)
     except HFValidationError:
-        raise ValueError(f"dataset_name={name!r} is neither a Hub id (namespace/name), a local directory, a registered "
-                         f"dataset nor one of {list(FILE_FORMATS)}.") from None
+        raise ValueError(f"dataset_name={name!r} is neither a Hub id (namespace/name), a local directory, a "
+                         f"registered dataset nor one of {list(FILE_FORMATS)}.") from None
     return HUB
 
 

@@ -403,18 +403,11 @@ def build_tiny(script_args: RiskPOScriptArguments, model_path: str) -> None:
     from accelerate import PartialState
 
     from ..tiny_model import warn_if_tiny_random_model
-    from ..trainer.checks import reads_as_local_path
 
     option = "build_tiny_model" if script_args.build_tiny_model else "build_tiny_vlm"
     if os.path.isdir(model_path):
         return
-    if not reads_as_local_path(model_path):
-        raise ValueError(
-            f"model_name_or_path {model_path!r} could be a Hub id, and {option}: true would build a tiny random model "
-            f"under that name here, which later runs would load in place of the Hub's. To train that Hub model, set "
-            f"{option}: false (--{option} false); for a tiny random model give a path that can only be local, such "
-            "as ./outputs/tiny-qwen2."
-        )
+    check_tiny_model_path(script_args, model_path)
     if script_args.build_tiny_model:
         from ..tiny_model import build_tiny_model as build
     else:
@@ -428,6 +421,24 @@ def build_tiny(script_args: RiskPOScriptArguments, model_path: str) -> None:
                 f"{model_path} did not exist: built a tiny RANDOM {kind} there ({option}: true). It has learned "
                 "nothing, and whatever loads it later says so; for a real model give a Hub id or an existing "
                 "directory and set that option to false."))
+
+
+def check_tiny_model_path(script_args: RiskPOScriptArguments, model_path: str | None) -> None:
+    """Refuse to build a tiny random model at a missing ``model_path`` that could be a Hub id. Checked before the
+    run's lock creates ``output_dir``: a new ``outputs/`` would make ``outputs/tiny-qwen2`` read as local."""
+    from ..trainer.checks import reads_as_local_path
+
+    if not (script_args.build_tiny_model or script_args.build_tiny_vlm) or not model_path:
+        return
+    if os.path.isdir(model_path) or reads_as_local_path(model_path):
+        return
+    option = "build_tiny_model" if script_args.build_tiny_model else "build_tiny_vlm"
+    raise ValueError(
+        f"model_name_or_path {model_path!r} could be a Hub id, and {option}: true would build a tiny random model "
+        f"under that name here, which later runs would load in place of the Hub's. To train that Hub model, set "
+        f"{option}: false (--{option} false); for a tiny random model give a path that can only be local, such "
+        "as ./outputs/tiny-qwen2."
+    )
 
 
 def hub_datasets(script_args: RiskPOScriptArguments) -> list[str]:
@@ -525,6 +536,7 @@ def main(script_args: RiskPOScriptArguments, training_args, model_args):
     in the same ``output_dir`` is refused (riskpo_trl.trainer.run_lock)."""
     from ..trainer.run_lock import lock_output_dir
 
+    check_tiny_model_path(script_args, model_args.model_name_or_path)
     with lock_output_dir(training_args.output_dir):
         trainer, checkpoint = prepare(script_args, training_args, model_args)
         return trainer and train_and_save(trainer, script_args, training_args, checkpoint)
@@ -570,6 +582,7 @@ def cli(argv: Sequence[str] | None = None) -> None:
             from .cpu_threads import use_default_cpu_threads
 
             use_default_cpu_threads(training_args.use_cpu)
+            check_tiny_model_path(script_args, model_args.model_name_or_path)
             held.enter_context(lock_output_dir(training_args.output_dir))
             trainer, checkpoint = prepare(script_args, training_args, model_args)
         if trainer is not None:

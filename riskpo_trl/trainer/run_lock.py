@@ -10,8 +10,8 @@ A run killed without cleaning up (SIGKILL, a node lost) leaves the file behind. 
 whether that PID still runs (and is the same process, by its start time where ``/proc`` tells) and takes the lock
 over if not. A lock left by an earlier start of the same SLURM job (requeued: the same ``SLURM_JOB_ID``, a higher
 ``SLURM_RESTART_COUNT``) is stale on any node. Any other lock taken on another host cannot be checked from here: the
-run is refused until the file is deleted by hand, which is the override once that run is known to be dead. The leading underscore keeps the file out of
-``push_to_hub`` uploads.
+run is refused until the file is deleted by hand, which is the override once that run is known to be dead. The
+leading underscore keeps the file out of ``push_to_hub`` uploads.
 
 Under ``accelerate launch`` only the main process takes the lock; the others learn the outcome from it.
 """
