@@ -262,6 +262,7 @@ def test_baseline_protocol_smoke_resumes_and_reports_partial_data_as_pending(tmp
     assert [r["claim"] for r in rows] == [c.label for c in config.BASELINE_CLAIMS]
     assert all(r["verdict"].startswith(("supported", "contradicted", "not significant")) for r in rows)
     assert payload["default"]["default"] in ("none", "loo")
+    assert payload["figure"] and (tmp_path / payload["figure"]).exists()
 
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json")}
     baseline_protocol.main(argv)
