@@ -10,7 +10,9 @@ learning-rate grid and is compared with its cached runs of the other methods (``
 the advantage's scale where Adam divides it out, every compared method runs on ``sgd_learning_rates``: the loss is a
 mean over ``P * G`` answers, so a question's logits move by about ``lr * A / P`` per step; the grid spans that step
 from ~0.001 to ~3 logits for ``P`` from 200 to 10. Each cell is reported as it comes (seed mean ± std), with the
-tabular study's selection rule for a one-line summary per method and batch size.
+tabular study's selection rule for a one-line summary per method and batch size. After the first results, in which
+every method chose the grid's top SGD rate in every cell, ``sgd_added_learning_rates`` were added and are reported
+apart: the choice is shown within the fixed grid and with them.
 """
 
 from __future__ import annotations
@@ -38,12 +40,18 @@ class TabularBaselineConfig:
     method: str = "riskpo_loo"
     compared: tuple[str, ...] = ("grpo", "riskpo", "riskpo_authors")
     sgd_learning_rates: tuple[float, ...] = (0.3, 1.0, 3.0, 10.0, 30.0)
+    # Added after the first results, because every method chose the grid's top SGD rate in every cell; reported
+    # apart, with the choice both within the grid fixed before the runs and with these.
+    sgd_added_learning_rates: tuple[float, ...] = (100.0, 300.0)
 
-    def learning_rates(self, optimizer: str) -> tuple[float, ...]:
-        return self.tabular.learning_rates if optimizer == "adam" else self.sgd_learning_rates
+    def learning_rates(self, optimizer: str, added: bool = True) -> tuple[float, ...]:
+        if optimizer == "adam":
+            return self.tabular.learning_rates
+        return self.sgd_learning_rates + (self.sgd_added_learning_rates if added else ())
 
     def scaled_down(self) -> TabularBaselineConfig:
-        return replace(self, tabular=self.tabular.scaled_down(), sgd_learning_rates=(1.0,))
+        return replace(self, tabular=self.tabular.scaled_down(), sgd_learning_rates=(1.0,),
+                       sgd_added_learning_rates=(3.0,))
 
 
 def run_file(optimizer: str, method: str, num_prompts: int, lr: float, seed: int) -> str:
@@ -92,13 +100,14 @@ def summarize(cfg: TabularBaselineConfig, runs: dict[str, dict[str, Any]]) -> di
         finals = [runs[f"{optimizer}|{method}|{p}|{lr:g}|{s}"]["final"] for s in cfg.tabular.seeds]
         table[f"{optimizer}|{method}|{p}|{lr:g}"] = {key: mean_std([f[key] for f in finals]) for key in keys}
     selected = {}
-    for optimizer in ("adam", "sgd"):
+    for optimizer, added in (("adam", False), ("sgd", False), ("sgd", True)):
+        grid = f"{optimizer}+added" if added else optimizer
         for method in (cfg.method, *cfg.compared):
             for p in cfg.tabular.prompts_per_step:
                 def score(lr, optimizer=optimizer, method=method, p=p):
                     cell = table[f"{optimizer}|{method}|{p}|{lr:g}"]
                     return (cell["pass@1"][0] + cell[top][0]) / 2
-                selected[f"{optimizer}|{method}|{p}"] = max(cfg.learning_rates(optimizer), key=score)
+                selected[f"{grid}|{method}|{p}"] = max(cfg.learning_rates(optimizer, added), key=score)
     return {"cells": table, "selected_lr": selected}
 
 
@@ -116,26 +125,34 @@ def markdown(cfg: TabularBaselineConfig, summary: dict[str, Any], machine: dict[
         f"{start[f'hard/pass@{top}']:.3f}, entropy {start['entropy']:.3f}. Adam cells of the other methods are the "
         "tabular study's cached runs; every SGD run and every `loo` run is this study's.", "",
     ]
-    for optimizer in ("adam", "sgd"):
-        lines += [f"## {optimizer.upper()}: selected lr per method and batch size (best seed mean of (Pass@1 + "
-                  f"Pass@{top}) / 2)", "",
-                  "| prompts | " + " | ".join(LABELS[m] for m in methods) + " |", "|---" * (len(methods) + 1) + "|"]
+    added = ", ".join(f"{lr:g}" for lr in cfg.sgd_added_learning_rates)
+    titles = {"adam": "ADAM", "sgd": "SGD, within the grid fixed before the runs",
+              "sgd+added": f"SGD, with the rates added after the first results ({added})"}
+    for grid, title in titles.items():
+        optimizer = grid.split("+")[0]
+        lines += [f"## {title}: selected lr per method and batch size (best seed mean of (Pass@1 + Pass@{top}) / 2)",
+                  "", "| prompts | " + " | ".join(LABELS[m] for m in methods) + " |",
+                  "|---" * (len(methods) + 1) + "|"]
         for p in tab.prompts_per_step:
             row = []
             for m in methods:
-                lr = summary["selected_lr"][f"{optimizer}|{m}|{p}"]
+                lr = summary["selected_lr"][f"{grid}|{m}|{p}"]
                 c = summary["cells"][f"{optimizer}|{m}|{p}|{lr:g}"]
                 row.append(f"lr {lr:g}: P@1 {c['pass@1'][0]:.3f}, P@{top} {c[f'pass@{top}'][0]:.3f}, hard "
                            f"P@{top} {c[f'hard/pass@{top}'][0]:.3f}, H {c['entropy'][0]:.2f}")
             lines.append(f"| {p} | " + " | ".join(row) + " |")
-        lines += ["", f"## {optimizer.upper()}: every cell (final policy)", "",
+        lines.append("")
+        if grid == "sgd":
+            continue
+        lines += [f"## {optimizer.upper()}: every cell (final policy; `*` the choice above)", "",
                   f"| method | prompts | lr | Pass@1 | Pass@{top} | hard Pass@{top} | easy Pass@1 | entropy |",
                   "|---" * 8 + "|"]
         for m in methods:
             for p in tab.prompts_per_step:
                 for lr in cfg.learning_rates(optimizer):
                     c = summary["cells"][f"{optimizer}|{m}|{p}|{lr:g}"]
-                    mark = " *" if summary["selected_lr"][f"{optimizer}|{m}|{p}"] == lr else ""
+                    mark = " *" if summary["selected_lr"][f"{grid}|{m}|{p}"] == lr else ""
+                    mark += " (added)" if optimizer == "sgd" and lr in cfg.sgd_added_learning_rates else ""
                     lines.append(f"| {LABELS[m]} | {p} | {lr:g}{mark} | " + " | ".join(
                         f"{c[k][0]:.3f} ± {c[k][1]:.3f}"
                         for k in ("pass@1", f"pass@{top}", f"hard/pass@{top}", "easy/pass@1", "entropy")) + " |")

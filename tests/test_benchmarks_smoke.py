@@ -83,7 +83,10 @@ def test_tabular_baseline_cells_smoke_and_cache(tmp_path):
 
     payload = tabular_baseline.main(["--smoke", "--out", str(tmp_path)])
     cfg = tabular_baseline.TabularBaselineConfig().scaled_down()
-    assert len(payload["cells"]) == len(tabular_baseline.cells(cfg)) == 2 * 4  # two optimizers x four methods
+    assert len(payload["cells"]) == len(tabular_baseline.cells(cfg)) == 3 * 4  # adam, sgd and an added sgd rate
+    # The SGD choice is given within the grid fixed before the runs and with the rates added after.
+    assert payload["selected_lr"]["sgd|riskpo_loo|10"] == 1.0
+    assert payload["selected_lr"]["sgd+added|riskpo_loo|10"] in (1.0, 3.0)
     sgd = tmp_path / "runs" / tabular_baseline.run_file("sgd", "riskpo_loo", 10, 1.0, 0)
     assert json.loads(sgd.read_text())["optimizer"] == "sgd"
     # SGD keeps the advantage's scale, Adam does not: the two runs of one method differ.
@@ -259,6 +262,7 @@ def test_baseline_protocol_smoke_resumes_and_reports_partial_data_as_pending(tmp
     assert [r["claim"] for r in rows] == [c.label for c in config.BASELINE_CLAIMS]
     assert all(r["verdict"].startswith(("supported", "contradicted", "not significant")) for r in rows)
     assert payload["default"]["default"] in ("none", "loo")
+    assert payload["figure"] and (tmp_path / payload["figure"]).exists()
 
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json")}
     baseline_protocol.main(argv)

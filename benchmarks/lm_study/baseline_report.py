@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,18 @@ def default_decision(protocol: BaselineProtocol, starts: dict[str, dict]) -> dic
     return {"default": "none" if failed else "loo", "failed": failed}
 
 
+def baseline_figure(protocol: BaselineProtocol, out: Path, reference: Path) -> str | None:
+    """The exact protocol's figure for ``loo`` (at its chosen rate, once chosen) and the references."""
+    from .exact_figures import figure
+
+    methods = (protocol.method, *protocol.references)
+    evals = {s: load(reference / s / "start_eval.json") for s in protocol.exact.starts}
+    evals = {s: e for s, e in evals.items() if e is not None}
+    runs = {s: {m: study_runs(protocol, out, reference, s)[0][m] for m in methods} for s in evals}
+    return figure(replace(protocol.exact, methods=methods), out, runs, evals, buckets_of(protocol.exact),
+                  against_grpo=(protocol.method, "riskpo", "riskpo_authors"), name="lm_baseline_pass_at_k.png")
+
+
 def report(protocol: BaselineProtocol, out: Path, reference: Path) -> dict[str, Any]:
     """Write ``out/lm_baseline.md`` and ``out/lm_baseline.json`` from the cached runs; return the payload."""
     starts: dict[str, dict] = {}
@@ -182,6 +195,10 @@ def report(protocol: BaselineProtocol, out: Path, reference: Path) -> dict[str, 
     for start in protocol.exact.starts:
         starts[start], lines = start_section(protocol, out, reference, start)
         body += lines
+    figure_name = baseline_figure(protocol, out, reference)
+    if figure_name:
+        body = [f"![Exact test Pass@k against k, and the gap to GRPO (at its own lr) with its band]({figure_name})",
+                ""] + body
     planned = planned_jobs(protocol, out, reference)
     done = sum(j.path(protocol.exact).exists() for j in planned)
     decision = default_decision(protocol, starts)
@@ -202,7 +219,7 @@ def report(protocol: BaselineProtocol, out: Path, reference: Path) -> dict[str, 
         f"{platform.machine()}, {os.cpu_count()} logical cores (shared).", "",
     ]
     payload = {"protocol": repr(protocol), "runs_finished": done, "runs_named": len(planned), "starts": starts,
-               "default": decision}
+               "default": decision, "figure": figure_name}
     write_report(out, "lm_baseline", header + body, payload)
     return payload
 

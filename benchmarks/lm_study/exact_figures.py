@@ -12,8 +12,11 @@ from .exact import pass_at_k
 from .stats import two_level_bootstrap
 
 
-def figure(protocol: ExactProtocol, out: Path, runs_by_start: dict, start_evals: dict, buckets: list[str]) -> str | None:
-    """Write ``out/lm_exact_pass_at_k.png``; return its name, or None when no run has finished."""
+def figure(protocol: ExactProtocol, out: Path, runs_by_start: dict, start_evals: dict, buckets: list[str],
+           against_grpo: tuple[str, ...] = ("riskpo", "gspo", "riskpo_authors"),
+           name: str = "lm_exact_pass_at_k.png") -> str | None:
+    """Write ``out/<name>``: Pass@k of every method in ``runs_by_start`` (one colour each, in ``protocol.methods``
+    order), and each of ``against_grpo`` minus GRPO; return its name, or None when no run has finished."""
     from .exact_report import probs_matrix
 
     starts = [s for s in protocol.starts if s in start_evals and any(runs_by_start[s].values())]
@@ -42,7 +45,7 @@ def figure(protocol: ExactProtocol, out: Path, runs_by_start: dict, start_evals:
                      label=f"{METHOD_LABELS[method]} ({len(method_runs)})")
         top.set(xscale="log", xlabel="k", ylabel="exact test Pass@k (mean over seeds)", title=f"{start} start")
         top.legend(fontsize=8)
-        for method in ("riskpo", "gspo", "riskpo_authors"):
+        for method in against_grpo:
             if not runs.get(method) or not runs.get("grpo"):
                 continue
             a = probs_matrix([r["test_p"] for r in runs[method]], buckets)
@@ -59,7 +62,6 @@ def figure(protocol: ExactProtocol, out: Path, runs_by_start: dict, start_evals:
         if bottom.get_legend_handles_labels()[0]:
             bottom.legend(fontsize=8)
     fig.tight_layout()
-    name = "lm_exact_pass_at_k.png"
     fig.savefig(out / name, dpi=110)
     plt.close(fig)
     return name
