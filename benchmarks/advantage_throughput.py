@@ -76,6 +76,7 @@ def time_size(
             q_alpha=q_alpha,
             q_beta=q_beta,
             omega=0.5,
+            advantage_baseline="none",
             bundles=bundles,
         )
         sync()
@@ -90,6 +91,7 @@ def time_size(
             q_alpha=q[0],
             q_beta=q[1],
             omega=0.5,
+            advantage_baseline="none",
             bundles=fresh,
         )
         sync()

@@ -163,7 +163,7 @@ class AdvantageFn:
         self.generator = torch.Generator().manual_seed(10_000 + seed)  # bundling draws, same for every method
         self.estimator = None
         if method != "grpo":
-            extra = AUTHORS_ESTIMATOR if method == "riskpo_authors" else {}
+            extra = AUTHORS_ESTIMATOR if method == "riskpo_authors" else {"advantage_baseline": "none"}
             if method == "riskpo_loo":
                 extra = {"advantage_baseline": "loo"}
             self.estimator = RiskEstimator(

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from riskpo_trl import ADVANTAGE_BASELINES, RiskEstimator, RiskPOConfig, leave_one_out_baseline, riskpo_advantages
-from riskpo_trl.risk import BUNDLINGS, QUANTILE_SOURCES, RISK_PROFILES, positional_bundles
+from riskpo_trl.risk import (
+    BUNDLINGS, DEFAULT_ADVANTAGE_BASELINE, QUANTILE_SOURCES, RISK_PROFILES, mvar_advantage, positional_bundles,
+)
 
 NAN = float("nan")
 
@@ -38,15 +40,24 @@ def test_leave_one_out_formula_on_a_hand_built_batch():
     assert got[2].tolist() == pytest.approx([0.25, 0.0, -1.25, 1.0])  # the unscorable one: 0, out of the mean
 
 
-def test_none_is_the_papers_advantage_bit_for_bit():
+def test_the_default_is_loo_and_none_is_the_papers_advantage_bit_for_bit(tmp_path):
     rewards = torch.randint(0, 2, (40,), generator=torch.Generator().manual_seed(0)).float()
     rewards[3] = NAN
-    paper = riskpo_advantages(rewards, num_generations=4, bundle_size=2, q_alpha=0.5, q_beta=1.5, omega=0.5,
-                              generator=torch.Generator().manual_seed(1))
-    named = riskpo_advantages(rewards, num_generations=4, bundle_size=2, q_alpha=0.5, q_beta=1.5, omega=0.5,
-                              generator=torch.Generator().manual_seed(1), advantage_baseline="none")
-    assert torch.equal(paper.advantages, named.advantages)
-    assert (paper.advantages <= 0).all()  # the paper's MVaR advantage never pushes up
+    common = dict(num_generations=4, bundle_size=2, q_alpha=0.5, q_beta=1.5, omega=0.5)
+    default, loo, paper = (riskpo_advantages(rewards, generator=torch.Generator().manual_seed(1), **common, **named)
+                           for named in ({}, {"advantage_baseline": "loo"}, {"advantage_baseline": "none"}))
+    assert torch.equal(default.advantages, loo.advantages)
+    assert torch.equal(default.bundle_ids, paper.bundle_ids)
+    # "none": each completion gets its bundle's MVaR advantage (the paper's eq.), never positive.
+    by_bundle = mvar_advantage(paper.bundle_scores, 0.5, 1.5, 0.5)
+    scorable = ~torch.isnan(rewards)
+    assert torch.equal(paper.advantages[scorable], by_bundle[paper.bundle_ids][scorable].to(paper.advantages.dtype))
+    assert (paper.advantages <= 0).all() and (loo.advantages > 0).any()
+    assert torch.allclose(loo.advantages.double(), leave_one_out_baseline(paper.advantages.double(), scorable, 4))
+    settings = dict(num_generations=4, bundle_size=2, alpha=0.2, beta=0.8, omega=0.5)
+    assert RiskEstimator(**settings).advantage_baseline == DEFAULT_ADVANTAGE_BASELINE == "loo"
+    assert RiskPOConfig(output_dir=str(tmp_path)).advantage_baseline == "loo"
+    assert RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="none").advantage_baseline == "none"
 
 
 def test_unscorable_completions_and_prompts_with_one_scorable_completion():
@@ -56,7 +67,8 @@ def test_unscorable_completions_and_prompts_with_one_scorable_completion():
                             NAN, NAN, NAN, NAN,    # none scorable
                             0, 0, 1, 1], dtype=torch.float32)
     bundles = positional_bundles(rewards, G, 2)
-    paper = riskpo_advantages(rewards, num_generations=G, q_alpha=0.5, q_beta=1.5, omega=0.5, bundles=bundles)
+    paper = riskpo_advantages(rewards, num_generations=G, q_alpha=0.5, q_beta=1.5, omega=0.5, bundles=bundles,
+                              advantage_baseline="none")
     loo = riskpo_advantages(rewards, num_generations=G, q_alpha=0.5, q_beta=1.5, omega=0.5, bundles=bundles,
                             advantage_baseline="loo")
     scorable = ~torch.isnan(rewards)
@@ -81,7 +93,7 @@ def test_loo_composes_with_every_profile_quantile_source_bundling_and_bundle_siz
     G, prompts = 5, 10
     settings = dict(num_generations=G, bundle_size=B, alpha=0.2, beta=0.8, omega=0.5, risk_profile=profile,
                     quantile_source=source, bundling=bundling)
-    paper, loo = RiskEstimator(**settings), RiskEstimator(**settings, advantage_baseline="loo")
+    paper, loo = RiskEstimator(**settings, advantage_baseline="none"), RiskEstimator(**settings, advantage_baseline="loo")
     for step in range(3):
         rewards = torch.randint(0, 2, (prompts * G,), generator=torch.Generator().manual_seed(step)).float()
         rewards[7] = NAN
@@ -125,14 +137,29 @@ def test_the_authors_scaling_refuses_a_baseline_at_config_time(tmp_path):
                       advantage_scaling="authors_code", quantile_source="group")
     with pytest.raises(ValueError, match="advantage_baseline='mean' is unknown"):
         RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="mean")
-    assert RiskPOConfig(output_dir=str(tmp_path)).advantage_baseline == "none"
     assert list(ADVANTAGE_BASELINES) == ["none", "loo"]
+
+
+def test_the_authors_scaling_alone_resolves_the_default_to_none(tmp_path, caplog):
+    """The default "loo" is refused with the authors' scaling, so choosing that scaling without naming a baseline
+    gets their code's "none" (logged once); naming "loo" with it stays an error (above)."""
+    authors = dict(advantage_scaling="authors_code", quantile_source="group", credit_assignment="std")
+    with caplog.at_level("INFO", logger="riskpo_trl.risk.baselines"):
+        config = RiskPOConfig(output_dir=str(tmp_path), **authors)
+    assert config.advantage_baseline == "none"
+    assert "advantage_baseline not set with advantage_scaling='authors_code': using 'none'" in caplog.text
+    estimator = RiskEstimator.from_config(config)
+    assert estimator.advantage_baseline == "none"
+    direct = RiskEstimator(num_generations=4, bundle_size=2, alpha=0.2, beta=0.8, omega=1.5, **authors)
+    assert direct.advantage_baseline == "none"
+    assert RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="none", **authors).advantage_baseline == "none"
 
 
 def test_logged_push_shares_show_the_two_signs(tmp_path):
     rewards = torch.randint(0, 2, (40,), generator=torch.Generator().manual_seed(5)).float()
     common = dict(num_generations=4, bundle_size=2, q_alpha=0.5, q_beta=1.5, omega=0.5)
-    paper = riskpo_advantages(rewards, generator=torch.Generator().manual_seed(6), **common).metrics(0.5)
+    paper = riskpo_advantages(rewards, generator=torch.Generator().manual_seed(6), advantage_baseline="none",
+                              **common).metrics(0.5)
     loo = riskpo_advantages(rewards, generator=torch.Generator().manual_seed(6), advantage_baseline="loo",
                             **common).metrics(0.5)
     assert paper["risk/frac_positive_advantage"] == 0.0 and paper["risk/frac_negative_advantage"] > 0
@@ -157,7 +184,7 @@ def _mean_gradients(baseline, *, batches: int, seed: int) -> torch.Tensor:
         answers = torch.multinomial(policy, G, replacement=True, generator=generator)  # (P, G)
         rewards = reward_of.gather(1, answers).reshape(-1)
         batch = riskpo_advantages(rewards, num_generations=G, bundle_size=B, q_alpha=0.5, q_beta=1.5, omega=0.5,
-                                  generator=generator)
+                                  generator=generator, advantage_baseline="none")
         advantages = baseline(batch.advantages.double(), torch.ones_like(rewards, dtype=torch.bool), G).view(P, G)
         score = torch.nn.functional.one_hot(answers, V).double() - policy.unsqueeze(1)  # (P, G, V)
         out[n] = (advantages.unsqueeze(-1) * score).sum(1).reshape(-1) / (P * G)

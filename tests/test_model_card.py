@@ -41,7 +41,7 @@ def header_and_body(card: str) -> tuple[str, str]:
 
 def test_local_run_card_names_the_output_dir_and_no_hub_ids(tiny_model_dir, tmp_path):
     trainer = make_trainer(tiny_model_dir, tmp_path / "tiny-riskpo-run", risk_omega=1.0, bundle_size=4,
-                           advantage_baseline="loo")
+                           advantage_baseline="none")
     trainer.create_model_card(dataset_files=["data/train/tiny_arithmetic.jsonl"])
     card = (tmp_path / "tiny-riskpo-run" / "README.md").read_text()
     header, body = header_and_body(card)
@@ -55,7 +55,7 @@ def test_local_run_card_names_the_output_dir_and_no_hub_ids(tiny_model_dir, tmp_
     assert "| Mixing weight omega >= 0 of MVaR | `risk_omega=1.0` | `0.5` |" in body
     assert "| Prompts per bundle B | `bundle_size=4` | `5` |" in body
     assert "`risk_beta=0.8`" in body and "`quantile_source=tracked`" in body
-    assert "| Advantage baseline | `advantage_baseline=loo` | `none` |" in body
+    assert "| Advantage baseline | `advantage_baseline=none` | `loo` |" in body
     for name in ("natural_baseline", "credit_assignment", "bundling", "advantage_scaling", "advantage_baseline"):
         assert f"`{name}={getattr(trainer.args, name)}`" in body
     assert "2510.00911" in body and "ren2025riskpo" in body

@@ -150,7 +150,7 @@ def test_risk_field_in_a_baseline_recipe_is_named_as_such(tmp_path):
         parse(write_recipe(tmp_path, trainer="grpo"))
 
 
-RISK_FIELDS = ("risk_alpha", "risk_beta", "risk_omega", "bundle_size")
+RISK_FIELDS = ("risk_alpha", "risk_beta", "risk_omega", "bundle_size", "advantage_baseline")
 
 
 @pytest.mark.parametrize("trainer", ["grpo", "gmpo"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 
@@ -26,6 +27,9 @@ from riskpo_trl import (
 )
 
 CHI2_CRITICAL_P001 = {5: 20.515, 35: 66.619}  # chi-square quantiles at 1 - 0.001
+
+# The paper's advantage: no baseline (the library's default subtracts a leave-one-out one).
+paper_advantages = functools.partial(riskpo_advantages, advantage_baseline="none")
 
 
 def _chi2(counts: list[int], expected: float) -> float:
@@ -113,7 +117,7 @@ def test_unscorable_completions_leave_their_bundle_scores():
     rewards = torch.full((B * G,), float("nan"))
     scores, _ = permutation_bundles(rewards, G, B)
     assert torch.isnan(scores).all()
-    batch = riskpo_advantages(rewards, num_generations=G, bundle_size=B, q_alpha=0.0, q_beta=1.0, omega=0.5)
+    batch = paper_advantages(rewards, num_generations=G, bundle_size=B, q_alpha=0.0, q_beta=1.0, omega=0.5)
     assert torch.equal(batch.advantages, torch.zeros(B * G))
 
 
@@ -208,7 +212,7 @@ def test_sampled_surrogate_gradient_matches_the_objective():
 def test_riskpo_advantages_spread_bundle_values_and_are_never_nan():
     G, B = 5, 2
     rewards = torch.tensor([1, 0, 1, 1, 0, 0, 0, 1, float("nan"), 0], dtype=torch.float32)
-    batch = riskpo_advantages(
+    batch = paper_advantages(
         rewards, num_generations=G, bundle_size=B, q_alpha=0.5, q_beta=1.5, omega=0.5,
         generator=torch.Generator().manual_seed(3),
     )
@@ -222,7 +226,7 @@ def test_riskpo_advantages_spread_bundle_values_and_are_never_nan():
 def test_metrics_of_a_known_batch():
     scores = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0])
     assert mvar_objective(scores, 1.0, 3.0, 0.5).item() == pytest.approx((1.5 * (0 + 1) + 2 + 3) / 5)
-    batch = riskpo_advantages(
+    batch = paper_advantages(
         torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0]).repeat_interleave(2), num_generations=2, bundle_size=1,
         q_alpha=1.0, q_beta=3.0, omega=0.5,
     )
@@ -278,7 +282,7 @@ def test_every_advantage_variant_is_reachable_by_name_and_unknown_pairs_are_refu
     assert len(pairs) == 5 and ("authors_code", "mvar") in pairs
     for scaling, profile in pairs:
         variant = RISK_PROFILES[profile].scalings[scaling]
-        batch = riskpo_advantages(z.repeat_interleave(2).float(), num_generations=4, bundle_size=1, q_alpha=1.0,
+        batch = paper_advantages(z.repeat_interleave(2).float(), num_generations=4, bundle_size=1, q_alpha=1.0,
                                   q_beta=3.0, omega=0.5, risk_profile=profile, advantage_scaling=scaling,
                                   levels=(0.2, 0.8), bundling="positional")
         direct = variant.fn(batch.bundle_scores.double(), 1.0, 3.0, 0.5, **{
@@ -286,13 +290,13 @@ def test_every_advantage_variant_is_reachable_by_name_and_unknown_pairs_are_refu
             if name in variant.wants})
         assert torch.allclose(batch.advantages, direct[batch.bundle_ids].float()), (scaling, profile)
     with pytest.raises(ValueError, match="not 'rvar'"):
-        riskpo_advantages(z, num_generations=4, bundle_size=1, q_alpha=1.0, q_beta=3.0, omega=0.5,
+        paper_advantages(z, num_generations=4, bundle_size=1, q_alpha=1.0, q_beta=3.0, omega=0.5,
                           risk_profile="rvar", advantage_scaling="authors_code", levels=(0.2, 0.8))
     with pytest.raises(ValueError, match="levels"):
-        riskpo_advantages(z, num_generations=4, bundle_size=1, q_alpha=1.0, q_beta=3.0, omega=0.5,
+        paper_advantages(z, num_generations=4, bundle_size=1, q_alpha=1.0, q_beta=3.0, omega=0.5,
                           advantage_scaling="authors_code")
     with pytest.raises(ValueError, match="credit_assignment"):
-        riskpo_advantages(z, num_generations=4, bundle_size=1, q_alpha=1.0, q_beta=3.0, omega=0.5,
+        paper_advantages(z, num_generations=4, bundle_size=1, q_alpha=1.0, q_beta=3.0, omega=0.5,
                           credit_assignment="sum-mean")
 
 
@@ -319,7 +323,7 @@ def test_authors_risk_seeking_scaling():
 def test_metrics_leave_out_empty_tails_and_count_unscorable_completions():
     # Binary rewards, B = 1: every score is 0 or 1 and q_beta = 1, so nothing lies above q_beta.
     rewards = torch.tensor([0.0, 1.0, 1.0, float("nan"), 1.0, 0.0, 1.0, 1.0])
-    batch = riskpo_advantages(rewards, num_generations=4, bundle_size=1, q_alpha=0.0, q_beta=1.0, omega=0.5,
+    batch = paper_advantages(rewards, num_generations=4, bundle_size=1, q_alpha=0.0, q_beta=1.0, omega=0.5,
                               generator=torch.Generator().manual_seed(0))
     metrics = batch.metrics(omega=0.5)
     assert "risk/upper_rvar" not in metrics
@@ -347,7 +351,7 @@ def test_a_new_risk_profile_is_one_decorated_function(monkeypatch, tmp_path):
     config = RiskPOConfig(output_dir=str(tmp_path), risk_profile="mean", use_cpu=True)
     assert config.risk_profile == "mean"
     rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
-    batch = riskpo_advantages(rewards, num_generations=4, bundle_size=2, q_alpha=0.5, q_beta=1.5, omega=0.5,
+    batch = paper_advantages(rewards, num_generations=4, bundle_size=2, q_alpha=0.5, q_beta=1.5, omega=0.5,
                               risk_profile="mean", bundling="positional")
     expected = batch.bundle_scores - batch.bundle_scores.mean()
     assert torch.allclose(batch.advantages, expected[batch.bundle_ids])
@@ -365,7 +369,7 @@ def test_each_profile_logs_its_own_objective():
     scores = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
     for profile, metric_value in [("mvar", (1.5 * 0 + 1.5 * 1 + 2 + 3) / 5), ("rvar", (2 + 3) / 5),
                                   ("risk_seeking", (2 + 3 + 1.5 * 4) / 5)]:
-        batch = riskpo_advantages(scores.float(), num_generations=5, bundle_size=1, q_alpha=1.0, q_beta=3.0,
+        batch = paper_advantages(scores.float(), num_generations=5, bundle_size=1, q_alpha=1.0, q_beta=3.0,
                                   omega=0.5, risk_profile=profile, bundling="positional")
         metrics = batch.metrics(0.5)
         assert metrics[f"risk/{profile}"] == pytest.approx(metric_value), profile

@@ -24,10 +24,10 @@ def advantage_for(method: str, rewards: torch.Tensor, cfg: LMConfig, tracker, ge
         return ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)).reshape(-1)
     bundles = permutation_bundles(rewards, g, cfg.bundle_size, generator)
     levels = (0.2, 0.8)
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"advantage_baseline": "loo" if method == "riskpo_loo" else "none"}
     if method == "riskpo_authors":
         q_alpha, q_beta = group_quantiles(bundles[0], g, list(levels)).unbind(dim=1)
-        extra = {k: v for k, v in AUTHORS_FIELDS.items() if k not in ("quantile_source", "risk_omega")}
+        extra.update({k: v for k, v in AUTHORS_FIELDS.items() if k not in ("quantile_source", "risk_omega")})
         extra["levels"] = levels
         omega, profile = AUTHORS_FIELDS["risk_omega"], "mvar"
     else:

@@ -139,7 +139,7 @@ def rl_config(method: str, lr: float, seed: int, cfg: LMConfig, output_dir: Path
         return GRPOConfig(**common)
     if method == "gspo":
         return GRPOConfig(**common, importance_sampling_level="sequence", loss_type="grpo")
-    risk = {"bundle_size": cfg.bundle_size}
+    risk = {"bundle_size": cfg.bundle_size, "advantage_baseline": "none"}  # the paper's advantage unless stated
     if method == "riskpo":
         return RiskPOConfig(**common, **risk)
     if method == "risk_seeking":
@@ -147,7 +147,7 @@ def rl_config(method: str, lr: float, seed: int, cfg: LMConfig, output_dir: Path
     if method == "riskpo_authors":
         return RiskPOConfig(**common, **risk, **AUTHORS_FIELDS)
     if method == "riskpo_loo":
-        return RiskPOConfig(**common, **risk, advantage_baseline="loo")
+        return RiskPOConfig(**common, **{**risk, "advantage_baseline": "loo"})
     raise ValueError(f"Unknown method {method!r}; choose one of {METHODS}.")
 
 

@@ -10,6 +10,7 @@ gathered batch, ``G`` consecutive completions per prompt, so every process compu
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import torch
@@ -19,6 +20,11 @@ from ..registry import Registry
 BaselineFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 
 ADVANTAGE_BASELINES: Registry[BaselineFn] = Registry("advantage_baseline")
+
+# What an unset ``advantage_baseline`` becomes, except with the authors' scaling (see resolve_advantage_baseline).
+DEFAULT_ADVANTAGE_BASELINE = "loo"
+
+logger = logging.getLogger(__name__)
 
 
 @ADVANTAGE_BASELINES.register("none", help="the paper: no baseline")
@@ -46,6 +52,19 @@ def leave_one_out_baseline(advantages: torch.Tensor, scorable: torch.Tensor, num
     others = (values.sum(dim=1, keepdim=True) - values) / (count - 1).clamp(min=1)
     centred = torch.where(mask & (count > 1), rows - others, torch.zeros_like(rows))
     return centred.reshape(-1).to(advantages.dtype)
+
+
+def resolve_advantage_baseline(advantage_baseline: str | None, advantage_scaling: str) -> str:
+    """``advantage_baseline`` when set; unset (``None``), :data:`DEFAULT_ADVANTAGE_BASELINE`, except ``"none"`` with
+    ``advantage_scaling="authors_code"``: the authors' code has no baseline and that scaling refuses one, so choosing
+    their scaling alone reproduces their code."""
+    if advantage_baseline is not None:
+        return advantage_baseline
+    if advantage_scaling == "authors_code":
+        logger.info("advantage_baseline not set with advantage_scaling='authors_code': using 'none', as the authors' "
+                    "code (the default 'loo' is refused with that scaling).")
+        return "none"
+    return DEFAULT_ADVANTAGE_BASELINE
 
 
 def check_baseline_pair(advantage_baseline: str, advantage_scaling: str) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from .advantages import RISK_PROFILES, scaled_advantage
-from .baselines import ADVANTAGE_BASELINES
+from .baselines import ADVANTAGE_BASELINES, resolve_advantage_baseline
 from .bundling import BUNDLINGS, Bundles
 from .credit import CREDIT_ASSIGNMENTS
 from .metrics import frac_prompts_all_failed, push_signals
@@ -92,7 +92,7 @@ def riskpo_advantages(
     natural_baseline: bool = True,
     credit_assignment: str = "uniform",
     bundling: str = "permutation",
-    advantage_baseline: str = "none",
+    advantage_baseline: str | None = None,
 ) -> RiskPOBatch:
     """Bundle a batch, score it against the given quantiles and spread each bundle's advantage to its members.
 
@@ -112,8 +112,9 @@ def riskpo_advantages(
         natural_baseline: keep ``g``'s ``q_alpha - q_beta`` constant (the paper); ``False`` drops it.
         credit_assignment: a key of :data:`CREDIT_ASSIGNMENTS`; ``"uniform"`` (the paper) gives every member its
             bundle's advantage.
-        advantage_baseline: a key of :data:`ADVANTAGE_BASELINES`, subtracted last; ``"none"`` (the paper) subtracts
-            nothing, ``"loo"`` each prompt's leave-one-out mean.
+        advantage_baseline: a key of :data:`ADVANTAGE_BASELINES`, subtracted last; ``"loo"`` (the default) each
+            prompt's leave-one-out mean, ``"none"`` (the paper) nothing. Unset with ``advantage_scaling="authors_code"``
+            it is ``"none"`` (:func:`~riskpo_trl.risk.baselines.resolve_advantage_baseline`).
 
     Unscorable completions (``NaN`` reward) get advantage ``0``; so do all members of a bundle that has no scorable
     member. Every other completion gets its (credited) bundle advantage, minus the baseline, so the result is never
@@ -121,7 +122,7 @@ def riskpo_advantages(
     """
     variant = scaled_advantage(advantage_scaling, risk_profile)
     credit = CREDIT_ASSIGNMENTS.get(credit_assignment)
-    baseline = ADVANTAGE_BASELINES.get(advantage_baseline)
+    baseline = ADVANTAGE_BASELINES.get(resolve_advantage_baseline(advantage_baseline, advantage_scaling))
     if bundles is None:
         if bundle_size is None:
             raise ValueError("riskpo_advantages needs bundle_size to draw the bundles (or pass bundles=).")

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .advantages import scaled_advantage
-from .baselines import check_baseline_pair
+from .baselines import check_baseline_pair, resolve_advantage_baseline
 from .batch import RiskPOBatch, riskpo_advantages
 from .bundling import BUNDLINGS
 from .credit import CREDIT_ASSIGNMENTS
@@ -31,7 +31,8 @@ class RiskEstimator:
     quantiles (the function registered in :data:`QUANTILE_SOURCES` as ``quantile_source``: ``"tracked"`` the paper's
     trackers, ``"batch"`` the batch's empirical quantiles, ``"group"`` those of each bundle group as the authors' code)
     and returns every completion's advantage, minus the
-    ``advantage_baseline`` (``"none"``: the paper; ``"loo"``: each prompt's leave-one-out mean). Evaluation
+    ``advantage_baseline`` (``"loo"``, the default: each prompt's leave-one-out mean; ``"none"``: the paper; unset
+    with ``advantage_scaling="authors_code"`` it is ``"none"``, as their code). Evaluation
     batches never move the trackers, may end in a partial bundle group, and use the batch's own quantiles while the
     trackers have not seen a training batch yet.
 
@@ -54,9 +55,10 @@ class RiskEstimator:
         bundling: str = "permutation",
         quantile_lr: float = 0.1,
         quantile_lr_decay: float = 0.0,
-        advantage_baseline: str = "none",
+        advantage_baseline: str | None = None,
     ) -> None:
         scaled_advantage(advantage_scaling, risk_profile)  # raises on an unknown pair
+        advantage_baseline = resolve_advantage_baseline(advantage_baseline, advantage_scaling)
         check_baseline_pair(advantage_baseline, advantage_scaling)
         self._quantile_source = QUANTILE_SOURCES.get(quantile_source)
         CREDIT_ASSIGNMENTS.check(credit_assignment)
@@ -92,7 +94,7 @@ class RiskEstimator:
             bundling=getattr(args, "bundling", "permutation"),
             quantile_lr=args.quantile_lr,
             quantile_lr_decay=args.quantile_lr_decay,
-            advantage_baseline=getattr(args, "advantage_baseline", "none"),
+            advantage_baseline=getattr(args, "advantage_baseline", None),
         )
 
     def step(

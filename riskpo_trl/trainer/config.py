@@ -16,6 +16,7 @@ from trl import GRPOConfig  # noqa: E402
 
 from ..risk import (  # noqa: E402
     ADVANTAGE_BASELINES, ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, QUANTILE_SOURCES, RISK_PROFILES,
+    resolve_advantage_baseline,
 )
 from .config_checks import check_config  # noqa: E402
 from .config_conversion import from_grpo_config, name_misspelled_fields  # noqa: E402
@@ -77,11 +78,12 @@ class RiskPOConfig(GRPOConfig):
         natural_baseline (`bool`, *optional*, defaults to `True`):
             Keep the constant `q_alpha - q_beta` of the window (the paper); `False` drops it, as the authors' DAPO
             script.
-        advantage_baseline (`str`, *optional*, defaults to `"none"`):
+        advantage_baseline (`str`, *optional*, defaults to `"loo"`):
             What is subtracted from each completion's advantage after credit assignment, one of
             [`~riskpo_trl.risk.ADVANTAGE_BASELINES`]. `"loo"` subtracts the mean advantage of its prompt's other
             completions: the advantages become two-signed, and the expected gradient at fixed quantiles is kept
-            because that mean does not depend on the completion itself. Not with `advantage_scaling="authors_code"`.
+            because that mean does not depend on the completion itself. `"none"` is the paper exactly. Refused with
+            `advantage_scaling="authors_code"`; left unset with that scaling, it is `"none"` (their code).
         loss_token_mean_sequences (`int`, *optional*):
             With `loss_type="bnpo"`, the token mean over groups of this many sequences instead of over each
             micro-batch, as verl's (the authors' runs; see `riskpo_trl.trainer.token_mean`).
@@ -175,12 +177,13 @@ class RiskPOConfig(GRPOConfig):
         metadata={"help": "Credit assignment: how a bundle's advantage reaches its members: %(choices)s.",
                   "choices": CREDIT_ASSIGNMENTS},
     )
-    advantage_baseline: str = field(
-        default="none",
+    advantage_baseline: str | None = field(
+        default=None,
         metadata={"help": "Advantage baseline: what is subtracted from each completion's advantage after credit "
                   "assignment: %(choices)s. A baseline that does not depend on the completion "
                   "itself leaves the expected policy gradient unchanged and only changes which completions are pushed "
-                  "up or down. Not with advantage_scaling='authors_code'.",
+                  "up or down. Unset: 'loo', or 'none' (the authors' code) with advantage_scaling='authors_code', "
+                  "which refuses a baseline. 'none' is the paper exactly.",
                   "choices": ADVANTAGE_BASELINES},
     )
     bundling: str = field(
@@ -292,6 +295,7 @@ class RiskPOConfig(GRPOConfig):
         return from_grpo_config(cls, grpo_config, risk_fields, UPDATES_PER_GENERATION)
 
     def __post_init__(self):
+        self.advantage_baseline = resolve_advantage_baseline(self.advantage_baseline, self.advantage_scaling)
         if self.bf16 is None:
             self.bf16 = not self.fp16 and (self.use_cpu or is_torch_bf16_gpu_available())
         if self.ddp_backend is None and _deepspeed_launch_without_accelerator():

@@ -19,6 +19,7 @@ from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
+from ..risk.baselines import DEFAULT_ADVANTAGE_BASELINE
 from .checks import hub_id_or_none
 
 logger = logging.getLogger(__name__)
@@ -110,10 +111,13 @@ def _first_clause(text: str) -> str:
 
 
 def settings_table(args: Any) -> str:
-    """Markdown table of the run's settings next to its config class's defaults (RiskPOConfig's are the paper's)."""
+    """Markdown table of the run's settings next to its config class's defaults (RiskPOConfig's are the paper's,
+    except ``advantage_baseline``, whose unset value resolves to :data:`DEFAULT_ADVANTAGE_BASELINE`)."""
     defaults = {
         f.name: f.default for f in dataclasses.fields(type(args)) if f.default is not dataclasses.MISSING
     } if dataclasses.is_dataclass(args) else {}
+    if defaults.get("advantage_baseline", "") is None:
+        defaults["advantage_baseline"] = DEFAULT_ADVANTAGE_BASELINE
     rows = [f"| setting | value | {type(args).__name__} default |", "| --- | --- | --- |"]
     missing = object()
     for label, name in (*method_settings(args), *TRAINING_SETTINGS):
