@@ -61,6 +61,15 @@ def test_a_chosen_generation_batch_carries_over(tmp_path):
     assert RiskPOConfig.from_grpo_config(source, bundle_size=2, steps_per_generation=1).generation_batch_size == 8
 
 
+def test_from_grpo_config_gets_the_default_baseline_or_the_authors_none(tmp_path):
+    assert RiskPOConfig.from_grpo_config(grpo_config(tmp_path), bundle_size=4).advantage_baseline == "loo"
+    paper = RiskPOConfig.from_grpo_config(grpo_config(tmp_path), bundle_size=4, advantage_baseline="none")
+    assert paper.advantage_baseline == "none"
+    authors = RiskPOConfig.from_grpo_config(grpo_config(tmp_path), bundle_size=4, advantage_scaling="authors_code",
+                                            quantile_source="group", credit_assignment="sum_mean")
+    assert authors.advantage_baseline == "none"
+
+
 def test_unknown_risk_field_is_named_with_the_closest_field(tmp_path):
     with pytest.raises(TypeError, match=r"'bundel_size' \(did you mean bundle_size\?\)"):
         RiskPOConfig.from_grpo_config(grpo_config(tmp_path), bundel_size=4)

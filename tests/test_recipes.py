@@ -87,7 +87,7 @@ def test_paper_recipes_use_the_papers_hyperparameters(path):
     assert (completions_per_generation // args.num_generations) % getattr(args, "bundle_size", 5) == 0
 
 
-RISKPO_RECIPES = [p for p in RECIPES if "tiny" not in p.parts and yaml.safe_load(p.read_text())["trainer"] == "riskpo"]
+RISKPO_RECIPES = [p for p in RECIPES if yaml.safe_load(p.read_text())["trainer"] == "riskpo"]
 
 
 @pytest.mark.parametrize("path", RISKPO_RECIPES, ids=recipe_id)
@@ -103,9 +103,17 @@ def test_riskpo_recipes_state_their_baseline(path):
         assert differs == {"advantage_baseline", "output_dir"}
 
 
-def test_command_line_sets_the_baseline():
+def test_command_line_sets_the_baseline(tmp_path):
     path = ROOT / "recipes/Qwen2.5-Math-1.5B-Instruct/riskpo/config_math_gsm8k.yaml"
     assert parse(path, "--advantage_baseline", "loo")[1].advantage_baseline == "loo"
+    # A recipe that does not state it gets the default; with the authors' scaling alone, their "none".
+    unstated = write_recipe(tmp_path, drop=("advantage_baseline",))
+    assert parse(unstated)[1].advantage_baseline == "loo"
+    assert parse(unstated, "--advantage_baseline", "none")[1].advantage_baseline == "none"
+    authors = yaml.safe_load((ROOT / "recipes/Qwen2.5-1.5B-Instruct/riskpo_authors/config_math_gsm8k.yaml").read_text())
+    authors.pop("advantage_baseline")
+    (tmp_path / "authors.yaml").write_text(yaml.safe_dump(authors))
+    assert parse(tmp_path / "authors.yaml")[1].advantage_baseline == "none"
     with pytest.raises(ValueError, match="advantage_baseline='loo' with advantage_scaling='authors_code'"):
         parse(ROOT / "recipes/Qwen2.5-1.5B-Instruct/riskpo_authors/config_math_gsm8k.yaml", "--advantage_baseline",
               "loo")

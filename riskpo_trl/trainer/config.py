@@ -35,7 +35,8 @@ class RiskPOConfig(GRPOConfig):
     (https://huggingface.co/papers/2510.00911) replaces GRPO's group-normalised advantage by the advantage of a Mixed
     Value-at-Risk objective computed on *bundles*: `bundle_size` prompts' completions are randomly matched into
     `num_generations` bundles whose summed reward is the unit of reward, and the `risk_alpha` / `risk_beta` quantiles
-    of the bundle scores are tracked online. Every default is the paper's; each field's `help` says more.
+    of the bundle scores are tracked online. Every default is the paper's except `advantage_baseline` (`"loo"`;
+    `"none"` is the paper exactly); each field's `help` says more.
 
     Parameters:
         > Parameters of the risk measure

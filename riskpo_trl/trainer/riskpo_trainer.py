@@ -37,8 +37,8 @@ class RiskPOTrainer(SharedTrainerMixin, GRPOTrainer):
     2. trackers of the ``risk_alpha`` / ``risk_beta`` quantiles of bundle scores take one stochastic-approximation
        step on the batch (never on evaluation batches);
     3. every completion gets its bundle's MVaR advantage (or the ``risk_profile`` chosen), computed with the
-       quantiles after that step, minus the ``advantage_baseline`` if one is chosen (the paper has none), and each
-       process keeps its own slice.
+       quantiles after that step, minus the ``advantage_baseline`` (by default each prompt's leave-one-out mean;
+       ``"none"``, the paper, subtracts nothing), and each process keeps its own slice.
 
     The trackers are saved in every checkpoint (``riskpo_state.json``) and restored on resume. Per generation batch the
     trainer logs ``risk/q_alpha``, ``risk/q_beta``, ``risk/bundle_score_mean``, the profile's objective
