@@ -19,7 +19,7 @@ def paper_batch(rewards: list[float]):
     """The paper's MVaR advantage of one batch of 10 prompts x 4 completions, bundles of 5, quantiles from the batch."""
     r = torch.tensor(rewards)
     return riskpo_advantages(r, num_generations=4, bundle_size=5, q_alpha=1.0, q_beta=3.0, omega=0.5,
-                             generator=torch.Generator().manual_seed(0))
+                             generator=torch.Generator().manual_seed(0), advantage_baseline="none")
 
 
 def test_a_low_success_batch_pushes_everything_down_and_a_healthy_one_both_ways():

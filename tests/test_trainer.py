@@ -88,7 +88,7 @@ class CaptureOutputs:
 
 
 def test_training_logs_risk_metrics_and_feeds_riskpo_advantages(tiny_model_dir, tmp_path):
-    trainer = make_trainer(tiny_model_dir, tiny_config(tmp_path, log_completions=True))
+    trainer = make_trainer(tiny_model_dir, tiny_config(tmp_path, log_completions=True, advantage_baseline="none"))
     capture = CaptureOutputs(trainer)
     trainer.train()
 
