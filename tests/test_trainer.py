@@ -148,7 +148,7 @@ def test_default_config_trains_on_one_process_with_four_updates_per_generation_b
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides",
-    [{"risk_profile": "risk_seeking"}, {"quantile_source": "batch"}, {"bundle_size": 1},
+    [{"risk_profile": "risk_seeking", "advantage_baseline": "none"}, {"quantile_source": "batch"}, {"bundle_size": 1},
      {"quantile_source": "group", "advantage_scaling": "authors_code", "risk_omega": 1.5},
      {"risk_profile": "rvar", "risk_alpha": 0.0}, {"num_generations": 4, "bundle_size": 2,
                                                     "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}],
@@ -182,10 +182,11 @@ def none_for_first_prompt_reward(completions, solution, **kwargs):
 
 
 @pytest.mark.slow
-def test_unscorable_prompts_get_zero_advantage_and_never_nan(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("advantage_baseline", ["none", "loo"])
+def test_unscorable_prompts_get_zero_advantage_and_never_nan(tiny_model_dir, tmp_path, advantage_baseline):
     dataset = make_prompt_dataset(num_prompts=5)  # one generation batch: prompt "0 + 0" is always in it
-    trainer = make_trainer(tiny_model_dir, tiny_config(tmp_path, max_steps=2), reward=none_for_first_prompt_reward,
-                           dataset=dataset)
+    args = tiny_config(tmp_path, max_steps=2, advantage_baseline=advantage_baseline)
+    trainer = make_trainer(tiny_model_dir, args, reward=none_for_first_prompt_reward, dataset=dataset)
     capture = CaptureOutputs(trainer)
     trainer.train()
     for output, batch, rewards in zip(capture.outputs, capture.batches, capture.rewards):
@@ -197,7 +198,10 @@ def test_unscorable_prompts_get_zero_advantage_and_never_nan(tiny_model_dir, tmp
         assert torch.isfinite(batch.bundle_scores).all()  # the other 4 prompts still score every bundle
         scorable = ~unscorable
         expected = mvar_advantage(batch.bundle_scores.double(), batch.q_alpha, batch.q_beta, 0.5)[batch.bundle_ids]
-        assert torch.allclose(advantages[scorable], expected[scorable].float())
+        expected = torch.where(scorable, expected, torch.zeros_like(expected))
+        if advantage_baseline == "loo":
+            expected = leave_one_out_baseline(expected, scorable, 10)
+        assert torch.allclose(advantages[scorable], expected[scorable].float(), atol=1e-6)
 
 
 @pytest.mark.slow
