@@ -98,7 +98,11 @@ def start_section(protocol: FrontierProtocol, out: Path, reference: Path, start:
 
     # The frontier table: each method's envelope of seed means over its rates, per level.
     payload["frontier"] = {}
+    if not methods:
+        lines += ["No comparison run has finished yet.", ""]
     for k, by_arm in values.items():
+        if not methods:
+            break
         lines += [(f"### Frontier: exact test Pass@{k} at matched test Pass@1 (seed mean; a method's best rate per "
                   "level; '-': no rate of it reaches the level with every seed)"), "",
                   "| Pass@1 | " + " | ".join(f"{METHOD_LABELS[m]} ({seeds_label(runs_by_arm, m)})"
