@@ -34,6 +34,7 @@ from datasets import Dataset, Features, Value, concatenate_datasets
 
 from ..registry import Registry, closest_name
 from ..rewards.grading import last_boxed
+from .columns import answer_text, gsm8k_answer, map_training_columns
 from .local_files import load_local_files
 from .prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
 from .user_datasets import HUB, check_prompt_template_unset, load_user_dataset, user_dataset_kind
@@ -56,27 +57,9 @@ ADAPTED_FEATURES = Features(
 # --- answer extraction, one per schema ----------------------------------------------------------------------------
 
 
-def answer_text(value: Any) -> str:
-    """A gold answer as text: lists (OlympiadBench) are joined, integral floats lose their ``.0``, ``$`` is dropped."""
-    if isinstance(value, (list, tuple)):
-        return ", ".join(answer_text(v) for v in value)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    text = str(value).strip()
-    if len(text) >= 2 and text.startswith("$") and text.endswith("$"):
-        text = text.strip("$").strip()
-    return text
-
-
 def boxed_answer(solution: str) -> str:
     """MATH: the final answer is the last ``\\boxed{}`` of the worked solution ("" if there is none)."""
     return (last_boxed(solution) or "").strip()
-
-
-def gsm8k_answer(solution: str) -> str:
-    """GSM8K: the final answer follows ``####`` at the end of the worked solution; thousands separators dropped."""
-    _, separator, answer = solution.rpartition("####")
-    return answer.strip().replace(",", "") if separator else ""
 
 
 # DAPO-Math-17k ships its own instruction around each problem (Answer: ... format); we swap it for PROMPT_TEMPLATE's
@@ -335,6 +318,8 @@ def load_train_dataset(
     seed: int = 0,
     prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
     config: str | None = None,
+    prompt_column: str | None = None,
+    answer_column: str | None = None,
 ) -> Dataset:
     """A training set: one of :data:`TRAIN_DATASETS` or :data:`TRAIN_MIXTURES` in the trainer's columns, or any
     other dataset as it is (a Hub id, a local dataset directory, or ``json``/``csv``/``parquet`` with ``data_files``;
@@ -342,11 +327,17 @@ def load_train_dataset(
 
     For a registered dataset ``data_files`` reads local files in its schema instead of the Hub. ``limit`` keeps the
     first rows. ``prompt_template`` picks the prompt of a registered dataset (see :func:`adapt_dataset`).
+    ``prompt_column`` and ``answer_column`` name the columns of a dataset used as it is that hold the prompt and the
+    gold answer, read as ``prompt`` and ``solution`` (:mod:`riskpo_trl.data.columns`).
     A mixture is shuffled with ``seed`` first, so its first rows draw from every part (concatenated in order, a limit
     would keep only the first part's rows); the trainer reshuffles each epoch anyway.
     """
     if name not in TRAIN_DATASETS and name not in TRAIN_MIXTURES:
         dataset = _load_user_dataset(name, config, split, data_files, prompt_template)
+        dataset = map_training_columns(dataset, prompt_column, answer_column, where=f"the training dataset {name!r}")
+    elif prompt_column is not None or answer_column is not None:
+        raise ValueError(f"prompt_column and answer_column name the columns of a dataset used as it is; {name!r} is "
+                         "registered and its adapter maps its columns. Remove them.")
     elif name in TRAIN_MIXTURES:
         if data_files is not None:
             raise ValueError(f"{name!r} mixes several Hub datasets; data_files only works with one of "

@@ -7,6 +7,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
+from ..data.prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
 from .metrics import default_ks
 from .sampling import SamplingSettings
 
@@ -33,8 +34,25 @@ class EvalConfig:
     )
     dataset_files: list[str] = field(
         default_factory=list,
-        metadata={"help": "Local JSON/JSONL files of rows with `problem` and `answer` (optional `prompt`); each is "
-                  "one math benchmark named after the file."},
+        metadata={"help": "Local JSON/JSONL files of rows with `problem` and `answer`, or riskpo-train's `prompt` "
+                  "(text or chat messages) and `solution` (see prompt_column, answer_column); each is one math "
+                  "benchmark named after the file."},
+    )
+    prompt_column: str | None = field(
+        default=None,
+        metadata={"help": "Column of the dataset_files rows that holds the prompt (text or chat messages), used as "
+                  "it is, as riskpo-train reads it. Default: 'prompt' if the rows have it, else 'problem' prompted "
+                  "with prompt_template."},
+    )
+    answer_column: str | None = field(
+        default=None,
+        metadata={"help": "Column of the dataset_files rows that holds the gold answer. Default: 'answer', else "
+                  "riskpo-train's 'solution'. GSM8K's '... #### 42' gives 42."},
+    )
+    prompt_template: str = field(
+        default=DEFAULT_PROMPT_TEMPLATE,
+        metadata={"help": "Instruction around each problem of the math benchmarks and of rows with `problem`: "
+                  "'qwen_boxed' or 'authors', as riskpo-train's prompt_template.", "choices": PROMPT_BUILDERS},
     )
     output_dir: str = field(
         default="eval_results",
@@ -95,6 +113,10 @@ class EvalConfig:
             )
         if not self.benchmarks and not self.dataset_files:
             raise ValueError("Nothing to evaluate: give benchmarks (e.g. `--benchmarks math500`) or dataset_files.")
+        if (self.prompt_column or self.answer_column) and not self.dataset_files:
+            raise ValueError("prompt_column and answer_column name columns of the dataset_files rows; the benchmarks "
+                             "are read by their adapters. Give dataset_files, or remove them.")
+        PROMPT_BUILDERS.check(self.prompt_template)
         if self.resume and self.overwrite:
             raise ValueError("resume=True keeps the samples already in output_dir and overwrite=True deletes them; "
                              "set one of them.")

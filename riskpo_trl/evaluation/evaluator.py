@@ -17,6 +17,7 @@ from typing import Any
 from tqdm.auto import tqdm
 from transformers import set_seed
 
+from ..tiny_model import is_tiny_random_model
 from .benchmarks import check_benchmark_names, problem_text, render_prompt, resolve_benchmarks
 from .config import EvalConfig
 from .generation import load_backend
@@ -79,7 +80,10 @@ def evaluate(
     results: dict[str, Any] = {
         "model": config.model,
         "adapter": config.adapter,
+        "tiny_random_model": is_tiny_random_model(config.model),
         "backend": type(backend).__name__,
+        "chat_template": getattr(backend.tokenizer, "chat_template", None) is not None,
+        "prompts": {benchmark.name: benchmark.prompt for benchmark in benchmarks},
         "config": asdict(config),
         "benchmarks": {},
         "average": {},
@@ -104,12 +108,15 @@ def evaluate(
             bar = tqdm(total=len(dataset), initial=len(dataset) - len(todo), desc=name, disable=not progress)
             for batch in _batches(todo, config.batch_size):
                 rows = [dataset[i] for i in batch]
-                for index, row, samples in zip(batch, rows, _generate(backend, rows, settings)):
+                prompts = [render_prompt(row, backend.tokenizer) for row in rows]
+                for index, row, prompt, samples in zip(batch, rows, prompts, _generate(backend, rows, prompts,
+                                                                                       settings)):
                     scores, gold_unscorable = bench_scorer.score([s.text for s in samples], row)
                     record = {
                         "benchmark": name,
                         "index": index,
                         "problem": problem_text(row),
+                        "prompt": prompt,  # the text the model continued
                         "answer": bench_scorer.gold(row),
                         "completions": [s.text for s in samples],
                         "scores": scores,
@@ -132,9 +139,9 @@ def evaluate(
     return results
 
 
-def _generate(backend, rows: list[dict[str, Any]], settings: SamplingSettings) -> list[list[Sample]]:
-    """Samples for each row's prompt; rows with ``images`` (geometry) pass them to the backend."""
-    prompts = [render_prompt(row, backend.tokenizer) for row in rows]
+def _generate(backend, rows: list[dict[str, Any]], prompts: list[str], settings: SamplingSettings
+              ) -> list[list[Sample]]:
+    """Samples for each row's rendered prompt; rows with ``images`` (geometry) pass them to the backend."""
     if any(row.get("images") for row in rows):
         return backend.generate(prompts, settings, images=[row["images"] for row in rows])
     return backend.generate(prompts, settings)

@@ -77,6 +77,15 @@ class RiskPOScriptArguments:
         metadata={"help": "Local data files: with a registered dataset_name, in its Hub schema, read instead of the "
                   "Hub; with dataset_name json, csv or parquet, rows used as they are."},
     )
+    prompt_column: str | None = field(
+        default=None,
+        metadata={"help": "Column of a dataset used as it is that holds the prompt, read as 'prompt'."},
+    )
+    answer_column: str | None = field(
+        default=None,
+        metadata={"help": "Column of a dataset used as it is that holds the gold answer, read as 'solution' (GSM8K's "
+                  "'... #### 42' gives 42)."},
+    )
     prompt_template: str = field(
         default=DEFAULT_PROMPT_TEMPLATE,
         metadata={"help": "Prompt of the math datasets: 'qwen_boxed' (problem + 'Please reason step by step, and put "
@@ -133,12 +142,17 @@ class RiskPOScriptArguments:
         check_trainer_name(self.trainer)
         if self.dataset_files:
             from ..data.local_files import check_data_files
+            from ..data.user_datasets import FILE_FORMATS
 
-            check_data_files(self.dataset_files)  # before a model is built or loaded
+            # Before a model is built or loaded; read by the format dataset_name names, if it names one.
+            check_data_files(self.dataset_files, reader=self.dataset_name if self.dataset_name in FILE_FORMATS else None)
         if self.dataset_kind != "registered":
             from ..data.user_datasets import check_prompt_template_unset
 
             check_prompt_template_unset(self.dataset_name, self.prompt_template)
+        elif self.prompt_column is not None or self.answer_column is not None:
+            raise ValueError(f"prompt_column and answer_column name the columns of a dataset used as it is; "
+                             f"{self.dataset_name!r} is registered and its adapter maps its columns. Remove them.")
         if self.eval_benchmark is not None and self.eval_benchmark not in BENCHMARKS:
             raise ValueError(
                 f"eval_benchmark={self.eval_benchmark!r} is unknown{closest_name(self.eval_benchmark, BENCHMARKS)}; "
@@ -369,6 +383,8 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         seed=training_args.seed,  # which rows of a mixture max_train_samples keeps
         prompt_template=script_args.prompt_template,
         config=script_args.dataset_config,
+        prompt_column=script_args.prompt_column,
+        answer_column=script_args.answer_column,
     )
     eval_dataset = None
     if script_args.eval_benchmark is not None and training_args.eval_strategy != "no":

@@ -181,8 +181,8 @@ def _check_split(dataset: Any, reward_funcs: Any, environment_factory: Any, spli
         raise ValueError(
             f"The {split} dataset has no 'prompt' column (its columns: {columns}). RiskPOTrainer, like GRPOTrainer, "
             "reads each example's prompt from 'prompt': a string, or a list of chat messages [{'role': 'user', "
-            "'content': ...}]. Rename or build that column (e.g. dataset.rename_column('question', 'prompt'), or the "
-            "adapters in riskpo_trl.data)."
+            "'content': ...}]. Rename or build that column (e.g. dataset.rename_column('question', 'prompt'), "
+            "riskpo-train's --prompt_column question, or the adapters in riskpo_trl.data)."
         )
     if isinstance(environment_factory, dict) and "environment" not in columns:
         raise ValueError(
@@ -197,8 +197,8 @@ def _check_split(dataset: Any, reward_funcs: Any, environment_factory: Any, spli
         if missing:
             raise ValueError(
                 f"The reward function {name} reads the column(s) {missing}, which the {split} dataset lacks (its "
-                f"columns: {columns}). Add them to the dataset (e.g. the reference answer as 'solution'), or use a "
-                "reward function that fits it."
+                f"columns: {columns}). Add them to the dataset (e.g. the reference answer as 'solution'; riskpo-train's "
+                "--answer_column NAME reads it from another column), or use a reward function that fits it."
             )
         check = getattr(func, "check_dataset", None)
         if check is not None and hasattr(dataset, "unique"):
