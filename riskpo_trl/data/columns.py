@@ -59,6 +59,10 @@ def check_mapping(
     that set each target, for the message (default ``<target>_column``)."""
     option_of = {target: (option_of or {}).get(target, f"{target}_column") for target in mapping}
     check_columns_exist(columns, {option_of[target]: source for target, source in mapping.items()}, where)
+    sources = [source for source in mapping.values() if source is not None]
+    if len(set(sources)) < len(sources):
+        raise ValueError(f"{' and '.join(option_of[t] for t in mapping if mapping[t] is not None)} name the same "
+                         f"column of {where}; each names its own.")
     renames = {}
     for target, source in mapping.items():
         option = option_of[target]
