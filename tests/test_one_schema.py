@@ -42,8 +42,8 @@ def test_riskpo_train_without_the_mapping_names_it(tmp_path, tiny_model_dir, cap
 
 @pytest.mark.parametrize(("options", "expected"), [
     (["--answer_column", "answr"],
-     "answer_column='answr': the training dataset 'json' has no such column (did you mean answer?); its columns: "
-     "['question', 'answer']."),
+     ("answer_column='answr': the training dataset 'json' has no such column (did you mean answer?); its columns: "
+     "['question', 'answer'].")),
     (["--prompt_column", "answer", "--answer_column", "answer"],
      "prompt_column and answer_column name the same column"),
     (["--dataset_name", "gsm8k", "--answer_column", "answer"], "'gsm8k' is registered and its adapter maps its columns"),
