@@ -43,8 +43,8 @@ def check_json_nesting(path: str | os.PathLike, limit: int = MAX_JSON_NESTING) -
     if line is not None:
         raise JsonNestingError(
             f"Dataset file {path}, line {line}: JSON nested more than {limit} levels deep ([ or {{ inside one "
-            f"another). No dataset nests that deep, Arrow cannot hold it, and the JSON readers crash on it. Fix or "
-            f"remove that row."
+            "another), which `datasets` cannot load: Arrow holds at most 63 levels, and far deeper rows crash "
+            "pyarrow's JSON reader. Fix or remove that row."
         )
 
 
