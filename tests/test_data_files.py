@@ -204,7 +204,7 @@ def test_folder_mistakes_are_one_line(tmp_path, capsys, monkeypatch, files, opti
     assert expected in line and len(line) < 400
 
 
-def test_a_recipe_folder_trains_from_the_command_line(tmp_path, tiny_model_dir):
+def test_a_folder_of_rows_trains_from_the_command_line(tmp_path, tiny_model_dir):
     """The own-data path: a folder of the user's rows named on the command line trains, and the card names it."""
     folder = tmp_path / "mydata"
     folder.mkdir()

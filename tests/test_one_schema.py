@@ -132,3 +132,18 @@ def test_a_real_model_is_not_called_random(tmp_path):
     table = (tmp_path / "eval" / "results.md").read_text()
     assert table.startswith("Model: `scripted`.\n") and "RANDOM" not in table
     assert "joined as plain text (the tokenizer has no chat template)" in table
+
+
+def test_resuming_with_another_prompt_template_is_refused(tmp_path):
+    toy = str(Path(__file__).parent / "data" / "toy_math.jsonl")
+    answers = {"2 + 3": ["\\boxed{5}"], "7 - 4": ["\\boxed{3}"], "6 / 3": ["\\boxed{2}"], "half of 1": ["\\boxed{1}"],
+               "lost its gold answer": ["\\boxed{1}"]}
+    output_dir = str(tmp_path / "eval")
+    evaluate(EvalConfig(model="scripted", dataset_files=[toy], num_samples=1, max_problems=2, output_dir=output_dir),
+             backend=ScriptedBackend(answers), progress=False)
+    with pytest.raises(ValueError, match=r"prompted with prompt_template='qwen_boxed' \(now 'authors'\)"):
+        evaluate(EvalConfig(model="scripted", dataset_files=[toy], num_samples=1, prompt_template="authors",
+                            resume=True, output_dir=output_dir), backend=ScriptedBackend(answers), progress=False)
+    resumed = evaluate(EvalConfig(model="scripted", dataset_files=[toy], num_samples=1, resume=True,
+                                  output_dir=output_dir), backend=ScriptedBackend(answers), progress=False)
+    assert resumed["benchmarks"]["toy_math"]["num_scored"] == 5

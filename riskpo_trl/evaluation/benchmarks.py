@@ -45,7 +45,7 @@ def load_rows_file(
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"Dataset file {str(path)!r} does not exist.")
-    check_data_files([str(path)], reader="json")  # not empty, not nested deeper than the JSON readers take
+    check_data_files([str(path)])  # not empty, not nested deeper than the JSON readers take
     rows = _read_rows(path)
     columns = list(dict.fromkeys(key for row in rows for key in row))
     gold = answer_column or next((c for c in ("answer", "solution") if c in columns), None)

@@ -27,6 +27,7 @@ from .records import (
     TABLE_FILE,
     check_earlier_samples,
     check_resumable,
+    check_same_prompt_template,
     read_done,
     sampling_record,
     write_atomic,
@@ -65,6 +66,7 @@ def evaluate(
     if not config.resume:
         done = {}
     check_resumable(done, settings, samples_path)
+    check_same_prompt_template(done, config.prompt_template, samples_path)
     benchmarks = resolve_benchmarks(config)
     scorers = {kind: scorer_for(kind, math_grader=scorer, sandbox_settings=config.code_sandbox)
                for kind in {benchmark.kind for benchmark in benchmarks}}
@@ -124,6 +126,7 @@ def evaluate(
                         "mean_logprobs": [s.mean_logprob for s in samples] if settings.return_logprobs else None,
                         "gold_unscorable": gold_unscorable,
                         "sampling": sampling_record(settings),
+                        "prompt_template": config.prompt_template,
                     }
                     samples_file.write(json.dumps(record) + "\n")
                     records_by_benchmark[name].append(record)
