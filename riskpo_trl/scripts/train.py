@@ -139,11 +139,8 @@ class RiskPOScriptArguments:
             from ..data.user_datasets import check_prompt_template_unset
 
             check_prompt_template_unset(self.dataset_name, self.prompt_template)
-        if self.eval_benchmark is not None and self.eval_benchmark not in BENCHMARKS:
-            raise ValueError(
-                f"eval_benchmark={self.eval_benchmark!r} is unknown{closest_name(self.eval_benchmark, BENCHMARKS)}; "
-                f"choose one of {sorted(BENCHMARKS)}."
-            )
+        if self.eval_benchmark is not None:
+            BENCHMARKS.check(self.eval_benchmark, where="eval_benchmark: ")
         if isinstance(self.code_sandbox, str):  # from the command line
             self.code_sandbox = json.loads(self.code_sandbox)
         if self.pass_at_k is not None:
