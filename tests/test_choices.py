@@ -12,7 +12,12 @@ import torch
 from riskpo_trl import RiskEstimator, RiskPOConfig
 from riskpo_trl.registry import Registry
 from riskpo_trl.risk import (
-    ADVANTAGE_BASELINES, ADVANTAGE_SCALINGS, DEFAULT_CHOICES, RiskChoices, leave_one_out_baseline, no_baseline,
+    ADVANTAGE_BASELINES,
+    ADVANTAGE_SCALINGS,
+    DEFAULT_CHOICES,
+    RiskChoices,
+    leave_one_out_baseline,
+    no_baseline,
 )
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "riskpo_trl"

@@ -27,7 +27,11 @@ from .advantages import (
     scaled_advantage,
 )
 from .baselines import (
-    ADVANTAGE_BASELINES, DEFAULT_ADVANTAGE_BASELINE, leave_one_out_baseline, no_baseline, resolve_advantage_baseline,
+    ADVANTAGE_BASELINES,
+    DEFAULT_ADVANTAGE_BASELINE,
+    leave_one_out_baseline,
+    no_baseline,
+    resolve_advantage_baseline,
 )
 from .batch import RiskPOBatch, apply_advantage_rule, riskpo_advantages
 from .bundling import BUNDLINGS, permutation_bundles, positional_bundles
@@ -46,11 +50,12 @@ from .quantiles import QUANTILE_SOURCES, empirical_quantiles, group_quantiles
 
 __all__ = [
     "ADVANTAGE_BASELINES", "ADVANTAGE_SCALINGS", "BUNDLINGS", "CREDIT_ASSIGNMENTS", "DEFAULT_ADVANTAGE_BASELINE",
-    "DEFAULT_CHOICES", "QUANTILE_SOURCES", "RISK_PROFILES",
-    "AdvantageRule", "AdvantageScaling", "QuantileTracker", "RiskChoices", "RiskEstimator", "RiskPOBatch", "RiskProfile", "ScaledAdvantage", "authors_code_mvar_advantage",
-    "authors_code_risk_seeking_advantage", "apply_advantage_rule", "empirical_quantiles", "frac_prompts_all_failed", "group_quantiles",
-    "leave_one_out_baseline", "mvar_advantage", "mvar_objective", "no_baseline", "permutation_bundles",
-    "positional_bundles", "push_signals", "register_risk_profile", "register_scaled_advantage", "resolve_advantage_baseline",
-    "risk_seeking_advantage", "risk_seeking_objective", "riskpo_advantages", "rvar_advantage", "rvar_objective",
-    "rvar_window", "scaled_advantage", "score_credit", "std_credit", "sum_mean_credit", "uniform_credit",
+    "DEFAULT_CHOICES", "QUANTILE_SOURCES", "RISK_PROFILES", "AdvantageRule", "AdvantageScaling", "QuantileTracker",
+    "RiskChoices", "RiskEstimator", "RiskPOBatch", "RiskProfile", "ScaledAdvantage", "authors_code_mvar_advantage",
+    "authors_code_risk_seeking_advantage", "apply_advantage_rule", "empirical_quantiles", "frac_prompts_all_failed",
+    "group_quantiles", "leave_one_out_baseline", "mvar_advantage", "mvar_objective", "no_baseline",
+    "permutation_bundles", "positional_bundles", "push_signals", "register_risk_profile", "register_scaled_advantage",
+    "resolve_advantage_baseline", "risk_seeking_advantage", "risk_seeking_objective", "riskpo_advantages",
+    "rvar_advantage", "rvar_objective", "rvar_window", "scaled_advantage", "score_credit", "std_credit",
+    "sum_mean_credit", "uniform_credit",
 ]

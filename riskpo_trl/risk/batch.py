@@ -157,7 +157,8 @@ def apply_advantage_rule(
     """
     if rule.advantage.needs_levels and levels is None:
         raise ValueError(
-            f"advantage_scaling={rule.choices.advantage_scaling!r} needs the quantile levels: pass levels=(alpha, beta)."
+            f"advantage_scaling={rule.choices.advantage_scaling!r} needs the quantile levels: pass "
+            "levels=(alpha, beta)."
         )
     alpha, beta = levels if levels is not None else (None, None)
     bundle_scores, bundle_ids = bundles

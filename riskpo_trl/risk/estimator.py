@@ -130,8 +130,9 @@ class RiskEstimator:
         self.tracker.load_state_dict(state["quantile_tracker"])
 
     def __repr__(self) -> str:
+        choices = self.choices
         return (
-            f"RiskEstimator(profile={self.choices.risk_profile!r}, scaling={self.choices.advantage_scaling!r}, "
-            f"quantiles={self.choices.quantile_source!r}, baseline={self.choices.advantage_baseline!r}, B={self.bundle_size}, "
+            f"RiskEstimator(profile={choices.risk_profile!r}, scaling={choices.advantage_scaling!r}, "
+            f"quantiles={choices.quantile_source!r}, baseline={choices.advantage_baseline!r}, B={self.bundle_size}, "
             f"G={self.num_generations}, {self.tracker!r})"
         )
