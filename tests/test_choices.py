@@ -21,8 +21,14 @@ from riskpo_trl.risk import (
 )
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "riskpo_trl"
-CHOICE_REGISTRIES = ("RISK_PROFILES", "ADVANTAGE_SCALINGS", "QUANTILE_SOURCES", "BUNDLINGS", "CREDIT_ASSIGNMENTS",
-                     "ADVANTAGE_BASELINES")
+CHOICE_REGISTRIES = (
+    "RISK_PROFILES",
+    "ADVANTAGE_SCALINGS",
+    "QUANTILE_SOURCES",
+    "BUNDLINGS",
+    "CREDIT_ASSIGNMENTS",
+    "ADVANTAGE_BASELINES",
+)
 # Where each registry is filled: registering an entry may look its own registry up there.
 DEFINED_IN = {"RISK_PROFILES": "risk/advantages.py", "ADVANTAGE_SCALINGS": "risk/advantages.py"}
 
@@ -64,10 +70,17 @@ def test_advantage_baseline_walks_from_the_config_to_the_advantage_with_no_looku
     """Config (resolves unset, checks) -> estimator (resolves the name once into the function) -> each batch calls
     the function: after construction no registry is asked for a name."""
     rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0])
-    settings = dict(output_dir=str(tmp_path), num_generations=4, bundle_size=3, per_device_train_batch_size=12,
-                    gradient_accumulation_steps=1, use_cpu=True)
-    estimators = {name: RiskEstimator.from_config(RiskPOConfig(**settings, advantage_baseline=name))
-                  for name in ("none", "loo")}
+    settings = dict(
+        output_dir=str(tmp_path),
+        num_generations=4,
+        bundle_size=3,
+        per_device_train_batch_size=12,
+        gradient_accumulation_steps=1,
+        use_cpu=True,
+    )
+    estimators = {
+        name: RiskEstimator.from_config(RiskPOConfig(**settings, advantage_baseline=name)) for name in ("none", "loo")
+    }
     assert estimators["none"].rule.baseline is no_baseline
     assert estimators["loo"].rule.baseline is leave_one_out_baseline
     assert RiskEstimator.from_config(RiskPOConfig(**settings)).rule.baseline is leave_one_out_baseline  # unset
@@ -75,10 +88,13 @@ def test_advantage_baseline_walks_from_the_config_to_the_advantage_with_no_looku
     asked = []
     for method in ("get", "check", "__getitem__"):
         original = getattr(Registry, method)
-        monkeypatch.setattr(Registry, method,
-                            lambda self, name, _original=original: asked.append(name) or _original(self, name))
-    batches = {name: [estimator.step(rewards, generator=torch.Generator().manual_seed(step), train=True)
-                      for step in range(3)] for name, estimator in estimators.items()}
+        monkeypatch.setattr(
+            Registry, method, lambda self, name, _original=original: asked.append(name) or _original(self, name)
+        )
+    batches = {
+        name: [estimator.step(rewards, generator=torch.Generator().manual_seed(step), train=True) for step in range(3)]
+        for name, estimator in estimators.items()
+    }
     assert asked == []
     for paper, loo in zip(batches["none"], batches["loo"]):
         assert torch.equal(paper.bundle_ids, loo.bundle_ids)
@@ -95,10 +111,20 @@ def test_a_registered_baseline_named_in_the_config_reaches_the_advantage(tmp_pat
         return advantages + 1
 
     rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
-    common = dict(output_dir=str(tmp_path), num_generations=4, bundle_size=2, per_device_train_batch_size=8,
-                  gradient_accumulation_steps=1, use_cpu=True)
-    shifted, paper = (RiskEstimator.from_config(RiskPOConfig(**common, advantage_baseline=name)).step(
-        rewards, generator=torch.Generator().manual_seed(0), train=True) for name in ("shift", "none"))
+    common = dict(
+        output_dir=str(tmp_path),
+        num_generations=4,
+        bundle_size=2,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=1,
+        use_cpu=True,
+    )
+    shifted, paper = (
+        RiskEstimator.from_config(RiskPOConfig(**common, advantage_baseline=name)).step(
+            rewards, generator=torch.Generator().manual_seed(0), train=True
+        )
+        for name in ("shift", "none")
+    )
     assert torch.allclose(shifted.advantages, paper.advantages + 1)
     with pytest.raises(ValueError, match="advantage_baseline='shfit' is unknown \\(did you mean shift\\?\\)"):
         RiskPOConfig(**common, advantage_baseline="shfit")

@@ -14,8 +14,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAZY_PACKAGES = ["riskpo_trl", "riskpo_trl.code", "riskpo_trl.data", "riskpo_trl.evaluation", "riskpo_trl.rewards",
-                 "riskpo_trl.trainer"]
+LAZY_PACKAGES = [
+    "riskpo_trl",
+    "riskpo_trl.code",
+    "riskpo_trl.data",
+    "riskpo_trl.evaluation",
+    "riskpo_trl.rewards",
+    "riskpo_trl.trainer",
+]
 HEAVY = ("torch", "transformers", "trl", "datasets")
 
 
@@ -35,12 +41,17 @@ def type_checking_imports(tree: ast.Module) -> dict[str, set[str]]:
 
 
 def test_every_package_init_uses_the_one_lazy_helper():
-    hand_rolled = [str(path.relative_to(ROOT)) for path in ROOT.joinpath("riskpo_trl").rglob("__init__.py")
-                   if "def __getattr__" in path.read_text()]
+    hand_rolled = [
+        str(path.relative_to(ROOT))
+        for path in ROOT.joinpath("riskpo_trl").rglob("__init__.py")
+        if "def __getattr__" in path.read_text()
+    ]
     assert hand_rolled == []
-    assert sorted(str(path.parent.relative_to(ROOT)).replace("/", ".")
-                  for path in ROOT.joinpath("riskpo_trl").rglob("__init__.py")
-                  if "lazy_names(" in path.read_text()) == sorted(LAZY_PACKAGES)
+    assert sorted(
+        str(path.parent.relative_to(ROOT)).replace("/", ".")
+        for path in ROOT.joinpath("riskpo_trl").rglob("__init__.py")
+        if "lazy_names(" in path.read_text()
+    ) == sorted(LAZY_PACKAGES)
 
 
 @pytest.mark.parametrize("package", LAZY_PACKAGES)
@@ -63,10 +74,12 @@ def test_the_check_sees_a_name_missing_from_the_type_checking_block():
 
 
 def test_importing_the_package_and_the_code_layer_loads_no_torch():
-    probe = ("import json, sys; import riskpo_trl, riskpo_trl.code; from riskpo_trl.code import CodeReward; "
-             "light = [m for m in %r if m in sys.modules]; from riskpo_trl import RiskPOTrainer; "
-             "print(json.dumps({'light': light, 'trainer': RiskPOTrainer.__module__, "
-             "'torch': 'torch' in sys.modules}))" % (HEAVY,))
+    probe = (
+        "import json, sys; import riskpo_trl, riskpo_trl.code; from riskpo_trl.code import CodeReward; "
+        f"light = [m for m in {HEAVY!r} if m in sys.modules]; from riskpo_trl import RiskPOTrainer; "
+        "print(json.dumps({'light': light, 'trainer': RiskPOTrainer.__module__, "
+        "'torch': 'torch' in sys.modules}))"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])

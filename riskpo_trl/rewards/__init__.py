@@ -19,8 +19,15 @@ _EXPORTS = {
     "completions": ("completion_text",),
     "grading": ("final_answer_preview", "last_boxed", "matching_brace", "verify_answer"),
     "registry": (
-        "REWARD_BUILDERS", "REWARD_FUNCS", "boxed_format_reward", "geometry_accuracy_reward", "get_reward_funcs",
-        "math_verify_reward", "verl_by_source_reward", "verl_gsm8k_reward", "verl_math_dapo_reward",
+        "REWARD_BUILDERS",
+        "REWARD_FUNCS",
+        "boxed_format_reward",
+        "geometry_accuracy_reward",
+        "get_reward_funcs",
+        "math_verify_reward",
+        "verl_by_source_reward",
+        "verl_gsm8k_reward",
+        "verl_math_dapo_reward",
         "verl_math_reward",
     ),
 }

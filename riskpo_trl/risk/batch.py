@@ -103,8 +103,8 @@ def riskpo_advantages(
     :class:`~riskpo_trl.risk.estimator.RiskEstimator` does.
 
     This is lines 6 and 8 of Algorithm 1 without the tracker update (line 7), which the caller does in between so the
-    quantiles can come from a tracker, from the batch itself, or from anywhere else (:class:`~riskpo_trl.risk.estimator.
-    RiskEstimator` does all three for the trainer).
+    quantiles can come from a tracker, from the batch itself, or from anywhere else
+    (:class:`~riskpo_trl.risk.estimator.RiskEstimator` does all three for the trainer).
 
     Args:
         rewards: ``P * G`` rewards, ``NaN`` for an unscorable completion.
@@ -119,8 +119,9 @@ def riskpo_advantages(
         credit_assignment: a key of :data:`CREDIT_ASSIGNMENTS`; ``"uniform"`` (the paper) gives every member its
             bundle's advantage.
         advantage_baseline: a key of :data:`ADVANTAGE_BASELINES`, subtracted last; ``"loo"`` (the default) each
-            prompt's leave-one-out mean, ``"none"`` (the paper) nothing. Unset with ``advantage_scaling="authors_code"``
-            it is ``"none"`` (:func:`~riskpo_trl.risk.baselines.resolve_advantage_baseline`).
+            prompt's leave-one-out mean, ``"none"`` (the paper) nothing. Unset with
+            ``advantage_scaling="authors_code"`` it is ``"none"``
+            (:func:`~riskpo_trl.risk.baselines.resolve_advantage_baseline`).
     """
     choices = RiskChoices(
         risk_profile=risk_profile, advantage_scaling=advantage_scaling, bundling=bundling,

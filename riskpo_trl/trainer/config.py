@@ -209,11 +209,11 @@ class RiskPOConfig(GRPOConfig):
     regime_guard_patience: int = field(
         default=0,
         metadata={"help": "Regime guard patience (opt-in; 0, the default, turns it off): warn once after this many "
-                  "consecutive training batches at or past regime_guard_threshold. Post hoc and narrow: the signal was "
-                  "chosen after the runs of one tiny-LM study (a 0.5M-parameter model, 20 x 8 batches, Adam at lr 3e-5 "
-                  "to 1e-4), where it marked the regime in which the paper's advantage lost most of its coverage (at "
-                  "GRPO's learning rate, and in later runs at a 3x smaller one) but fired on many healthy runs and did "
-                  "not predict which runs collapsed "
+                  "consecutive training batches at or past regime_guard_threshold. Post hoc and narrow: the signal "
+                  "was chosen after the runs of one tiny-LM study (a 0.5M-parameter model, 20 x 8 batches, Adam at lr "
+                  "3e-5 to 1e-4), where it marked the regime in which the paper's advantage lost most of its coverage "
+                  "(at GRPO's learning rate, and in later runs at a 3x smaller one) but fired on many healthy runs and "
+                  "did not predict which runs collapsed "
                   "(docs/replication.md, 'The regime guard'). Only with advantage_scaling='none'. The "
                   "metric is logged either way."},
     )

@@ -40,8 +40,8 @@ def _check_risk_fields(config: Any) -> None:
         )
     if not 0 < config.regime_guard_threshold <= 1:
         raise ValueError(
-            f"regime_guard_threshold={config.regime_guard_threshold} is a share of prompts (those with no completion rewarded "
-            "above 0): it must be in (0, 1]."
+            f"regime_guard_threshold={config.regime_guard_threshold} is a share of prompts (those with no completion "
+            "rewarded above 0): it must be in (0, 1]."
         )
     if config.regime_guard_patience < 0:
         raise ValueError(
@@ -98,7 +98,8 @@ def _check_batch_layout(config: Any) -> None:
             f"A generation batch holds {prompts} prompts (generation_batch_size={config.generation_batch_size} / "
             f"num_generations={config.num_generations}), which is not a multiple of bundle_size={config.bundle_size}. "
             f"Make generation_batch_size a multiple of num_generations * bundle_size = "
-            f"{config.num_generations * config.bundle_size} ({_multiples(config.num_generations * config.bundle_size)}), "
+            f"{config.num_generations * config.bundle_size} "
+            f"({_multiples(config.num_generations * config.bundle_size)}), "
             "e.g. through per_device_train_batch_size x num_processes x steps_per_generation, or choose a "
             f"bundle_size that divides {prompts} ({_divisors(prompts)})."
         )
