@@ -17,6 +17,7 @@ LAYERS = {
     "riskpo_trl.compat": 0,
     "riskpo_trl.tiny_model": 0,
     "riskpo_trl.hub_access": 0,
+    "riskpo_trl.lazy": 0,
     "riskpo_trl.risk": 1,
     "riskpo_trl.rewards": 1,
     "riskpo_trl.data": 1,
@@ -151,7 +152,7 @@ def test_the_risk_math_imports_neither_trl_nor_transformers():
 
 def test_leaf_modules_import_nothing_from_the_package():
     """Leaves import no module of the package but other leaves (the data-file checks use the nesting scan)."""
-    leaves = {"riskpo_trl.registry", "riskpo_trl.tiny_model", "riskpo_trl.rewards.grading",
+    leaves = {"riskpo_trl.registry", "riskpo_trl.lazy", "riskpo_trl.tiny_model", "riskpo_trl.rewards.grading",
               "riskpo_trl.rewards.completions", "riskpo_trl.data.local_files", "riskpo_trl.data.json_nesting",
               "riskpo_trl.scripts.console"}
     for leaf in leaves:

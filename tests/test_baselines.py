@@ -55,7 +55,7 @@ def test_the_default_is_loo_and_none_is_the_papers_advantage_bit_for_bit(tmp_pat
     assert (paper.advantages <= 0).all() and (loo.advantages > 0).any()
     assert torch.allclose(loo.advantages.double(), leave_one_out_baseline(paper.advantages.double(), scorable, 4))
     settings = dict(num_generations=4, bundle_size=2, alpha=0.2, beta=0.8, omega=0.5)
-    assert RiskEstimator(**settings).advantage_baseline == DEFAULT_ADVANTAGE_BASELINE == "loo"
+    assert RiskEstimator(**settings).choices.advantage_baseline == DEFAULT_ADVANTAGE_BASELINE == "loo"
     assert RiskPOConfig(output_dir=str(tmp_path)).advantage_baseline == "loo"
     assert RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="none").advantage_baseline == "none"
 
@@ -149,9 +149,9 @@ def test_the_authors_scaling_alone_resolves_the_default_to_none(tmp_path, caplog
     assert config.advantage_baseline == "none"
     assert "advantage_baseline not set with advantage_scaling='authors_code': using 'none'" in caplog.text
     estimator = RiskEstimator.from_config(config)
-    assert estimator.advantage_baseline == "none"
+    assert estimator.choices.advantage_baseline == "none"
     direct = RiskEstimator(num_generations=4, bundle_size=2, alpha=0.2, beta=0.8, omega=1.5, **authors)
-    assert direct.advantage_baseline == "none"
+    assert direct.choices.advantage_baseline == "none"
     assert RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="none", **authors).advantage_baseline == "none"
 
 

@@ -151,3 +151,20 @@ def test_the_authors_combinations_are_accepted(tmp_path):
                          risk_omega=1.5, bundling="positional")
     with pytest.warns(UserWarning, match="credit_assignment='score'"):
         RiskPOConfig(output_dir=str(tmp_path), credit_assignment="score")
+
+
+def documented_fields(markdown: str) -> set[str]:
+    """The fields named in the first column of the tables of the "## Fields" section."""
+    section = markdown.split("## Fields", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    return {name for cell in rows for name in re.findall(r"`(\w+)`", cell)}
+
+
+def test_configuration_md_names_every_field_riskpoconfig_declares():
+    from pathlib import Path
+
+    markdown = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    declared = set(RiskPOConfig.__dict__["__annotations__"])
+    assert declared - documented_fields(markdown) == set()
+    assert documented_fields(markdown) - declared == set()  # no row for a field that is not the config's
+    assert "regime_guard_patience" not in documented_fields(markdown.replace("| `regime_guard_patience`", "| x"))

@@ -114,19 +114,19 @@ def test_state_round_trip_keeps_the_checkpoint_format():
 
 def test_from_config_reads_riskpo_fields_and_defaults_the_opt_ins(tmp_path):
     estimator = RiskEstimator.from_config(RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="loo"))
-    assert estimator.advantage_baseline == "loo"
+    assert estimator.choices.advantage_baseline == "loo"
     config = RiskPOConfig(output_dir=str(tmp_path), credit_assignment="std", bundling="positional", risk_omega=1.0,
                           advantage_scaling="authors_code", quantile_source="group")
     estimator = RiskEstimator.from_config(config)
-    assert (estimator.credit_assignment, estimator.bundling, estimator.omega) == ("std", "positional", 1.0)
+    assert (estimator.choices.credit_assignment, estimator.choices.bundling, estimator.omega) == ("std", "positional", 1.0)
     assert estimator.num_generations == 10 and estimator.bundle_size == 5
     # Duck-typed: an object without the opt-in fields gets RiskPOConfig's defaults (the paper's, and the default
     # baseline).
     older = SimpleNamespace(num_generations=G, bundle_size=B, risk_alpha=0.1, risk_beta=0.9, risk_omega=0.5,
                             risk_profile="mvar", quantile_source="tracked", quantile_lr=0.1, quantile_lr_decay=0.0)
     estimator = RiskEstimator.from_config(older)
-    assert (estimator.advantage_scaling, estimator.natural_baseline, estimator.credit_assignment,
-            estimator.bundling, estimator.advantage_baseline) == ("none", True, "uniform", "permutation", "loo")
+    assert (estimator.choices.advantage_scaling, estimator.choices.natural_baseline, estimator.choices.credit_assignment,
+            estimator.choices.bundling, estimator.choices.advantage_baseline) == ("none", True, "uniform", "permutation", "loo")
     assert estimator.tracker.levels.tolist() == [0.1, 0.9]
 
 

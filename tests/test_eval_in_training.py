@@ -55,7 +55,7 @@ pass_at_k:
     ("pass_at_k:\n  benchmarks: [math500]\n  num_sampels: 4\n", "unknown setting(s) num_sampels (did you mean "
                                                                  "num_samples?)"),
     ("pass_at_k:\n  ks: [1]\n", "name the held-out benchmarks"),
-    ("pass_at_k:\n  benchmarks: [math5000]\n", "benchmark 'math5000' is unknown (did you mean math500?)"),
+    ("pass_at_k:\n  benchmarks: [math5000]\n", "benchmark='math5000' is unknown (did you mean math500?)"),
     ("pass_at_k:\n  benchmarks: [livecodebench_v5]\n", "'livecodebench_v5' is a code benchmark"),
     ("pass_at_k:\n  benchmarks: [math500]\n  num_samples: 4\n  ks: [1, 8]\n", "ks=[1, 8] must lie in [1, "
                                                                              "num_samples=4]"),

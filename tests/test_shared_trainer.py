@@ -84,3 +84,15 @@ def test_without_args_riskpo_takes_its_configs_defaults(tiny_model_dir, tmp_path
     trainer = trainer_class(tiny_model_dir, reward_funcs=contains_digit_reward, train_dataset=make_prompt_dataset(20))
     assert type(trainer.args) is config_class and trainer.risk_estimator.bundle_size == 5
     assert trainer.args.output_dir == f"{os.path.basename(tiny_model_dir)}-RiskPO"
+
+
+def test_the_token_mean_acts_where_its_field_is_riskpo_only():
+    """verl's token mean reads RiskPOConfig's loss_token_mean_sequences, so it is RiskPOTrainer's, not the shared
+    layer's (where it could never act for a baseline, whose config lacks the field)."""
+    from riskpo_trl.trainer.token_mean import TokenMeanLossMixin
+
+    assert not issubclass(SharedTrainerMixin, TokenMeanLossMixin)
+    for name in TRAINERS:
+        config_class, trainer_class = get_trainer_classes(name)
+        has_field = "loss_token_mean_sequences" in config_class.__dataclass_fields__
+        assert issubclass(trainer_class, TokenMeanLossMixin) == has_field, name

@@ -127,17 +127,21 @@ def test_misspelled_names_get_the_closest_valid_one():
     from riskpo_trl.evaluation.config import EvalConfig
     from riskpo_trl.rewards.registry import get_reward_funcs
 
-    with pytest.raises(ValueError, match=r"\['math_verfy'\] \(did you mean math_verify for math_verfy\?\); valid"):
+    with pytest.raises(ValueError, match=r"reward_funcs='math_verfy' is unknown \(did you mean math_verify\?\); choose"):
         get_reward_funcs(["boxed_format", "math_verfy"])
-    with pytest.raises(ValueError, match=r"Unknown benchmark 'math5000' \(did you mean math500\?\); choose"):
+    with pytest.raises(ValueError, match=r"benchmark='math5000' is unknown \(did you mean math500\?\); choose"):
         load_benchmark("math5000")
-    with pytest.raises(ValueError, match=r"\['aime2S'\] \(did you mean aime25 for aime2S\?\); choose"):
+    with pytest.raises(ValueError, match=r"benchmark='aime2S' is unknown \(did you mean aime25\?\); choose"):
         check_benchmark_names(EvalConfig(model="a-model", benchmarks=["aime2S"]))
     with pytest.raises(ValueError, match=r"release='release_v55' is unknown \(did you mean release_v5\?\)"):
         load_livecodebench(release="release_v55")
     # nothing close: no guess
-    with pytest.raises(ValueError, match=r"\['zzz'\]; valid names"):
+    with pytest.raises(ValueError, match=r"reward_funcs='zzz' is unknown; choose"):
         get_reward_funcs(["zzz"])
+    # several: one message naming each, with the hint for each close one
+    with pytest.raises(ValueError, match=r"reward_funcs \['zzz', 'boxed_formt'\] are unknown \(did you mean "
+                       r"boxed_format for boxed_formt\?\); choose one of \['math_verify'"):
+        get_reward_funcs(["zzz", "math_verify", "boxed_formt"])
 
 
 def test_trls_reward_names_get_ours(tmp_path, capsys):
@@ -147,7 +151,7 @@ def test_trls_reward_names_get_ours(tmp_path, capsys):
 
     line = run_cli(train.cli, ["--config", str(TINY_RECIPE), "--output_dir", str(tmp_path / "run"),
                                "--reward_funcs", "accuracy_reward"], capsys)
-    assert "['accuracy_reward'] (did you mean trl_accuracy for accuracy_reward?); valid names are" in line
+    assert "reward_funcs='accuracy_reward' is unknown (did you mean trl_accuracy?); choose one of" in line
     assert not (tmp_path / "run").exists()
     # each TRL name offered is the very function registered under our name
     for trl_name, ours in TRL_REWARD_NAMES.items():

@@ -32,7 +32,7 @@ from typing import Any
 import datasets
 from datasets import Dataset, Features, Value, concatenate_datasets
 
-from ..registry import Registry, closest_name
+from ..registry import Registry
 from ..rewards.grading import last_boxed
 from .columns import answer_text, gsm8k_answer, map_training_columns
 from .local_files import load_local_files
@@ -302,11 +302,9 @@ def _load_spec(
 
 
 def _lookup(
-    registry: Registry[DatasetSpec | LoaderSpec], name: str, kind: str, extra: Sequence[str] = ()
+    registry: Registry[DatasetSpec | LoaderSpec], name: str, extra: Sequence[str] = ()
 ) -> DatasetSpec | LoaderSpec:
-    if name not in registry:
-        raise ValueError(f"Unknown {kind} {name!r}{closest_name(name, [*registry, *extra])}; choose one of "
-                         f"{sorted([*registry, *extra])}.")
+    registry.check_all([name], also=extra)
     return registry[name]
 
 
@@ -345,7 +343,7 @@ def load_train_dataset(
         parts = [load_train_dataset(part, split, prompt_template=prompt_template) for part in TRAIN_MIXTURES[name]]
         dataset = concatenate_datasets(parts).shuffle(seed=seed).flatten_indices()
     else:
-        spec = _lookup(TRAIN_DATASETS, name, "training dataset", extra=TRAIN_MIXTURES)
+        spec = _lookup(TRAIN_DATASETS, name, extra=TRAIN_MIXTURES)
         local_form = "`dataset_files: [PATH]` in the recipe (`--dataset_files PATH`)"
         dataset = _load_spec(spec, name, split, data_files, local_form, prompt_template)
     return dataset.select(range(min(limit, len(dataset)))) if limit is not None else dataset
@@ -385,7 +383,7 @@ def load_benchmark(
     """An evaluation set from :data:`BENCHMARKS`: math ones with columns problem, answer, prompt, solution (=
     answer) and data_source, prompted as ``prompt_template`` says; the code and multi-modal ones in their loader's
     columns."""
-    spec = _lookup(BENCHMARKS, name, "benchmark")
+    spec = _lookup(BENCHMARKS, name)
     local_form = f"`riskpo-eval --benchmarks {name}=PATH` (`load_benchmark({name!r}, data_files=PATH)`)"
     dataset = _load_spec(spec, name, split, data_files, local_form, prompt_template)
     return dataset.select(range(min(limit, len(dataset)))) if limit is not None else dataset

@@ -14,7 +14,6 @@ from ..data import BENCHMARKS, load_benchmark
 from ..data.columns import check_columns_exist, gold_answer
 from ..data.local_files import check_data_files
 from ..data.prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS, make_prompt
-from ..registry import closest_names
 from .config import EvalConfig
 
 
@@ -103,10 +102,7 @@ def local_label(benchmark: str, path: str) -> str:
 
 
 def check_benchmark_names(config: EvalConfig) -> None:
-    unknown = [entry.partition("=")[0] for entry in config.benchmarks if entry.partition("=")[0] not in BENCHMARKS]
-    if unknown:
-        raise ValueError(f"Unknown benchmark(s) {unknown}{closest_names(unknown, BENCHMARKS)}; choose from "
-                         f"{sorted(BENCHMARKS)} or use --dataset_files.")
+    BENCHMARKS.check_all([entry.partition("=")[0] for entry in config.benchmarks], otherwise=" or use --dataset_files")
 
 
 def resolve_benchmarks(config: EvalConfig) -> list[Benchmark]:

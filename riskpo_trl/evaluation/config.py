@@ -224,13 +224,10 @@ class TrainingPassAtK:
 
     def _check(self) -> None:
         from ..data import BENCHMARKS
-        from ..registry import closest_name
 
         for entry in self.benchmarks:
             name = entry.partition("=")[0]
-            if name not in BENCHMARKS:
-                raise ValueError(f"pass_at_k: benchmark {name!r} is unknown{closest_name(name, BENCHMARKS)}; "
-                                 f"choose one of {sorted(BENCHMARKS)}.")
+            BENCHMARKS.check(name, where="pass_at_k: ")
             if BENCHMARKS[name].kind != "math":
                 raise ValueError(f"pass_at_k: {name!r} is a {BENCHMARKS[name].kind} benchmark; held-out Pass@k "
                                  "during training grades math answers only (evaluate it with riskpo-eval).")

@@ -69,8 +69,8 @@ def resolve_advantage_baseline(advantage_baseline: str | None, advantage_scaling
 
 def check_baseline_pair(advantage_baseline: str, advantage_scaling: str) -> None:
     """Refuse a baseline with the authors' scaling: their group-std division and group quantiles make every
-    completion's advantage depend on its whole bundle group, so no per-prompt mean is free of the completion itself."""
-    ADVANTAGE_BASELINES.check(advantage_baseline)
+    completion's advantage depend on its whole bundle group, so no per-prompt mean is free of the completion itself.
+    The names themselves are checked where they are resolved (:meth:`~riskpo_trl.risk.choices.RiskChoices.resolve`)."""
     if advantage_baseline != "none" and advantage_scaling == "authors_code":
         raise ValueError(
             f"advantage_baseline={advantage_baseline!r} with advantage_scaling='authors_code': that scaling divides "

@@ -52,8 +52,11 @@ def std_credit(
     return advantages / std.to(advantages.dtype)
 
 
-@CREDIT_ASSIGNMENTS.register("sum_mean", help="A x (r - prompt mean) / sum over the bundle of (r - prompt mean), A / B "
-                             "when that sum is ~0; the authors' DAPO script")
+@CREDIT_ASSIGNMENTS.register(
+    "sum_mean",
+    help="A x (r - prompt mean) / sum over the bundle of (r - prompt mean), A / B when that sum is ~0; the authors' DAPO "
+    "script",
+)
 def sum_mean_credit(
     advantages: torch.Tensor, rewards: torch.Tensor, bundle_ids: torch.Tensor, num_generations: int
 ) -> torch.Tensor:

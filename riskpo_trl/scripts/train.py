@@ -153,11 +153,8 @@ class RiskPOScriptArguments:
         elif self.prompt_column is not None or self.answer_column is not None:
             raise ValueError(f"prompt_column and answer_column name the columns of a dataset used as it is; "
                              f"{self.dataset_name!r} is registered and its adapter maps its columns. Remove them.")
-        if self.eval_benchmark is not None and self.eval_benchmark not in BENCHMARKS:
-            raise ValueError(
-                f"eval_benchmark={self.eval_benchmark!r} is unknown{closest_name(self.eval_benchmark, BENCHMARKS)}; "
-                f"choose one of {sorted(BENCHMARKS)}."
-            )
+        if self.eval_benchmark is not None:
+            BENCHMARKS.check(self.eval_benchmark, where="eval_benchmark: ")
         if isinstance(self.code_sandbox, str):  # from the command line
             self.code_sandbox = json.loads(self.code_sandbox)
         if self.pass_at_k is not None:

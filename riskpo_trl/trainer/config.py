@@ -18,6 +18,7 @@ from ..risk import (  # noqa: E402
     ADVANTAGE_BASELINES, ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, QUANTILE_SOURCES, RISK_PROFILES,
     resolve_advantage_baseline,
 )
+from ..risk.choices import DEFAULT_CHOICES  # noqa: E402
 from .config_checks import check_config  # noqa: E402
 from .config_conversion import from_grpo_config, name_misspelled_fields  # noqa: E402
 
@@ -154,32 +155,32 @@ class RiskPOConfig(GRPOConfig):
                   "members' rewards. 1 disables bundling. Prompts per generation batch must be a multiple of it."},
     )
     risk_profile: str = field(
-        default="mvar",
+        default=DEFAULT_CHOICES.risk_profile,
         metadata={"help": "Risk measure to optimise: %(choices)s.", "choices": RISK_PROFILES},
     )
     quantile_source: str = field(
-        default="tracked",
+        default=DEFAULT_CHOICES.quantile_source,
         metadata={"help": "Quantile source: where the advantage's quantiles come from: %(choices)s. The trackers run "
                   "and are logged in every case.", "choices": QUANTILE_SOURCES},
     )
     advantage_scaling: str = field(
-        default="none",
+        default=DEFAULT_CHOICES.advantage_scaling,
         metadata={"help": "Advantage scaling: how the risk profile's advantage is computed: %(choices)s.",
                   "choices": ADVANTAGE_SCALINGS},
     )
     natural_baseline: bool = field(
-        default=True,
+        default=DEFAULT_CHOICES.natural_baseline,
         metadata={"help": "Natural baseline: keep the constant q_alpha - q_beta of the window g(R, q_alpha, q_beta) "
                   "(the paper). False drops it, as the authors' DAPO script (natural_baseline_adv=False): most "
                   "advantages become positive."},
     )
     credit_assignment: str = field(
-        default="uniform",
+        default=DEFAULT_CHOICES.credit_assignment,
         metadata={"help": "Credit assignment: how a bundle's advantage reaches its members: %(choices)s.",
                   "choices": CREDIT_ASSIGNMENTS},
     )
     advantage_baseline: str | None = field(
-        default=None,
+        default=DEFAULT_CHOICES.advantage_baseline,
         metadata={"help": "Advantage baseline: what is subtracted from each completion's advantage after credit "
                   "assignment: %(choices)s. A baseline that does not depend on the completion "
                   "itself leaves the expected policy gradient unchanged and only changes which completions are pushed "
@@ -188,7 +189,7 @@ class RiskPOConfig(GRPOConfig):
                   "choices": ADVANTAGE_BASELINES},
     )
     bundling: str = field(
-        default="permutation",
+        default=DEFAULT_CHOICES.bundling,
         metadata={"help": "Bundling: how completions are matched into bundles: %(choices)s.",
                   "choices": BUNDLINGS},
     )
@@ -208,11 +209,11 @@ class RiskPOConfig(GRPOConfig):
     regime_guard_patience: int = field(
         default=0,
         metadata={"help": "Regime guard patience (opt-in; 0, the default, turns it off): warn once after this many "
-                  "consecutive training batches at or past regime_guard_threshold. Post hoc and narrow: the signal was "
-                  "chosen after the runs of one tiny-LM study (a 0.5M-parameter model, 20 x 8 batches, Adam at lr 3e-5 "
-                  "to 1e-4), where it marked the regime in which the paper's advantage lost most of its coverage (at "
-                  "GRPO's learning rate, and in later runs at a 3x smaller one) but fired on many healthy runs and did "
-                  "not predict which runs collapsed "
+                  "consecutive training batches at or past regime_guard_threshold. Post hoc and narrow: the signal "
+                  "was chosen after the runs of one tiny-LM study (a 0.5M-parameter model, 20 x 8 batches, Adam at lr "
+                  "3e-5 to 1e-4), where it marked the regime in which the paper's advantage lost most of its coverage "
+                  "(at GRPO's learning rate, and in later runs at a 3x smaller one) but fired on many healthy runs and "
+                  "did not predict which runs collapsed "
                   "(docs/replication.md, 'The regime guard'). Only with advantage_scaling='none'. The "
                   "metric is logged either way."},
     )

@@ -19,13 +19,14 @@ from .checkpoints import RISK_STATE_FILE, check_resume_settings, read_state, ris
 from .config import RiskPOConfig  # noqa: E402
 from .regime_guard import RegimeGuard  # noqa: E402
 from .shared import SharedTrainerMixin  # noqa: E402
+from .token_mean import TokenMeanLossMixin  # noqa: E402
 
 __all__ = ["RISK_STATE_FILE", "RiskPOTrainer"]
 
 
-class RiskPOTrainer(SharedTrainerMixin, GRPOTrainer):
+class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
     """
-    Trainer for Risk-based Policy Optimization (RiskPO).
+    Trainer for RiskPO (Risk-based Policy Optimization): GRPO whose advantage is bundled MVaR, not group-normalised.
 
     RiskPO (https://huggingface.co/papers/2510.00911) is a GRPO variant that optimises a risk measure of the reward
     distribution instead of its mean. What differs from [`~trl.GRPOTrainer`] is the advantage: one

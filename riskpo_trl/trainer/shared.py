@@ -4,8 +4,9 @@
 ``RiskPOTrainer`` is built on it, and the registry of trainers (``riskpo_trl.trainer.registry``) builds each baseline
 as it, so a fix added here reaches every trainer a recipe can name. At construction: the start-up checks, the CPU vLLM
 server's weight sync, an adapter's absolute base-model path, the resumed schedule and the VLM image token; per batch:
-the reward accounting and the per-batch seam (``add_batch_observer``), verl's token mean when configured; at the end:
-a run without a single step raises, and the model card is this package's.
+the reward accounting and the per-batch seam (``add_batch_observer``); at the end: a run without a single step raises,
+and the model card is this package's. verl's token mean (``token_mean``) is RiskPOTrainer's alone: only its config has
+``loss_token_mean_sequences``.
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ from .checkpoints import TiedWeightsResumeMixin
 from .checks import check_start_up
 from .model_card import record_absolute_base_model, save_model_card
 from .resumed_schedule import continue_schedule_on_resume
-from .token_mean import TokenMeanLossMixin
 from .unscored_rewards import counting_unscored_rewards, warn_unscored
 
 
-class SharedTrainerMixin(BatchObserversMixin, TokenMeanLossMixin, TiedWeightsResumeMixin):
+class SharedTrainerMixin(BatchObserversMixin, TiedWeightsResumeMixin):
     """In front of a TRL GRPO-family trainer: the behaviour every trainer of this package shares (module docstring).
 
     ``config_class`` builds the default config when ``args`` is None, as TRL does.
