@@ -4,6 +4,8 @@ other choice, the refused pairing, and the gradient identity that justifies it (
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -142,12 +144,14 @@ def test_the_authors_scaling_refuses_a_baseline_at_config_time(tmp_path):
 
 def test_the_authors_scaling_alone_resolves_the_default_to_none(tmp_path, caplog):
     """The default "loo" is refused with the authors' scaling, so choosing that scaling without naming a baseline
-    gets their code's "none" (logged once); naming "loo" with it stays an error (above)."""
+    gets their code's "none" (a warning, once); naming "loo" with it stays an error (above)."""
     authors = dict(advantage_scaling="authors_code", quantile_source="group", credit_assignment="std")
-    with caplog.at_level("INFO", logger="riskpo_trl.risk.baselines"):
+    with caplog.at_level("WARNING", logger="riskpo_trl.risk.baselines"):
         config = RiskPOConfig(output_dir=str(tmp_path), **authors)
     assert config.advantage_baseline == "none"
-    assert "advantage_baseline not set with advantage_scaling='authors_code': using 'none'" in caplog.text
+    [record] = [r for r in caplog.records if "advantage_baseline not set" in r.getMessage()]
+    assert record.levelname == "WARNING"
+    assert "advantage_baseline not set with advantage_scaling='authors_code': using 'none'" in record.getMessage()
     estimator = RiskEstimator.from_config(config)
     assert estimator.choices.advantage_baseline == "none"
     direct = RiskEstimator(num_generations=4, bundle_size=2, alpha=0.2, beta=0.8, omega=1.5, **authors)
@@ -214,3 +218,13 @@ def test_loo_keeps_the_mean_gradient_and_the_test_detects_a_biased_baseline():
     assert signal.abs().max() > 10  # the gradient itself is resolved
     assert z_scores(loo).abs().max() < 4
     assert z_scores(biased).abs().max() > 8
+
+
+def test_the_authors_scaling_resolution_reaches_a_users_terminal(tmp_path):
+    """Without any logging set up (a user's script), the resolution is printed on stderr."""
+    script = ("from riskpo_trl import RiskPOConfig\n"
+              f"RiskPOConfig(output_dir={str(tmp_path)!r}, use_cpu=True, advantage_scaling='authors_code', "
+              "quantile_source='group', credit_assignment='std')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "advantage_baseline not set with advantage_scaling='authors_code': using 'none'" in done.stderr

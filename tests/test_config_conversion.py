@@ -94,12 +94,29 @@ def test_one_line_names_the_carried_over_settings_that_differ_from_the_papers(tm
     assert record.getMessage() == (
         "RiskPOConfig.from_grpo_config kept the GRPO config's importance_sampling_level='token' (paper: 'sequence'), "
         "loss_type='dapo' (paper: 'grpo'), temperature=0.7 (paper: 0.8), beta=0.04 (paper: 0.0), 1 optimizer "
-        "update(s) per generation batch (steps_per_generation=2; paper: 4); pass any of them to from_grpo_config to "
-        "use the paper's."
+        "update(s) per generation batch (steps_per_generation=2; paper: 4) and uses advantage_baseline='loo' (the "
+        "library's default; paper: 'none'); pass any of them to from_grpo_config to use the paper's."
     )  # num_generations=4 was passed on purpose: not named
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="riskpo_trl.trainer.config_conversion"):
         RiskPOConfig.from_grpo_config(source, bundle_size=2, num_generations=10, importance_sampling_level="sequence",
                                       loss_type="grpo", temperature=0.8, beta=0.0, steps_per_generation=8,
-                                      per_device_train_batch_size=10)
+                                      per_device_train_batch_size=10, advantage_baseline="none")
     assert "from_grpo_config" not in caplog.text  # the paper's settings: nothing to say
+
+
+def test_the_default_baseline_alone_is_named_as_not_the_papers(tmp_path, caplog):
+    paper_grpo = grpo_config(tmp_path, importance_sampling_level="sequence", loss_type="grpo", temperature=0.8,
+                             num_generations=10, per_device_train_batch_size=10, steps_per_generation=8)
+    with caplog.at_level(logging.WARNING, logger="riskpo_trl.trainer.config_conversion"):
+        RiskPOConfig.from_grpo_config(paper_grpo, bundle_size=2)
+    [record] = [r for r in caplog.records if "from_grpo_config" in r.getMessage()]
+    assert record.getMessage() == (
+        "RiskPOConfig.from_grpo_config uses advantage_baseline='loo' (the library's default; paper: 'none'); pass any "
+        "of them to from_grpo_config to use the paper's."
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="riskpo_trl.trainer.config_conversion"):
+        RiskPOConfig.from_grpo_config(paper_grpo, bundle_size=2, advantage_scaling="authors_code",
+                                      quantile_source="group", credit_assignment="sum_mean")
+    assert "from_grpo_config" not in caplog.text  # the authors' scaling resolves to the paper's 'none'

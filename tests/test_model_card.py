@@ -62,6 +62,18 @@ def test_local_run_card_names_the_output_dir_and_no_hub_ids(tiny_model_dir, tmp_
     assert "- riskpo" in header and "- trl" in header
 
 
+def test_the_method_sentence_names_a_baseline_that_is_not_the_papers(tiny_model_dir, tmp_path):
+    _, loo = header_and_body(str(build_model_card(make_trainer(tiny_model_dir, tmp_path / "loo"))))
+    assert re.search(r"This model was trained with RiskPO, a method introduced in \[.*?\]\(.*?2510\.00911\), with a "
+                     r"leave-one-out baseline \(`advantage_baseline=\"loo\"`\), which is not the paper's estimator, "
+                     r"for 3 optimizer steps\.", loo)
+    _, paper = header_and_body(str(build_model_card(make_trainer(tiny_model_dir, tmp_path / "paper",
+                                                                 advantage_baseline="none"))))
+    assert re.search(r"This model was trained with RiskPO, a method introduced in \[.*?\]\(.*?\), for 3 optimizer "
+                     r"steps\.", paper)
+    assert "baseline (`advantage_baseline" not in paper
+
+
 def test_hub_run_card_names_the_hub_repo_base_model_and_datasets(tiny_model_dir, tmp_path):
     trainer = make_trainer(tiny_model_dir, tmp_path / "out", hub_model_id="someone/tiny-riskpo-gsm8k")
     # A model loaded from the Hub records its id; the tiny model here is local, so set what loading would.

@@ -61,8 +61,9 @@ def resolve_advantage_baseline(advantage_baseline: str | None, advantage_scaling
     if advantage_baseline is not None:
         return advantage_baseline
     if advantage_scaling == "authors_code":
-        logger.info("advantage_baseline not set with advantage_scaling='authors_code': using 'none', as the authors' "
-                    "code (the default 'loo' is refused with that scaling).")
+        logger.warning("advantage_baseline not set with advantage_scaling='authors_code': using 'none', as the authors' "
+                       "code does (the default 'loo' is refused with that scaling). Set advantage_baseline='none' to "
+                       "say so and silence this.")
         return "none"
     return DEFAULT_ADVANTAGE_BASELINE
 

@@ -39,12 +39,18 @@ def name_misspelled_fields(config_class: type) -> type:
 def from_grpo_config(config_class: type, grpo_config: Any, risk_fields: dict[str, Any],
                      updates_per_generation: int) -> Any:
     """``config_class`` with every setting of ``grpo_config`` (tokens included) plus ``risk_fields``; one warning names
-    the carried-over settings that differ from the paper's (:func:`settings_off_the_papers`)."""
+    the carried-over settings that differ from the paper's (:func:`settings_off_the_papers`) and the advantage baseline
+    when it is not the paper's and was not passed."""
     config = config_class(**converted_config_kwargs(grpo_config, config_class, risk_fields))
     kept = settings_off_the_papers(config, config_class, set(risk_fields), updates_per_generation)
-    if kept:
+    baseline = getattr(config, "advantage_baseline", PAPER_ADVANTAGE_BASELINE)
+    differing = [f"kept the GRPO config's {', '.join(kept)}"] if kept else []
+    if "advantage_baseline" not in risk_fields and baseline != PAPER_ADVANTAGE_BASELINE:
+        differing.append(f"uses advantage_baseline={baseline!r} (the library's default; paper: "
+                         f"{PAPER_ADVANTAGE_BASELINE!r})")
+    if differing:
         logger.warning(
-            f"{config_class.__name__}.from_grpo_config kept the GRPO config's {', '.join(kept)}; pass any of them to "
+            f"{config_class.__name__}.from_grpo_config {' and '.join(differing)}; pass any of them to "
             "from_grpo_config to use the paper's."
         )
     return config
@@ -61,6 +67,9 @@ _DEPRECATED_ALIASES = {
 def init_field_names(config_class: type) -> set[str]:
     return {f.name for f in dataclasses.fields(config_class) if f.init}
 
+
+# The paper's advantage has no baseline; RiskPOConfig's default ("loo") is not the paper's.
+PAPER_ADVANTAGE_BASELINE = "none"
 
 # GRPO settings that define the paper's method, whose RiskPOConfig defaults are the paper's.
 PAPER_GRPO_SETTINGS = ("importance_sampling_level", "loss_type", "temperature", "num_generations", "epsilon", "beta")

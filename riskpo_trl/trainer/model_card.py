@@ -129,6 +129,20 @@ def settings_table(args: Any) -> str:
     return "\n".join(rows)
 
 
+# How the method sentence names an advantage baseline that is not the paper's ("none").
+BASELINE_WORDS = {"loo": "a leave-one-out baseline"}
+
+
+def baseline_clause(args: Any) -> str:
+    """``", with a leave-one-out baseline (`advantage_baseline="loo"`), which is not the paper's estimator"`` when the
+    run's advantage baseline is not the paper's; empty for the paper's and for a config without one (GRPO)."""
+    baseline = getattr(args, "advantage_baseline", None)
+    if baseline in (None, "none"):
+        return ""
+    words = BASELINE_WORDS.get(baseline, f"the {baseline!r} advantage baseline")
+    return f', with {words} (`advantage_baseline="{baseline}"`), which is not the paper\'s estimator'
+
+
 def rewards_table(trainer: Any) -> str:
     """Markdown table of the reward functions the trainer sums, with their weights (empty without any)."""
     names = list(getattr(trainer, "reward_func_names", None) or ())
@@ -223,6 +237,7 @@ def build_model_card(
     method = f"This model was trained with {trainer_name}"
     if paper.get("id"):
         method += f", a method introduced in [{paper['title']}](https://huggingface.co/papers/{paper['id']})"
+    method += baseline_clause(args)
     steps = getattr(getattr(trainer, "state", None), "global_step", None)
     method += f", for {steps} optimizer steps." if steps else "."
     procedure = [method, rewards_table(trainer), settings_table(args)]
