@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import os
 import queue
 import select
@@ -40,6 +39,7 @@ from typing import IO
 from . import cgroups
 from .ahead import ReadyAhead
 from .bwrap import INSTALL_HINT, SHM_DIR, BwrapLauncher, SandboxUnavailableError
+from .fdwait import poll_ms, readable
 from .report import HEADER_BYTES, TEST_STYLES, parse_report
 from .seccomp import denied_syscalls_filter
 
@@ -561,7 +561,7 @@ def _read_report(stream, limit: int, deadline: float, n_tests: int, test_timeout
     poller.register(fd, select.POLLIN)
     while True:
         due = deadline if test_deadline is None else min(deadline, test_deadline)
-        if not poller.poll(max(0, math.ceil((due - time.monotonic()) * 1000))):
+        if not poller.poll(poll_ms(due - time.monotonic())):
             if time.monotonic() < due:
                 continue
             if due == deadline:
@@ -589,8 +589,7 @@ def _namespace_init(info: int, process: subprocess.Popen, deadline: float) -> in
     """
     data = b""
     while time.monotonic() < deadline and len(data) < 4096:
-        ready, _, _ = select.select([info], [], [], max(0.0, deadline - time.monotonic()))
-        chunk = os.read(info, 4096) if ready else b""
+        chunk = os.read(info, 4096) if readable(info, deadline - time.monotonic()) else b""
         if not chunk:
             break
         data += chunk
@@ -622,7 +621,7 @@ def _kill_bwrap(process: subprocess.Popen, init_pidfd: int | None) -> None:
         try:
             signal.pidfd_send_signal(init_pidfd, signal.SIGKILL)
             # PID 1 exits only once the kernel has ended every other process of the namespace: wait for that
-            if not select.select([init_pidfd], [], [], KILL_WAIT_S)[0]:
+            if not readable(init_pidfd, KILL_WAIT_S):
                 logger.warning("The sandbox's PID 1 did not exit within %.0f s of SIGKILL.", KILL_WAIT_S)
             process.wait(timeout=KILL_WAIT_S)
         except (OSError, subprocess.TimeoutExpired):
