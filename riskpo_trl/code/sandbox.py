@@ -6,9 +6,10 @@ capabilities, an unprivileged uid (also on the host when the trainer runs as roo
 bytes (and, as root, in files) as the writable working directory, ``HOME``, ``TMPDIR`` and ``/dev/shm``. Where this
 process can make cgroups (`riskpo_trl.code.cgroups`: root, or a delegated cgroup), each run's memory and tasks are
 capped as a whole; elsewhere only per process, which the start-up log states. Inside, the runner
-(`riskpo_trl.code._harness`) adds resource limits (CPU, memory, file size, open files, processes), a per-test timer
-and, as defence in depth only, an audit hook. The whole sandbox (its PID namespace) is SIGKILLed when the run ends or
-its wall-clock cap passes, and its PID 1 is reaped here, not left to whoever reaps orphans.
+(`riskpo_trl.code._harness`) adds resource limits (CPU, memory, file size, open files, processes) and, as defence in
+depth only, an audit hook. The deadlines are kept here, outside the sandbox (`_read_report`): the whole sandbox (its
+PID namespace) is SIGKILLed when the run ends, when its wall-clock cap passes, or when a test's output is not reported
+within ``test_timeout_s`` of the one before; its PID 1 is reaped here, not left to whoever reaps orphans.
 
 Only observed outputs come back, through a pipe read up to a cap that the expected outputs set (`TestSpec.output_caps`)
 and parsed by length prefixes, without regular expressions. Expected outputs never enter the sandbox, so a program
