@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -155,12 +156,109 @@ def test_a_requeued_slurm_jobs_earlier_lock_is_stale_on_any_node(tmp_path, monke
     taken.release()
 
 
+def this_machine() -> dict:
+    """The boot id and PID namespace of this process, as a lock file records them."""
+    return {"host": socket.gethostname(), "boot_id": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+            "pid_namespace": os.readlink("/proc/self/ns/pid")}
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
 def test_a_reused_pid_does_not_hold_the_lock(tmp_path):
     """The recorded PID runs again, but as another process (its start time differs): the lock is stale."""
-    (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+    (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": os.getpid(), **this_machine(),
                                                   "started": "2026-01-01T00:00:00", "process_start": -1}))
     acquire(str(tmp_path)).release()
     assert not (tmp_path / LOCK_FILE).exists()
+
+
+def test_a_lock_records_the_boot_id_and_pid_namespace(tmp_path):
+    lock = acquire(str(tmp_path))
+    recorded = json.loads((tmp_path / LOCK_FILE).read_text())
+    lock.release()
+    assert {key: recorded[key] for key in this_machine()} == this_machine() and recorded["pid"] == os.getpid()
+
+
+@pytest.mark.parametrize("field, value, where", [
+    ("pid_namespace", "pid:[1]", "another PID namespace"),
+    ("boot_id", "00000000-0000-0000-0000-000000000000", "another boot id"),
+])
+def test_a_lock_from_another_pid_namespace_or_boot_is_refused_with_the_override(tmp_path, field, value, where):
+    """The same hostname, but the PID means another process there (a container with host networking): its PID not
+    running here says nothing, so the lock is not taken over."""
+    lock = {"pid": dead_pid(), **this_machine(), field: value, "started": "2026-01-01T00:00:00"}
+    (tmp_path / LOCK_FILE).write_text(json.dumps(lock))
+    with pytest.raises(OutputDirLocked, match=rf"{where}.*delete {tmp_path / LOCK_FILE}"):
+        acquire(str(tmp_path))
+    assert json.loads((tmp_path / LOCK_FILE).read_text()) == lock
+
+
+def test_a_lock_of_an_earlier_version_is_taken_over_only_by_hand(tmp_path):
+    """Without a boot id and PID namespace, a PID that runs here holds the lock, and one that does not is not proof
+    that its run ended: refused, with the override."""
+    old = {"pid": os.getpid(), "host": socket.gethostname(), "started": "2026-01-01T00:00:00"}
+    (tmp_path / LOCK_FILE).write_text(json.dumps(old))
+    with pytest.raises(OutputDirLocked, match="Wait for it to finish"):
+        acquire(str(tmp_path))
+    (tmp_path / LOCK_FILE).write_text(json.dumps({**old, "pid": dead_pid()}))
+    with pytest.raises(OutputDirLocked, match=rf"earlier version.*delete {tmp_path / LOCK_FILE}"):
+        acquire(str(tmp_path))
+
+
+@pytest.mark.parametrize("pid", [-1, 0, 10**30, "1234", None, True])
+def test_a_lock_naming_an_impossible_pid_is_refused_clearly(tmp_path, pid):
+    (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": pid, **this_machine(), "started": "2026-01-01T00:00:00"}))
+    with pytest.raises(OutputDirLocked, match=rf"which no process can have.*delete {tmp_path / LOCK_FILE}"):
+        acquire(str(tmp_path))
+
+
+def test_a_pid_above_pid_max_is_refused(tmp_path):
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": pid_max + 1, **this_machine(), "started": "2026-01-01"}))
+    with pytest.raises(OutputDirLocked, match=f"from 1 to {pid_max}"):
+        acquire(str(tmp_path))
+
+
+@pytest.mark.parametrize("kind", ["dangling symlink", "symlink to a lock", "directory", "fifo"])
+def test_anything_but_a_regular_file_at_the_lock_path_is_refused_by_name(tmp_path, kind):
+    path = tmp_path / LOCK_FILE
+    if kind == "dangling symlink":
+        path.symlink_to(tmp_path / "nowhere")
+    elif kind == "symlink to a lock":
+        (tmp_path / "elsewhere").write_text(json.dumps({"pid": dead_pid(), **this_machine(), "started": "x"}))
+        path.symlink_to(tmp_path / "elsewhere")
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+    with pytest.raises(OutputDirLocked, match=rf"{path} is a .*not a run's lock file.*Remove it"):
+        acquire(str(tmp_path))
+    assert os.path.lexists(path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root and unshare for a real PID namespace")
+def test_a_run_in_another_pid_namespace_keeps_its_lock(tmp_path):
+    """A real holder in a new PID namespace (where it is PID 1, and this namespace's PID 1 is another process)."""
+    holder = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", sys.executable, "-c",
+         ("import sys, time\nfrom riskpo_trl.trainer.run_lock import acquire\nacquire(sys.argv[1])\n"
+          "print('held', flush=True)\ntime.sleep(120)"), str(tmp_path)],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        recorded = json.loads((tmp_path / LOCK_FILE).read_text())
+        assert recorded["pid_namespace"] != this_machine()["pid_namespace"]
+        with pytest.raises(OutputDirLocked, match="another PID namespace"):
+            acquire(str(tmp_path))
+        assert json.loads((tmp_path / LOCK_FILE).read_text()) == recorded
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 @pytest.mark.distributed

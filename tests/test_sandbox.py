@@ -336,6 +336,14 @@ def test_memory_hog_fails_without_hurting_the_parent(reward):
     assert reward([as_completion(p) for p in hogs], [ADD_TESTS] * 2) == [0.0, 0.0]
 
 
+def test_a_deeply_nested_tests_cell_makes_only_its_row_unscorable(reward):
+    """Cells nested 200,000 deep (plain json.loads raises RecursionError) score None; the honest row still scores."""
+    deep = "[" * 200_000 + "]" * 200_000
+    cells = [ADD_TESTS, deep, '{"style": "stdin", "inputs": ' + deep + ', "outputs": ["3"]}', '{"a": ' * 200_000]
+    program = as_completion("a, b = map(int, input().split())\nprint(a + b)")
+    assert reward([program] * len(cells), cells) == [1.0, None, None, None]
+
+
 def test_output_flood_is_bounded(reward):
     program = "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)"
     assert reward([as_completion(program)], [ADD_TESTS]) == [0.0]

@@ -3,8 +3,14 @@
 Standard library only. It reads the spec (program, test inputs, limits) from stdin, lowers its own resource limits,
 installs an audit hook that refuses networking, process execution, ctypes, signals to other processes, tracers and
 writes outside the working directory and /dev/shm, then runs the program once per test and writes its report of
-*observed* values to the stdout it was started with (a pipe the parent reads with a size cap): one length-prefixed
-record per test output (``O<length>\n<bytes>``), an optional error (``E...``) and an end mark (``D0\n``).
+*observed* values to the stdout it was started with (a pipe the parent reads with a size cap): a start mark (``S0\n``)
+once the program is compiled, then one length-prefixed record per test output (``O<length>\n<bytes>``), each written
+as soon as its test ends, an optional error (``E...``) and an end mark (``D0\n``).
+
+There is no timer in here: the per-test deadline is the trainer's (`riskpo_trl.code.sandbox`). It reads the records
+as they arrive and kills the whole sandbox (its PID namespace) when a test's record is not complete within
+``test_timeout_s`` of the record before it (of the start mark, for the first test). So nothing the program does with
+signals or exceptions in here extends it.
 
 Nothing here decides whether a test passed, because the program runs in this interpreter and can rewrite all of it
 (this module, its report, the builtins). Expected outputs never enter this process: a judge process outside the
@@ -53,14 +59,6 @@ _DIR_FD_ARGS = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os
                 "os.link": 2, "os.symlink": 1, "os.rename": 2, "shutil.rmtree": 1}
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 _DIR_FLAGS = os.O_DIRECTORY | getattr(os, "O_PATH", 0)
-
-
-class _TestTimeout(BaseException):
-    """Raised by the per-test timer; a BaseException so `except Exception` in the program does not swallow it."""
-
-
-def _on_timer(signum, frame):
-    raise _TestTimeout()
 
 
 def _set_limits(spec):
@@ -220,7 +218,7 @@ def _program_module(name):
     return module
 
 
-def _run_one(code, style, fn_name, test_input, timeout_s, workdir):
+def _run_one(code, style, fn_name, test_input, workdir):
     """Run one test; return (observed output, error or None).
 
     style "stdin": the program reads ``test_input`` on stdin, its stdout is the output. "functional": the program
@@ -235,7 +233,6 @@ def _run_one(code, style, fn_name, test_input, timeout_s, workdir):
     sys.stdin = open(0, "r", closefd=False)
     sys.stdout = open(1, "w", closefd=False)
     result, error, records = None, None, []
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
         namespace = _program_module("__main__" if style == "stdin" else "solution").__dict__
         _exec(_PRELUDE, namespace)
@@ -253,12 +250,8 @@ def _run_one(code, style, fn_name, test_input, timeout_s, workdir):
     except SystemExit as exc:  # a clean exit ends a stdin program; elsewhere it would skip the function or the check
         if style != "stdin" or exc.code not in (None, 0):
             error = f"SystemExit({exc.code!r})"
-    except _TestTimeout:
-        error = "timeout"
     except BaseException as exc:  # noqa: BLE001 - any failure of the program fails the test
         error = f"{type(exc).__name__}: {exc}"[:500]
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
     try:
         sys.stdout.flush()
     except BaseException as exc:  # noqa: BLE001 - e.g. output over RLIMIT_FSIZE
@@ -329,7 +322,7 @@ def _observe(leaf):
     whether that matters (Python would not have evaluated a sub-expression that ``or``/``and`` skip)."""
     try:
         return encode_value(leaf())
-    except Exception as exc:  # noqa: BLE001 - the timer, exit and interrupts still end the test
+    except Exception as exc:  # noqa: BLE001 - exit and interrupts still end the test
         return {"__raised__": type(exc).__name__[:100]}
 
 
@@ -345,27 +338,26 @@ def main():
     os.closerange(report.fileno() + 1, 1 << 16)
     workdir = os.getcwd()
     _set_limits(spec)
-    signal.signal(signal.SIGALRM, _on_timer)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
     if spec.get("audit_guard", True):
         _install_guard(workdir, spec.get("shared_memory_dir"))
-    outputs, error = [], None
+    error = None
     try:
         code = _compile(spec["source"], "<solution>", "exec")
     except (SyntaxError, ValueError) as exc:
         error = f"{type(exc).__name__}: {exc}"[:500]
     else:
+        _record(report, b"S", b"")  # the trainer starts the first test's clock here
+        report.flush()
         for test_input in spec["inputs"]:
             try:
-                output, error = _run_one(code, spec["style"], spec["fn_name"], test_input, spec["test_timeout_s"],
-                                         workdir)
+                output, error = _run_one(code, spec["style"], spec["fn_name"], test_input, workdir)
             except BaseException as exc:  # noqa: BLE001 - the program broke the runner's own plumbing
                 output, error = None, f"runner: {type(exc).__name__}: {exc}"[:500]
             if error is not None:
                 break  # a failed test fails the program; stop early
-            outputs.append(output)
-    for output in outputs:
-        _record(report, b"O", output.encode("utf-8", errors="surrogatepass"))
+            _record(report, b"O", output.encode("utf-8", errors="surrogatepass"))
+            report.flush()  # the trainer starts the next test's clock when this record is complete
     if error is not None:
         _record(report, b"E", error.encode("utf-8", errors="replace"))
     _record(report, b"D", b"")

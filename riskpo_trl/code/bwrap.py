@@ -29,7 +29,6 @@ import itertools
 import json
 import os
 import re
-import select
 import shutil
 import stat
 import subprocess
@@ -40,6 +39,7 @@ import threading
 import time
 from pathlib import Path
 
+from .fdwait import readable
 from .spawner import Spawner
 
 SANDBOX_UID_BASE = 61000  # host uids per worker slot when running as root; no account needs to exist
@@ -365,8 +365,7 @@ class _StageServer:
         data, fd = b"", self.process.stdout.fileno()
         deadline = time.monotonic() + STAGE_TIMEOUT_S
         while not data.endswith(b"\n"):
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
+            if not readable(fd, deadline - time.monotonic()):
                 self.process.kill()
                 return {"error": f"the staging server did not answer within {STAGE_TIMEOUT_S:.0f} s"}
             chunk = os.read(fd, 4096)

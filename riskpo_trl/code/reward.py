@@ -42,7 +42,7 @@ def parse_tests(tests) -> TestSpec | None:
             return TestSpec(**tests)
     except UndecidableTestError as exc:
         _warn_refused(str(exc))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         return None
     return None
 
@@ -55,7 +55,7 @@ def _parse_json_tests(tests: str) -> TestSpec | None:
         return TestSpec.from_json(tests)
     except UndecidableTestError as exc:
         _warn_refused(str(exc))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         pass
     return None
 
@@ -111,7 +111,12 @@ class CodeReward:
         self._pool: ThreadPoolExecutor | None = None
 
     def score(self, completion, tests) -> float | None:
-        spec = parse_tests(tests)
+        try:
+            spec = parse_tests(tests)
+        except Exception as exc:  # noqa: BLE001 - one row's cell, however broken, never fails the batch
+            logger.warning("Code reward: parsing a tests cell raised %s: %s; that row is unscorable (None).",
+                           type(exc).__name__, str(exc)[:200])
+            return None
         if spec is None:
             return None
         try:

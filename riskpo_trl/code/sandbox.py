@@ -6,9 +6,10 @@ capabilities, an unprivileged uid (also on the host when the trainer runs as roo
 bytes (and, as root, in files) as the writable working directory, ``HOME``, ``TMPDIR`` and ``/dev/shm``. Where this
 process can make cgroups (`riskpo_trl.code.cgroups`: root, or a delegated cgroup), each run's memory and tasks are
 capped as a whole; elsewhere only per process, which the start-up log states. Inside, the runner
-(`riskpo_trl.code._harness`) adds resource limits (CPU, memory, file size, open files, processes), a per-test timer
-and, as defence in depth only, an audit hook. The whole sandbox (its PID namespace) is SIGKILLed when the run ends or
-its wall-clock cap passes, and its PID 1 is reaped here, not left to whoever reaps orphans.
+(`riskpo_trl.code._harness`) adds resource limits (CPU, memory, file size, open files, processes) and, as defence in
+depth only, an audit hook. The deadlines are kept here, outside the sandbox (`_read_report`): the whole sandbox (its
+PID namespace) is SIGKILLed when the run ends, when its wall-clock cap passes, or when a test's output is not reported
+within ``test_timeout_s`` of the one before; its PID 1 is reaped here, not left to whoever reaps orphans.
 
 Only observed outputs come back, through a pipe read up to a cap that the expected outputs set (`TestSpec.output_caps`)
 and parsed by length prefixes, without regular expressions. Expected outputs never enter the sandbox, so a program
@@ -39,7 +40,8 @@ from typing import IO
 from . import cgroups
 from .ahead import ReadyAhead
 from .bwrap import INSTALL_HINT, SHM_DIR, BwrapLauncher, SandboxUnavailableError
-from .report import TEST_STYLES, parse_report
+from .fdwait import poll_ms, readable
+from .report import HEADER_BYTES, TEST_STYLES, parse_report
 from .seccomp import denied_syscalls_filter
 
 logger = logging.getLogger(__name__)
@@ -49,6 +51,7 @@ ISOLATION_MODES = ("bwrap", "none")
 _PYTHON_FLAGS = ["-I", "-S", "-B"]  # isolated mode, no site-packages, no bytecode files
 REPORT_MARGIN = 64 * 1024  # report bytes besides the outputs: framing and the error message
 KILL_WAIT_S = 10.0  # how long PID 1 may take to die after SIGKILL (the kernel ends its namespace first)
+MALFORMED_REPORT = "malformed report from the sandbox"
 
 
 @dataclass(frozen=True)
@@ -500,8 +503,10 @@ class Sandbox:
 
     def _collect(self, process: subprocess.Popen, n_tests: int, output_caps: list[int] | None,
                  deadline: float) -> tuple[bytes, str | None]:
-        """The runner's report, read up to its cap until the deadline; then a short wait for a clean exit."""
-        data, error = _read_capped(process.stdout, self.report_limit(n_tests, output_caps), deadline)
+        """The runner's report, read up to its cap until the deadlines (`_read_report`); then a short wait for a clean
+        exit."""
+        data, error = _read_report(process.stdout, self.report_limit(n_tests, output_caps), deadline, n_tests,
+                                   self.limits.test_timeout_s)
         if error is None:
             try:
                 process.wait(timeout=max(0.1, min(deadline - time.monotonic(), self.limits.total_timeout_s / 10)))
@@ -512,25 +517,70 @@ class Sandbox:
         return data, error
 
 
-def _read_capped(stream, limit: int, deadline: float) -> tuple[bytes, str | None]:
-    """Everything the sandbox writes before EOF, or an error on timeout or when over ``limit`` bytes (then nothing
-    more is read: the trainer holds at most ``limit`` bytes of a report)."""
-    chunks, size = [], 0
+class _TestClock:
+    """Follows the runner's records as they arrive, by their framing only (a kind byte and a length; no payload is
+    decoded), and says when the clock of the next test restarts: at the start mark, then at each test's output."""
+
+    def __init__(self, n_tests: int):
+        self.n_tests, self.position, self.started, self.outputs, self.ended = n_tests, 0, False, 0, False
+
+    def advance(self, data: bytearray) -> tuple[bool, str | None]:
+        """(whether a test's clock restarted, error) after ``data`` grew."""
+        restarted = False
+        while not self.ended:
+            newline = data.find(b"\n", self.position, self.position + HEADER_BYTES)
+            if newline < 0:
+                return restarted, (MALFORMED_REPORT if len(data) - self.position >= HEADER_BYTES else None)
+            kind, digits = data[self.position:self.position + 1], data[self.position + 1:newline]
+            if not digits.isdigit():
+                return restarted, MALFORMED_REPORT
+            end = newline + 1 + int(digits)
+            if end > len(data):
+                return restarted, None
+            self.position = end
+            if kind == b"S" and not self.started:
+                self.started = restarted = True
+            elif kind == b"O" and self.started and self.outputs < self.n_tests:
+                self.outputs += 1
+                restarted = True
+            elif kind in (b"E", b"D"):
+                self.ended = True  # what follows is the end mark and EOF, under the run's own deadline
+            else:
+                return restarted, MALFORMED_REPORT  # a second start mark, or outputs before it or beyond the tests
+        return restarted, None
+
+
+def _read_report(stream, limit: int, deadline: float, n_tests: int, test_timeout_s: float) -> tuple[bytes, str | None]:
+    """Everything the sandbox writes before EOF, or an error when over ``limit`` bytes (then nothing more is read:
+    the trainer holds at most ``limit`` bytes of a report), on a malformed record, or on timeout: past ``deadline``,
+    or when a test's record is not complete within ``test_timeout_s`` of the record before it (`_TestClock`). This
+    clock is the trainer's, outside the sandbox: the caller then kills the sandbox, so nothing the program does
+    extends it. Waits with poll, which has no limit on descriptor numbers."""
+    data, clock, test_deadline = bytearray(), _TestClock(n_tests), None
     fd = stream.fileno()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return b"", "timeout: the run exceeded its total time limit"
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if not ready:
-            continue
-        chunk = os.read(fd, min(1 << 16, limit + 1 - size))
+        due = deadline if test_deadline is None else min(deadline, test_deadline)
+        if not poller.poll(poll_ms(due - time.monotonic())):
+            if time.monotonic() < due:
+                continue
+            if due == deadline:
+                return b"", "timeout: the run exceeded its total time limit"
+            return b"", f"timeout: test {clock.outputs} ran past test_timeout_s={test_timeout_s:g}"
+        chunk = os.read(fd, min(1 << 16, limit + 1 - len(data)))
         if not chunk:
-            return b"".join(chunks), None
-        size += len(chunk)
-        if size > limit:
+            return bytes(data), None
+        data += chunk
+        if len(data) > limit:
             return b"", f"report over {limit} bytes (the cap the expected outputs set)"
-        chunks.append(chunk)
+        restarted, error = clock.advance(data)
+        if error is not None:
+            return b"", error
+        if restarted:
+            test_deadline = time.monotonic() + test_timeout_s
+        elif clock.ended:
+            test_deadline = None
 
 
 def _namespace_init(info: int, process: subprocess.Popen, deadline: float) -> int | None:
@@ -540,8 +590,7 @@ def _namespace_init(info: int, process: subprocess.Popen, deadline: float) -> in
     """
     data = b""
     while time.monotonic() < deadline and len(data) < 4096:
-        ready, _, _ = select.select([info], [], [], max(0.0, deadline - time.monotonic()))
-        chunk = os.read(info, 4096) if ready else b""
+        chunk = os.read(info, 4096) if readable(info, deadline - time.monotonic()) else b""
         if not chunk:
             break
         data += chunk
@@ -573,7 +622,7 @@ def _kill_bwrap(process: subprocess.Popen, init_pidfd: int | None) -> None:
         try:
             signal.pidfd_send_signal(init_pidfd, signal.SIGKILL)
             # PID 1 exits only once the kernel has ended every other process of the namespace: wait for that
-            if not select.select([init_pidfd], [], [], KILL_WAIT_S)[0]:
+            if not readable(init_pidfd, KILL_WAIT_S):
                 logger.warning("The sandbox's PID 1 did not exit within %.0f s of SIGKILL.", KILL_WAIT_S)
             process.wait(timeout=KILL_WAIT_S)
         except (OSError, subprocess.TimeoutExpired):

@@ -70,7 +70,9 @@ class TestSpec:
 
     @classmethod
     def from_json(cls, text: str) -> TestSpec:
-        data = json.loads(text)
+        """The spec of a dataset cell; ValueError for any text that is not one (JSON nested deeper than
+        `bounded_json.MAX_DEPTH` included: plain ``json.loads`` would raise RecursionError for it)."""
+        data = bounded_json.loads(text, max_bytes=len(text))  # any size: the nesting is what is bounded
         if not isinstance(data, dict):
             raise ValueError(f"A TestSpec JSON must be an object, got {type(data).__name__}.")
         return cls(style=data.get("style"), inputs=list(data.get("inputs") or []),

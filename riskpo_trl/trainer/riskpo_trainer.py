@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import textwrap
 
 import torch
@@ -15,11 +16,21 @@ from trl import GRPOTrainer  # noqa: E402
 
 from ..risk import QuantileTracker, RiskEstimator  # noqa: E402
 from .batch_hook import ScoredBatch  # noqa: E402
-from .checkpoints import RISK_STATE_FILE, check_resume_settings, read_state, risk_settings, write_state  # noqa: E402
+from .checkpoints import (  # noqa: E402
+    RISK_STATE_FILE,
+    check_resume_settings,
+    read_state,
+    restore_state,
+    resumed_baseline,
+    risk_settings,
+    write_state,
+)
 from .config import RiskPOConfig  # noqa: E402
 from .regime_guard import RegimeGuard  # noqa: E402
 from .shared import SharedTrainerMixin  # noqa: E402
 from .token_mean import TokenMeanLossMixin  # noqa: E402
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["RISK_STATE_FILE", "RiskPOTrainer"]
 
@@ -180,6 +191,12 @@ class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
             return
         check_resume_settings(checkpoint, self.args)
         state = read_state(checkpoint)
-        self.risk_estimator.load_state_dict(state)
-        if "regime_guard" in state:  # checkpoints written before the guard existed have none
-            self.regime_guard.load_state_dict(state["regime_guard"])
+        restore_state(checkpoint, state, self.risk_estimator, self.regime_guard)
+        baseline = resumed_baseline(state, self.args)
+        if baseline is not None and baseline != self.args.advantage_baseline:
+            logger.warning("Resuming from %s, written before checkpoints recorded their risk settings: it was trained "
+                           "with advantage_baseline=%r (the paper's advantage), so this run goes on with it, not with "
+                           "the default %r. Set advantage_baseline to choose.", checkpoint, baseline,
+                           self.args.advantage_baseline)
+            self.args.advantage_baseline = self.risk_estimator.advantage_baseline = baseline
+        logger.info("Resumed from %s with advantage_baseline=%r.", checkpoint, self.args.advantage_baseline)
