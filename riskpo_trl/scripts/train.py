@@ -12,14 +12,17 @@ Every option comes from a YAML recipe and/or the command line (command line wins
 ``RiskPOConfig``'s. A field the chosen config does not have is reported by name before anything else is checked.
 
 ``dataset_name`` is a registered dataset (mapped to the trainer's columns) or, used as it is, a Hub id, a local dataset
-directory, or ``json``/``csv``/``parquet`` with ``dataset_files`` (riskpo_trl.data.user_datasets).
+directory, or ``json``/``csv``/``parquet`` with ``dataset_files`` (riskpo_trl.data.user_datasets). Data named on the
+command line replaces the recipe's data settings, and each checkpoint records the data it was trained on: a run in
+``output_dir`` on other data is refused in one line (riskpo_trl.scripts.run_data).
 
 One run at a time per ``output_dir``: a second is refused while the first holds its lock (riskpo_trl.trainer.run_lock).
 A run restarts from the last checkpoint in ``output_dir`` by itself, with the same risk settings (a change is refused
 at start-up), and a run whose last checkpoint already reached
 its end (``max_steps``, or the epochs) says so and exits without training; at the end the model, the tokenizer and the
 model card are saved there, and pushed to the Hub when ``push_to_hub`` is set. A mistake in the options, the recipe or
-the data is one ``error:`` line and exit code 2 (``--debug`` shows its traceback).
+the data is one ``error:`` line and exit code 2 (``--debug`` shows its traceback); field names and values are checked
+before torch, transformers and TRL load (riskpo_trl.scripts.known_options).
 
 SIGINT (Ctrl-C), SIGTERM or SIGUSR1 during training stops the run at the end of the current generation batch, saves a
 checkpoint there, prints one line (the step, the checkpoint, "Run the same command to resume") and exits with code 75
@@ -236,7 +239,7 @@ def _read_recipe(argv: Sequence[str]) -> dict[str, Any]:
     return recipe
 
 
-def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trainer: str, config_class: type) -> None:
+def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trainer: str, config_name: str) -> None:
     """Report fields the chosen trainer's parser does not know, by name with the closest valid one, before any
     config's own validation runs (a typo must not surface as a confusing error about another field)."""
     known_fields = {action.dest for action in parser._actions} - {"help"}
@@ -251,8 +254,12 @@ def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trai
         return
     riskpo_fields = set()
     if trainer != DEFAULT_TRAINER:
-        riskpo_config, _ = get_trainer_classes(DEFAULT_TRAINER)
-        riskpo_fields = set(riskpo_config.__dataclass_fields__)
+        from .known_options import trainer_fields
+
+        riskpo_fields = trainer_fields(DEFAULT_TRAINER)
+        if riskpo_fields is None:  # other TRL/transformers versions than the list's
+            riskpo_config, _ = get_trainer_classes(DEFAULT_TRAINER)
+            riskpo_fields = set(riskpo_config.__dataclass_fields__)
     problems = []
     for shown, name, choices in unknown:
         if name in riskpo_fields:
@@ -263,7 +270,7 @@ def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trai
     source = f"{recipe_path} and the command line" if recipe_path and len(unknown) > len(
         [k for k in recipe if k != "env" and k not in known_fields]) else recipe_path or "the command line"
     raise ValueError(
-        f"Unknown field(s) for trainer {trainer!r} ({config_class.__name__}, the script arguments and ModelConfig) in "
+        f"Unknown field(s) for trainer {trainer!r} ({config_name}, the script arguments and ModelConfig) in "
         f"{source}: {'; '.join(problems)}. Fix or remove them."
     )
 
@@ -311,13 +318,18 @@ def parse_args(argv: Sequence[str] | None = None):
         raise SystemExit(0)
     if "--help-all" in argv:
         argv = [token if token != "--help-all" else "--help" for token in argv]
-    recipe = _read_recipe(argv)
-    trainer = _option_value(argv, "trainer") or recipe.get("trainer", DEFAULT_TRAINER)
+    from .run_data import recipe_for_command_line
+
+    full_recipe = _read_recipe(argv)
+    trainer = _option_value(argv, "trainer") or full_recipe.get("trainer", DEFAULT_TRAINER)
     check_trainer_name(trainer)
+    recipe = recipe_for_command_line(full_recipe, argv)  # data named on the command line replaces the recipe's
+    recipe_path = _option_value(argv, "config")
+    if "--help" not in argv:
+        check_options_before_imports(full_recipe, recipe, argv, trainer)
     config_class, _ = get_trainer_classes(trainer)
     parser = make_parser(config_class)
-    _check_field_names(parser, recipe, argv, trainer, config_class)
-    recipe_path = _option_value(argv, "config")
+    _check_field_names(parser, full_recipe, argv, trainer, config_class.__name__)
     check_recipe_values(parser, recipe, recipe_path)
     resolved = []
     if recipe_path is not None:
@@ -325,7 +337,7 @@ def parse_args(argv: Sequence[str] | None = None):
 
         resolved = resolved_path_options(recipe, recipe_path, argv)  # inputs named relative to the recipe's repository
     try:
-        return parser.parse_args_and_config([*argv, *resolved])
+        return _parse_with_recipe(parser, [*argv, *resolved], recipe)
     except ValueError as error:  # a config's own validation: say which flag or recipe field it came from
         where = error_source(str(error), recipe, argv, recipe_path)
         if where is None:
@@ -333,8 +345,49 @@ def parse_args(argv: Sequence[str] | None = None):
         raise ValueError(f"{where}: {error}") from error
 
 
+def check_options_before_imports(full_recipe: dict[str, Any], recipe: dict[str, Any], argv: Sequence[str],
+                                 trainer: str) -> None:
+    """Field names, recipe values and command-line values checked against the generated option list, before torch,
+    transformers and TRL load (riskpo_trl.scripts.known_options); skipped with versions the list does not hold."""
+    from .known_options import light_parser
+
+    light = light_parser(trainer, RiskPOScriptArguments)
+    if light is None:
+        return
+    parser, config_name = light
+    _check_field_names(parser, full_recipe, argv, trainer, config_name)
+    check_recipe_values(parser, recipe, _option_value(argv, "config"))
+    parser.parse_known_args(_without_config(argv))  # a bad value raises, naming its option
+
+
+def _parse_with_recipe(parser, argv: Sequence[str], recipe: dict[str, Any]):
+    """What ``TrlParser.parse_args_and_config`` does with ``--config``, on a recipe already read (and possibly
+    trimmed): its ``env`` block is exported, its fields become the defaults, the command line wins."""
+    recipe = dict(recipe)
+    for name, value in (recipe.pop("env", None) or {}).items():
+        os.environ[name] = str(value)
+    unused = parser.set_defaults_with_config(**recipe)
+    if unused:
+        raise ValueError(f"Unknown arguments from the recipe: {unused}.")
+    return parser.parse_args_into_dataclasses(args=_without_config(argv))
+
+
+def _without_config(argv: Sequence[str]) -> list[str]:
+    """``argv`` without ``--config PATH`` or ``--config=PATH``."""
+    kept, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token == "--config":
+            skip = True
+        elif not token.startswith("--config="):
+            kept.append(token)
+    return kept
+
+
 def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args):
     """The trainer ``script_args.trainer`` names, on the recipe's model, data and rewards."""
+    from accelerate import PartialState
     from trl import get_peft_config, get_quantization_config
 
     from ..data import load_benchmark, load_train_dataset
@@ -370,6 +423,9 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         prompt_template=script_args.prompt_template,
         config=script_args.dataset_config,
     )
+    from .run_data import data_record, describe, record_training_data
+
+    PartialState().print(f"Training on {describe(data_record(script_args))}: {len(train_dataset)} rows.")
     eval_dataset = None
     if script_args.eval_benchmark is not None and training_args.eval_strategy != "no":
         eval_dataset = load_benchmark(script_args.eval_benchmark, limit=script_args.max_eval_samples,
@@ -390,6 +446,7 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         quantization_config=get_quantization_config(model_args),
     )
     use_compact_log(trainer)  # the console: one line per logging step
+    record_training_data(trainer, script_args)  # in every trainer_state.json: a later command on other data is told
     if script_args.pass_at_k is not None:
         from ..evaluation.callback import add_pass_at_k_callback
 
@@ -512,6 +569,10 @@ def prepare(script_args: RiskPOScriptArguments, training_args, model_args):
 
     check_run_requirements(training_args)  # vLLM, report_to, push_to_hub: before the model loads
     checkpoint = resume_checkpoint(training_args)
+    if checkpoint is not None:
+        from .run_data import check_same_data
+
+        check_same_data(checkpoint, script_args, training_args.output_dir)
     finished = finished_run(checkpoint, training_args)
     if finished is None:
         if checkpoint is not None and script_args.trainer == DEFAULT_TRAINER:
