@@ -67,3 +67,51 @@ def test_train_help_all_lists_the_chosen_trainers_config_fields(capsys, trainer,
     printed = capsys.readouterr().out
     assert listed in printed and "--model_name_or_path" in printed
     assert absent is None or absent not in printed
+
+
+# --- mistakes at --help speed: checked against the generated option list before torch, transformers or TRL load
+
+TYPO_PROBE = """
+import sys
+from riskpo_trl.scripts.train import cli
+try:
+    cli(sys.argv[1:])
+except SystemExit as exit:
+    print("PROBE", exit.code, ",".join(name for name in {heavy!r} if name in sys.modules))
+"""
+TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
+
+
+def test_the_option_list_is_the_configs_own():
+    """The generated list holds every trainer's options as the full parser builds them, at the installed versions;
+    at other versions it is not used (the full parser checks, later)."""
+    from riskpo_trl.scripts import known_options, known_options_build, known_options_data
+
+    versions, options = known_options_build.generate()
+    if versions != known_options_data.VERSIONS:
+        assert known_options.light_parser("riskpo", object) is None
+        pytest.skip(f"the list is for {known_options_data.VERSIONS}; installed: {versions}")
+    assert known_options_build.render(versions, options) == known_options_build.DATA_FILE.read_text(), (
+        "stale: run python -m riskpo_trl.scripts.known_options_build")
+
+
+@pytest.mark.parametrize(("recipe_line", "argv", "message"), [
+    ("", ["--bundel_size", "2"], "--bundel_size (did you mean bundle_size?)"),
+    ("risk_alfa: 0.1", [], "risk_alfa (did you mean risk_alpha?)"),
+    ("", ["--max_steps", "six"], "argument --max_steps/--max-steps: invalid int value: 'six'"),
+    ("", ["--advantage_baseline", "lo"], "invalid choice: 'lo' (choose from 'none', 'loo')"),
+    ("risk_profile: mvarr", [], "risk_profile: expected one of ['mvar', 'rvar', 'risk_seeking'], got 'mvarr'"),
+    ("", ["--trainer", "grpo", "--bundle_size", "2"], "bundle_size (a RiskPOConfig field; trainer 'grpo' does not"),
+])
+def test_a_mistake_is_refused_before_the_heavy_imports(tmp_path, recipe_line, argv, message):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(TINY_RECIPE.read_text().replace("trainer: riskpo", "") + recipe_line + "\n")
+    result = subprocess.run(
+        [sys.executable, "-c", TYPO_PROBE.format(heavy=HEAVY_MODULES), "--config", str(recipe), *argv],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )
+    probe = result.stdout.strip().splitlines()[-1].split(" ")
+    assert probe[:2] == ["PROBE", "2"], result.stderr
+    assert probe[2:] in ([], [""]), f"the check imported {probe[2:]}"
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("riskpo-train: error:") and message in line, line
