@@ -37,3 +37,59 @@ def caller_stacklevel() -> int:
         frame = frame.f_back
         level += 1
     return level
+
+
+# --- a GRPO script renamed to RiskPO: the GRPO defaults the paper's layout replaced, said once at start-up
+
+SET_FIELDS_ATTRIBUTE = "_fields_set_by_caller"
+
+
+def remember_set_fields(config, names) -> None:
+    """Record which fields the caller of a config's constructor passed (the parser and ``from_grpo_config`` pass
+    every field: nothing is left to the defaults there)."""
+    object.__setattr__(config, SET_FIELDS_ATTRIBUTE, frozenset(names))
+
+
+def replaced_grpo_defaults(config) -> list[str]:
+    """``"gradient_accumulation_steps=5 (GRPOConfig: 1)"``, ... for each field the caller left unset whose default is
+    not GRPOConfig's, and for the generation batch those defaults change (``steps_per_generation``,
+    ``generation_batch_size``); empty for a config whose set fields are unknown (unpickled, say)."""
+    from trl import GRPOConfig
+
+    chosen = getattr(config, SET_FIELDS_ATTRIBUTE, None)
+    if chosen is None:
+        return []
+    grpo, own = _defaults(GRPOConfig), _defaults(type(config))
+    replaced = [f"{name}={getattr(config, name)!r} (GRPOConfig: {grpo[name]!r})" for name in own
+                if name in grpo and name not in chosen and own[name] != grpo[name]]
+    if not chosen & {"steps_per_generation", "generation_batch_size"}:
+        def grpo_value(name):
+            return getattr(config, name) if name in chosen else grpo[name]
+
+        grpo_steps = grpo_value("gradient_accumulation_steps")  # GRPOConfig: one generation per optimizer step
+        grpo_batch = grpo_value("per_device_train_batch_size") * config.world_size * grpo_steps
+        for name, grpo_layout in (("steps_per_generation", grpo_steps), ("generation_batch_size", grpo_batch)):
+            if getattr(config, name) != grpo_layout:
+                replaced.append(f"{name}={getattr(config, name)!r} (GRPOConfig: {grpo_layout!r})")
+    return replaced
+
+
+def warn_replaced_grpo_defaults(config, logger) -> None:
+    """One warning naming :func:`replaced_grpo_defaults`, with the way to keep GRPO's."""
+    replaced = replaced_grpo_defaults(config)
+    if replaced:
+        logger.warning(
+            f"{type(config).__name__} left these at the paper's layout, not GRPOConfig's defaults: "
+            f"{', '.join(replaced)}. Set them to choose, or keep a GRPO script's with "
+            f"{type(config).__name__}.from_grpo_config(GRPOConfig(...), bundle_size=...)."
+        )
+
+
+def _defaults(config_class: type) -> dict:
+    values = {}
+    for field in dataclasses.fields(config_class):
+        if field.init and field.default is not dataclasses.MISSING:
+            values[field.name] = field.default
+        elif field.init and field.default_factory is not dataclasses.MISSING:
+            values[field.name] = field.default_factory()
+    return values

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import textwrap
 
 import torch
@@ -15,10 +16,13 @@ from trl import GRPOTrainer  # noqa: E402
 
 from ..risk import QuantileTracker, RiskEstimator  # noqa: E402
 from .batch_hook import ScoredBatch  # noqa: E402
+from .caller_warnings import warn_replaced_grpo_defaults  # noqa: E402
 from .checkpoints import RISK_STATE_FILE, check_resume_settings, read_state, risk_settings, write_state  # noqa: E402
 from .config import RiskPOConfig  # noqa: E402
 from .regime_guard import RegimeGuard  # noqa: E402
 from .shared import SharedTrainerMixin  # noqa: E402
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["RISK_STATE_FILE", "RiskPOTrainer"]
 
@@ -90,6 +94,8 @@ class RiskPOTrainer(SharedTrainerMixin, GRPOTrainer):
                 "RiskPOConfig.from_grpo_config(your_config, bundle_size=..., ...): it keeps every setting and adds "
                 "the risk fields you pass."
             )
+        if args is not None:  # a renamed GRPO script hears which of GRPO's defaults the paper's layout replaced
+            warn_replaced_grpo_defaults(args, logger)
         super().__init__(model, reward_funcs, args=args, **kwargs)  # the shared layer's checks and fixes
         args = self.args  # RiskPOConfig's defaults when none was given
         self.risk_estimator = RiskEstimator.from_config(args)
