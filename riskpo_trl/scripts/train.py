@@ -276,16 +276,41 @@ def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trai
 
 
 def help_epilog() -> str:
-    """Where the training options are described, one line per registered trainer (read when the help is shown)."""
+    """Where the training options are described, one line per registered trainer, and the options most runs set
+    (read when the help is shown)."""
     width = max(len(name) for name in TRAINERS)
     trainers = "\n".join(f"  {name:<{width}}  {TRAINERS.help_of(name)}" for name in TRAINERS)
     return f"""\
 Training options: every field of the trainer's config class, given in the recipe or as --name value:
 {trainers}
 RiskPOConfig = trl.GRPOConfig + risk_alpha, risk_beta, risk_omega, bundle_size, risk_profile, quantile_source, ...
-(docs/training.md); and trl.ModelConfig (model_name_or_path, dtype, use_peft, lora_r, load_in_4bit, ...).
-`riskpo-train --help-all [--trainer NAME]` lists them all (it loads transformers, which takes several seconds).
+(docs/training.md); and trl.ModelConfig (model_name_or_path, dtype, use_peft, lora_r, load_in_4bit, ...). Most used:
+  --model_name_or_path   the model: a Hub id or a local directory (trl.ModelConfig)
+  --advantage_baseline   RiskPO's advantage baseline: {DEFAULT_ADVANTAGE_BASELINE} (the default) or none (the paper exactly)
+  --output_dir           where checkpoints, the model and its card go; a run there resumes
+  --max_steps, --learning_rate, --num_generations, --bundle_size, --risk_alpha, --risk_beta
+`riskpo-train --help-all [--trainer NAME]` lists them all with their defaults; it loads transformers and TRL,
+{HELP_ALL_TIME}.
 """
+
+
+# What RiskPOConfig resolves advantage_baseline to when unset (a test checks it against the config).
+DEFAULT_ADVANTAGE_BASELINE = "loo"
+# benchmarks/cli_startup.py's medians for --help-all, with their load (benchmarks/results/cli_startup.md).
+HELP_ALL_TIME = "6.6 s of CPU time (27 s on 2 cores at load 11)"
+
+
+def reward_funcs_help() -> str:
+    """The reward_funcs option's help with the registered names, from the generated list (the reward registry
+    imports TRL; a test keeps the list equal to it)."""
+    from .known_options_data import REWARDS
+
+    def names(entries: list[str]) -> str:
+        quoted = [repr(name) for name in entries]
+        return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+    return (f"Reward functions by name, summed with reward_weights: {names(REWARDS['functions'])}; with settings "
+            f"(code_sandbox): {names(REWARDS['builders'])}.")
 
 
 def print_short_help() -> None:
@@ -302,6 +327,8 @@ def print_short_help() -> None:
     parser.add_argument("--debug", action="store_true",
                         help="Show the traceback of a start-up error (otherwise one 'error:' line, exit code 2).")
     add_dataclass_arguments(parser, RiskPOScriptArguments)
+    [rewards] = [action for action in parser._actions if action.dest == "reward_funcs"]
+    rewards.help = reward_funcs_help().replace("%", "%%")
     parser.print_help()
 
 
@@ -331,6 +358,8 @@ def parse_args(argv: Sequence[str] | None = None):
     parser = make_parser(config_class)
     _check_field_names(parser, full_recipe, argv, trainer, config_class.__name__)
     check_recipe_values(parser, recipe, recipe_path)
+    if "--help" in argv:
+        show_resolved_defaults(parser, config_class, recipe)
     resolved = []
     if recipe_path is not None:
         from .recipe_paths import resolved_path_options
@@ -343,6 +372,23 @@ def parse_args(argv: Sequence[str] | None = None):
         if where is None:
             raise
         raise ValueError(f"{where}: {error}") from error
+
+
+def show_resolved_defaults(parser, config_class: type, recipe: dict[str, Any]) -> None:
+    """For ``--help-all``: each option whose default is None and that the config resolves at start-up
+    (``advantage_baseline``, ``steps_per_generation``, ``bf16``, ...) shows the value a config built from the recipe
+    (or the defaults) gets. Nothing is shown where that config cannot be built here (GRPOConfig's bf16 on a CPU)."""
+    import dataclasses
+
+    fields = {field.name for field in dataclasses.fields(config_class) if field.init}
+    try:
+        config = config_class(**{name: value for name, value in recipe.items() if name in fields})
+    except (ValueError, TypeError):
+        return
+    for action in parser._actions:
+        value = getattr(config, action.dest, None) if action.dest in fields else None
+        if action.default is None and isinstance(value, (str, int, float, bool)):
+            action.resolved_default = value
 
 
 def check_options_before_imports(full_recipe: dict[str, Any], recipe: dict[str, Any], argv: Sequence[str],
