@@ -1,18 +1,61 @@
-"""Warnings raised while a config is built, attributed to the code that built it.
+"""Warnings about the caller's own code, and only those.
 
 A warning from a config check would otherwise point at the dataclass's generated ``__init__`` (``<string>``), this
 package's config modules or transformers' and TRL's argument parsing; :func:`caller_stacklevel` walks past them to the
-user's ``RiskPOConfig(...)`` line, or the script that parsed a recipe.
+user's ``RiskPOConfig(...)`` line, or the script that parsed a recipe. A renamed GRPO script hears which GRPO defaults
+the paper's layout replaced (:func:`warn_replaced_grpo_defaults`). The libraries' warnings about their own defaults,
+which no user can act on, are silenced while the trainers build and train (:func:`library_default_warnings_silenced`),
+and by ``riskpo-train`` for the whole run. This module imports no heavy library at import time (``riskpo-train``'s
+console reads :data:`LIBRARY_DEFAULT_WARNINGS` before torch loads).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
+import warnings
+from collections.abc import Iterator
 
-import transformers
-import trl
+# (category, message regex) of warnings the libraries raise on every run, about their own defaults: TRL's GRPOConfig
+# defaults `gradient_checkpointing=True` and its generation context calls `gradient_checkpointing_disable/enable`,
+# names transformers 5 deprecates; torch's DataLoader says pin_memory does nothing where there is no accelerator,
+# which is what transformers' default `dataloader_pin_memory=True` asks for on a CPU. Other warnings still show.
+GRADIENT_CHECKPOINTING_DEPRECATION = r"`(is_)?gradient_checkpointing\w*` is deprecated and will be removed in v6"
+SET_FIELDS_ATTRIBUTE = "_fields_set_by_caller"  # on a config: the fields its constructor's caller passed
+PIN_MEMORY_WITHOUT_ACCELERATOR = r"'pin_memory' argument is set as true but no accelerator is found"
+LIBRARY_DEFAULT_WARNINGS = (
+    (FutureWarning, GRADIENT_CHECKPOINTING_DEPRECATION),
+    (UserWarning, PIN_MEMORY_WITHOUT_ACCELERATOR),
+)
+
+
+def ignore_library_default_warnings() -> None:
+    """Install the filters of :data:`LIBRARY_DEFAULT_WARNINGS` (in the current ``warnings.catch_warnings`` scope)."""
+    for category, message in LIBRARY_DEFAULT_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+
+
+@contextlib.contextmanager
+def library_default_warnings_silenced() -> Iterator[None]:
+    """Within the block only: :data:`LIBRARY_DEFAULT_WARNINGS` are ignored (a user script's own filters come back
+    after it)."""
+    with warnings.catch_warnings():
+        ignore_library_default_warnings()
+        yield
+
+
+@contextlib.contextmanager
+def config_default_warnings_silenced(config) -> Iterator[None]:
+    """While a config is built: transformers' deprecation of ``gradient_checkpointing`` is ignored when the caller
+    did not set that field (it comes from GRPOConfig's default), and shown when the caller did."""
+    chosen = getattr(config, SET_FIELDS_ATTRIBUTE, None)
+    with warnings.catch_warnings():
+        if chosen is not None and "gradient_checkpointing" not in chosen:
+            warnings.filterwarnings("ignore", message=GRADIENT_CHECKPOINTING_DEPRECATION, category=FutureWarning)
+        yield
+
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # The modules a config's construction passes through in this package.
@@ -24,6 +67,9 @@ def caller_stacklevel() -> int:
     """The ``stacklevel`` that attributes a warning raised while a config is built to the code that built it: the
     user's ``RiskPOConfig(...)`` line (or the script that parsed a recipe), not the dataclass's generated
     ``__init__`` (``<string>``), this package's config modules or transformers' and TRL's argument handling."""
+    import transformers
+    import trl
+
     skipped = (*CONFIG_MODULES, os.path.abspath(dataclasses.__file__))
     library_dirs = tuple(os.path.dirname(os.path.abspath(module.__file__)) + os.sep
                          for module in (transformers, trl))
@@ -40,9 +86,6 @@ def caller_stacklevel() -> int:
 
 
 # --- a GRPO script renamed to RiskPO: the GRPO defaults the paper's layout replaced, said once at start-up
-
-SET_FIELDS_ATTRIBUTE = "_fields_set_by_caller"
-
 
 def remember_set_fields(config, names) -> None:
     """Record which fields the caller of a config's constructor passed (the parser and ``from_grpo_config`` pass
