@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY_RECIPE = "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
 # riskpo-train's other timed commands: (arguments, the exit code that means it answered as expected).
 TRAIN_COMMANDS = {
-    "riskpo-train --config TINY --bundel_size 2 (a typo: refused)": (["--config", TINY_RECIPE, "--bundel_size", "2"], 2),
+    "riskpo-train --config TINY --bundel_size 2 (a typo: refused)": (
+        ["--config", TINY_RECIPE, "--bundel_size", "2"], 2),
     "riskpo-train --help-all": (["--help-all"], 0),
 }
 

@@ -101,8 +101,9 @@ def test_the_option_list_is_the_configs_own():
     ("", ["--bundel_size", "2"], "--bundel_size (did you mean bundle_size?)"),
     ("risk_alfa: 0.1", [], "risk_alfa (did you mean risk_alpha?)"),
     ("", ["--max_steps", "six"], "argument --max_steps/--max-steps: invalid int value: 'six'"),
-    ("", ["--advantage_baseline", "lo"], "invalid choice: 'lo' (choose from 'none', 'loo')"),
-    ("risk_profile: mvarr", [], "risk_profile: expected one of ['mvar', 'rvar', 'risk_seeking'], got 'mvarr'"),
+    ("", ["--lr_scheduler_type", "cosin"], "invalid choice: 'cosin' (choose from 'linear', 'cosine',"),
+    ("hub_strategy: every", [], "hub_strategy: expected one of ['end', 'every_save', 'checkpoint', 'all_checkpoints'], "
+     "got 'every'"),
     ("", ["--trainer", "grpo", "--bundle_size", "2"], "bundle_size (a RiskPOConfig field; trainer 'grpo' does not"),
 ])
 def test_a_mistake_is_refused_before_the_heavy_imports(tmp_path, recipe_line, argv, message):

@@ -78,9 +78,13 @@ def test_importing_the_library_changes_no_warning_filter():
 
 
 def test_only_the_known_warnings_are_silenced():
+    """What riskpo-train installs for the whole run."""
+    from riskpo_trl.trainer.caller_warnings import ignore_library_default_warnings
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         silence_known_warnings()
+        ignore_library_default_warnings()
         warnings.warn("`gradient_checkpointing_enable` is deprecated and will be removed in v6. Use x.", FutureWarning)
         warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6. Use x.", FutureWarning)
         warnings.warn("`other_argument` is deprecated and will be removed in v6.", FutureWarning)

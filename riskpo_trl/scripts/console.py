@@ -45,11 +45,9 @@ class _DropDeepSpeedCpuNotice(logging.Filter):
 
 
 def silence_known_warnings() -> None:
-    """Install, for the whole run, the narrow filters the trainers use while they build and train (the libraries'
-    warnings about their own defaults: riskpo_trl.trainer.caller_warnings) and the DeepSpeed notice's (idempotent)."""
-    from ..trainer.caller_warnings import ignore_library_default_warnings
-
-    ignore_library_default_warnings()
+    """Drop the DeepSpeed notice above (idempotent). The libraries' warnings about their own defaults are filtered
+    by ``riskpo_trl.trainer.caller_warnings.ignore_library_default_warnings``, which riskpo-train installs with it
+    (this module imports nothing from the package)."""
     deepspeed_logger = logging.getLogger("DeepSpeed")
     if not any(isinstance(f, _DropDeepSpeedCpuNotice) for f in deepspeed_logger.filters):
         deepspeed_logger.addFilter(_DropDeepSpeedCpuNotice())

@@ -3,8 +3,10 @@
 A misspelled field, a value of the wrong type or outside its choices must be refused at ``--help`` speed, not after
 the seconds those imports take. The options of each trainer's config class and of ``trl.ModelConfig`` are kept in
 the generated module ``known_options_data`` (``python -m riskpo_trl.scripts.known_options_build`` rewrites it; a
-test regenerates it and compares), with the TRL and transformers versions it was generated at. With other versions
-installed, :func:`light_parser` returns None and the full parser checks everything, only later.
+test regenerates it and compares), with the TRL and transformers versions it was generated at. Choices drawn from a
+registry (``risk_profile``, ``advantage_baseline``, ...) are left to the full parser: entries can be registered at
+run time. With other versions installed, :func:`light_parser` returns None and the full parser checks everything,
+only later.
 """
 
 from __future__ import annotations

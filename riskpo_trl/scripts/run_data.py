@@ -40,9 +40,9 @@ def data_record(script_args: Any) -> dict[str, Any]:
     """Where the run's rows come from, with local paths made absolute (a run may be resumed from anywhere)."""
     record = {name: getattr(script_args, name) for name in RECORDED_FIELDS}
     if record["dataset_files"]:
-        record["dataset_files"] = [os.path.abspath(path) for path in record["dataset_files"]]
+        record["dataset_files"] = [os.path.realpath(path) for path in record["dataset_files"]]
     if os.path.isdir(record["dataset_name"]):
-        record["dataset_name"] = os.path.abspath(record["dataset_name"])
+        record["dataset_name"] = os.path.realpath(record["dataset_name"])
     return record
 
 

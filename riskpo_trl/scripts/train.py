@@ -286,7 +286,7 @@ Training options: every field of the trainer's config class, given in the recipe
 RiskPOConfig = trl.GRPOConfig + risk_alpha, risk_beta, risk_omega, bundle_size, risk_profile, quantile_source, ...
 (docs/training.md); and trl.ModelConfig (model_name_or_path, dtype, use_peft, lora_r, load_in_4bit, ...). Most used:
   --model_name_or_path   the model: a Hub id or a local directory (trl.ModelConfig)
-  --advantage_baseline   RiskPO's advantage baseline: {DEFAULT_ADVANTAGE_BASELINE} (the default) or none (the paper exactly)
+  --advantage_baseline   RiskPO's baseline: {DEFAULT_ADVANTAGE_BASELINE} (the default) or none (the paper exactly)
   --output_dir           where checkpoints, the model and its card go; a run there resumes
   --max_steps, --learning_rate, --num_generations, --bundle_size, --risk_alpha, --risk_beta
 `riskpo-train --help-all [--trainer NAME]` lists them all with their defaults; it loads transformers and TRL,
@@ -682,6 +682,9 @@ def cli(argv: Sequence[str] | None = None) -> None:
     wrapped, so a crash keeps its traceback."""
     argv, debug = pop_debug_flag(sys.argv[1:] if argv is None else argv)
     silence_known_warnings()  # before parsing: building the config already warns
+    from ..trainer.caller_warnings import ignore_library_default_warnings
+
+    ignore_library_default_warnings()  # for the whole run: what the trainers silence while they build and train
     with contextlib.ExitStack() as held:
         with usage_errors("riskpo-train", debug, (*USAGE_ERRORS, ImportError)):  # ImportError: use_vllm, report_to
             script_args, training_args, model_args = parse_args(argv)
