@@ -139,6 +139,7 @@ def library_default_warnings(caught) -> list[str]:
 
 def test_a_user_script_hears_no_library_default_warning_and_keeps_its_filters(tiny_model_dir, tmp_path):
     from helpers import contains_digit_reward, make_prompt_dataset
+
     from riskpo_trl import RiskPOConfig, RiskPOTrainer
 
     with warnings.catch_warnings(record=True) as caught:
