@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> dict:
                      "median_cpu_s": statistics.median(cpu), "runs": args.runs})
     load_after = [round(x, 2) for x in os.getloadavg()]
 
-    lines = [f"CPU cores: {os.cpu_count()}; load average (1, 5, 15 min) before: {load_before}, after: {load_after}",
+    lines = [(f"CPU cores: {os.cpu_count()}; load average (1, 5, 15 min) before: {load_before}, after: {load_after}; "
+              f"niceness {os.nice(0)}"),
              "", "| command | median (s) | min (s) | max (s) | median CPU (s) | runs |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
     lines += [f"| `{r['command']}` | {r['median_s']:.3f} | {r['min_s']:.3f} | {r['max_s']:.3f} | "
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
     markdown = "\n".join(lines)
     print(markdown)
     payload = {"load_average_before": load_before, "load_average_after": load_after, "cpu_cores": os.cpu_count(),
+               "niceness": os.nice(0),
                "python": sys.version.split()[0], "results": rows}
     write_results("cli_startup", payload, markdown, Path(args.out))
     return payload
