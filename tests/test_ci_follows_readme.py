@@ -58,3 +58,10 @@ def test_ci_runs_the_readme_commands_in_a_fresh_venv():
     script = (ROOT / ".ci" / "run").read_text()
     assert "python .ci/readme_setup.py setup" in script and "python .ci/readme_setup.py test" in script
     assert '-m venv "$WORK/venv"' in script and "mktemp -d" in script
+
+
+def test_ci_runs_the_suite_in_the_checkout_the_readme_commands_left():
+    """A newcomer runs the README's block top to bottom in one checkout: the suite must pass with the first run's
+    outputs/ in place, so CI leaves it there (the tests use their own temporary directories)."""
+    script = (ROOT / ".ci" / "run").read_text()
+    assert "mv outputs" not in script and "outputs.yours" not in script

@@ -78,9 +78,13 @@ def test_importing_the_library_changes_no_warning_filter():
 
 
 def test_only_the_known_warnings_are_silenced():
+    """What riskpo-train installs for the whole run."""
+    from riskpo_trl.trainer.caller_warnings import ignore_library_default_warnings
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         silence_known_warnings()
+        ignore_library_default_warnings()
         warnings.warn("`gradient_checkpointing_enable` is deprecated and will be removed in v6. Use x.", FutureWarning)
         warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6. Use x.", FutureWarning)
         warnings.warn("`other_argument` is deprecated and will be removed in v6.", FutureWarning)
@@ -122,3 +126,39 @@ def test_tiny_run_console_has_the_risk_line_no_warning_walls_and_an_honest_card(
     card = (tmp_path / "tiny-run" / "README.md").read_text()
     assert "# Model Card for tiny-run" in card and "None" not in card
     assert "openai/gsm8k" not in card and "`tiny_arithmetic.jsonl`" in card
+
+
+# --- a user script: the same warnings silenced, only while the trainer builds and trains
+
+LIBRARY_DEFAULT_MESSAGES = ("gradient_checkpointing", "'pin_memory' argument is set as true")
+
+
+def library_default_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if any(text in str(w.message) for text in LIBRARY_DEFAULT_MESSAGES)]
+
+
+def test_a_user_script_hears_no_library_default_warning_and_keeps_its_filters(tiny_model_dir, tmp_path):
+    from helpers import contains_digit_reward, make_prompt_dataset
+
+    from riskpo_trl import RiskPOConfig, RiskPOTrainer
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        filters = list(warnings.filters)
+        args = RiskPOConfig(output_dir=str(tmp_path), max_steps=1, num_generations=4, per_device_train_batch_size=8,
+                            gradient_accumulation_steps=1, bundle_size=2, max_completion_length=4,
+                            report_to="none", dataloader_pin_memory=True)
+        trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=contains_digit_reward, args=args,
+                                train_dataset=make_prompt_dataset(8))
+        trainer.train()
+        assert warnings.filters == filters  # scoped: the script's own filters are back
+    assert library_default_warnings(caught) == []
+
+
+def test_a_field_the_user_set_keeps_its_deprecation_warning(tmp_path):
+    from riskpo_trl import RiskPOConfig
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        RiskPOConfig(output_dir=str(tmp_path), use_cpu=True, gradient_checkpointing=True)
+    assert any("`gradient_checkpointing` is deprecated" in message for message in library_default_warnings(caught))

@@ -104,10 +104,14 @@ def test_a_hub_id_is_never_built_into(tmp_path, monkeypatch, capsys, no_loading)
 
 
 def test_the_tiny_recipe_builds_at_its_own_path_in_a_fresh_directory(tmp_path, monkeypatch, caplog, new_process):
-    """The recipe's path can only be local, so it is built even where no outputs/ exists yet."""
+    """The recipe's path can only be local, so it is built even where no outputs/ exists yet. The recipe is a copy in
+    a repository of its own: the checkout's outputs/tiny-qwen2, which the README's first run leaves, is not found."""
+    recipe = tmp_path / "repo" / "recipes" / "tiny.yaml"
+    recipe.parent.mkdir(parents=True)
+    recipe.write_text(TINY_RECIPE.read_text())
     monkeypatch.chdir(tmp_path)
     script_args, training_args, model_args = train.parse_args([
-        "--config", str(TINY_RECIPE), "--output_dir", str(tmp_path / "run"),
+        "--config", str(recipe), "--output_dir", str(tmp_path / "run"),
         "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
     ])
     with caplog.at_level(logging.WARNING):

@@ -215,4 +215,5 @@ def test_accelerate_configs_load(path):
 
 def test_accelerate_configs_cover_the_documented_setups():
     names = {p.name for p in ACCELERATE_CONFIGS}
-    assert {"ddp.yaml", "zero2.yaml", "zero3.yaml", "zero3_offload.yaml", "cpu_2proc.yaml", "cpu_single.yaml"} <= names
+    assert {"ddp.yaml", "zero2.yaml", "zero3.yaml", "zero3_offload.yaml", "zero3_cpu.yaml", "cpu_2proc.yaml",
+            "cpu_single.yaml"} <= names

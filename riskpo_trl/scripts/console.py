@@ -8,14 +8,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-# TRL's GRPOConfig defaults `gradient_checkpointing=True` and its generation context calls
-# `gradient_checkpointing_disable/enable`; transformers 5 deprecates those names, so every run (not the user's code)
-# triggers these. Matched by message, so other FutureWarnings still show.
-GRADIENT_CHECKPOINTING_DEPRECATION = r"`(is_)?gradient_checkpointing\w*` is deprecated and will be removed in v6"
 # DeepSpeed announces its CPU fallback on every process of a CPU run, where the CPU is what was asked for.
 DEEPSPEED_CPU_NOTICE = "Setting accelerator to CPU."
 
@@ -50,8 +45,9 @@ class _DropDeepSpeedCpuNotice(logging.Filter):
 
 
 def silence_known_warnings() -> None:
-    """Install the narrow filters above (idempotent)."""
-    warnings.filterwarnings("ignore", message=GRADIENT_CHECKPOINTING_DEPRECATION, category=FutureWarning)
+    """Drop the DeepSpeed notice above (idempotent). The libraries' warnings about their own defaults are filtered
+    by ``riskpo_trl.trainer.caller_warnings.ignore_library_default_warnings``, which riskpo-train installs with it
+    (this module imports nothing from the package)."""
     deepspeed_logger = logging.getLogger("DeepSpeed")
     if not any(isinstance(f, _DropDeepSpeedCpuNotice) for f in deepspeed_logger.filters):
         deepspeed_logger.addFilter(_DropDeepSpeedCpuNotice())

@@ -12,14 +12,17 @@ Every option comes from a YAML recipe and/or the command line (command line wins
 ``RiskPOConfig``'s. A field the chosen config does not have is reported by name before anything else is checked.
 
 ``dataset_name`` is a registered dataset (mapped to the trainer's columns) or, used as it is, a Hub id, a local dataset
-directory, or ``json``/``csv``/``parquet`` with ``dataset_files`` (riskpo_trl.data.user_datasets).
+directory, or ``json``/``csv``/``parquet`` with ``dataset_files`` (riskpo_trl.data.user_datasets). Data named on the
+command line replaces the recipe's data settings, and each checkpoint records the data it was trained on: a run in
+``output_dir`` on other data is refused in one line (riskpo_trl.scripts.run_data).
 
 One run at a time per ``output_dir``: a second is refused while the first holds its lock (riskpo_trl.trainer.run_lock).
 A run restarts from the last checkpoint in ``output_dir`` by itself, with the same risk settings (a change is refused
 at start-up), and a run whose last checkpoint already reached
 its end (``max_steps``, or the epochs) says so and exits without training; at the end the model, the tokenizer and the
 model card are saved there, and pushed to the Hub when ``push_to_hub`` is set. A mistake in the options, the recipe or
-the data is one ``error:`` line and exit code 2 (``--debug`` shows its traceback).
+the data is one ``error:`` line and exit code 2 (``--debug`` shows its traceback); field names and values are checked
+before torch, transformers and TRL load (riskpo_trl.scripts.known_options).
 
 SIGINT (Ctrl-C), SIGTERM or SIGUSR1 during training stops the run at the end of the current generation batch, saves a
 checkpoint there, prints one line (the step, the checkpoint, "Run the same command to resume") and exits with code 75
@@ -247,7 +250,7 @@ def _read_recipe(argv: Sequence[str]) -> dict[str, Any]:
     return recipe
 
 
-def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trainer: str, config_class: type) -> None:
+def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trainer: str, config_name: str) -> None:
     """Report fields the chosen trainer's parser does not know, by name with the closest valid one, before any
     config's own validation runs (a typo must not surface as a confusing error about another field)."""
     known_fields = {action.dest for action in parser._actions} - {"help"}
@@ -262,8 +265,12 @@ def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trai
         return
     riskpo_fields = set()
     if trainer != DEFAULT_TRAINER:
-        riskpo_config, _ = get_trainer_classes(DEFAULT_TRAINER)
-        riskpo_fields = set(riskpo_config.__dataclass_fields__)
+        from .known_options import trainer_fields
+
+        riskpo_fields = trainer_fields(DEFAULT_TRAINER)
+        if riskpo_fields is None:  # other TRL/transformers versions than the list's
+            riskpo_config, _ = get_trainer_classes(DEFAULT_TRAINER)
+            riskpo_fields = set(riskpo_config.__dataclass_fields__)
     problems = []
     for shown, name, choices in unknown:
         if name in riskpo_fields:
@@ -274,22 +281,47 @@ def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trai
     source = f"{recipe_path} and the command line" if recipe_path and len(unknown) > len(
         [k for k in recipe if k != "env" and k not in known_fields]) else recipe_path or "the command line"
     raise ValueError(
-        f"Unknown field(s) for trainer {trainer!r} ({config_class.__name__}, the script arguments and ModelConfig) in "
+        f"Unknown field(s) for trainer {trainer!r} ({config_name}, the script arguments and ModelConfig) in "
         f"{source}: {'; '.join(problems)}. Fix or remove them."
     )
 
 
 def help_epilog() -> str:
-    """Where the training options are described, one line per registered trainer (read when the help is shown)."""
+    """Where the training options are described, one line per registered trainer, and the options most runs set
+    (read when the help is shown)."""
     width = max(len(name) for name in TRAINERS)
     trainers = "\n".join(f"  {name:<{width}}  {TRAINERS.help_of(name)}" for name in TRAINERS)
     return f"""\
 Training options: every field of the trainer's config class, given in the recipe or as --name value:
 {trainers}
 RiskPOConfig = trl.GRPOConfig + risk_alpha, risk_beta, risk_omega, bundle_size, risk_profile, quantile_source, ...
-(docs/training.md); and trl.ModelConfig (model_name_or_path, dtype, use_peft, lora_r, load_in_4bit, ...).
-`riskpo-train --help-all [--trainer NAME]` lists them all (it loads transformers, which takes several seconds).
+(docs/training.md); and trl.ModelConfig (model_name_or_path, dtype, use_peft, lora_r, load_in_4bit, ...). Most used:
+  --model_name_or_path   the model: a Hub id or a local directory (trl.ModelConfig)
+  --advantage_baseline   RiskPO's baseline: {DEFAULT_ADVANTAGE_BASELINE} (the default) or none (the paper exactly)
+  --output_dir           where checkpoints, the model and its card go; a run there resumes
+  --max_steps, --learning_rate, --num_generations, --bundle_size, --risk_alpha, --risk_beta
+`riskpo-train --help-all [--trainer NAME]` lists them all with their defaults; it loads transformers and TRL,
+{HELP_ALL_TIME}.
 """
+
+
+# What RiskPOConfig resolves advantage_baseline to when unset (a test checks it against the config).
+DEFAULT_ADVANTAGE_BASELINE = "loo"
+# benchmarks/cli_startup.py's medians for --help-all, with their load (benchmarks/results/cli_startup.md).
+HELP_ALL_TIME = "9 s of CPU time (16 s on 2 cores at load 3-5)"
+
+
+def reward_funcs_help() -> str:
+    """The reward_funcs option's help with the registered names, from the generated list (the reward registry
+    imports TRL; a test keeps the list equal to it)."""
+    from .known_options_data import REWARDS
+
+    def names(entries: list[str]) -> str:
+        quoted = [repr(name) for name in entries]
+        return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+    return (f"Reward functions by name, summed with reward_weights: {names(REWARDS['functions'])}; with settings "
+            f"(code_sandbox): {names(REWARDS['builders'])}.")
 
 
 def print_short_help() -> None:
@@ -306,6 +338,8 @@ def print_short_help() -> None:
     parser.add_argument("--debug", action="store_true",
                         help="Show the traceback of a start-up error (otherwise one 'error:' line, exit code 2).")
     add_dataclass_arguments(parser, RiskPOScriptArguments)
+    [rewards] = [action for action in parser._actions if action.dest == "reward_funcs"]
+    rewards.help = reward_funcs_help().replace("%", "%%")
     parser.print_help()
 
 
@@ -322,21 +356,28 @@ def parse_args(argv: Sequence[str] | None = None):
         raise SystemExit(0)
     if "--help-all" in argv:
         argv = [token if token != "--help-all" else "--help" for token in argv]
-    recipe = _read_recipe(argv)
-    trainer = _option_value(argv, "trainer") or recipe.get("trainer", DEFAULT_TRAINER)
+    from .run_data import recipe_for_command_line
+
+    full_recipe = _read_recipe(argv)
+    trainer = _option_value(argv, "trainer") or full_recipe.get("trainer", DEFAULT_TRAINER)
     check_trainer_name(trainer)
+    recipe = recipe_for_command_line(full_recipe, argv)  # data named on the command line replaces the recipe's
+    recipe_path = _option_value(argv, "config")
+    if "--help" not in argv:
+        check_options_before_imports(full_recipe, recipe, argv, trainer)
     config_class, _ = get_trainer_classes(trainer)
     parser = make_parser(config_class)
-    _check_field_names(parser, recipe, argv, trainer, config_class)
-    recipe_path = _option_value(argv, "config")
+    _check_field_names(parser, full_recipe, argv, trainer, config_class.__name__)
     check_recipe_values(parser, recipe, recipe_path)
+    if "--help" in argv:
+        show_resolved_defaults(parser, config_class, recipe)
     resolved = []
     if recipe_path is not None:
         from .recipe_paths import resolved_path_options
 
         resolved = resolved_path_options(recipe, recipe_path, argv)  # inputs named relative to the recipe's repository
     try:
-        return parser.parse_args_and_config([*argv, *resolved])
+        return _parse_with_recipe(parser, [*argv, *resolved], recipe)
     except ValueError as error:  # a config's own validation: say which flag or recipe field it came from
         where = error_source(str(error), recipe, argv, recipe_path)
         if where is None:
@@ -344,8 +385,66 @@ def parse_args(argv: Sequence[str] | None = None):
         raise ValueError(f"{where}: {error}") from error
 
 
+def show_resolved_defaults(parser, config_class: type, recipe: dict[str, Any]) -> None:
+    """For ``--help-all``: each option whose default is None and that the config resolves at start-up
+    (``advantage_baseline``, ``steps_per_generation``, ``bf16``, ...) shows the value a config built from the recipe
+    (or the defaults) gets. Nothing is shown where that config cannot be built here (GRPOConfig's bf16 on a CPU)."""
+    import dataclasses
+
+    fields = {field.name for field in dataclasses.fields(config_class) if field.init}
+    try:
+        config = config_class(**{name: value for name, value in recipe.items() if name in fields})
+    except (ValueError, TypeError):
+        return
+    for action in parser._actions:
+        value = getattr(config, action.dest, None) if action.dest in fields else None
+        if action.default is None and isinstance(value, (str, int, float, bool)):
+            action.resolved_default = value
+
+
+def check_options_before_imports(full_recipe: dict[str, Any], recipe: dict[str, Any], argv: Sequence[str],
+                                 trainer: str) -> None:
+    """Field names, recipe values and command-line values checked against the generated option list, before torch,
+    transformers and TRL load (riskpo_trl.scripts.known_options); skipped with versions the list does not hold."""
+    from .known_options import light_parser
+
+    light = light_parser(trainer, RiskPOScriptArguments)
+    if light is None:
+        return
+    parser, config_name = light
+    _check_field_names(parser, full_recipe, argv, trainer, config_name)
+    check_recipe_values(parser, recipe, _option_value(argv, "config"))
+    parser.parse_known_args(_without_config(argv))  # a bad value raises, naming its option
+
+
+def _parse_with_recipe(parser, argv: Sequence[str], recipe: dict[str, Any]):
+    """What ``TrlParser.parse_args_and_config`` does with ``--config``, on a recipe already read (and possibly
+    trimmed): its ``env`` block is exported, its fields become the defaults, the command line wins."""
+    recipe = dict(recipe)
+    for name, value in (recipe.pop("env", None) or {}).items():
+        os.environ[name] = str(value)
+    unused = parser.set_defaults_with_config(**recipe)
+    if unused:
+        raise ValueError(f"Unknown arguments from the recipe: {unused}.")
+    return parser.parse_args_into_dataclasses(args=_without_config(argv))
+
+
+def _without_config(argv: Sequence[str]) -> list[str]:
+    """``argv`` without ``--config PATH`` or ``--config=PATH``."""
+    kept, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token == "--config":
+            skip = True
+        elif not token.startswith("--config="):
+            kept.append(token)
+    return kept
+
+
 def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args):
     """The trainer ``script_args.trainer`` names, on the recipe's model, data and rewards."""
+    from accelerate import PartialState
     from trl import get_peft_config, get_quantization_config
 
     from ..data import load_benchmark, load_train_dataset
@@ -383,6 +482,9 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         prompt_column=script_args.prompt_column,
         answer_column=script_args.answer_column,
     )
+    from .run_data import data_record, describe, record_training_data
+
+    PartialState().print(f"Training on {describe(data_record(script_args))}: {len(train_dataset)} rows.")
     eval_dataset = None
     if script_args.eval_benchmark is not None and training_args.eval_strategy != "no":
         eval_dataset = load_benchmark(script_args.eval_benchmark, limit=script_args.max_eval_samples,
@@ -403,6 +505,7 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         quantization_config=get_quantization_config(model_args),
     )
     use_compact_log(trainer)  # the console: one line per logging step
+    record_training_data(trainer, script_args)  # in every trainer_state.json: a later command on other data is told
     if script_args.pass_at_k is not None:
         from ..evaluation.callback import add_pass_at_k_callback
 
@@ -525,6 +628,10 @@ def prepare(script_args: RiskPOScriptArguments, training_args, model_args):
 
     check_run_requirements(training_args)  # vLLM, report_to, push_to_hub: before the model loads
     checkpoint = resume_checkpoint(training_args)
+    if checkpoint is not None:
+        from .run_data import check_same_data
+
+        check_same_data(checkpoint, script_args, training_args.output_dir)
     finished = finished_run(checkpoint, training_args)
     if finished is None:
         if checkpoint is not None and script_args.trainer == DEFAULT_TRAINER:
@@ -588,6 +695,9 @@ def cli(argv: Sequence[str] | None = None) -> None:
     wrapped, so a crash keeps its traceback."""
     argv, debug = pop_debug_flag(sys.argv[1:] if argv is None else argv)
     silence_known_warnings()  # before parsing: building the config already warns
+    from ..trainer.caller_warnings import ignore_library_default_warnings
+
+    ignore_library_default_warnings()  # for the whole run: what the trainers silence while they build and train
     with contextlib.ExitStack() as held:
         with usage_errors("riskpo-train", debug, (*USAGE_ERRORS, ImportError)):  # ImportError: use_vllm, report_to
             script_args, training_args, model_args = parse_args(argv)

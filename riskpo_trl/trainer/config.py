@@ -19,6 +19,7 @@ from ..risk import (  # noqa: E402
     resolve_advantage_baseline,
 )
 from ..risk.choices import DEFAULT_CHOICES  # noqa: E402
+from .caller_warnings import config_default_warnings_silenced  # noqa: E402
 from .config_checks import check_config  # noqa: E402
 from .config_conversion import from_grpo_config, name_misspelled_fields  # noqa: E402
 
@@ -308,7 +309,8 @@ class RiskPOConfig(GRPOConfig):
             self.ddp_backend = "gloo"
         if self.steps_per_generation is None and self.generation_batch_size is None:
             self.steps_per_generation = UPDATES_PER_GENERATION * self.gradient_accumulation_steps
-        check_config(self, super().__post_init__)
+        with config_default_warnings_silenced(self):  # GRPOConfig's own gradient_checkpointing default
+            check_config(self, super().__post_init__)
 
 
 def _deepspeed_launch_without_accelerator() -> bool:

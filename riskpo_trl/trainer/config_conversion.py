@@ -12,6 +12,7 @@ from typing import Any
 from transformers.utils import logging as transformers_logging
 
 from ..registry import closest_name
+from .caller_warnings import remember_set_fields
 
 logger = transformers_logging.get_logger(__name__)
 
@@ -30,6 +31,7 @@ def name_misspelled_fields(config_class: type) -> type:
                     f"{config_class.__name__} got an unexpected keyword argument {name!r}"
                     f"{closest_name(name, accepted)}."
                 )
+        remember_set_fields(self, kwargs)
         generated_init(self, *args, **kwargs)
 
     config_class.__init__ = __init__

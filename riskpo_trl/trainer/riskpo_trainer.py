@@ -25,12 +25,14 @@ from .checkpoints import (  # noqa: E402
     risk_settings,
     write_state,
 )
+from .caller_warnings import warn_replaced_grpo_defaults  # noqa: E402
 from .config import RiskPOConfig  # noqa: E402
 from .regime_guard import RegimeGuard  # noqa: E402
 from .shared import SharedTrainerMixin  # noqa: E402
 from .token_mean import TokenMeanLossMixin  # noqa: E402
 
 logger = logging.getLogger(__name__)
+
 
 __all__ = ["RISK_STATE_FILE", "RiskPOTrainer"]
 
@@ -102,6 +104,8 @@ class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
                 "RiskPOConfig.from_grpo_config(your_config, bundle_size=..., ...): it keeps every setting and adds "
                 "the risk fields you pass."
             )
+        if args is not None:  # a renamed GRPO script hears which of GRPO's defaults the paper's layout replaced
+            warn_replaced_grpo_defaults(args, logger)
         super().__init__(model, reward_funcs, args=args, **kwargs)  # the shared layer's checks and fixes
         args = self.args  # RiskPOConfig's defaults when none was given
         self.risk_estimator = RiskEstimator.from_config(args)

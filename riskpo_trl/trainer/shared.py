@@ -16,6 +16,7 @@ from typing import Any
 from .. import compat
 from ..weight_sync.client import serve_weights_to_cpu_servers
 from .batch_hook import BatchObserversMixin
+from .caller_warnings import library_default_warnings_silenced
 from .checkpoints import TiedWeightsResumeMixin
 from .checks import check_start_up
 from .model_card import record_absolute_base_model, save_model_card
@@ -35,7 +36,9 @@ class SharedTrainerMixin(BatchObserversMixin, TiedWeightsResumeMixin):
         if args is None:
             args = self.config_class(f"{_model_name(model).split('/')[-1]}-{self._name}")
         check_start_up(type(self), trl_trainer_of(type(self)), model, reward_funcs, args, kwargs)
-        with serve_weights_to_cpu_servers(args):  # a CPU vLLM server gets this package's weight sync
+        # A CPU vLLM server gets this package's weight sync; the libraries' warnings about their own defaults are
+        # silenced while the trainer builds and trains (caller_warnings).
+        with serve_weights_to_cpu_servers(args), library_default_warnings_silenced():
             super().__init__(model, reward_funcs, args=args, **kwargs)
         record_absolute_base_model(self.model)  # a saved adapter then loads from any working directory
         continue_schedule_on_resume(self)  # a raised max_steps continues at the new schedule's learning rate
@@ -44,7 +47,8 @@ class SharedTrainerMixin(BatchObserversMixin, TiedWeightsResumeMixin):
     def train(self, *args, **kwargs):
         """`Trainer.train`, but a run that ends without a single optimizer step raises instead of returning as if it
         had trained (e.g. an ``IterableDataset`` that yields fewer examples than one generation batch)."""
-        output = super().train(*args, **kwargs)
+        with library_default_warnings_silenced():
+            output = super().train(*args, **kwargs)
         if self.state.global_step == 0:
             prompts = self.args.generation_batch_size // self.num_generations
             raise RuntimeError(
