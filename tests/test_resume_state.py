@@ -11,6 +11,7 @@ import pytest
 from helpers import contains_digit_reward, make_prompt_dataset
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
+from riskpo_trl.risk import ADVANTAGE_BASELINES
 from riskpo_trl.trainer.riskpo_trainer import RISK_STATE_FILE
 
 
@@ -78,7 +79,8 @@ def test_a_checkpoint_without_recorded_settings_resumes_with_the_papers_advantag
     with caplog.at_level(logging.INFO, logger="riskpo_trl"):
         resumed.train(resume_from_checkpoint=str(old))
     assert resumed.state.global_step == 2
-    assert resumed.args.advantage_baseline == resumed.risk_estimator.advantage_baseline == "none"
+    assert resumed.args.advantage_baseline == resumed.risk_estimator.choices.advantage_baseline == "none"
+    assert resumed.risk_estimator.rule.baseline is ADVANTAGE_BASELINES.get("none")  # the behaviour, not only the name
     assert "advantage_baseline='none'" in caplog.text and "written before checkpoints recorded" in caplog.text
 
 
@@ -87,5 +89,6 @@ def test_a_stated_baseline_wins_over_an_old_checkpoint(tiny_model_dir, checkpoin
     resumed = trainer(tiny_model_dir, config(tmp_path / "resumed", max_steps=2, advantage_baseline="loo"))
     with caplog.at_level(logging.INFO, logger="riskpo_trl"):
         resumed.train(resume_from_checkpoint=str(old))
-    assert resumed.args.advantage_baseline == resumed.risk_estimator.advantage_baseline == "loo"
+    assert resumed.args.advantage_baseline == resumed.risk_estimator.choices.advantage_baseline == "loo"
+    assert resumed.risk_estimator.rule.baseline is ADVANTAGE_BASELINES.get("loo")
     assert "Resumed from" in caplog.text and "advantage_baseline='loo'" in caplog.text

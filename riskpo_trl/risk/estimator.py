@@ -11,6 +11,7 @@ Pure math below it (the other modules of ``riskpo_trl.risk``), no trainer or TRL
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -86,6 +87,11 @@ class RiskEstimator:
     def choices(self) -> RiskChoices:
         """The choices' names, ``advantage_baseline`` resolved."""
         return self.rule.choices
+
+    def rechoose(self, **changes: Any) -> None:
+        """Resolve the rule again with ``changes`` to its choices (e.g. the baseline a resumed checkpoint was trained
+        with), keeping the trackers' state."""
+        self.rule = replace(self.choices, **changes).resolve(self.levels)
 
     def step(
         self,

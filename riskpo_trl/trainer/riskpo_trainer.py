@@ -202,5 +202,6 @@ class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
                            "with advantage_baseline=%r (the paper's advantage), so this run goes on with it, not with "
                            "the default %r. Set advantage_baseline to choose.", checkpoint, baseline,
                            self.args.advantage_baseline)
-            self.args.advantage_baseline = self.risk_estimator.advantage_baseline = baseline
+            self.args.advantage_baseline = baseline
+            self.risk_estimator.rechoose(advantage_baseline=baseline)
         logger.info("Resumed from %s with advantage_baseline=%r.", checkpoint, self.args.advantage_baseline)
