@@ -57,12 +57,12 @@ if [[ -z "$MODEL" ]]; then
     || die "could not read model_name_or_path from '$CONFIG'; pass --model"
 fi
 
-SERVE_EXTRA=()
-if [[ -n "$VLLM_ARGS" ]]; then  # split like a shell, without running anything in it
-  split=$(python -c 'import shlex, sys; print(*shlex.split(sys.argv[1]), sep="\n")' "$VLLM_ARGS" 2> /dev/null) \
-    || die "--vllm-args: cannot split '$VLLM_ARGS' into arguments (unbalanced quotes?)"
-  mapfile -t SERVE_EXTRA <<< "$split"
-fi
+SERVE_EXTRA=()  # --vllm-args split like a shell, without running anything in it; words pass NUL-separated, so a
+                # quoted value with newlines stays one argument, and an empty or blank list adds none
+SPLIT_WORDS='import shlex, sys; sys.stdout.write("".join(word + "\0" for word in shlex.split(sys.argv[1])))'
+python -c "$SPLIT_WORDS" "$VLLM_ARGS" > /dev/null 2>&1 \
+  || die "--vllm-args: cannot split '$VLLM_ARGS' into arguments (unbalanced quotes?)"
+mapfile -d '' -t SERVE_EXTRA < <(python -c "$SPLIT_WORDS" "$VLLM_ARGS")
 SERVE_CMD=(env "CUDA_VISIBLE_DEVICES=$VLLM_GPUS" trl vllm-serve --model "$MODEL" --tensor_parallel_size "$TP"
            --data_parallel_size "$DP" --host 0.0.0.0 --port "$PORT" ${SERVE_EXTRA[@]+"${SERVE_EXTRA[@]}"})
 TRAIN_CMD=(env "CUDA_VISIBLE_DEVICES=$TRAIN_GPUS" accelerate launch --config_file "$ACCELERATE_CONFIG"
