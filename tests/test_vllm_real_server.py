@@ -355,7 +355,6 @@ def test_an_update_of_each_kind_lands_and_one_whose_transfer_is_suppressed_raise
     client = gloo_client(server)
     model = load_model(model_dir)
     sync(client, model)  # the server starts from this test's model, whatever the last test left
-    assert_probe(client, model, passes=True)
     with torch.no_grad():
         change(model, torch.Generator().manual_seed(0))
     with pytest.raises(WeightSyncError, match=named):

@@ -60,6 +60,23 @@ def test_the_gloo_group_carries_tensors_from_the_trainer_to_a_worker():
     assert not errors and torch.equal(received, sent)
 
 
+def test_a_group_whose_peer_never_joins_or_never_receives_fails_instead_of_hanging():
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(RuntimeError, match="timeout"):  # the server's workers never join
+        open_group("127.0.0.1", port, 0, 2, timeout_s=1)
+    groups = {}
+    joining = threading.Thread(target=lambda: groups.setdefault(1, open_group("127.0.0.1", port, 1, 2, 60)))
+    joining.start()
+    trainer = open_group("127.0.0.1", port, 0, 2, timeout_s=60)
+    joining.join(60)
+    with pytest.raises(RuntimeError, match="Timed out"):  # joined, but nothing receives
+        broadcast_from_trainer(trainer, torch.ones(3), timeout_s=1)
+
+
 class FakeTRLClient:
     """Stands in for TRL's VLLMClient: answers /server_info with a given weight-transfer config."""
 

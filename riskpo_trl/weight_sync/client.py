@@ -180,13 +180,14 @@ def gloo_client_class() -> type:
                     "process holds it: pick a free port with --vllm_group_port (vllm_group_port in the recipe)."
                 ) from None
             init_info = {"master_address": address, "master_port": self.group_port, "rank_offset": 1,
-                         "world_size": world_size, "timeout_s": self.timeout_s}
+                         "world_size": world_size, "timeout_s": self.setup_timeout_s,
+                         "transfer_timeout_s": self.timeout_s}
             with ThreadPoolExecutor(max_workers=1) as pool:
                 # The server's workers join while this request is handled, so it returns once everyone has joined.
                 answered = pool.submit(self.control, "POST", "/init_weight_transfer_engine", self.setup_timeout_s,
                                        json={"init_info": init_info})
                 try:
-                    group = open_group(address, self.group_port, 0, world_size, self.timeout_s, store=store)
+                    group = open_group(address, self.group_port, 0, world_size, self.setup_timeout_s, store=store)
                 except Exception as error:
                     server_error = answered.exception()
                     raise WeightSyncError(
@@ -245,7 +246,7 @@ def gloo_client_class() -> type:
                 received = pool.submit(self.control, "POST", "/update_weights", json={"update_info": update_info})
                 try:
                     for _, tensor in named_params:
-                        broadcast_from_trainer(self.communicator, tensor)
+                        broadcast_from_trainer(self.communicator, tensor, self.timeout_s)
                 except RuntimeError as error:  # gloo: the peer closed the connection or timed out
                     raise WeightSyncError(f"The weight transfer to the vLLM server at {self.base_url} broke off: "
                                           f"{error}") from error

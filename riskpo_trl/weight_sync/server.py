@@ -60,7 +60,8 @@ class GlooInitInfo(WeightTransferInitInfo):
     master_port: int
     rank_offset: int
     world_size: int
-    timeout_s: float = DEFAULT_TIMEOUT_S
+    timeout_s: float = DEFAULT_TIMEOUT_S  # joining the group
+    transfer_timeout_s: float = DEFAULT_TIMEOUT_S  # each tensor's broadcast
 
 
 @dataclass
@@ -85,6 +86,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.group = None
+        self.transfer_timeout_s = DEFAULT_TIMEOUT_S
 
     def init_transfer_engine(self, init_info: GlooInitInfo) -> None:
         parallel = self.parallel_config
@@ -92,6 +94,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         rank = init_info.rank_offset + replica * parallel.world_size + parallel.rank
         self.group = open_group(init_info.master_address, init_info.master_port, rank, init_info.world_size,
                                 init_info.timeout_s)
+        self.transfer_timeout_s = init_info.transfer_timeout_s
 
     def start_weight_update(self) -> None:
         initialize_layerwise_reload(self.model)
@@ -106,7 +109,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         for name, dtype_name, shape in zip(update_info.names, update_info.dtype_names, update_info.shapes,
                                            strict=True):
             tensor = torch.empty(shape, dtype=getattr(torch, dtype_name), device=self.device)
-            broadcast_from_trainer(self.group, tensor)
+            broadcast_from_trainer(self.group, tensor, self.transfer_timeout_s)
             self.model.load_weights([(name, tensor)])  # the reload may keep it until its layer is complete
 
     def finish_weight_update(self) -> None:
