@@ -42,6 +42,7 @@ def test_single_node_splits_gpus_between_server_and_training():
     assert flag(cmd["train"], "--num_processes") == "6"
     assert flag(cmd["train"], "-m") == "riskpo_trl.scripts.train"  # the package's entry point, not a file path
     assert flag(cmd["train"], "--config_file") == "recipes/accelerate_configs/zero3.yaml"
+    assert cmd["train"][2:5] == ["accelerate", "launch", "--quiet"]  # a start-up error is the script's line alone
     assert flag(cmd["train"], "--vllm_server_port") == "8123" and flag(cmd["vllm"], "--port") == "8123"
     assert cmd["train"][-2:] == ["--gradient_accumulation_steps", "40"]
 

@@ -245,23 +245,36 @@ def test_launcher_training_command_trains_riskpo_in_server_mode_and_the_server_e
 
 
 def test_the_grpo_baseline_trains_in_server_mode_through_the_same_sync(server, model_dir, tmp_path):
-    """GRPO, through the training script's hook for the baselines. The tiny model earns no reward, so GRPO's
-    advantages are 0 and its weights stay as they start: it starts from another random model than the one served, so
-    that the sync shows (the server ends with that model's weights)."""
+    """GRPO, through the training script's hook for the baselines, run in this process (the command's interpreter
+    start-up is most of a run here; RiskPO's run above goes through accelerate). The tiny model earns no reward, so
+    GRPO's advantages are 0 and its weights stay as they start: it starts from another random model than the one
+    served, so that the sync shows (the server ends with that model's weights)."""
     start = tmp_path / "start"
     build_tiny_model(start, **VLLM_CPU_SIZES, initializer_range=0.2, seed=1)
-    served = train_in_server_mode(server, "grpo", tmp_path / "run", start)
+    served = train_in_server_mode(server, "grpo", tmp_path / "run", start, in_process=True)
     assert largest_gap(served, model_logprobs(model_dir, sequences(model_dir))) > 100 * LOGPROB_TOLERANCE
 
 
-def train_in_server_mode(server, trainer: str, output_dir: Path, start) -> list[torch.Tensor]:
-    """Run the launcher's training command from the model ``start``; check that it trained STEPS steps and that the
-    server holds the weights of the last sync (the checkpoint of step STEPS - 1); return the server's log-probs."""
+def train_in_server_mode(server, trainer: str, output_dir: Path, start, in_process: bool = False) -> list[torch.Tensor]:
+    """Run the launcher's training command from the model ``start`` (``in_process``: its training script, in this
+    process); check that it trained STEPS steps and that the server holds the weights of the last sync (the
+    checkpoint of step STEPS - 1); return the server's log-probs."""
     command = [*train_command(server, trainer, output_dir), "--model_name_or_path", str(start)]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-4000:]
-    assert f"[step {STEPS}/{STEPS}]" in output
+    if in_process:
+        from helpers import release_in_process_vllm
+
+        from riskpo_trl.scripts.train import cli
+
+        try:
+            cli(command[command.index("riskpo_trl.scripts.train") + 1:])
+        finally:
+            release_in_process_vllm()
+    else:
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, output[-4000:]
+        assert f"[step {STEPS}/{STEPS}]" in output
+    assert (output_dir / f"checkpoint-{STEPS}").is_dir()
 
     seqs = sequences(str(start))
     served = server_logprobs(plain_client(server), seqs)
@@ -445,32 +458,43 @@ def test_an_occupied_group_port_fails_at_once_naming_it_and_leaves_the_server_us
     gloo_client(server)  # the server was not left waiting
 
 
-def one_error_line(command: list[str], tmp_path: Path) -> str:
-    """Run a training command that must stop at start-up; return its one ``error:`` line."""
-    result = subprocess.run([*command, "--output_dir", str(tmp_path / "run"), "--vllm_group_port", str(free_port())],
-                            cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
-    assert result.returncode != 0, result.stdout[-2000:] + result.stderr[-4000:]
-    assert "Traceback" not in result.stderr, result.stderr[-4000:]
-    errors = [line for line in result.stderr.splitlines() if "error:" in line]
-    assert len(errors) == 1, result.stderr[-4000:]
-    return errors[0]
+def one_error_line(command: list[str], tmp_path: Path, capsys) -> tuple[str, list[str]]:
+    """Run the training script of a launcher's training command in this process (its interpreter start-up is most of
+    a run here; the launcher's ``accelerate launch --quiet`` adds no line of its own, tested with --dry-run), for a
+    start-up that must fail; return its one ``error:`` line and all its stderr lines."""
+    from helpers import release_in_process_vllm
+
+    from riskpo_trl.scripts.train import cli
+
+    argv = command[command.index("riskpo_trl.scripts.train") + 1:]
+    capsys.readouterr()
+    try:
+        with pytest.raises(SystemExit) as stopped:  # any other exception would be a traceback
+            cli([*argv, "--output_dir", str(tmp_path / "run"), "--vllm_group_port", str(free_port())])
+    finally:
+        release_in_process_vllm()
+    assert stopped.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    errors = [line for line in lines if "error:" in line]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("riskpo-train: error: ")
+    return errors[0], lines
 
 
-def test_a_bf16_server_is_refused_at_start_up_with_the_flag_to_add(bf16_server, tmp_path):
-    line = one_error_line(bf16_server["train"]["riskpo"], tmp_path)
+def test_a_bf16_server_is_refused_at_start_up_with_the_flag_to_add(bf16_server, tmp_path, capsys):
+    line, _ = one_error_line(bf16_server["train"]["riskpo"], tmp_path, capsys)
     assert "runs in bfloat16 and the model trains in float32" in line and "--dtype float32" in line
 
 
-def test_a_plain_trl_server_is_refused_with_one_error_line(plain_server, tmp_path):
-    line = one_error_line(plain_server["train"]["riskpo"], tmp_path)
+def test_a_plain_trl_server_is_refused_with_one_error_line(plain_server, tmp_path, capsys):
+    line, _ = one_error_line(plain_server["train"]["riskpo"], tmp_path, capsys)
     assert "'nccl' engine, which needs CUDA" in line and "--vllm-args" in line
 
 
-def test_a_wrong_server_port_prints_a_waiting_line_at_once_and_fails_naming_the_address(server, tmp_path):
-    command = [*server["train"]["riskpo"], "--vllm_server_port", str(free_port()), "--vllm_server_timeout", "4",
-               "--output_dir", str(tmp_path / "run")]
-    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as run:
-        first = next(line for line in run.stderr if "vLLM server" in line)  # the first line about the server
-        rest = run.stderr.read()
-    assert first.startswith("Waiting up to 4 s for the vLLM server at http://127.0.0.1:"), first
-    assert run.returncode != 0 and "can't be reached" in rest and "Traceback" not in rest, rest[-4000:]
+def test_a_wrong_server_port_prints_a_waiting_line_first_and_fails_naming_the_address(server, tmp_path, capsys):
+    port = free_port()
+    command = [*server["train"]["riskpo"], "--vllm_server_port", str(port), "--vllm_server_timeout", "4"]
+    line, lines = one_error_line(command, tmp_path, capsys)
+    assert f"can't be reached at http://127.0.0.1:{port} after 4.0 seconds" in line, line
+    waiting = f"Waiting up to 4 s for the vLLM server at http://127.0.0.1:{port} (vllm_server_timeout) ..."
+    assert waiting in lines and lines.index(waiting) < lines.index(line)
