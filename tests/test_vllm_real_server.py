@@ -255,7 +255,8 @@ def test_the_grpo_baseline_trains_in_server_mode_through_the_same_sync(server, m
     assert largest_gap(served, model_logprobs(model_dir, sequences(model_dir))) > 100 * LOGPROB_TOLERANCE
 
 
-def train_in_server_mode(server, trainer: str, output_dir: Path, start, in_process: bool = False) -> list[torch.Tensor]:
+def train_in_server_mode(server, trainer: str, output_dir: Path, start,
+                         in_process: bool = False) -> list[torch.Tensor]:
     """Run the launcher's training command from the model ``start`` (``in_process``: its training script, in this
     process); check that it trained STEPS steps and that the server holds the weights of the last sync (the
     checkpoint of step STEPS - 1); return the server's log-probs."""
@@ -353,7 +354,8 @@ def merge_lora(model, generator, rank: int = 4):
 
 
 @pytest.mark.parametrize(("change", "named"), [
-    (change_linear, r"model\.layers\.0\.self_attn\.qkv_proj\.weight on worker 0 \(as model\.layers\.0\.self_attn\.q_proj"),
+    (change_linear, r"model\.layers\.0\.self_attn\.qkv_proj\.weight on worker 0 "
+                    r"\(as model\.layers\.0\.self_attn\.q_proj"),
     (change_embedding, r"model\.embed_tokens\.weight on worker 0 \(as model\.embed_tokens\.weight\)"),
     (change_norm, r"model\.norm\.weight on worker 0 \(as model\.norm\.weight\)"),
     (merge_lora, r"qkv_proj\.weight on worker 0 \(as model\.layers\.0\.self_attn\.q_proj\.weight\)"),

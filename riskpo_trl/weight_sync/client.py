@@ -204,7 +204,8 @@ def gloo_client_class() -> type:
             return info["vllm_config"]
 
         def server_identity(self) -> dict[str, Any]:
-            """The server's instance id (vLLM's, drawn from the clock at its start) and its workers' nonces and PIDs."""
+            """The server's instance id (vLLM's, drawn from the clock at its start) and its workers' nonces and
+            PIDs."""
             workers = self.control("POST", "/collective_rpc", QUICK_TIMEOUT_S, json={"method": IDENTITY_METHOD})
             return {"instance_id": self.server_config().get("instance_id"), "workers": workers["results"]}
 
