@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -41,6 +42,7 @@ def test_single_node_splits_gpus_between_server_and_training():
     assert flag(cmd["train"], "--num_processes") == "6"
     assert flag(cmd["train"], "-m") == "riskpo_trl.scripts.train"  # the package's entry point, not a file path
     assert flag(cmd["train"], "--config_file") == "recipes/accelerate_configs/zero3.yaml"
+    assert cmd["train"][2:5] == ["accelerate", "launch", "--quiet"]  # a start-up error is the script's line alone
     assert flag(cmd["train"], "--vllm_server_port") == "8123" and flag(cmd["vllm"], "--port") == "8123"
     assert cmd["train"][-2:] == ["--gradient_accumulation_steps", "40"]
 
@@ -59,6 +61,35 @@ def test_single_node_adds_vllm_args_to_the_server_command_split_like_a_shell():
     assert commands(result.stdout)["vllm"][-len(SERVER_ARGS):] == list(SERVER_ARGS)
     plain = commands(launch(SINGLE_NODE, "--dry-run", "--config", RECIPE, "--train-gpus", "1").stdout)
     assert plain["vllm"][-2:] == ["--port", "8000"]  # no empty argument without --vllm-args
+
+
+def served_arguments(tmp_path: Path, vllm_args: str) -> list[str]:
+    """The arguments `trl vllm-serve` receives from the launcher (a stand-in `trl` records them, NUL-separated, and
+    exits, so the launcher stops there)."""
+    record = tmp_path / "argv"
+    stub = tmp_path / "bin" / "trl"
+    stub.parent.mkdir()
+    stub.write_text(f"#!/usr/bin/env bash\nprintf '%s\\0' \"$@\" > {shlex.quote(str(record))}\nexit 1\n")
+    stub.chmod(0o755)
+    env = {**os.environ, "PATH": f"{stub.parent}:{os.environ['PATH']}"}
+    result = subprocess.run(["bash", str(SINGLE_NODE), "--config", RECIPE, "--train-gpus", "1", "--model", "m",
+                             "--port", "8123", "--vllm-args", vllm_args], check=False, cwd=ROOT, capture_output=True,
+                            text=True, timeout=60, env=env)
+    assert "the vLLM server exited before becoming healthy" in result.stderr, result.stderr
+    return record.read_bytes().decode().split("\0")[:-1]
+
+
+def test_single_node_passes_a_multi_line_vllm_arg_as_one_argument(tmp_path):
+    template = "{% for m in messages %}\n--not-an-option {{ m.content }}\n{% endfor %}"
+    served = served_arguments(tmp_path, f"--max_model_len 4096 --chat-template {shlex.quote(template)}")
+    assert served[:2] == ["vllm-serve", "--model"]
+    assert served[-4:] == ["--max_model_len", "4096", "--chat-template", template]
+
+
+@pytest.mark.parametrize("blank", ["", "   ", " \n\t "])
+def test_single_node_passes_nothing_for_an_empty_or_blank_vllm_args(tmp_path, blank):
+    served = served_arguments(tmp_path, blank)
+    assert served[-2:] == ["--port", "8123"] and "" not in served
 
 
 @pytest.mark.parametrize(

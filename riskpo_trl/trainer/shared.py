@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import compat
 from ..weight_sync.client import serve_weights_to_cpu_servers
+from ..weight_sync.probe import check_weight_syncs
 from .batch_hook import BatchObserversMixin
 from .caller_warnings import library_default_warnings_silenced
 from .checkpoints import TiedWeightsResumeMixin
@@ -40,6 +41,7 @@ class SharedTrainerMixin(BatchObserversMixin, TiedWeightsResumeMixin):
         # silenced while the trainer builds and trains (caller_warnings).
         with serve_weights_to_cpu_servers(args), library_default_warnings_silenced():
             super().__init__(model, reward_funcs, args=args, **kwargs)
+        check_weight_syncs(self)  # a CPU server's dtype, and the log-prob probe after each of its syncs
         record_absolute_base_model(self.model)  # a saved adapter then loads from any working directory
         continue_schedule_on_resume(self)  # a raised max_steps continues at the new schedule's learning rate
         compat.suppress_image_token(self)  # before TRL 1.16, a VLM could sample its image token
