@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from benchmarks._common import RESULTS_DIR, machine_info, mean_std, write_results
+from benchmarks._common import RESULTS_DIR, json_exists, machine_info, mean_std, read_json, write_results
 from benchmarks.tabular_study import (
     EXTRA_METHODS, METHOD_LABELS, TabularConfig, policy_metrics, run_name, starting_logits, train,
 )
@@ -77,7 +77,7 @@ def run_all(cfg: TabularBaselineConfig, out: Path, reference: Path) -> dict[str,
     for optimizer, method, p, lr in cells(cfg):
         for seed in cfg.tabular.seeds:
             path = run_path(cfg, out, reference, optimizer, method, p, lr, seed)
-            if not path.exists():
+            if not json_exists(path):
                 if path.parent.parent == reference and reference != out:
                     raise FileNotFoundError(f"{path} is missing: run python -m benchmarks.tabular_study first.")
                 started = time.perf_counter()
@@ -86,7 +86,7 @@ def run_all(cfg: TabularBaselineConfig, out: Path, reference: Path) -> dict[str,
                               seconds=time.perf_counter() - started)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(result) + "\n")
-            runs[f"{optimizer}|{method}|{p}|{lr:g}|{seed}"] = json.loads(path.read_text())
+            runs[f"{optimizer}|{method}|{p}|{lr:g}|{seed}"] = read_json(path)
     return runs
 
 

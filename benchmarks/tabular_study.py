@@ -47,7 +47,9 @@ from typing import Any
 
 import torch
 
-from benchmarks._common import RESULTS_DIR, headless_pyplot, machine_info, mean_std, save_figure, write_results
+from benchmarks._common import (
+    RESULTS_DIR, headless_pyplot, json_exists, machine_info, mean_std, read_json, save_figure, write_results,
+)
 from riskpo_trl.risk.estimator import RiskEstimator
 
 METHODS = ("grpo", "riskpo", "risk_seeking", "riskpo_authors")
@@ -256,8 +258,8 @@ def run_grid(cfg: TabularConfig, out_dir: Path, methods: list[str]) -> dict[str,
                 for seed in cfg.seeds:
                     name = run_name(method, num_prompts, lr, seed)
                     path = runs_dir / f"{name}.json"
-                    if path.exists():
-                        results[name] = json.loads(path.read_text())
+                    if json_exists(path):
+                        results[name] = read_json(path)
                         continue
                     start = time.perf_counter()
                     _, result = train(method, num_prompts, lr, seed, cfg)

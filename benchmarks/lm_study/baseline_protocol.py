@@ -20,7 +20,6 @@ smoke size they are built and run here.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 import datasets
 import torch
 
-from benchmarks._common import RESULTS_DIR
+from benchmarks._common import RESULTS_DIR, json_exists, read_json
 
 from .config import BaselineProtocol, ExactProtocol
 from .exact_protocol import Job, evaluate_start, run_job, run_path, start_dirs
@@ -83,7 +82,7 @@ def grid_scores(protocol: BaselineProtocol, out: Path, reference: Path, start: s
     scores: dict[float, float | None] = {}
     for lr in protocol.learning_rates:
         path = job(protocol, out, reference, start, protocol.method, lr, protocol.grid_seed).path(protocol.exact)
-        scores[lr] = json.loads(path.read_text())["tracked"][-1]["score"] if path.exists() else None
+        scores[lr] = read_json(path)["tracked"][-1]["score"] if json_exists(path) else None
     return scores
 
 
@@ -116,7 +115,7 @@ def planned_jobs(protocol: BaselineProtocol, out: Path, reference: Path) -> list
 
 
 def pending_jobs(protocol: BaselineProtocol, out: Path, reference: Path) -> list[BaselineJob]:
-    return [j for j in planned_jobs(protocol, out, reference) if not j.path(protocol.exact).exists()]
+    return [j for j in planned_jobs(protocol, out, reference) if not json_exists(j.path(protocol.exact))]
 
 
 def _run_job(args) -> str:
@@ -146,7 +145,7 @@ def run_all(protocol: BaselineProtocol, out: Path, reference: Path, dirs: dict[s
                 line = pool.apply(_run_job, ((j, protocol, dirs[j.start]),))
         print("[baseline]", line, flush=True)
         log.append(line)
-        if not j.path(protocol.exact).exists():
+        if not json_exists(j.path(protocol.exact)):
             failed.add(j.path(protocol.exact))
 
 

@@ -8,7 +8,6 @@ they need have finished.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from dataclasses import replace
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks._common import json_exists, read_json
 
 from .baseline_protocol import chosen_lr, grid_scores, job, planned_jobs
 from .config import BASELINE_CLAIMS, BASELINE_DEFAULT_RULE, EXACT_VERDICT_RULE, METHOD_LABELS, BaselineProtocol
@@ -33,7 +34,7 @@ RULE_CONDITIONS = (
 
 
 def load(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text()) if path.exists() else None
+    return read_json(path) if json_exists(path) else None
 
 
 def study_runs(protocol: BaselineProtocol, out: Path, reference: Path, start: str) -> tuple[dict[str, list], dict]:
@@ -200,7 +201,7 @@ def report(protocol: BaselineProtocol, out: Path, reference: Path) -> dict[str, 
         body = [f"![Exact test Pass@k against k, and the gap to GRPO (at its own lr) with its band]({figure_name})",
                 ""] + body
     planned = planned_jobs(protocol, out, reference)
-    done = sum(j.path(protocol.exact).exists() for j in planned)
+    done = sum(json_exists(j.path(protocol.exact)) for j in planned)
     decision = default_decision(protocol, starts)
     if decision["default"] == "pending":
         verdict_line = f"**Default: pending** ({decision['note']}); it stays `advantage_baseline='none'` until then."

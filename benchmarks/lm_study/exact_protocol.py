@@ -17,7 +17,6 @@ with seed 1, ...; then the same from the low start.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import multiprocessing
 import os
@@ -29,7 +28,7 @@ from typing import Any
 import datasets
 import torch
 
-from benchmarks._common import RESULTS_DIR
+from benchmarks._common import RESULTS_DIR, json_exists, read_json
 
 from .config import ExactProtocol, LMConfig, run_eval_seed
 from .evaluation import evaluate_tracked
@@ -83,8 +82,8 @@ def selection_score(probs: dict[str, list[float]]) -> float:
 def evaluate_start(protocol: ExactProtocol, start: str, start_dir: Path, out: Path) -> dict[str, Any]:
     """The start's exact validation and test probabilities and sampled entropies, cached in ``out/<start>``."""
     path = out / start / "start_eval.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    if json_exists(path):
+        return read_json(path)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     cfg = protocol.lm
@@ -113,8 +112,8 @@ def run_exact(protocol: ExactProtocol, job: Job, start_dir: Path, out: Path) -> 
     far are kept in memory. At the end: the exact test probabilities of the final weights (the primary result) and of
     the best validation checkpoint where that is earlier, and the sampled test entropy."""
     path = run_path(protocol, out, job)
-    if path.exists():
-        return json.loads(path.read_text())
+    if json_exists(path):
+        return read_json(path)
     from transformers import TrainerCallback
 
     cfg = protocol.lm
@@ -211,7 +210,7 @@ def run_all(protocol: ExactProtocol, out: Path, dirs: dict[str, Path], workers: 
     """Every uncached run in :func:`job_order`, ``workers`` at a time in fresh processes (0: in this process)."""
     for start, start_dir in dirs.items():
         evaluate_start(protocol, start, start_dir, out)
-    jobs = [j for j in job_order(protocol) if not run_path(protocol, out, j).exists()]
+    jobs = [j for j in job_order(protocol) if not json_exists(run_path(protocol, out, j))]
     print(f"[exact] {len(jobs)} runs to go", flush=True)
     if workers == 0:
         return [run_job(j, protocol, dirs[j.start], out) for j in jobs]

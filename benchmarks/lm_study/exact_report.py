@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._common import json_exists, read_json
+
 from .config import EXACT_CLAIMS, EXACT_VERDICT_RULE, METHOD_LABELS, Claim, ExactProtocol
 from .exact import pass_at_k
 from .stats import Interval, paired_problem_bootstrap, two_level_bootstrap, verdict
@@ -29,7 +31,7 @@ def load_runs(protocol: ExactProtocol, out: Path, start: str) -> dict[str, list[
     runs: dict[str, list[dict[str, Any]]] = {}
     for method in protocol.methods:
         found = [run_path(protocol, out, Job(start, method, s)) for s in protocol.seeds]
-        runs[method] = [json.loads(p.read_text()) for p in found if p.exists()]
+        runs[method] = [read_json(p) for p in found if json_exists(p)]
     return runs
 
 
@@ -115,9 +117,9 @@ def write_report(out: Path, name: str, lines: list[str], payload: dict[str, Any]
 
 def start_report(protocol: ExactProtocol, out: Path, start: str) -> tuple[dict[str, Any], list[str]]:
     path = out / start / "start_eval.json"
-    if not path.exists():
+    if not json_exists(path):
         return {"start": start, "runs": 0}, [f"## Start `{start}`", "", "Not evaluated yet.", ""]
-    start_eval = json.loads(path.read_text())
+    start_eval = read_json(path)
     runs = load_runs(protocol, out, start)
     buckets = buckets_of(protocol)
     methods = [m for m in protocol.methods if runs[m]]
@@ -265,8 +267,8 @@ def report(protocol: ExactProtocol, out: Path, skip_figure: bool = False) -> dic
     if not skip_figure:
         from .exact_figures import figure
 
-        evals = {s: json.loads((out / s / "start_eval.json").read_text()) for s in protocol.starts
-                 if (out / s / "start_eval.json").exists()}
+        evals = {s: read_json(out / s / "start_eval.json") for s in protocol.starts
+                 if json_exists(out / s / "start_eval.json")}
         figure_name = figure(protocol, out, {s: load_runs(protocol, out, s) for s in evals}, evals,
                              buckets_of(protocol))
         if figure_name:

@@ -34,7 +34,7 @@ from typing import Any
 import datasets
 import torch
 
-from benchmarks._common import RESULTS_DIR
+from benchmarks._common import RESULTS_DIR, json_exists
 
 from .config import LongProtocol
 from .run import evaluate_start, run_long_rl, run_name, select_lrs
@@ -73,7 +73,7 @@ def seeds_of(protocol: LongProtocol, start: str) -> tuple[int, ...]:
 
 
 def run_cached(out: Path, job: Job) -> bool:
-    return (out / job.start / "runs" / f"{run_name(job.method, job.lr, job.seed)}.json").exists()
+    return json_exists(out / job.start / "runs" / f"{run_name(job.method, job.lr, job.seed)}.json")
 
 
 def pending_jobs(protocol: LongProtocol, out: Path, starts: list[str], methods: list[str]) -> list[Job]:

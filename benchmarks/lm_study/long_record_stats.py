@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import RESULTS_DIR
+from benchmarks._common import RESULTS_DIR, read_json
 
 from .config import EXACT_CLAIMS, EXACT_VERDICT_RULE, Claim, ExactProtocol
 from .stats import paired_problem_bootstrap, two_level_bootstrap, verdict
@@ -45,7 +45,7 @@ def values(entry: dict[str, Any], claim: Claim, k: int) -> np.ndarray:
 def record_rows(out: Path, protocol: ExactProtocol) -> list[dict[str, Any]]:
     rows = []
     for start in protocol.starts:
-        start_test = json.loads((out / start / "start_eval.json").read_text())["test"]
+        start_test = read_json(out / start / "start_eval.json")["test"]
         for claim in EXACT_CLAIMS:
             k = min(claim.k, SAMPLES)
             if claim.k > SAMPLES and any(c.k == SAMPLES and (c.a, c.b, c.metric, c.bucket) ==
@@ -56,7 +56,7 @@ def record_rows(out: Path, protocol: ExactProtocol) -> list[dict[str, Any]]:
                 if who == "start":
                     return values(start_test, claim, k)[None, :]
                 lr = protocol.lr(start, who)
-                runs = [json.loads((out / start / "runs" / f"{who}-lr{lr:g}-seed{s}.json").read_text())["test"]
+                runs = [read_json(out / start / "runs" / f"{who}-lr{lr:g}-seed{s}.json")["test"]
                         for s in RECORD_SEEDS]
                 return np.array([values(r, claim, k) for r in runs])
 

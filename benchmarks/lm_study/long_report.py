@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_info, mean_std, write_results
+from benchmarks._common import json_exists, json_files, machine_info, mean_std, read_json, write_results
 
 from .config import LONG_SELECTION_CRITERION, METHOD_LABELS, LongProtocol
 from .run import run_name, select_lrs, selection_k
@@ -48,7 +48,7 @@ def run_time(run: dict[str, Any]) -> str:
 
 
 def load_long_runs(out: Path, start: str) -> dict[str, dict[str, Any]]:
-    return {p.stem: json.loads(p.read_text()) for p in sorted((out / start / "runs").glob("*.json"))}
+    return {p.stem: read_json(p) for p in json_files(out / start / "runs")}
 
 
 def _fmt(values: list[float], digits: int = 3) -> str:
@@ -356,10 +356,10 @@ def report(protocol: LongProtocol, out: Path, starts: list[str], methods: list[s
     all_runs, start_evals, figure_inputs = {}, {}, {}
     for start in starts:
         eval_path, sft_path = out / start / "start_eval.json", out / start / "sft_summary.json"
-        if not eval_path.exists() or not sft_path.exists():
+        if not json_exists(eval_path) or not sft_path.exists():
             lines += [f"## Start `{start}`: not ready yet", ""]
             continue
-        start_eval, sft = json.loads(eval_path.read_text()), json.loads(sft_path.read_text())
+        start_eval, sft = read_json(eval_path), json.loads(sft_path.read_text())
         runs = load_long_runs(out, start)
         by_method = chosen_runs(protocol, out, start, methods, runs)
         verdicts = verdict_numbers(protocol, start_eval, by_method, runs)

@@ -14,6 +14,8 @@ import torch
 
 from riskpo_trl.risk import frac_prompts_all_failed, push_signals
 
+from benchmarks._common import json_exists, read_json
+
 from .config import AUTHORS_FIELDS, METHODS, LMConfig
 from .evaluation import evaluate, evaluate_tracked, selection_score
 from .task import exact_match_reward, make_splits, prompt_of
@@ -214,8 +216,8 @@ def run_rl(method: str, lr: float, seed: int, cfg: LMConfig, out_dir: Path) -> d
     """One run of the short protocol from ``out_dir``'s SFT start; writes ``runs/<name>.json`` (curves, validation
     and test Pass@k)."""
     path = out_dir / "runs" / f"{run_name(method, lr, seed)}.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    if json_exists(path):
+        return read_json(path)
     trainer = build_trainer(method, lr, seed, cfg, out_dir / "models" / "sft",
                             out_dir / "models" / "rl" / run_name(method, lr, seed))
     splits = make_splits(cfg)
@@ -261,8 +263,8 @@ def tracked_eval(model, tokenizer, problems, cfg: LMConfig, num_samples: int, se
 def evaluate_start(cfg: LMConfig, start_dir: Path, track_samples: int) -> dict[str, Any]:
     """The start's row: validation as tracked along training, test as at the end of a run."""
     path = start_dir / "start_eval.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    if json_exists(path):
+        return read_json(path)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model_dir = start_dir / "models" / "sft"
@@ -285,8 +287,8 @@ def run_long_rl(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: Pat
     and, when it was an earlier evaluation, for the best validation checkpoint too. Activation checkpointing is off
     (a speed setting: the tiny model needs no memory saving)."""
     path = start_dir / "runs" / f"{run_name(method, lr, seed)}.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    if json_exists(path):
+        return read_json(path)
     from transformers import TrainerCallback
 
     trainer = build_trainer(method, lr, seed, cfg, start_dir / "models" / "sft",
@@ -350,8 +352,8 @@ def select_lrs(cfg: LMConfig, out_dir: Path, methods: list[str]) -> dict[str, fl
         scores = {}
         for lr in cfg.learning_rates:
             path = out_dir / "runs" / f"{run_name(method, lr, cfg.grid_seed)}.json"
-            if path.exists():
-                scores[lr] = json.loads(path.read_text())["selection_score"]
+            if json_exists(path):
+                scores[lr] = read_json(path)["selection_score"]
         if len(scores) == len(cfg.learning_rates):
             chosen[method] = max(sorted(scores), key=lambda lr: scores[lr])  # max keeps the first (smallest) on ties
     return chosen

@@ -7,7 +7,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import headless_pyplot, machine_info, mean_std, save_figure, write_results
+from benchmarks._common import (
+    headless_pyplot, json_exists, machine_info, mean_std, read_json, save_figure, write_results,
+)
 
 from .config import METHOD_LABELS, SELECTION_CRITERION, LMConfig
 from .run import run_name, select_lrs
@@ -19,8 +21,8 @@ def load_runs(cfg: LMConfig, out_dir: Path, methods: list[str]) -> dict[str, dic
         for lr in cfg.learning_rates:
             for seed in sorted({cfg.grid_seed, *cfg.test_seeds}):
                 path = out_dir / "runs" / f"{run_name(method, lr, seed)}.json"
-                if path.exists():
-                    runs[run_name(method, lr, seed)] = json.loads(path.read_text())
+                if json_exists(path):
+                    runs[run_name(method, lr, seed)] = read_json(path)
     return runs
 
 

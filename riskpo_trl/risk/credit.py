@@ -54,8 +54,8 @@ def std_credit(
 
 @CREDIT_ASSIGNMENTS.register(
     "sum_mean",
-    help="A x (r - prompt mean) / sum over the bundle of (r - prompt mean), A / B when that sum is ~0; the authors' DAPO "
-    "script",
+    help="A x (r - prompt mean) / sum over the bundle of (r - prompt mean), A / B when that sum is ~0; the authors' "
+    "DAPO script",
 )
 def sum_mean_credit(
     advantages: torch.Tensor, rewards: torch.Tensor, bundle_ids: torch.Tensor, num_generations: int
