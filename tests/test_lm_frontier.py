@@ -120,3 +120,18 @@ def test_frontier_protocol_smoke_runs_in_order_resumes_and_reports(tmp_path):
     partial = frontier_protocol.main([*argv, "--report-only"])
     assert partial["runs_finished"] == partial["runs_named"] - 1 and not partial["complete"]
     assert "interim (0-1 of 1 seeds per arm)" in (tmp_path / "lm_frontier.md").read_text()
+
+
+@pytest.mark.parametrize("start", ["moderate", "low"])
+def test_the_grid_reuses_the_exact_protocols_committed_runs_and_start_evaluations(start):
+    """The committed results are compact (``.json.gz``): the grid must still find the exact protocol's seed-0 runs it
+    reuses, and the report the start evaluations, or the plan would silently grow and the report lose its starts."""
+    from benchmarks._common import RESULTS_DIR, json_exists
+    from benchmarks.lm_study.frontier_protocol import grid_score, reused_grid_path
+
+    protocol, reference = FrontierProtocol(), RESULTS_DIR / "lm_exact"
+    for method in protocol.ruled_methods:
+        lr = protocol.exact.lr(start, method)
+        assert reused_grid_path(protocol, reference, start, method, lr) is not None, (method, lr)
+        assert grid_score(protocol, RESULTS_DIR / "lm_frontier", reference, start, method, lr) is not None
+    assert json_exists(reference / start / "start_eval.json")

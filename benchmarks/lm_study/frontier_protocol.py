@@ -17,7 +17,6 @@ seed 6, and so on. The starts, their evaluations (checkpoint 0) and the reused g
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import platform
@@ -29,7 +28,7 @@ from typing import Any
 import datasets
 import torch
 
-from benchmarks._common import RESULTS_DIR
+from benchmarks._common import RESULTS_DIR, json_exists, read_json
 
 from .config import run_eval_seed
 from .exact_protocol import evaluate_start, exact_probs, sampled_entropy, selection_score, start_dirs
@@ -68,7 +67,7 @@ def reused_grid_path(protocol: FrontierProtocol, reference: Path, start: str, me
     if method not in exact.methods or exact.lr(start, method) != lr or protocol.grid_seed not in exact.seeds:
         return None
     path = reference / start / "runs" / f"{run_name(method, lr, protocol.grid_seed)}.json"
-    return path if path.exists() else None
+    return path if json_exists(path) else None
 
 
 def grid_score(protocol: FrontierProtocol, out: Path, reference: Path, start: str, method: str,
@@ -76,7 +75,7 @@ def grid_score(protocol: FrontierProtocol, out: Path, reference: Path, start: st
     """The final exact validation criterion of the grid's seed-0 run (None: not finished)."""
     reused = reused_grid_path(protocol, reference, start, method, lr)
     if reused is not None:
-        return json.loads(reused.read_text())["tracked"][-1]["score"]
+        return read_json(reused)["tracked"][-1]["score"]
     run = read_run(Job(start, method, lr, protocol.grid_seed).path(out))
     return run["checkpoints"][-1]["val_criterion"] if run else None
 

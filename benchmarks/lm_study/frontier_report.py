@@ -7,13 +7,14 @@ points (descriptive), and the figure. Rows say how many seeds they rest on; rows
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks._common import json_exists, read_json
 
 from .config import METHOD_LABELS
 from .exact import pass_at_k
@@ -63,9 +64,9 @@ def seeds_label(runs_by_arm: dict[tuple[str, float], list], method: str) -> str:
 
 def start_section(protocol: FrontierProtocol, out: Path, reference: Path, start: str) -> tuple[dict, list[str]]:
     path = reference / start / "start_eval.json"
-    if not path.exists():
+    if not json_exists(path):
         return {"start": start, "complete": False}, [f"## Start `{start}`", "", "Not evaluated yet.", ""]
-    start_eval = json.loads(path.read_text())
+    start_eval = read_json(path)
     buckets = buckets_of(protocol)
     start_p = probs_matrix([start_eval["test_p"]], buckets)
     levels = protocol.pass1_levels(start)
@@ -190,7 +191,7 @@ def frontier_figure(protocol: FrontierProtocol, out: Path, reference: Path) -> s
     """Pass@``primary_k`` and Pass@``secondary_k`` against Pass@1, a line per arm (seed mean where every seed reaches
     the level), both starts; the pre-registered interval shaded."""
     evals = {s: reference / s / "start_eval.json" for s in protocol.exact.starts}
-    starts = [s for s, p in evals.items() if p.exists()
+    starts = [s for s, p in evals.items() if json_exists(p)
               and any(arm_runs(protocol, out, s, *arm) for arm in arms(protocol, out, reference, s))]
     if not starts:
         return None
@@ -205,7 +206,7 @@ def frontier_figure(protocol: FrontierProtocol, out: Path, reference: Path) -> s
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colors = {m: cycle[i % len(cycle)] for i, m in enumerate(protocol.methods())}
     for col, start in enumerate(starts):
-        start_eval = json.loads(evals[start].read_text())
+        start_eval = read_json(evals[start])
         start_p = probs_matrix([start_eval["test_p"]], buckets)
         named = arms(protocol, out, reference, start)
         rates = sorted({lr for _, lr in named})
