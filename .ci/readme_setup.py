@@ -25,7 +25,7 @@ def block_commands(text: str) -> list[str]:
     start = text.find(f"\n{SECTION}\n")
     if start < 0:
         raise SystemExit(f"README.md has no '{SECTION}' section")
-    section = text[start + len(SECTION) + 1:]
+    section = text[start + len(SECTION) + 1 :]
     section = section[: section.find("\n## ")] if "\n## " in section else section
     return _commands(section, f"README.md's '{SECTION}' section")
 

@@ -141,10 +141,12 @@ def sandbox_run_conditions(payload: dict[str, Any], workers: int | None = None) 
     """The markdown lines the sandbox benchmarks open with: load before and after, cores, user, isolation."""
     worker_text = f"; {workers} workers" if workers is not None else ""
     return [
-        (f"Load average (1, 5, 15 min) before: {payload['load_average_before']}, after: "
-         f"{payload['load_average_after']}; {payload['machine']['logical_cores']} logical cores "
-         f"({payload['machine']['cpu']}){worker_text}; running as "
-         f"{'root' if payload['as_root'] else 'a regular user'}."),
+        (
+            f"Load average (1, 5, 15 min) before: {payload['load_average_before']}, after: "
+            f"{payload['load_average_after']}; {payload['machine']['logical_cores']} logical cores "
+            f"({payload['machine']['cpu']}){worker_text}; running as "
+            f"{'root' if payload['as_root'] else 'a regular user'}."
+        ),
         "",
         f"bwrap: {payload['bwrap_isolation']}.",
     ]
@@ -169,4 +171,3 @@ COMPACTED = ("**/runs/*.json", "**/rl_runs/*.json", "**/start_eval.json")
 
 if __name__ == "__main__":
     _compact_cli()
-

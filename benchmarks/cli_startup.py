@@ -28,7 +28,9 @@ TINY_RECIPE = "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
 # riskpo-train's other timed commands: (arguments, the exit code that means it answered as expected).
 TRAIN_COMMANDS = {
     "riskpo-train --config TINY --bundel_size 2 (a typo: refused)": (
-        ["--config", TINY_RECIPE, "--bundel_size", "2"], 2),
+        ["--config", TINY_RECIPE, "--bundel_size", "2"],
+        2,
+    ),
     "riskpo-train --help-all": (["--help-all"], 0),
 }
 
@@ -61,8 +63,9 @@ def time_command(command: list[str], runs: int, exit_code: int = 0) -> tuple[lis
     times, cpu = [], []
     for _ in range(runs):
         start, cpu_start = time.perf_counter(), children_cpu_seconds()
-        result = subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                check=False)
+        result = subprocess.run(
+            command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False
+        )
         times.append(time.perf_counter() - start)
         cpu.append(children_cpu_seconds() - cpu_start)
         if result.returncode != exit_code:
@@ -80,26 +83,49 @@ def main(argv: list[str] | None = None) -> dict:
     load_before = [round(x, 2) for x in os.getloadavg()]
     commands = {"python -c pass (interpreter only)": ([sys.executable, "-c", "pass"], 0)}
     commands |= {f"{name} --help": (entry_point_command(target, name), 0) for name, target in sorted(scripts.items())}
-    commands |= {label: (entry_point_command(scripts["riskpo-train"], "riskpo-train", tuple(argv)), code)
-                 for label, (argv, code) in TRAIN_COMMANDS.items()}
+    commands |= {
+        label: (entry_point_command(scripts["riskpo-train"], "riskpo-train", tuple(argv)), code)
+        for label, (argv, code) in TRAIN_COMMANDS.items()
+    }
     rows = []
     for label, (command, exit_code) in commands.items():
         times, cpu = time_command(command, args.runs, exit_code)
-        rows.append({"command": label, "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-                     "median_cpu_s": statistics.median(cpu), "runs": args.runs})
+        rows.append(
+            {
+                "command": label,
+                "median_s": statistics.median(times),
+                "min_s": min(times),
+                "max_s": max(times),
+                "median_cpu_s": statistics.median(cpu),
+                "runs": args.runs,
+            }
+        )
     load_after = [round(x, 2) for x in os.getloadavg()]
 
-    lines = [(f"CPU cores: {os.cpu_count()}; load average (1, 5, 15 min) before: {load_before}, after: {load_after}; "
-              f"niceness {os.nice(0)}"),
-             "", "| command | median (s) | min (s) | max (s) | median CPU (s) | runs |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    lines += [f"| `{r['command']}` | {r['median_s']:.3f} | {r['min_s']:.3f} | {r['max_s']:.3f} | "
-              f"{r['median_cpu_s']:.3f} | {r['runs']} |" for r in rows]
+    lines = [
+        (
+            f"CPU cores: {os.cpu_count()}; load average (1, 5, 15 min) before: {load_before}, after: {load_after}; "
+            f"niceness {os.nice(0)}"
+        ),
+        "",
+        "| command | median (s) | min (s) | max (s) | median CPU (s) | runs |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    lines += [
+        f"| `{r['command']}` | {r['median_s']:.3f} | {r['min_s']:.3f} | {r['max_s']:.3f} | "
+        f"{r['median_cpu_s']:.3f} | {r['runs']} |"
+        for r in rows
+    ]
     markdown = "\n".join(lines)
     print(markdown)
-    payload = {"load_average_before": load_before, "load_average_after": load_after, "cpu_cores": os.cpu_count(),
-               "niceness": os.nice(0),
-               "python": sys.version.split()[0], "results": rows}
+    payload = {
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "cpu_cores": os.cpu_count(),
+        "niceness": os.nice(0),
+        "python": sys.version.split()[0],
+        "results": rows,
+    }
     write_results("cli_startup", payload, markdown, Path(args.out))
     return payload
 

@@ -82,7 +82,7 @@ EXCLUDED = {
     "transformers": {
         "5.1.0": "TRL's deepspeed extra excludes it",
         "5.2.0 to 5.5.3": "they divide the loss by gradient_accumulation_steps twice, so with gradient accumulation "
-                          "every gradient silently shrinks by that factor (5.5.4 fixed it)",
+        "every gradient silently shrinks by that factor (5.5.4 fixed it)",
     },
 }
 # pyproject.toml's pins: from the lowest tested release to before the minor release after the newest tested one,
@@ -196,7 +196,6 @@ def trl_vllm_client_class() -> type:
     return VLLMClient
 
 
-
 @contextlib.contextmanager
 def unwrap_for_generation(model: Any, accelerator: Any, gradient_checkpointing_kwargs: dict | None) -> Iterator[Any]:
     """TRL's `unwrap_model_for_generation`, after which gradient checkpointing is back on with the run's kwargs in
@@ -223,8 +222,13 @@ def suppress_image_token(trainer: Any) -> None:
 
     settings = getattr(trainer, "generation_kwargs", None)  # set by GRPOTrainer when it generates without vLLM
     image_token_id = getattr(trainer.model.config, "image_token_id", None)
-    if (getattr(trainer, "use_vllm", False) or not isinstance(trainer.processing_class, ProcessorMixin)
-            or not isinstance(settings, dict) or image_token_id is None or "suppress_tokens" in settings):
+    if (
+        getattr(trainer, "use_vllm", False)
+        or not isinstance(trainer.processing_class, ProcessorMixin)
+        or not isinstance(settings, dict)
+        or image_token_id is None
+        or "suppress_tokens" in settings
+    ):
         return
     settings["suppress_tokens"] = [image_token_id]
     trainer.generation_config = GenerationConfig(**settings, disable_compile=True)
@@ -263,8 +267,11 @@ def clip_image_processor(**kwargs: Any) -> Any:
 
 # What the CPU weight-transfer engine imports from vLLM, by module (checked in vLLM 0.31.0).
 VLLM_WEIGHT_TRANSFER = {
-    "vllm.distributed.weight_transfer.base": ("WeightTransferEngine", "WeightTransferInitInfo",
-                                              "WeightTransferUpdateInfo"),
+    "vllm.distributed.weight_transfer.base": (
+        "WeightTransferEngine",
+        "WeightTransferInitInfo",
+        "WeightTransferUpdateInfo",
+    ),
     "vllm.distributed.weight_transfer.factory": ("WeightTransferEngineFactory",),
     "vllm.model_executor.model_loader.reload": ("initialize_layerwise_reload", "finalize_layerwise_reload"),
     "vllm.model_executor.layers.linear": ("LinearBase",),
@@ -287,8 +294,11 @@ def check_vllm_weight_transfer() -> None:
         missing += [f"{module_name}.{name}" for name in names if not hasattr(module, name)]
     if not missing:
         engine = importlib.import_module("vllm.distributed.weight_transfer.base").WeightTransferEngine
-        missing += [f"WeightTransferEngine.{name}" for name in ("start_weight_update", "finish_weight_update")
-                    if not hasattr(engine, name)]
+        missing += [
+            f"WeightTransferEngine.{name}"
+            for name in ("start_weight_update", "finish_weight_update")
+            if not hasattr(engine, name)
+        ]
     if missing:
         raise ImportError(
             f"riskpo-trl's CPU weight-transfer engine needs vLLM's weight-transfer API as in vLLM "

@@ -17,8 +17,9 @@ spec.loader.exec_module(readme_setup)
 
 
 def readme_commands(which: str) -> list[str]:
-    result = subprocess.run([sys.executable, str(ROOT / ".ci" / "readme_setup.py"), which], capture_output=True,
-                            text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / ".ci" / "readme_setup.py"), which], capture_output=True, text=True, check=True
+    )
     return result.stdout.splitlines()
 
 
@@ -42,8 +43,10 @@ def test_the_reader_takes_the_set_up_sections_first_bash_block():
     assert readme_setup.split(commands) == (["pip install a", "pip install b      c"], "python -m pytest -q")
 
 
-@pytest.mark.parametrize("commands", [["pip install a"], ["python -m pytest -q", "pip install a"],
-                                      ["python -m pytest -q", "python -m pytest -q"]])
+@pytest.mark.parametrize(
+    "commands",
+    [["pip install a"], ["python -m pytest -q", "pip install a"], ["python -m pytest -q", "python -m pytest -q"]],
+)
 def test_the_reader_refuses_a_block_that_does_not_end_in_one_test_command(commands):
     with pytest.raises(SystemExit, match="must end with its one `python -m pytest` command"):
         readme_setup.split(commands)

@@ -22,8 +22,10 @@ from riskpo_trl.scripts import train
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
-GSM8K_ROWS = [{"question": f"What is {a} + {b}?", "answer": f"{a} + {b} = <<{a}+{b}={a + b}>>{a + b}\n#### {a + b}"}
-              for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]]
+GSM8K_ROWS = [
+    {"question": f"What is {a} + {b}?", "answer": f"{a} + {b} = <<{a}+{b}={a + b}>>{a + b}\n#### {a + b}"}
+    for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]
+]
 
 
 def nested(depth: int) -> str:
@@ -46,9 +48,26 @@ def test_a_row_nested_200000_deep_is_one_error_line_naming_file_and_line(tmp_pat
     deep = file_with_deep_row(tmp_path / "deep.jsonl", 200_000)
     model_dir = tmp_path / "never-built"
     result = subprocess.run(
-        [sys.executable, "-m", "riskpo_trl.scripts.train", "--config", str(TINY_RECIPE), "--dataset_name", "json",
-         "--dataset_files", str(deep), "--model_name_or_path", str(model_dir), "--output_dir", str(tmp_path / "run")],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600, check=False,
+        [
+            sys.executable,
+            "-m",
+            "riskpo_trl.scripts.train",
+            "--config",
+            str(TINY_RECIPE),
+            "--dataset_name",
+            "json",
+            "--dataset_files",
+            str(deep),
+            "--model_name_or_path",
+            str(model_dir),
+            "--output_dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        check=False,
     )
     assert result.returncode == 2, result.stderr[-2000:]
     [line] = [line for line in result.stderr.splitlines() if "error:" in line]
@@ -60,8 +79,11 @@ def test_a_row_nested_200000_deep_is_one_error_line_naming_file_and_line(tmp_pat
 def test_riskpo_eval_refuses_a_deep_rows_file_in_one_line(tmp_path, capsys, tiny_model_dir):
     deep = tmp_path / "deep.jsonl"
     deep.write_text('{"problem": "1 + 1?", "answer": "2"}\n{"problem": ' + nested(200_000) + ', "answer": "2"}\n')
-    line = run_cli(eval_script.cli, ["--model", tiny_model_dir, "--dataset_files", str(deep),
-                                     "--output_dir", str(tmp_path / "eval")], capsys)
+    line = run_cli(
+        eval_script.cli,
+        ["--model", tiny_model_dir, "--dataset_files", str(deep), "--output_dir", str(tmp_path / "eval")],
+        capsys,
+    )
     assert f"{deep}, line 2: JSON nested more than" in line
 
 
@@ -142,8 +164,11 @@ def test_a_folder_as_dataset_name_is_read_by_split(tmp_path):
     write_jsonl(folder / "test.jsonl", ROWS[3:])
     assert load_train_dataset(f"{folder}/")["solution"] == [row["solution"] for row in ROWS[:3]]
     assert load_train_dataset(str(folder), split="test")["solution"] == [ROWS[3]["solution"]]
-    with pytest.raises(ValueError, match=r"no data files of split 'rl': by their names its files are split into "
-                                         r"train, test"):
+    with pytest.raises(
+        ValueError,
+        match=r"no data files of split 'rl': by their names its files are split into "
+        r"train, test",
+    ):
         load_train_dataset(str(folder), split="rl")
 
 
@@ -179,28 +204,47 @@ def test_a_folder_without_data_files_is_one_short_line(tmp_path, capsys, make, o
     assert line == f"riskpo-train: error: no data files in {folder} (looked for .jsonl, .json, .csv, .parquet)."
 
 
-@pytest.mark.parametrize(("files", "options", "expected"), [
-    ({"a.jsonl": ROWS, "b.csv": ROWS}, ["--dataset_name", "{folder}"], "holds data files of several formats (.csv"),
-    ({"train.jsonl": ROWS, "test.jsonl": ROWS}, ["--dataset_name", "json", "--dataset_files", "{folder}"],
-     "its file names split it into train, test"),
-    ({"rows.jsonl": ROWS}, ["--dataset_name", "{folder}", "--dataset_files", "other.jsonl"],
-     "is a folder, read for the data files in it, and dataset_files (other.jsonl) is set too"),
-    ({"rows.csv": ROWS}, ["--dataset_name", "json", "--dataset_files", "{folder}"],
-     "rows.csv is csv by its extension, but dataset_name 'json' reads it as json. Set dataset_name csv."),
-], ids=["two formats", "two splits as dataset_files", "folder and files", "format mismatch"])
+@pytest.mark.parametrize(
+    ("files", "options", "expected"),
+    [
+        (
+            {"a.jsonl": ROWS, "b.csv": ROWS},
+            ["--dataset_name", "{folder}"],
+            "holds data files of several formats (.csv",
+        ),
+        (
+            {"train.jsonl": ROWS, "test.jsonl": ROWS},
+            ["--dataset_name", "json", "--dataset_files", "{folder}"],
+            "its file names split it into train, test",
+        ),
+        (
+            {"rows.jsonl": ROWS},
+            ["--dataset_name", "{folder}", "--dataset_files", "other.jsonl"],
+            "is a folder, read for the data files in it, and dataset_files (other.jsonl) is set too",
+        ),
+        (
+            {"rows.csv": ROWS},
+            ["--dataset_name", "json", "--dataset_files", "{folder}"],
+            "rows.csv is csv by its extension, but dataset_name 'json' reads it as json. Set dataset_name csv.",
+        ),
+    ],
+    ids=["two formats", "two splits as dataset_files", "folder and files", "format mismatch"],
+)
 def test_folder_mistakes_are_one_line(tmp_path, capsys, monkeypatch, files, options, expected):
     folder = tmp_path / "mydata"
     folder.mkdir()
     for name, rows in files.items():
         if name.endswith(".csv"):
             Dataset.from_list([{"prompt": r["prompt"][0]["content"], "solution": r["solution"]} for r in rows]).to_csv(
-                folder / name)
+                folder / name
+            )
         else:
             write_jsonl(folder / name, rows)
     write_jsonl(tmp_path / "other.jsonl", ROWS)
     monkeypatch.chdir(tmp_path)
-    line = run_cli_error([option.format(folder=folder) for option in options], tmp_path, capsys,
-                         str(tmp_path / "never-built"))
+    line = run_cli_error(
+        [option.format(folder=folder) for option in options], tmp_path, capsys, str(tmp_path / "never-built")
+    )
     assert expected in line and len(line) < 400
 
 
@@ -210,8 +254,25 @@ def test_a_folder_of_rows_trains_from_the_command_line(tmp_path, tiny_model_dir)
     folder.mkdir()
     write_jsonl(folder / "rows.jsonl", ROWS)
     output_dir = tmp_path / "run"
-    train.cli(["--config", str(recipe_without_data(tmp_path)), "--model_name_or_path", tiny_model_dir,
-               "--output_dir", str(output_dir), "--max_steps", "1", "--save_strategy", "no",
-               "--max_completion_length", "8", "--dataset_name", "json", "--dataset_files", f"{folder}/"])
+    train.cli(
+        [
+            "--config",
+            str(recipe_without_data(tmp_path)),
+            "--model_name_or_path",
+            tiny_model_dir,
+            "--output_dir",
+            str(output_dir),
+            "--max_steps",
+            "1",
+            "--save_strategy",
+            "no",
+            "--max_completion_length",
+            "8",
+            "--dataset_name",
+            "json",
+            "--dataset_files",
+            f"{folder}/",
+        ]
+    )
     assert json.loads((output_dir / "trainer_state.json").read_text())["global_step"] == 1
     assert "`mydata`" in (output_dir / "README.md").read_text()

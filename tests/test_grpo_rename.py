@@ -27,25 +27,48 @@ def test_a_renamed_grpo_script_hears_the_replaced_defaults_once(tiny_model_dir, 
     args = RiskPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", max_steps=1)
     [line] = build(tiny_model_dir, args, caplog)
     grpo = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", max_steps=1)
-    for name in ("gradient_accumulation_steps", "steps_per_generation", "generation_batch_size", "temperature",
-                 "importance_sampling_level", "loss_type", "num_generations", "per_device_train_batch_size"):
+    for name in (
+        "gradient_accumulation_steps",
+        "steps_per_generation",
+        "generation_batch_size",
+        "temperature",
+        "importance_sampling_level",
+        "loss_type",
+        "num_generations",
+        "per_device_train_batch_size",
+    ):
         assert f"{name}={getattr(args, name)!r} (GRPOConfig: {getattr(grpo, name)!r})" in line, name
     assert "RiskPOConfig.from_grpo_config(GRPOConfig(...), bundle_size=...)" in line
 
 
 def test_fields_the_script_set_are_not_named(tiny_model_dir, tmp_path, caplog):
-    args = RiskPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", max_steps=1,
-                        gradient_accumulation_steps=1, steps_per_generation=5, temperature=0.8,
-                        importance_sampling_level="sequence", loss_type="grpo", num_generations=10,
-                        per_device_train_batch_size=10, per_device_eval_batch_size=50)
+    args = RiskPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        report_to="none",
+        max_steps=1,
+        gradient_accumulation_steps=1,
+        steps_per_generation=5,
+        temperature=0.8,
+        importance_sampling_level="sequence",
+        loss_type="grpo",
+        num_generations=10,
+        per_device_train_batch_size=10,
+        per_device_eval_batch_size=50,
+    )
     assert build(tiny_model_dir, args, caplog) == []
 
 
 def test_from_grpo_config_and_the_cli_say_nothing(tiny_model_dir, tmp_path, caplog):
-    grpo = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", max_steps=1,
-                      per_device_train_batch_size=8, num_generations=4)
+    grpo = GRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        report_to="none",
+        max_steps=1,
+        per_device_train_batch_size=8,
+        num_generations=4,
+    )
     assert build(tiny_model_dir, RiskPOConfig.from_grpo_config(grpo, bundle_size=2), caplog) == []
     caplog.clear()
-    _, training_args, _ = train.parse_args(["--config", str(TINY_RECIPE),
-                                            "--output_dir", str(tmp_path / "cli")])
+    _, training_args, _ = train.parse_args(["--config", str(TINY_RECIPE), "--output_dir", str(tmp_path / "cli")])
     assert build(tiny_model_dir, training_args, caplog) == []

@@ -31,8 +31,21 @@ def flag(command: list[str], name: str) -> str:
 
 
 def test_single_node_splits_gpus_between_server_and_training():
-    result = launch(SINGLE_NODE, "--dry-run", "--config", RECIPE, "--vllm-gpus", "0,1", "--train-gpus", "2,3,4,5,6,7",
-                    "--port", "8123", "--", "--gradient_accumulation_steps", "40")
+    result = launch(
+        SINGLE_NODE,
+        "--dry-run",
+        "--config",
+        RECIPE,
+        "--vllm-gpus",
+        "0,1",
+        "--train-gpus",
+        "2,3,4,5,6,7",
+        "--port",
+        "8123",
+        "--",
+        "--gradient_accumulation_steps",
+        "40",
+    )
     assert result.returncode == 0, result.stderr
     cmd = commands(result.stdout)
     assert cmd["vllm"][:2] == ["env", "CUDA_VISIBLE_DEVICES=0,1"]
@@ -56,9 +69,10 @@ def test_single_node_adds_vllm_args_to_the_server_command_split_like_a_shell():
     cmd = commands(result.stdout)
     assert cmd["vllm"][-4:] == ["--max_model_len", "4096", "--weight-transfer-config", '{"backend": "riskpo_gloo"}']
     assert "--max_model_len" not in cmd["train"]
-    result = launch(SINGLE_NODE, "--dry-run", "--config", RECIPE, "--train-gpus", "1", "--vllm-args",
-                    " ".join(SERVER_ARGS))
-    assert commands(result.stdout)["vllm"][-len(SERVER_ARGS):] == list(SERVER_ARGS)
+    result = launch(
+        SINGLE_NODE, "--dry-run", "--config", RECIPE, "--train-gpus", "1", "--vllm-args", " ".join(SERVER_ARGS)
+    )
+    assert commands(result.stdout)["vllm"][-len(SERVER_ARGS) :] == list(SERVER_ARGS)
     plain = commands(launch(SINGLE_NODE, "--dry-run", "--config", RECIPE, "--train-gpus", "1").stdout)
     assert plain["vllm"][-2:] == ["--port", "8000"]  # no empty argument without --vllm-args
 
@@ -72,9 +86,28 @@ def served_arguments(tmp_path: Path, vllm_args: str) -> list[str]:
     stub.write_text(f"#!/usr/bin/env bash\nprintf '%s\\0' \"$@\" > {shlex.quote(str(record))}\nexit 1\n")
     stub.chmod(0o755)
     env = {**os.environ, "PATH": f"{stub.parent}:{os.environ['PATH']}"}
-    result = subprocess.run(["bash", str(SINGLE_NODE), "--config", RECIPE, "--train-gpus", "1", "--model", "m",
-                             "--port", "8123", "--vllm-args", vllm_args], check=False, cwd=ROOT, capture_output=True,
-                            text=True, timeout=60, env=env)
+    result = subprocess.run(
+        [
+            "bash",
+            str(SINGLE_NODE),
+            "--config",
+            RECIPE,
+            "--train-gpus",
+            "1",
+            "--model",
+            "m",
+            "--port",
+            "8123",
+            "--vllm-args",
+            vllm_args,
+        ],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert "the vLLM server exited before becoming healthy" in result.stderr, result.stderr
     return record.read_bytes().decode().split("\0")[:-1]
 
@@ -115,8 +148,21 @@ def test_single_node_requires_an_existing_recipe():
 
 
 def test_slurm_uses_last_node_for_vllm_and_the_rest_for_zero3_training():
-    result = launch(SLURM, "--dry-run", "--nodelist", "n1 n2 n3", "--config", RECIPE, "--tp", "2",
-                    "--", "--gradient_accumulation_steps", "15", "--steps_per_generation", "60")
+    result = launch(
+        SLURM,
+        "--dry-run",
+        "--nodelist",
+        "n1 n2 n3",
+        "--config",
+        RECIPE,
+        "--tp",
+        "2",
+        "--",
+        "--gradient_accumulation_steps",
+        "15",
+        "--steps_per_generation",
+        "60",
+    )
     assert result.returncode == 0, result.stderr
     cmd = commands(result.stdout)
     assert (flag(cmd["vllm"], "--tensor_parallel_size"), flag(cmd["vllm"], "--data_parallel_size")) == ("2", "4")

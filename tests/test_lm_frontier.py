@@ -57,8 +57,9 @@ def test_frontier_verdicts_follow_the_margin():
     assert margin_verdict(ahead.low, ahead.high, 0.01) == "better"
     behind = frontier_difference([_arm([0.45, 0.45], noise=0.05, seed=2)], reference, levels, resamples=500)
     assert margin_verdict(behind.low, behind.high, 0.01) == "worse"
-    same = frontier_difference([_arm([0.5, 0.5], noise=0.001, seed=2)], [_arm([0.5, 0.5], noise=0.001, seed=1)],
-                               levels, resamples=500)
+    same = frontier_difference(
+        [_arm([0.5, 0.5], noise=0.001, seed=2)], [_arm([0.5, 0.5], noise=0.001, seed=1)], levels, resamples=500
+    )
     assert margin_verdict(same.low, same.high, 0.01) == "equivalent"
     assert margin_verdict(-0.02, 0.005, 0.01) == "undecided"
     assert margin_verdict(0.005, 0.03, 0.01) == "undecided"
@@ -107,8 +108,9 @@ def test_frontier_protocol_smoke_runs_in_order_resumes_and_reports(tmp_path):
     run = frontier_protocol.read_run(jobs[-1].path(tmp_path))
     assert [c["generation_batch"] for c in run["checkpoints"]] == list(protocol.checkpoints())
     rows = payload["starts"]["low"]["verdicts"]
-    assert {(r["variant"], r["role"]) for r in rows} == {(v, role) for v in protocol.variants
-                                                         for role in ("primary", "secondary")}
+    assert {(r["variant"], r["role"]) for r in rows} == {
+        (v, role) for v in protocol.variants for role in ("primary", "secondary")
+    }
     assert payload["figure"] and (tmp_path / payload["figure"]).exists()
 
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json.gz")}

@@ -71,8 +71,12 @@ def test_the_rule_on_the_long_record_reads_the_recorded_numbers():
 
     def recorded(method: str) -> float:
         lr = protocol.lr("moderate", method)
-        runs = [read_json(RESULTS_DIR / "lm_long" / "moderate" / "runs" / f"{method}-lr{lr:g}-seed{s}.json")
-                ["test"]["all"]["pass@1"] for s in (0, 1, 2)]
+        runs = [
+            read_json(RESULTS_DIR / "lm_long" / "moderate" / "runs" / f"{method}-lr{lr:g}-seed{s}.json")["test"][
+                "all"
+            ]["pass@1"]
+            for s in (0, 1, 2)
+        ]
         return sum(runs) / 3
 
     assert row["two_level"]["estimate"] == pytest.approx(recorded("riskpo") - recorded("grpo"))

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import contains_digit_reward, make_prompt_dataset
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
-
-from helpers import contains_digit_reward, make_prompt_dataset
 
 
 def completion_logps(model, inputs, temperature: float) -> torch.Tensor:
@@ -78,10 +77,12 @@ def loss_against_paper(trainer) -> dict:
 
 
 def test_trl_sequence_level_grpo_loss_is_the_papers_objective(tiny_model_dir, tmp_path):
-    args = RiskPOConfig(output_dir=str(tmp_path), report_to="none", gradient_checkpointing=False,
-                        max_completion_length=8)
-    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=contains_digit_reward, args=args,
-                            train_dataset=make_prompt_dataset())
+    args = RiskPOConfig(
+        output_dir=str(tmp_path), report_to="none", gradient_checkpointing=False, max_completion_length=8
+    )
+    trainer = RiskPOTrainer(
+        tiny_model_dir, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset()
+    )
     result = loss_against_paper(trainer)
     assert result["loss_matches"], result
     assert result["grads_match"], result

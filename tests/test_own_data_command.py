@@ -62,7 +62,7 @@ def test_a_finished_run_asked_for_other_data_says_so_in_one_line(after_first_run
     monkeypatch.chdir(after_first_run)
     argv = readme_argv("own_data")
     at = argv.index("--output_dir")
-    del argv[at:at + 2]  # the recipe's own output_dir, where the first run finished
+    del argv[at : at + 2]  # the recipe's own output_dir, where the first run finished
     with pytest.raises(SystemExit) as exit:
         train.cli(argv)
     assert exit.value.code == 2
@@ -83,19 +83,30 @@ def test_the_same_data_again_is_still_nothing_to_train(after_first_run, monkeypa
 def test_a_command_line_dataset_replaces_every_data_setting_of_the_recipe(tmp_path):
     rows = ROOT / "examples/data/tiny_rows.jsonl"
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text((ROOT / TINY_RECIPE).read_text().replace("dataset_name: gsm8k", (
-        "dataset_name: gsm8k\ndataset_train_split: test\nmax_train_samples: 3")).replace(
-        "examples/data/tiny_arithmetic.jsonl", str(ROOT / "examples/data/tiny_arithmetic.jsonl")))
-    script_args, _, _ = train.parse_args(["--config", str(recipe), "--dataset_name", "json", "--dataset_files",
-                                          str(rows)])
+    recipe.write_text(
+        (ROOT / TINY_RECIPE)
+        .read_text()
+        .replace("dataset_name: gsm8k", ("dataset_name: gsm8k\ndataset_train_split: test\nmax_train_samples: 3"))
+        .replace("examples/data/tiny_arithmetic.jsonl", str(ROOT / "examples/data/tiny_arithmetic.jsonl"))
+    )
+    script_args, _, _ = train.parse_args(
+        ["--config", str(recipe), "--dataset_name", "json", "--dataset_files", str(rows)]
+    )
     assert (script_args.dataset_name, script_args.dataset_files) == ("json", [str(rows)])
     assert (script_args.dataset_config, script_args.dataset_train_split, script_args.max_train_samples) == (
-        None, "train", None)
+        None,
+        "train",
+        None,
+    )
     # --dataset_files alone keeps the recipe's dataset_name: the schema its files are read in.
-    script_args, _, _ = train.parse_args(["--config", str(recipe), "--dataset_files", str(rows),
-                                          "--max_train_samples", "5"])
+    script_args, _, _ = train.parse_args(
+        ["--config", str(recipe), "--dataset_files", str(rows), "--max_train_samples", "5"]
+    )
     assert (script_args.dataset_name, script_args.dataset_train_split, script_args.max_train_samples) == (
-        "gsm8k", "train", 5)
+        "gsm8k",
+        "train",
+        5,
+    )
     # Without data on the command line, the recipe's settings stand.
     script_args, _, _ = train.parse_args(["--config", str(recipe)])
     assert (script_args.dataset_train_split, script_args.max_train_samples) == ("test", 3)

@@ -16,16 +16,26 @@ from riskpo_trl.trainer.riskpo_trainer import RISK_STATE_FILE
 
 
 def config(output_dir, **overrides) -> RiskPOConfig:
-    settings = dict(output_dir=str(output_dir), max_steps=1, max_completion_length=16, logging_steps=1,
-                    report_to="none", save_strategy="no", learning_rate=1e-3, gradient_checkpointing=False, seed=7,
-                    steps_per_generation=5)
+    settings = dict(
+        output_dir=str(output_dir),
+        max_steps=1,
+        max_completion_length=16,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        learning_rate=1e-3,
+        gradient_checkpointing=False,
+        seed=7,
+        steps_per_generation=5,
+    )
     settings.update(overrides)
     return RiskPOConfig(**settings)
 
 
 def trainer(tiny_model_dir, args) -> RiskPOTrainer:
-    return RiskPOTrainer(tiny_model_dir, reward_funcs=contains_digit_reward, args=args,
-                         train_dataset=make_prompt_dataset())
+    return RiskPOTrainer(
+        tiny_model_dir, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +63,21 @@ def set_tracker(field, value):
     return lambda state: state["quantile_tracker"].__setitem__(field, value)
 
 
-@pytest.mark.parametrize("edit, field", [
-    (set_tracker("values", [float("nan"), 0.5]), "values"),
-    (set_tracker("values", [0.1, float("inf")]), "values"),
-    (set_tracker("values", [0.5]), "values"),
-    (set_tracker("values", [0.9, 0.1]), "values"),
-    (set_tracker("num_updates", 0), "num_updates"),
-    (lambda state: state["quantile_tracker"].pop("num_updates"), "num_updates"),
-], ids=["nan", "inf", "one_level", "unordered", "zero_updates", "no_update_count"])
-def test_a_damaged_tracker_state_is_refused_naming_the_file_and_field(tiny_model_dir, checkpoint, tmp_path, edit,
-                                                                       field):
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (set_tracker("values", [float("nan"), 0.5]), "values"),
+        (set_tracker("values", [0.1, float("inf")]), "values"),
+        (set_tracker("values", [0.5]), "values"),
+        (set_tracker("values", [0.9, 0.1]), "values"),
+        (set_tracker("num_updates", 0), "num_updates"),
+        (lambda state: state["quantile_tracker"].pop("num_updates"), "num_updates"),
+    ],
+    ids=["nan", "inf", "one_level", "unordered", "zero_updates", "no_update_count"],
+)
+def test_a_damaged_tracker_state_is_refused_naming_the_file_and_field(
+    tiny_model_dir, checkpoint, tmp_path, edit, field
+):
     damaged = edited_copy(checkpoint, tmp_path, edit)
     resumed = trainer(tiny_model_dir, config(tmp_path / "resumed", max_steps=2))
     with pytest.raises(ValueError, match=rf"{RISK_STATE_FILE}.*'{field}'"):
@@ -70,8 +85,9 @@ def test_a_damaged_tracker_state_is_refused_naming_the_file_and_field(tiny_model
     assert resumed.state.global_step <= 1  # refused before any training step
 
 
-def test_a_checkpoint_without_recorded_settings_resumes_with_the_papers_advantage(tiny_model_dir, checkpoint,
-                                                                                   tmp_path, caplog):
+def test_a_checkpoint_without_recorded_settings_resumes_with_the_papers_advantage(
+    tiny_model_dir, checkpoint, tmp_path, caplog
+):
     old = edited_copy(checkpoint, tmp_path, lambda state: state.pop("settings"))
     args = config(tmp_path / "resumed", max_steps=2)
     assert args.advantage_baseline == "loo"  # today's default for a config that does not state it

@@ -14,8 +14,9 @@ from riskpo_trl.code.reward import CodeReward
 from riskpo_trl.code.sandbox import Sandbox, SandboxLimits
 from riskpo_trl.code.testspec import TestSpec
 
-DEADLINE = SandboxLimits(test_timeout_s=0.5, total_timeout_s=12.0, cpu_time_s=10, memory_mb=512,
-                         max_output_bytes=1 << 20, disk_mb=16)
+DEADLINE = SandboxLimits(
+    test_timeout_s=0.5, total_timeout_s=12.0, cpu_time_s=10, memory_mb=512, max_output_bytes=1 << 20, disk_mb=16
+)
 
 # Ways a program could try to outlive an in-process timer. Each defines slow(), which returns after 3 s.
 STUBBORN = {
@@ -60,12 +61,12 @@ STUBBORN = {
 }
 
 PROGRAMS = {  # style -> (program body calling slow(), test spec)
-    "stdin": ("a, b = map(int, input().split())\nslow()\nprint(a + b)",
-              TestSpec("stdin", ["1 2\n"], ["3\n"])),
-    "functional": ("def add(a, b):\n    slow()\n    return a + b",
-                   TestSpec("functional", ["1\n2"], ["3"], fn_name="add")),
-    "assert": ("def add(a, b):\n    slow()\n    return a + b",
-               TestSpec("assert", ["assert add(1, 2) == 3"], [""])),
+    "stdin": ("a, b = map(int, input().split())\nslow()\nprint(a + b)", TestSpec("stdin", ["1 2\n"], ["3\n"])),
+    "functional": (
+        "def add(a, b):\n    slow()\n    return a + b",
+        TestSpec("functional", ["1\n2"], ["3"], fn_name="add"),
+    ),
+    "assert": ("def add(a, b):\n    slow()\n    return a + b", TestSpec("assert", ["assert add(1, 2) == 3"], [""])),
 }
 
 

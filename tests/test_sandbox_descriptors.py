@@ -12,8 +12,9 @@ from riskpo_trl.code.reward import CodeReward
 from riskpo_trl.code.sandbox import Sandbox, SandboxLimits
 from riskpo_trl.code.testspec import TestSpec
 
-LIMITS = SandboxLimits(test_timeout_s=4.0, total_timeout_s=20.0, cpu_time_s=5, memory_mb=512,
-                       max_output_bytes=1 << 20, disk_mb=16)
+LIMITS = SandboxLimits(
+    test_timeout_s=4.0, total_timeout_s=20.0, cpu_time_s=5, memory_mb=512, max_output_bytes=1 << 20, disk_mb=16
+)
 ADD = "a, b = map(int, input().split())\nprint(a + b)"
 SPEC = TestSpec("stdin", ["1 2\n", "5 7\n"], ["3\n", "12\n"]).to_json()
 

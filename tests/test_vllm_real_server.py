@@ -35,8 +35,10 @@ pytestmark = pytest.mark.vllm_real
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "examples/launch/launch_single_node.sh"
 SLURM = ROOT / "examples/launch/slurm_riskpo.sh"
-RECIPES = {"riskpo": "recipes/tiny/riskpo/config_tiny_arithmetic.yaml",
-           "grpo": "recipes/tiny/grpo/config_tiny_arithmetic.yaml"}
+RECIPES = {
+    "riskpo": "recipes/tiny/riskpo/config_tiny_arithmetic.yaml",
+    "grpo": "recipes/tiny/grpo/config_tiny_arithmetic.yaml",
+}
 START_TIMEOUT = 900  # seconds; vLLM's start-up is minutes on a loaded 2-core machine
 FAULT_EXTENSION = ("--worker-extension-cls", "vllm_faults.FaultInjectionExtension")
 BF16_ARGS = tuple(arg for arg in SERVER_ARGS if arg not in ("--dtype", "float32"))
@@ -54,29 +56,58 @@ def free_port() -> int:
 
 
 def dry_run(script: Path, recipe: str, *args: str) -> dict[str, list[str]]:
-    result = subprocess.run(["bash", str(script), "--dry-run", "--config", recipe, "--accelerate-config",
-                             "recipes/accelerate_configs/cpu_single.yaml", *args],
-                            cwd=ROOT, capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [
+            "bash",
+            str(script),
+            "--dry-run",
+            "--config",
+            recipe,
+            "--accelerate-config",
+            "recipes/accelerate_configs/cpu_single.yaml",
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     lines = dict(line.split(": ", 1) for line in result.stdout.splitlines() if ": " in line)
     return {name: shlex.split(lines[name]) for name in ("vllm", "train")}
 
 
-def launcher_commands(recipe: str, model_dir: str, port: int, *extra: str,
-                      vllm_args: tuple[str, ...] = SERVER_ARGS) -> dict[str, list[str]]:
+def launcher_commands(
+    recipe: str, model_dir: str, port: int, *extra: str, vllm_args: tuple[str, ...] = SERVER_ARGS
+) -> dict[str, list[str]]:
     """The two commands launch_single_node.sh would run for a server with ``vllm_args``, without the device
     setting."""
-    commands = dry_run(LAUNCHER, recipe, "--vllm-gpus", "0", "--train-gpus", "1", "--port", str(port), "--model",
-                       model_dir, "--vllm-args", shlex.join(vllm_args), "--", *extra)
+    commands = dry_run(
+        LAUNCHER,
+        recipe,
+        "--vllm-gpus",
+        "0",
+        "--train-gpus",
+        "1",
+        "--port",
+        str(port),
+        "--model",
+        model_dir,
+        "--vllm-args",
+        shlex.join(vllm_args),
+        "--",
+        *extra,
+    )
     for name, command in commands.items():
         assert command[0] == "env" and command[1].startswith("CUDA_VISIBLE_DEVICES="), command
         commands[name] = command[2:]
     if not vllm_args:
         return commands
-    assert commands["vllm"][-len(vllm_args):] == list(vllm_args)
+    assert commands["vllm"][-len(vllm_args) :] == list(vllm_args)
     # The SLURM script serves with the same command less --vllm-args (one GPU per node here: the same sizes).
-    slurm = dry_run(SLURM, recipe, "--gpus-per-node", "1", "--nodelist", "n1 n2", "--port", str(port), "--model",
-                    model_dir)
-    assert slurm["vllm"] == commands["vllm"][:-len(vllm_args)]
+    slurm = dry_run(
+        SLURM, recipe, "--gpus-per-node", "1", "--nodelist", "n1 n2", "--port", str(port), "--model", model_dir
+    )
+    assert slurm["vllm"] == commands["vllm"][: -len(vllm_args)]
     return commands
 
 
@@ -87,31 +118,52 @@ def model_dir(tmp_path_factory) -> str:
     return str(path)
 
 
-TRAIN_ARGS = ("--use_vllm", "true", "--vllm_server_timeout", "60", "--max_steps", str(STEPS), "--save_steps", "1",
-              "--learning_rate", "1e-3")
+TRAIN_ARGS = (
+    "--use_vllm",
+    "true",
+    "--vllm_server_timeout",
+    "60",
+    "--max_steps",
+    str(STEPS),
+    "--save_steps",
+    "1",
+    "--learning_rate",
+    "1e-3",
+)
 
 
 @pytest.fixture(scope="module")
 def launched(model_dir, tmp_path_factory):
     """The module's three servers, started at once (see the module docstring); the fixtures below wait for theirs.
     Yields name -> {"url", "train" (the launcher's training command per recipe), "process", "log", "command"}."""
-    specs = {"cpu": (SERVER_ARGS, FAULT_EXTENSION), "bf16": (BF16_ARGS, ("--enforce-eager",)),
-             "plain": ((), ("--enforce-eager",))}
+    specs = {
+        "cpu": (SERVER_ARGS, FAULT_EXTENSION),
+        "bf16": (BF16_ARGS, ("--enforce-eager",)),
+        "plain": ((), ("--enforce-eager",)),
+    }
     servers = {}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
     try:
         for name, (vllm_args, added) in specs.items():
             port = free_port()
-            commands = {recipe: launcher_commands(path, model_dir, port, *TRAIN_ARGS, vllm_args=vllm_args)
-                        for recipe, path in RECIPES.items()}
+            commands = {
+                recipe: launcher_commands(path, model_dir, port, *TRAIN_ARGS, vllm_args=vllm_args)
+                for recipe, path in RECIPES.items()
+            }
             serve = [*commands["riskpo"]["vllm"], *added]
             assert serve[:2] == ["trl", "vllm-serve"] and commands["grpo"]["vllm"] == commands["riskpo"]["vllm"]
             log_path = tmp_path_factory.mktemp(f"server-{name}") / "vllm-serve.log"
             with log_path.open("w") as log:
-                process = subprocess.Popen(serve, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                           start_new_session=True)
-            servers[name] = {"url": f"http://127.0.0.1:{port}", "process": process, "log": log_path,
-                             "command": serve, "train": {recipe: c["train"] for recipe, c in commands.items()}}
+                process = subprocess.Popen(
+                    serve, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
+            servers[name] = {
+                "url": f"http://127.0.0.1:{port}",
+                "process": process,
+                "log": log_path,
+                "command": serve,
+                "train": {recipe: c["train"] for recipe, c in commands.items()},
+            }
         yield servers
     finally:
         for entry in servers.values():
@@ -133,8 +185,10 @@ def wait_healthy(entry: dict) -> dict:
     deadline = time.monotonic() + START_TIMEOUT
     while not healthy(entry["url"]):
         if entry["process"].poll() is not None:
-            pytest.fail(f"`{shlex.join(entry['command'])}` exited ({entry['process'].returncode}):\n"
-                        + entry["log"].read_text()[-4000:])
+            pytest.fail(
+                f"`{shlex.join(entry['command'])}` exited ({entry['process'].returncode}):\n"
+                + entry["log"].read_text()[-4000:]
+            )
         if time.monotonic() > deadline:
             pytest.fail(f"vLLM server not healthy after {START_TIMEOUT}s:\n" + entry["log"].read_text()[-4000:])
         time.sleep(2)
@@ -224,8 +278,15 @@ def test_launcher_server_answers_health_models_and_generate(server, model_dir):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": f"What is {i} + 1?"}], tokenize=True,
-                                             add_generation_prompt=True, return_dict=False) for i in range(3)]
+    prompts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"What is {i} + 1?"}],
+            tokenize=True,
+            add_generation_prompt=True,
+            return_dict=False,
+        )
+        for i in range(3)
+    ]
     # Token-id prompts, as the trainer sends them, with its sampling settings.
     out = client.generate(prompts, n=4, temperature=1.0, max_tokens=16, logprobs=0)
     assert out["prompt_ids"] == prompts
@@ -236,7 +297,8 @@ def test_launcher_server_answers_health_models_and_generate(server, model_dir):
 
 
 def test_launcher_training_command_trains_riskpo_in_server_mode_and_the_server_ends_with_its_weights(
-        server, model_dir, tmp_path):
+    server, model_dir, tmp_path
+):
     """The launcher's training command (accelerate, `--vllm_mode server`) trains STEPS steps and syncs its weights
     before each generation batch after the first; the server then holds the weights of step STEPS - 1 (the last
     sync), which differ from the initial ones."""
@@ -255,8 +317,9 @@ def test_the_grpo_baseline_trains_in_server_mode_through_the_same_sync(server, m
     assert largest_gap(served, model_logprobs(model_dir, sequences(model_dir))) > 100 * LOGPROB_TOLERANCE
 
 
-def train_in_server_mode(server, trainer: str, output_dir: Path, start,
-                         in_process: bool = False) -> list[torch.Tensor]:
+def train_in_server_mode(
+    server, trainer: str, output_dir: Path, start, in_process: bool = False
+) -> list[torch.Tensor]:
     """Run the launcher's training command from the model ``start`` (``in_process``: its training script, in this
     process); check that it trained STEPS steps and that the server holds the weights of the last sync (the
     checkpoint of step STEPS - 1); return the server's log-probs."""
@@ -267,7 +330,7 @@ def train_in_server_mode(server, trainer: str, output_dir: Path, start,
         from riskpo_trl.scripts.train import cli
 
         try:
-            cli(command[command.index("riskpo_trl.scripts.train") + 1:])
+            cli(command[command.index("riskpo_trl.scripts.train") + 1 :])
         finally:
             release_in_process_vllm()
     else:
@@ -289,8 +352,9 @@ def gloo_client(server, group_port: int | None = None):
 
     from riskpo_trl.weight_sync.client import open_client
 
-    client = open_client(VLLMClient, False, base_url=server["url"], group_port=group_port or free_port(),
-                         connection_timeout=60)
+    client = open_client(
+        VLLMClient, False, base_url=server["url"], group_port=group_port or free_port(), connection_timeout=60
+    )
     assert type(client).__name__ == "GlooVLLMClient"
     client.init_communicator(device="cpu")
     return client
@@ -353,15 +417,23 @@ def merge_lora(model, generator, rank: int = 4):
             projection.weight.add_(up @ down)
 
 
-@pytest.mark.parametrize(("change", "named"), [
-    (change_linear, r"model\.layers\.0\.self_attn\.qkv_proj\.weight on worker 0 "
-                    r"\(as model\.layers\.0\.self_attn\.q_proj"),
-    (change_embedding, r"model\.embed_tokens\.weight on worker 0 \(as model\.embed_tokens\.weight\)"),
-    (change_norm, r"model\.norm\.weight on worker 0 \(as model\.norm\.weight\)"),
-    (merge_lora, r"qkv_proj\.weight on worker 0 \(as model\.layers\.0\.self_attn\.q_proj\.weight\)"),
-], ids=["linear", "embedding", "norm", "lora-merge"])
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (
+            change_linear,
+            r"model\.layers\.0\.self_attn\.qkv_proj\.weight on worker 0 "
+            r"\(as model\.layers\.0\.self_attn\.q_proj",
+        ),
+        (change_embedding, r"model\.embed_tokens\.weight on worker 0 \(as model\.embed_tokens\.weight\)"),
+        (change_norm, r"model\.norm\.weight on worker 0 \(as model\.norm\.weight\)"),
+        (merge_lora, r"qkv_proj\.weight on worker 0 \(as model\.layers\.0\.self_attn\.q_proj\.weight\)"),
+    ],
+    ids=["linear", "embedding", "norm", "lora-merge"],
+)
 def test_an_update_of_each_kind_lands_and_one_whose_transfer_is_suppressed_raises_naming_it(
-        server, model_dir, change, named):
+    server, model_dir, change, named
+):
     """Each kind of update changes only its own parameters; with the transfer suppressed, the check after the update
     names the first stale one (in the server's layout: fused, padded), and the probe sees the gap; sent for real, the
     update lands and both checks pass."""
@@ -377,8 +449,10 @@ def test_an_update_of_each_kind_lands_and_one_whose_transfer_is_suppressed_raise
     assert_probe(client, model, passes=False)
     sync(client, model)
     assert_probe(client, model, passes=True)
-    assert largest_gap(server_logprobs(client, sequences(model_dir)),
-                       model_logprobs(model, sequences(model_dir))) < LOGPROB_TOLERANCE
+    assert (
+        largest_gap(server_logprobs(client, sequences(model_dir)), model_logprobs(model, sequences(model_dir)))
+        < LOGPROB_TOLERANCE
+    )
 
 
 def test_a_tied_lm_head_the_engine_leaves_stale_is_caught(server, model_dir):
@@ -393,8 +467,11 @@ def test_a_tied_lm_head_the_engine_leaves_stale_is_caught(server, model_dir):
         change_embedding(model, torch.Generator().manual_seed(1))
     client.control("POST", "/collective_rpc", json={"method": "riskpo_test_skip_tied_repack", "args": ["true"]})
     try:
-        with pytest.raises(WeightSyncError, match=r"1 problems\): lm_head\.weight on worker 0 \(as "
-                                                  r"model\.embed_tokens\.weight\): checksum"):
+        with pytest.raises(
+            WeightSyncError,
+            match=r"1 problems\): lm_head\.weight on worker 0 \(as "
+            r"model\.embed_tokens\.weight\): checksum",
+        ):
             sync(client, model)
         assert_probe(client, model, passes=False)
     finally:
@@ -404,7 +481,8 @@ def test_a_tied_lm_head_the_engine_leaves_stale_is_caught(server, model_dir):
 
 
 def test_a_replaced_server_is_caught_before_generation_and_before_a_sync_naming_the_step(
-        server, bf16_server, model_dir):
+    server, bf16_server, model_dir
+):
     """The trainer's address answered by another server process (as after a restart on the same port): generation
     and the next sync raise before anything reaches training; through the trainers' sync hook the error names the
     server and the step. A server that no longer answers fails the sync the same way."""
@@ -413,10 +491,12 @@ def test_a_replaced_server_is_caught_before_generation_and_before_a_sync_naming_
 
     client = gloo_client(server)
     model = load_model(model_dir)
-    generation = SimpleNamespace(mode="server", vllm_client=client, model=model,
-                                 sync_weights=lambda: sync(client, model))
-    trainer = SimpleNamespace(vllm_generation=generation, accelerator=SimpleNamespace(num_processes=1),
-                              state=SimpleNamespace(global_step=5))
+    generation = SimpleNamespace(
+        mode="server", vllm_client=client, model=model, sync_weights=lambda: sync(client, model)
+    )
+    trainer = SimpleNamespace(
+        vllm_generation=generation, accelerator=SimpleNamespace(num_processes=1), state=SimpleNamespace(global_step=5)
+    )
     check_weight_syncs(trainer)
     generation.sync_weights()  # checked, probe included
     assert client.generate([[1, 2, 3]], max_tokens=2)["completion_ids"]
@@ -425,12 +505,18 @@ def test_a_replaced_server_is_caught_before_generation_and_before_a_sync_naming_
     with pytest.raises(WeightSyncError, match="Before generation: .* restarted or replaced"):
         client.generate([[1, 2, 3]], max_tokens=2)
     trainer.state.global_step = 6
-    with pytest.raises(WeightSyncError, match=rf"Weight sync to {bf16_server['url']} before the generation at step 6: "
-                                              "Before the weight sync: .* restarted or replaced"):
+    with pytest.raises(
+        WeightSyncError,
+        match=rf"Weight sync to {bf16_server['url']} before the generation at step 6: "
+        "Before the weight sync: .* restarted or replaced",
+    ):
         generation.sync_weights()
     client.base_url = f"http://127.0.0.1:{free_port()}"  # nothing answers there
-    with pytest.raises(WeightSyncError, match=r"at step 6: Before the weight sync: The vLLM server at .* did not "
-                                              r"answer /collective_rpc"):
+    with pytest.raises(
+        WeightSyncError,
+        match=r"at step 6: Before the weight sync: The vLLM server at .* did not "
+        r"answer /collective_rpc",
+    ):
         generation.sync_weights()
 
 
@@ -468,7 +554,7 @@ def one_error_line(command: list[str], tmp_path: Path, capsys) -> tuple[str, lis
 
     from riskpo_trl.scripts.train import cli
 
-    argv = command[command.index("riskpo_trl.scripts.train") + 1:]
+    argv = command[command.index("riskpo_trl.scripts.train") + 1 :]
     capsys.readouterr()
     try:
         with pytest.raises(SystemExit) as stopped:  # any other exception would be a traceback

@@ -154,15 +154,23 @@ def test_while_a_trainer_is_built_trl_opens_its_server_client_through_open_clien
 
 
 def held(name, tensor, held_as=None):
-    return {"name": name, "held_as": held_as or name, "dtype": "float32", "shape": list(tensor.shape),
-            "checksum": checksum(tensor)}
+    return {
+        "name": name,
+        "held_as": held_as or name,
+        "dtype": "float32",
+        "shape": list(tensor.shape),
+        "checksum": checksum(tensor),
+    }
 
 
 def test_compare_held_names_every_way_a_server_can_differ_from_what_was_sent():
     norm, embed = torch.randn(8), torch.randn(16, 8)
     sent = {"model.norm.weight": ([8], checksum(norm)), "model.embed_tokens.weight": ([16, 8], checksum(embed))}
-    server = [held("model.norm.weight", norm), held("model.embed_tokens.weight", embed),
-              held("model.embed_tokens.weight", embed, held_as="lm_head.weight")]
+    server = [
+        held("model.norm.weight", norm),
+        held("model.embed_tokens.weight", embed),
+        held("model.embed_tokens.weight", embed, held_as="lm_head.weight"),
+    ]
     assert sync_client.compare_held(sent, [server]) == []
 
     stale_head = held("model.embed_tokens.weight", embed - 0.01, held_as="lm_head.weight")
@@ -170,8 +178,9 @@ def test_compare_held_names_every_way_a_server_can_differ_from_what_was_sent():
     assert problem.startswith("lm_head.weight on worker 0 (as model.embed_tokens.weight): checksum")
     [problem] = sync_client.compare_held(sent, [server[1:]])
     assert problem == "model.norm.weight: worker 0 holds nothing under this name"
-    unsent = held("model.layers.0.mlp.gate_proj.weight", torch.ones(2, 2),
-                  held_as="model.layers.0.mlp.gate_up_proj.weight")
+    unsent = held(
+        "model.layers.0.mlp.gate_proj.weight", torch.ones(2, 2), held_as="model.layers.0.mlp.gate_up_proj.weight"
+    )
     [problem] = sync_client.compare_held(sent, [server + [unsent]])
     assert "gate_up_proj.weight on worker 0 (as model.layers.0.mlp.gate_proj.weight): no tensor" in problem
     [problem] = sync_client.compare_held(sent, [server[:2] + [{**server[2], "checksum": None}]])
@@ -227,8 +236,9 @@ def test_a_server_that_does_not_answer_gets_a_waiting_line_at_once(capsys):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     sync_client.announce_wait(base_url=f"http://127.0.0.1:{port}", connection_timeout=240)
-    assert capsys.readouterr().err == (f"Waiting up to 240 s for the vLLM server at http://127.0.0.1:{port} "
-                                       "(vllm_server_timeout) ...\n")
+    assert capsys.readouterr().err == (
+        f"Waiting up to 240 s for the vLLM server at http://127.0.0.1:{port} (vllm_server_timeout) ...\n"
+    )
 
 
 def test_a_vllm_without_the_weight_transfer_api_gets_one_error_naming_what_is_missing(monkeypatch):
@@ -243,11 +253,19 @@ def test_trl_s_client_has_what_the_gloo_client_builds_on():
 
     client_class = compat.trl_vllm_client_class()
     assert compat.trl_vllm_generation_module().VLLMClient is client_class
-    for name in ("_post", "_start_weight_update", "_finish_weight_update", "get_server_info", "get_world_size",
-                 "init_communicator", "reset_prefix_cache", "close_communicator", "weight_update"):
+    for name in (
+        "_post",
+        "_start_weight_update",
+        "_finish_weight_update",
+        "get_server_info",
+        "get_world_size",
+        "init_communicator",
+        "reset_prefix_cache",
+        "close_communicator",
+        "weight_update",
+    ):
         assert callable(getattr(client_class, name)), name
-    assert list(inspect.signature(client_class.update_named_params).parameters) == [
-        "self", "metadata", "named_params"]
+    assert list(inspect.signature(client_class.update_named_params).parameters) == ["self", "metadata", "named_params"]
     init = inspect.getsource(client_class.__init__)
     assert "self._updating_weights = False" in init and "self.session = " in init and "self.group_port" in init
     # VLLMGeneration syncs through update_named_params and builds its client as VLLMClient(base_url=..., ...).

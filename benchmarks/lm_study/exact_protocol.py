@@ -37,6 +37,7 @@ from .run import build_trainer, run_name, training_curves, write_json
 from .starts import STARTS_DIR, WEIGHTS, build_starts, checked_start, sha256_of
 from .task import StrictExactMatch, make_splits
 
+
 @dataclass(frozen=True)
 class Job:
     start: str
@@ -52,8 +53,9 @@ class Job:
 
 def job_order(protocol: ExactProtocol) -> list[Job]:
     """Per start, seed by seed, every method: whatever has finished forms paired comparisons."""
-    return [Job(start, method, seed) for start in protocol.starts for seed in protocol.seeds
-            for method in protocol.methods]
+    return [
+        Job(start, method, seed) for start in protocol.starts for seed in protocol.seeds for method in protocol.methods
+    ]
 
 
 def run_path(protocol: ExactProtocol, out: Path, job: Job) -> Path:
@@ -61,15 +63,24 @@ def run_path(protocol: ExactProtocol, out: Path, job: Job) -> Path:
 
 
 def exact_probs(model, tokenizer, problems, cfg: LMConfig) -> dict[str, list[float]]:
-    return problem_probabilities(model, tokenizer, problems, temperature=cfg.temperature,
-                                 max_completion_length=cfg.max_completion_length)
+    return problem_probabilities(
+        model, tokenizer, problems, temperature=cfg.temperature, max_completion_length=cfg.max_completion_length
+    )
 
 
 def sampled_entropy(model, tokenizer, problems, cfg: LMConfig, samples: int, seed: int) -> dict[str, float]:
     """The sampling policy's token entropy per bucket and overall (see ``evaluate_tracked``), from ``samples``
     completions per problem drawn with ``seed``: the one sampled quantity of the evaluation."""
-    result = evaluate_tracked(model, tokenizer, problems, num_samples=samples, ks=(1,), temperature=cfg.temperature,
-                              max_new_tokens=cfg.max_completion_length, seed=seed)
+    result = evaluate_tracked(
+        model,
+        tokenizer,
+        problems,
+        num_samples=samples,
+        ks=(1,),
+        temperature=cfg.temperature,
+        max_new_tokens=cfg.max_completion_length,
+        seed=seed,
+    )
     return {bucket: r["entropy"] for bucket, r in result.items()}
 
 
@@ -119,9 +130,17 @@ def run_exact(protocol: ExactProtocol, job: Job, start_dir: Path, out: Path) -> 
     cfg = protocol.lm
     lr = protocol.lr(job.start, job.method)
     eval_seed = run_eval_seed(job.start, job.method, job.seed)
-    trainer = build_trainer(job.method, lr, job.seed, cfg, start_dir, out / job.start / "models" / job.name(protocol),
-                            train_buckets=protocol.train_buckets(job.start), grader_for=StrictExactMatch,
-                            gradient_checkpointing=False)
+    trainer = build_trainer(
+        job.method,
+        lr,
+        job.seed,
+        cfg,
+        start_dir,
+        out / job.start / "models" / job.name(protocol),
+        train_buckets=protocol.train_buckets(job.start),
+        grader_for=StrictExactMatch,
+        gradient_checkpointing=False,
+    )
     tokenizer = trainer.processing_class
     splits = make_splits(cfg)
     tracked: list[dict[str, Any]] = []
@@ -141,10 +160,15 @@ def run_exact(protocol: ExactProtocol, job: Job, start_dir: Path, out: Path) -> 
             tracked.append({"generation_batch": batch, "score": score, "val_p": probs, "entropy": entropy})
             loads.append(os.getloadavg()[0])
             if score > best["score"]:
-                best.update(score=score, generation_batch=batch,
-                            state={k: v.detach().clone() for k, v in model.state_dict().items()})
-            print(f"[exact] {job.key(protocol)} batch {batch}: val criterion {score:.4f}, "
-                  f"entropy {entropy['all']:.3f}", flush=True)
+                best.update(
+                    score=score,
+                    generation_batch=batch,
+                    state={k: v.detach().clone() for k, v in model.state_dict().items()},
+                )
+            print(
+                f"[exact] {job.key(protocol)} batch {batch}: val criterion {score:.4f}, entropy {entropy['all']:.3f}",
+                flush=True,
+            )
 
     trainer.add_callback(TrackValidation())
     started = time.perf_counter()
@@ -167,8 +191,9 @@ def run_exact(protocol: ExactProtocol, job: Job, start_dir: Path, out: Path) -> 
         "batch_signals": getattr(trainer, "batch_signal_history", []),
         "tracked": tracked,
         "test_p": exact_probs(model, tokenizer, splits.test, cfg),
-        "test_entropy": sampled_entropy(model, tokenizer, splits.test, cfg, protocol.entropy_samples,
-                                        eval_seed + final_batch + 1),
+        "test_entropy": sampled_entropy(
+            model, tokenizer, splits.test, cfg, protocol.entropy_samples, eval_seed + final_batch + 1
+        ),
         "best_val_generation_batch": best["generation_batch"],
     }
     if best["state"] is not None and best["generation_batch"] != final_batch:
@@ -229,10 +254,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="Trivial sizes for the test suite; numbers mean nothing.")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="Output folder (default benchmarks/results/lm_exact, or lm_exact-smoke with --smoke).")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="Runs at a time, each in a fresh process with one torch thread (0: in this process).")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="Output folder (default benchmarks/results/lm_exact, or lm_exact-smoke with --smoke).",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="Runs at a time, each in a fresh process with one torch thread (0: in this process).",
+    )
     parser.add_argument("--report-only", action="store_true", help="Only the report, from the cached runs.")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)

@@ -39,24 +39,68 @@ PROBE_NAME = "__riskpo_probe__"  # what instrumented assert code calls (see risk
 
 # os.fork is allowed (multiprocessing.Pool): the pids cgroup or RLIMIT_NPROC bounds it; executing programs is not.
 # os.kill is allowed for the runner's own children only (Pool.terminate), see `_own_child`.
-_DENIED_EVENTS = frozenset({
-    "socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.getaddrinfo",
-    "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen",
-    "os.killpg", "signal.pthread_kill", "ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function",
-    "sys.remote_exec", "os.setuid", "webbrowser.open",
-    # tracers and further hooks could watch or rewrite the test code's evaluation
-    "sys.settrace", "sys.setprofile", "sys.addaudithook",
-})
+_DENIED_EVENTS = frozenset(
+    {
+        "socket.__new__",
+        "socket.connect",
+        "socket.bind",
+        "socket.sendto",
+        "socket.getaddrinfo",
+        "os.forkpty",
+        "os.system",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "subprocess.Popen",
+        "os.killpg",
+        "signal.pthread_kill",
+        "ctypes.dlopen",
+        "ctypes.dlsym",
+        "ctypes.call_function",
+        "sys.remote_exec",
+        "os.setuid",
+        "webbrowser.open",
+        # tracers and further hooks could watch or rewrite the test code's evaluation
+        "sys.settrace",
+        "sys.setprofile",
+        "sys.addaudithook",
+    }
+)
 # Events that change the file named by their path argument(s): allowed inside the sandbox directory only. Paths given
 # as file descriptors are refused; paths relative to a directory fd (``dir_fd``) are resolved through /proc/self/fd.
 _PATH_ARGS = {  # event -> how many leading arguments are paths
-    "os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1, "os.truncate": 1,
-    "os.link": 2, "os.symlink": 2, "os.rename": 2, "shutil.copyfile": 2, "shutil.copymode": 2, "shutil.copystat": 2,
-    "shutil.copytree": 2, "shutil.rmtree": 1, "shutil.move": 2, "shutil.make_archive": 1, "shutil.chown": 1,
+    "os.remove": 1,
+    "os.rmdir": 1,
+    "os.mkdir": 1,
+    "os.chmod": 1,
+    "os.chown": 1,
+    "os.utime": 1,
+    "os.truncate": 1,
+    "os.link": 2,
+    "os.symlink": 2,
+    "os.rename": 2,
+    "shutil.copyfile": 2,
+    "shutil.copymode": 2,
+    "shutil.copystat": 2,
+    "shutil.copytree": 2,
+    "shutil.rmtree": 1,
+    "shutil.move": 2,
+    "shutil.make_archive": 1,
+    "shutil.chown": 1,
 }
 # The trailing dir_fd arguments of those events (os.remove(path, dir_fd), os.rename(src, dst, src_dir_fd, ...)).
-_DIR_FD_ARGS = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1,
-                "os.link": 2, "os.symlink": 1, "os.rename": 2, "shutil.rmtree": 1}
+_DIR_FD_ARGS = {
+    "os.remove": 1,
+    "os.rmdir": 1,
+    "os.mkdir": 1,
+    "os.chmod": 1,
+    "os.chown": 1,
+    "os.utime": 1,
+    "os.link": 2,
+    "os.symlink": 1,
+    "os.rename": 2,
+    "shutil.rmtree": 1,
+}
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 _DIR_FLAGS = os.O_DIRECTORY | getattr(os, "O_PATH", 0)
 
@@ -132,7 +176,7 @@ def _install_guard(root, shared_memory_dir=None):
                 raise PermissionError(f"sandbox: opening the directory {full} is not allowed")
         elif event in _PATH_ARGS:
             n_paths, n_dir_fds = _PATH_ARGS[event], _DIR_FD_ARGS.get(event, 0)
-            dir_fds = list(args[len(args) - n_dir_fds:]) if n_dir_fds else []
+            dir_fds = list(args[len(args) - n_dir_fds :]) if n_dir_fds else []
             dir_fds = [None] * (n_paths - len(dir_fds)) + dir_fds  # os.symlink: one dir_fd, for the link itself
             for arg, dir_fd in zip(args[:n_paths], dir_fds):
                 if isinstance(arg, int) or not isinstance(dir_fd, (int, type(None))):
@@ -230,7 +274,7 @@ def _run_one(code, style, fn_name, test_input, workdir):
         f.write(test_input if style == "stdin" else "")
     _redirect(0, in_path, os.O_RDONLY)
     _redirect(1, out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    sys.stdin = open(0, "r", closefd=False)
+    sys.stdin = open(0, closefd=False)
     sys.stdout = open(1, "w", closefd=False)
     result, error, records = None, None, []
     try:
@@ -300,8 +344,11 @@ def encode_value(value, depth=0):
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, (bytes, bytearray)):
-        raw = bytes(bytes.__getitem__(value, slice(None)) if isinstance(value, bytes)
-                    else bytearray.__getitem__(value, slice(None)))
+        raw = bytes(
+            bytes.__getitem__(value, slice(None))
+            if isinstance(value, bytes)
+            else bytearray.__getitem__(value, slice(None))
+        )
         return {"__bytes__": raw.decode("latin-1")}
     if isinstance(value, (list, tuple)):
         iterate = list.__iter__ if isinstance(value, list) else tuple.__iter__

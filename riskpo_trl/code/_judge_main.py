@@ -34,7 +34,7 @@ def _decide(data: bytes) -> bytes:
     try:
         newline = data.find(b"\n")
         spec = TestSpec.from_json(data[:newline].decode("utf-8", errors="surrogatepass"))
-        outputs, error = parse_report(data[newline + 1:], len(spec.inputs), spec.output_caps())
+        outputs, error = parse_report(data[newline + 1 :], len(spec.inputs), spec.output_caps())
         if error is not None:
             return _fail(error)
         failed = spec.first_failure(outputs)

@@ -81,8 +81,13 @@ class _JudgeServer:
         try:
             self.process = subprocess.Popen(
                 [os.path.realpath(sys.executable), "-I", "-S", "-B", "-c", _BOOT, _PACKAGE_ROOT, str(theirs.fileno())],
-                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, cwd="/", env={"LANG": "C.UTF-8"})
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd="/",
+                env={"LANG": "C.UTF-8"},
+            )
         except BaseException:
             ours.close()
             raise

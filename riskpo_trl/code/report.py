@@ -16,7 +16,7 @@ def parse_report(data: bytes, n_tests: int, output_caps: list[int] | None = None
     position, end = 0, len(data)
     while position < end:
         newline = data.find(b"\n", position, position + HEADER_BYTES)
-        kind, digits = data[position:position + 1], data[position + 1:newline]
+        kind, digits = data[position : position + 1], data[position + 1 : newline]
         if newline < 0 or kind not in (b"O", b"E", b"D", b"S") or not digits.isdigit() or (kind == b"S" and position):
             return [], "malformed report from the sandbox"
         start, position = newline + 1, newline + 1 + int(digits)
@@ -33,8 +33,9 @@ def parse_report(data: bytes, n_tests: int, output_caps: list[int] | None = None
         if len(outputs) == n_tests:
             return [], "report with more outputs than tests"
         if output_caps is not None and len(payload) > output_caps[len(outputs)]:
-            return [], (f"output of test {len(outputs)} is {len(payload)} bytes, over its cap of "
-                        f"{output_caps[len(outputs)]} (set by the expected output)")
+            return [], (
+                f"output of test {len(outputs)} is {len(payload)} bytes, over its cap of "
+                f"{output_caps[len(outputs)]} (set by the expected output)"
+            )
         outputs.append(payload.decode("utf-8", errors="replace"))
     return [], "no report from the sandbox"
-

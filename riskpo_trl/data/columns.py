@@ -47,8 +47,10 @@ def check_columns_exist(columns: Sequence[str], chosen: dict[str, str | None], w
     not set) that ``columns`` lacks."""
     for option, column in chosen.items():
         if column is not None and column not in columns:
-            raise ValueError(f"{option}={column!r}: {where} has no such column{closest_name(column, columns)}; its "
-                             f"columns: {list(columns)}.")
+            raise ValueError(
+                f"{option}={column!r}: {where} has no such column{closest_name(column, columns)}; its "
+                f"columns: {list(columns)}."
+            )
 
 
 def check_mapping(
@@ -61,34 +63,48 @@ def check_mapping(
     check_columns_exist(columns, {option_of[target]: source for target, source in mapping.items()}, where)
     sources = [source for source in mapping.values() if source is not None]
     if len(set(sources)) < len(sources):
-        raise ValueError(f"{' and '.join(option_of[t] for t in mapping if mapping[t] is not None)} name the same "
-                         f"column of {where}; each names its own.")
+        raise ValueError(
+            f"{' and '.join(option_of[t] for t in mapping if mapping[t] is not None)} name the same "
+            f"column of {where}; each names its own."
+        )
     renames = {}
     for target, source in mapping.items():
         option = option_of[target]
         if source is None:
             continue
         if source != target and target in columns:
-            raise ValueError(f"{option}={source!r} would read {source!r} as {target!r}, but {where} has a {target!r} "
-                             f"column too. Drop {option}, or remove or rename one of the two columns.")
+            raise ValueError(
+                f"{option}={source!r} would read {source!r} as {target!r}, but {where} has a {target!r} "
+                f"column too. Drop {option}, or remove or rename one of the two columns."
+            )
         if source != target:
             renames[target] = source
     return renames
 
 
-def map_training_columns(dataset, prompt_column: str | None = None, answer_column: str | None = None,
-                         where: str = "the training dataset"):
+def map_training_columns(
+    dataset, prompt_column: str | None = None, answer_column: str | None = None, where: str = "the training dataset"
+):
     """``dataset`` with ``prompt_column`` read as ``prompt`` and ``answer_column`` as ``solution`` (the math rewards'
     gold answer); GSM8K-style answers in ``solution`` become their final answer (logged)."""
-    renames = check_mapping(dataset.column_names, {"prompt": prompt_column, "solution": answer_column}, where,
-                            {"prompt": "prompt_column", "solution": "answer_column"})
+    renames = check_mapping(
+        dataset.column_names,
+        {"prompt": prompt_column, "solution": answer_column},
+        where,
+        {"prompt": "prompt_column", "solution": "answer_column"},
+    )
     for target, source in renames.items():
         dataset = dataset.rename_column(source, target)
     if "solution" not in dataset.column_names:
         return dataset
     worked = sum(isinstance(value, str) and GSM8K_MARK in value for value in dataset["solution"])
     if worked:
-        logger.warning("%s: %d of %d gold answers are GSM8K worked solutions ('... #### 42'); each is read as the "
-                       "text after its last '####'.", where, worked, len(dataset))
+        logger.warning(
+            "%s: %d of %d gold answers are GSM8K worked solutions ('... #### 42'); each is read as the "
+            "text after its last '####'.",
+            where,
+            worked,
+            len(dataset),
+        )
         dataset = dataset.map(lambda row: {"solution": gold_answer(row["solution"])}, desc="GSM8K final answers")
     return dataset

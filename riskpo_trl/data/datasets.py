@@ -146,59 +146,79 @@ def _registry(field: str, specs: dict[str, DatasetSpec | LoaderSpec]) -> Registr
     return registry
 
 
-TRAIN_DATASETS = _registry("dataset_name", {
-    # prompt: [{"role": "user", "content": <DAPO instruction + problem>}], reward_model: {"style", "ground_truth"},
-    # plus data_source / ability / extra_info (verl format). Schema: the dataset card as quoted by
-    # AISBench's dapo_math README, and loaders reading prompt[0]["content"] / reward_model["ground_truth"].
-    # The released file repeats its ~17k problems about 100 times (1.79M rows;
-    # github.com/BytedTsinghua-SIA/DAPO/issues/36), hence dedupe.
-    "dapo_math": DatasetSpec(
-        "BytedTsinghua-SIA/DAPO-Math-17k", "train", "prompt", "reward_model", dapo_problem, dapo_answer, dedupe=True,
-        own_prompt=dapo_own_prompt,
-    ),
-    # problem / level / type / solution (worked, final answer boxed); train 7.5k, test 5k. Schema: the
-    # competition_math feature list (TFDS community catalog), which MATH-lighteval mirrors.
-    "math": DatasetSpec("DigitalLearningGmbH/MATH-lighteval", "train", "problem", "solution", get_answer=boxed_answer),
-    # question / answer (worked, "#### <number>" at the end), config "main". Schema: TRL/open-r1 style loaders
-    # and the dataset card.
-    "gsm8k": DatasetSpec("openai/gsm8k", "train", "question", "answer", get_answer=gsm8k_answer, config_name="main"),
-    # Code track: ArcherCodeR's training file (Archer-6K), rows prompt + tests (riskpo_trl.code.data).
-    "archer_code": LoaderSpec("wizardII/ArcherCodeR-Dataset", "train", _archer_code, kind="code"),
-    # Multi-modal track: Geometry3K, rows prompt + images + solution (riskpo_trl.multimodal.geometry3k).
-    "geometry3k": LoaderSpec("hiyouga/geometry3k", "train", _geometry3k, kind="geometry"),
-})
+TRAIN_DATASETS = _registry(
+    "dataset_name",
+    {
+        # prompt: [{"role": "user", "content": <DAPO instruction + problem>}], reward_model: {"style", "ground_truth"},
+        # plus data_source / ability / extra_info (verl format). Schema: the dataset card as quoted by
+        # AISBench's dapo_math README, and loaders reading prompt[0]["content"] / reward_model["ground_truth"].
+        # The released file repeats its ~17k problems about 100 times (1.79M rows;
+        # github.com/BytedTsinghua-SIA/DAPO/issues/36), hence dedupe.
+        "dapo_math": DatasetSpec(
+            "BytedTsinghua-SIA/DAPO-Math-17k",
+            "train",
+            "prompt",
+            "reward_model",
+            dapo_problem,
+            dapo_answer,
+            dedupe=True,
+            own_prompt=dapo_own_prompt,
+        ),
+        # problem / level / type / solution (worked, final answer boxed); train 7.5k, test 5k. Schema: the
+        # competition_math feature list (TFDS community catalog), which MATH-lighteval mirrors.
+        "math": DatasetSpec(
+            "DigitalLearningGmbH/MATH-lighteval", "train", "problem", "solution", get_answer=boxed_answer
+        ),
+        # question / answer (worked, "#### <number>" at the end), config "main". Schema: TRL/open-r1 style loaders
+        # and the dataset card.
+        "gsm8k": DatasetSpec(
+            "openai/gsm8k", "train", "question", "answer", get_answer=gsm8k_answer, config_name="main"
+        ),
+        # Code track: ArcherCodeR's training file (Archer-6K), rows prompt + tests (riskpo_trl.code.data).
+        "archer_code": LoaderSpec("wizardII/ArcherCodeR-Dataset", "train", _archer_code, kind="code"),
+        # Multi-modal track: Geometry3K, rows prompt + images + solution (riskpo_trl.multimodal.geometry3k).
+        "geometry3k": LoaderSpec("hiyouga/geometry3k", "train", _geometry3k, kind="geometry"),
+    },
+)
 
 # The paper's second setting trains on MATH and GSM8K together.
 TRAIN_MIXTURES: Registry[tuple[str, ...]] = Registry("dataset_name")
 TRAIN_MIXTURES.add("math_gsm8k", ("math", "gsm8k"), help="MATH and GSM8K together, the paper's easy-level setting")
 
-BENCHMARKS = _registry("benchmark", {
-    # id / problem / solution / answer / url / year; one "train" split of 30 problems (loaders in rllm, nemo-rl).
-    "aime24": DatasetSpec("HuggingFaceH4/aime_2024", "train", "problem", "answer"),
-    # problem / answer (plus id); split "test" (loaders in lighteval custom tasks and several eval harnesses).
-    "aime25": DatasetSpec("math-ai/aime25", "test", "problem", "answer"),
-    # AMC: two sets go by this name. The paper's appendix calls its set "AMC23" but gives 83 problems, the size of
-    # AI-MO/aimo-validation-amc (AMC 12 2022 + 2023), so its table most likely used that one; this is not certain.
-    # "amc": id / problem / answer (float64) / url; one "train" split of 83 problems (dataset card; eval loaders that
-    # filter it on url).
-    "amc": DatasetSpec("AI-MO/aimo-validation-amc", "train", "problem", "answer"),
-    # "amc23": AMC 2023 only, 40 problems, as most eval harnesses name it. question / answer (may be numeric); split
-    # "test" (grpo eval configs, lighteval tasks).
-    "amc23": DatasetSpec("math-ai/amc23", "test", "question", "answer"),
-    # problem / solution / answer / subject / level / unique_id; split "test".
-    "math500": DatasetSpec("HuggingFaceH4/MATH-500", "test", "problem", "answer"),
-    # question / answer; split "test", 272 problems (lighteval's minerva_math task reads these columns).
-    "minerva": DatasetSpec("math-ai/minervamath", "test", "question", "answer"),
-    # question / final_answer (a list of LaTeX strings like ["$2^{1009}$"]) / solution / ...; split "test".
-    "olympiadbench": DatasetSpec("math-ai/olympiadbench", "test", "question", "final_answer"),
-    # The easy-level setting is evaluated on the original test splits of its training sets.
-    "math": DatasetSpec("DigitalLearningGmbH/MATH-lighteval", "test", "problem", "solution", get_answer=boxed_answer),
-    "gsm8k": DatasetSpec("openai/gsm8k", "test", "question", "answer", get_answer=gsm8k_answer, config_name="main"),
-    # LiveCodeBench v5 as ArcherCodeR ships it (test/livecodebench_v5.json): plain-JSON test cases, so nothing has to
-    # be unpickled (the full release's compressed private tests need riskpo_trl.code.data.load_livecodebench).
-    "livecodebench_v5": LoaderSpec("wizardII/ArcherCodeR-Dataset", "test", _archer_code, kind="code"),
-    "geometry3k_test": LoaderSpec("hiyouga/geometry3k", "test", _geometry3k, kind="geometry"),
-})
+BENCHMARKS = _registry(
+    "benchmark",
+    {
+        # id / problem / solution / answer / url / year; one "train" split of 30 problems (loaders in rllm, nemo-rl).
+        "aime24": DatasetSpec("HuggingFaceH4/aime_2024", "train", "problem", "answer"),
+        # problem / answer (plus id); split "test" (loaders in lighteval custom tasks and several eval harnesses).
+        "aime25": DatasetSpec("math-ai/aime25", "test", "problem", "answer"),
+        # AMC: two sets go by this name. The paper's appendix calls its set "AMC23" but gives 83 problems, the size of
+        # AI-MO/aimo-validation-amc (AMC 12 2022 + 2023), so its table most likely used that one; this is not certain.
+        # "amc": id / problem / answer (float64) / url; one "train" split of 83 problems (dataset card; eval loaders that
+        # filter it on url).
+        "amc": DatasetSpec("AI-MO/aimo-validation-amc", "train", "problem", "answer"),
+        # "amc23": AMC 2023 only, 40 problems, as most eval harnesses name it. question / answer (may be numeric); split
+        # "test" (grpo eval configs, lighteval tasks).
+        "amc23": DatasetSpec("math-ai/amc23", "test", "question", "answer"),
+        # problem / solution / answer / subject / level / unique_id; split "test".
+        "math500": DatasetSpec("HuggingFaceH4/MATH-500", "test", "problem", "answer"),
+        # question / answer; split "test", 272 problems (lighteval's minerva_math task reads these columns).
+        "minerva": DatasetSpec("math-ai/minervamath", "test", "question", "answer"),
+        # question / final_answer (a list of LaTeX strings like ["$2^{1009}$"]) / solution / ...; split "test".
+        "olympiadbench": DatasetSpec("math-ai/olympiadbench", "test", "question", "final_answer"),
+        # The easy-level setting is evaluated on the original test splits of its training sets.
+        "math": DatasetSpec(
+            "DigitalLearningGmbH/MATH-lighteval", "test", "problem", "solution", get_answer=boxed_answer
+        ),
+        "gsm8k": DatasetSpec(
+            "openai/gsm8k", "test", "question", "answer", get_answer=gsm8k_answer, config_name="main"
+        ),
+        # LiveCodeBench v5 as ArcherCodeR ships it (test/livecodebench_v5.json): plain-JSON test cases, so nothing has to
+        # be unpickled (the full release's compressed private tests need riskpo_trl.code.data.load_livecodebench).
+        "livecodebench_v5": LoaderSpec("wizardII/ArcherCodeR-Dataset", "test", _archer_code, kind="code"),
+        "geometry3k_test": LoaderSpec("hiyouga/geometry3k", "test", _geometry3k, kind="geometry"),
+    },
+)
 
 # The paper's hard-level table, in its column order ("amc": the 83-problem set its appendix describes).
 HARD_MATH_BENCHMARKS = ("aime25", "aime24", "amc", "math500", "minerva", "olympiadbench")
@@ -334,12 +354,15 @@ def load_train_dataset(
         dataset = _load_user_dataset(name, config, split, data_files, prompt_template)
         dataset = map_training_columns(dataset, prompt_column, answer_column, where=f"the training dataset {name!r}")
     elif prompt_column is not None or answer_column is not None:
-        raise ValueError(f"prompt_column and answer_column name the columns of a dataset used as it is; {name!r} is "
-                         "registered and its adapter maps its columns. Remove them.")
+        raise ValueError(
+            f"prompt_column and answer_column name the columns of a dataset used as it is; {name!r} is "
+            "registered and its adapter maps its columns. Remove them."
+        )
     elif name in TRAIN_MIXTURES:
         if data_files is not None:
-            raise ValueError(f"{name!r} mixes several Hub datasets; data_files only works with one of "
-                             f"{list(TRAIN_DATASETS)}.")
+            raise ValueError(
+                f"{name!r} mixes several Hub datasets; data_files only works with one of {list(TRAIN_DATASETS)}."
+            )
         parts = [load_train_dataset(part, split, prompt_template=prompt_template) for part in TRAIN_MIXTURES[name]]
         dataset = concatenate_datasets(parts).shuffle(seed=seed).flatten_indices()
     else:

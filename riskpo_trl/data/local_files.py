@@ -56,14 +56,18 @@ def folder_data_files(directory: str) -> dict[str, list[str]]:
         found = DataFilesDict.from_patterns(patterns, base_path=directory)
     except (EmptyDatasetError, FileNotFoundError):
         found = {}
-    splits = {str(split): sorted(f for f in files if _extension(f) in FOLDER_FORMATS) for split, files in found.items()}
+    splits = {
+        str(split): sorted(f for f in files if _extension(f) in FOLDER_FORMATS) for split, files in found.items()
+    }
     splits = {split: files for split, files in splits.items() if files}
     if not splits:
         raise FileNotFoundError(f"no data files in {directory} (looked for {looked_for}).")
     formats = sorted({_extension(f) for files in splits.values() for f in files})
     if len(formats) > 1:
-        raise ValueError(f"{directory} holds data files of several formats ({', '.join(formats)}); a folder is read "
-                         "in one format. Keep one, or name the files with dataset_files.")
+        raise ValueError(
+            f"{directory} holds data files of several formats ({', '.join(formats)}); a folder is read "
+            "in one format. Keep one, or name the files with dataset_files."
+        )
     return splits
 
 
@@ -77,11 +81,14 @@ def _one_split(directory: str) -> list[str]:
     """The data files of a folder given among dataset_files: all of them, if their names do not split them."""
     splits = folder_data_files(directory)
     if len(splits) > 1:
-        listed = "; ".join(f"{split}: {', '.join(os.path.relpath(f, directory) for f in files)}"
-                           for split, files in splits.items())
-        raise ValueError(f"dataset_files {directory}: its file names split it into {', '.join(splits)} ({listed}), "
-                         "and dataset_files reads one training set. Name the files, or give the folder as "
-                         "dataset_name (with dataset_train_split).")
+        listed = "; ".join(
+            f"{split}: {', '.join(os.path.relpath(f, directory) for f in files)}" for split, files in splits.items()
+        )
+        raise ValueError(
+            f"dataset_files {directory}: its file names split it into {', '.join(splits)} ({listed}), "
+            "and dataset_files reads one training set. Name the files, or give the folder as "
+            "dataset_name (with dataset_train_split)."
+        )
     return next(iter(splits.values()))
 
 
@@ -89,12 +96,16 @@ def _check_file(path: str, reader: str | None) -> None:
     from .json_nesting import check_json_nesting
 
     if _is_empty(path):
-        raise ValueError(f"Dataset file {path} is empty: it needs at least one example (a JSON line, a JSON "
-                         "list, a CSV row or a Parquet file with rows).")
+        raise ValueError(
+            f"Dataset file {path} is empty: it needs at least one example (a JSON line, a JSON "
+            "list, a CSV row or a Parquet file with rows)."
+        )
     by_extension = FOLDER_FORMATS.get(_extension(path))
     if reader is not None and by_extension is not None and by_extension != reader:
-        raise ValueError(f"Dataset file {path} is {by_extension} by its extension, but dataset_name {reader!r} reads it "
-                         f"as {reader}. Set dataset_name {by_extension}.")
+        raise ValueError(
+            f"Dataset file {path} is {by_extension} by its extension, but dataset_name {reader!r} reads it "
+            f"as {reader}. Set dataset_name {by_extension}."
+        )
     reads_json = reader == "json" if reader is not None else _extension(path) not in (".parquet", ".csv")
     if reads_json:
         check_json_nesting(path)

@@ -44,8 +44,10 @@ def user_dataset_kind(name: str, data_files: str | Sequence[str] | None, registe
             _check_folder(name, data_files)
         return DIRECTORY
     if _reads_as_path(name):
-        raise FileNotFoundError(f"dataset_name={name!r}: no such directory (a local dataset directory, written by "
-                                "save_to_disk or holding data files, was meant).")
+        raise FileNotFoundError(
+            f"dataset_name={name!r}: no such directory (a local dataset directory, written by "
+            "save_to_disk or holding data files, was meant)."
+        )
     choices = sorted([*registered, *FILE_FORMATS])
     if "/" not in name:
         raise ValueError(
@@ -56,8 +58,10 @@ def user_dataset_kind(name: str, data_files: str | Sequence[str] | None, registe
     try:
         validate_repo_id(name)
     except HFValidationError:
-        raise ValueError(f"dataset_name={name!r} is neither a Hub id (namespace/name), a local directory, a "
-                         f"registered dataset nor one of {list(FILE_FORMATS)}.") from None
+        raise ValueError(
+            f"dataset_name={name!r} is neither a Hub id (namespace/name), a local directory, a "
+            f"registered dataset nor one of {list(FILE_FORMATS)}."
+        ) from None
     return HUB
 
 
@@ -112,8 +116,10 @@ def load_user_dataset(
         if not isinstance(saved, datasets.DatasetDict):
             return saved
         if split not in saved:
-            raise ValueError(f"The dataset saved in {name} has no split {split!r}; its splits: {list(saved)}. Set "
-                             "dataset_train_split.")
+            raise ValueError(
+                f"The dataset saved in {name} has no split {split!r}; its splits: {list(saved)}. Set "
+                "dataset_train_split."
+            )
         return saved[split]
     return datasets.load_dataset(name, config, split=split, data_files=data_files)
 
@@ -123,12 +129,16 @@ def _load_folder(directory: str, config: str | None, split: str):
     import datasets
 
     if config is not None:
-        raise ValueError(f"dataset_config={config!r} names a configuration of a Hub dataset; the folder {directory} "
-                         "has none. Remove dataset_config.")
+        raise ValueError(
+            f"dataset_config={config!r} names a configuration of a Hub dataset; the folder {directory} "
+            "has none. Remove dataset_config."
+        )
     splits = folder_data_files(directory)
     if split not in splits:
-        raise ValueError(f"{directory} has no data files of split {split!r}: by their names its files are split into "
-                         f"{', '.join(splits)}. Set dataset_train_split to one of them, or rename the files.")
+        raise ValueError(
+            f"{directory} has no data files of split {split!r}: by their names its files are split into "
+            f"{', '.join(splits)}. Set dataset_train_split to one of them, or rename the files."
+        )
     builder = folder_format(splits)
     files = check_data_files(splits[split], reader=builder)
     return datasets.load_dataset(builder, data_files={split: files}, split=split)
@@ -137,5 +147,7 @@ def _load_folder(directory: str, config: str | None, split: str):
 def _saved_to_disk(directory: str) -> bool:
     import datasets
 
-    return any(os.path.isfile(os.path.join(directory, file)) for file in (
-        datasets.config.DATASET_STATE_JSON_FILENAME, datasets.config.DATASETDICT_JSON_FILENAME))
+    return any(
+        os.path.isfile(os.path.join(directory, file))
+        for file in (datasets.config.DATASET_STATE_JSON_FILENAME, datasets.config.DATASETDICT_JSON_FILENAME)
+    )

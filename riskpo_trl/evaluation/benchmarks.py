@@ -60,11 +60,14 @@ def load_rows_file(
                 "and --prompt_column NAME name other columns."
             )
     build = PROMPT_BUILDERS[prompt_template]
-    return Dataset.from_list([
-        {"prompt": row[prompt], "answer": gold_answer(row[gold])} if prompt
-        else {"problem": row["problem"], "prompt": build(row["problem"]), "answer": gold_answer(row[gold])}
-        for row in rows
-    ])
+    return Dataset.from_list(
+        [
+            {"prompt": row[prompt], "answer": gold_answer(row[gold])}
+            if prompt
+            else {"problem": row["problem"], "prompt": build(row["problem"]), "answer": gold_answer(row[gold])}
+            for row in rows
+        ]
+    )
 
 
 def rows_file_prompt(dataset: Dataset, prompt_column: str | None, prompt_template: str) -> str:

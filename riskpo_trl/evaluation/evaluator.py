@@ -68,11 +68,18 @@ def evaluate(
     check_resumable(done, settings, samples_path)
     check_same_prompt_template(done, config.prompt_template, samples_path)
     benchmarks = resolve_benchmarks(config)
-    scorers = {kind: scorer_for(kind, math_grader=scorer, sandbox_settings=config.code_sandbox)
-               for kind in {benchmark.kind for benchmark in benchmarks}}
+    scorers = {
+        kind: scorer_for(kind, math_grader=scorer, sandbox_settings=config.code_sandbox)
+        for kind in {benchmark.kind for benchmark in benchmarks}
+    }
     if backend is None:
         backend = load_backend(
-            config.backend, config.model, config.adapter, config.batch_size, config.dtype, seed=config.seed,
+            config.backend,
+            config.model,
+            config.adapter,
+            config.batch_size,
+            config.dtype,
+            seed=config.seed,
             vllm_kwargs=config.vllm_kwargs,
         )
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -111,8 +118,9 @@ def evaluate(
             for batch in _batches(todo, config.batch_size):
                 rows = [dataset[i] for i in batch]
                 prompts = [render_prompt(row, backend.tokenizer) for row in rows]
-                for index, row, prompt, samples in zip(batch, rows, prompts, _generate(backend, rows, prompts,
-                                                                                       settings)):
+                for index, row, prompt, samples in zip(
+                    batch, rows, prompts, _generate(backend, rows, prompts, settings)
+                ):
                     scores, gold_unscorable = bench_scorer.score([s.text for s in samples], row)
                     record = {
                         "benchmark": name,
@@ -142,8 +150,9 @@ def evaluate(
     return results
 
 
-def _generate(backend, rows: list[dict[str, Any]], prompts: list[str], settings: SamplingSettings
-              ) -> list[list[Sample]]:
+def _generate(
+    backend, rows: list[dict[str, Any]], prompts: list[str], settings: SamplingSettings
+) -> list[list[Sample]]:
     """Samples for each row's rendered prompt; rows with ``images`` (geometry) pass them to the backend."""
     if any(row.get("images") for row in rows):
         return backend.generate(prompts, settings, images=[row["images"] for row in rows])

@@ -30,13 +30,14 @@ AdvantageFn = Callable[..., torch.Tensor]
 ObjectiveFn = Callable[[torch.Tensor, Quantile, Quantile, float], torch.Tensor]
 CONTEXT_ARGUMENTS = ("alpha", "beta", "num_generations", "natural_baseline")
 
+
 # The quantile levels' rules, each in one place: every formula needs them in order, the authors' scalings more.
 def levels_in_order(alpha: float, beta: float) -> bool:
     return 0 <= alpha < beta <= 1
 
 
 def _alpha_positive(alpha: float, beta: float) -> bool:
-    return 0 < alpha and levels_in_order(alpha, beta)
+    return alpha > 0 and levels_in_order(alpha, beta)
 
 
 def _beta_below_one(alpha: float, beta: float) -> bool:
@@ -90,7 +91,8 @@ class AdvantageScaling:
 ADVANTAGE_SCALINGS: Registry[AdvantageScaling] = Registry("advantage_scaling")
 ADVANTAGE_SCALINGS.add("none", AdvantageScaling("none"), help="the paper's advantage")
 ADVANTAGE_SCALINGS.add(
-    "authors_code", AdvantageScaling("authors_code"),
+    "authors_code",
+    AdvantageScaling("authors_code"),
     help="the authors' public code's scaling: for mvar [omega*(-(q_a-R)^+/alpha) + g/(beta-alpha)]/(1+omega) (needs "
     "risk_alpha > 0), for risk_seeking [omega*(R-q_b)^+/(1-beta) + g/(beta-alpha)]/(1+omega) (needs risk_beta < 1), "
     "each divided by the std of the bundle group's scores; their scripts use omega=1.5 with quantile_source='group'",
@@ -180,7 +182,8 @@ def rvar_window(
 
 
 @register_risk_profile(
-    "mvar", objective=mvar_objective,
+    "mvar",
+    objective=mvar_objective,
     help="the paper's Mixed VaR, risk-averse: the lower tail weighted by 1 + risk_omega",
 )
 def mvar_advantage(
@@ -219,9 +222,7 @@ def rvar_advantage(
 @register_risk_profile(
     "risk_seeking", objective=risk_seeking_objective, help="the paper's ablation weighting the upper tail"
 )
-def risk_seeking_advantage(
-    scores: torch.Tensor, q_alpha: Quantile, q_beta: Quantile, omega: float
-) -> torch.Tensor:
+def risk_seeking_advantage(scores: torch.Tensor, q_alpha: Quantile, q_beta: Quantile, omega: float) -> torch.Tensor:
     """Bundle advantage of the paper's risk-seeking ablation,
     ``J = (1 + omega) * (1 - beta) * RVaR_{beta:1} + (beta - alpha) * RVaR_{alpha:beta}``::
 
@@ -246,7 +247,9 @@ def _divide_by_group_std(advantage: torch.Tensor, scores: torch.Tensor, num_gene
 
 
 @register_scaled_advantage(
-    "authors_code", "mvar", levels_ok=_alpha_positive,
+    "authors_code",
+    "mvar",
+    levels_ok=_alpha_positive,
     levels_rule="risk_alpha > 0 (it divides by alpha)",
 )
 def authors_code_mvar_advantage(
@@ -282,7 +285,9 @@ def authors_code_mvar_advantage(
 
 
 @register_scaled_advantage(
-    "authors_code", "risk_seeking", levels_ok=_beta_below_one,
+    "authors_code",
+    "risk_seeking",
+    levels_ok=_beta_below_one,
     levels_rule="risk_beta < 1 (it divides by 1 - beta)",
 )
 def authors_code_risk_seeking_advantage(

@@ -124,8 +124,12 @@ def riskpo_advantages(
             (:func:`~riskpo_trl.risk.baselines.resolve_advantage_baseline`).
     """
     choices = RiskChoices(
-        risk_profile=risk_profile, advantage_scaling=advantage_scaling, bundling=bundling,
-        credit_assignment=credit_assignment, advantage_baseline=advantage_baseline, natural_baseline=natural_baseline,
+        risk_profile=risk_profile,
+        advantage_scaling=advantage_scaling,
+        bundling=bundling,
+        credit_assignment=credit_assignment,
+        advantage_baseline=advantage_baseline,
+        natural_baseline=natural_baseline,
     )
     rule = choices.resolve(levels)
     if bundles is None:
@@ -133,7 +137,13 @@ def riskpo_advantages(
             raise ValueError("riskpo_advantages needs bundle_size to draw the bundles (or pass bundles=).")
         bundles = rule.bundling(rewards, num_generations, bundle_size, generator)
     return apply_advantage_rule(
-        rule, rewards, bundles, num_generations=num_generations, q_alpha=q_alpha, q_beta=q_beta, omega=omega,
+        rule,
+        rewards,
+        bundles,
+        num_generations=num_generations,
+        q_alpha=q_alpha,
+        q_beta=q_beta,
+        omega=omega,
         levels=levels,
     )
 
@@ -164,8 +174,14 @@ def apply_advantage_rule(
     alpha, beta = levels if levels is not None else (None, None)
     bundle_scores, bundle_ids = bundles
     bundle_adv = rule.advantage(
-        bundle_scores.to(torch.float64), q_alpha, q_beta, omega,
-        alpha=alpha, beta=beta, num_generations=num_generations, natural_baseline=rule.choices.natural_baseline,
+        bundle_scores.to(torch.float64),
+        q_alpha,
+        q_beta,
+        omega,
+        alpha=alpha,
+        beta=beta,
+        num_generations=num_generations,
+        natural_baseline=rule.choices.natural_baseline,
     )
     advantages = rule.credit(bundle_adv[bundle_ids], rewards, bundle_ids, num_generations)
     unscorable = torch.isnan(rewards)

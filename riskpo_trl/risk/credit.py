@@ -18,7 +18,6 @@ CreditFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tenso
 CREDIT_ASSIGNMENTS: Registry[CreditFn] = Registry("credit_assignment")
 
 
-
 def _prompt_rows(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     return rewards.to(torch.float64).view(-1, num_generations)
 
@@ -40,8 +39,11 @@ def score_credit(
     return advantages * torch.where(rewards.to(advantages.dtype) > 0, 0.5, 1.5)
 
 
-@CREDIT_ASSIGNMENTS.register("std", help="divided by the member's prompt's reward std over its G completions, std <= "
-                             "1e-3 counts as 1; the authors' MATH scripts")
+@CREDIT_ASSIGNMENTS.register(
+    "std",
+    help="divided by the member's prompt's reward std over its G completions, std <= "
+    "1e-3 counts as 1; the authors' MATH scripts",
+)
 def std_credit(
     advantages: torch.Tensor, rewards: torch.Tensor, bundle_ids: torch.Tensor, num_generations: int
 ) -> torch.Tensor:

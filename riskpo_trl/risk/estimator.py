@@ -61,8 +61,12 @@ class RiskEstimator:
         self.omega = omega
         # Every choice is resolved here, once, into the registered functions that step() calls.
         self.rule = RiskChoices(
-            risk_profile=risk_profile, advantage_scaling=advantage_scaling, quantile_source=quantile_source,
-            bundling=bundling, credit_assignment=credit_assignment, advantage_baseline=advantage_baseline,
+            risk_profile=risk_profile,
+            advantage_scaling=advantage_scaling,
+            quantile_source=quantile_source,
+            bundling=bundling,
+            credit_assignment=credit_assignment,
+            advantage_baseline=advantage_baseline,
             natural_baseline=natural_baseline,
         ).resolve(self.levels)
         self.tracker = QuantileTracker(self.levels, lr=quantile_lr, lr_decay=quantile_lr_decay)
@@ -118,8 +122,14 @@ class RiskEstimator:
             self.tracker.update(bundles[0])
         q_alpha, q_beta = self.rule.quantile_source(bundles[0], num_generations, self.levels, self.tracker)
         return apply_advantage_rule(
-            self.rule, rewards, bundles, num_generations=num_generations, q_alpha=q_alpha, q_beta=q_beta,
-            omega=self.omega, levels=self.levels,
+            self.rule,
+            rewards,
+            bundles,
+            num_generations=num_generations,
+            q_alpha=q_alpha,
+            q_beta=q_beta,
+            omega=self.omega,
+            levels=self.levels,
         )
 
     def metrics(self, batch: RiskPOBatch) -> dict[str, float]:

@@ -111,8 +111,11 @@ class QuantileTracker:
                 raise ValueError(f"field 'values' is null after {count} updates")
             self._values, self.num_updates = None, 0
             return
-        if not isinstance(values, list) or len(values) != len(levels) \
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        if (
+            not isinstance(values, list)
+            or len(values) != len(levels)
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        ):
             raise ValueError(f"field 'values' must be a list of {len(levels)} numbers (one per level), got {values!r}")
         restored = torch.tensor(values, dtype=torch.float64)
         if not torch.isfinite(restored).all():

@@ -23,18 +23,21 @@ DEBUG_FLAG = "--debug"
 # Groups of (label in the line, logged metric); missing or empty metrics are skipped.
 COMPACT_METRICS = (
     ("", (("loss", "loss"), ("reward", "reward"), ("len", "completions/mean_length"))),
-    ("risk: ", (
-        ("q_alpha", "risk/q_alpha"),
-        ("q_beta", "risk/q_beta"),
-        ("bundle_score", "risk/bundle_score_mean"),
-        ("mvar", "risk/mvar"),  # the risk profile's objective: at most one of these three is logged
-        ("rvar", "risk/rvar"),
-        ("risk_seeking", "risk/risk_seeking"),
-        ("lower_rvar", "risk/lower_rvar"),
-        ("upper_rvar", "risk/upper_rvar"),
-        ("zero_adv", "risk/frac_zero_advantage"),
-        ("unscorable", "risk/frac_unscorable"),
-    )),
+    (
+        "risk: ",
+        (
+            ("q_alpha", "risk/q_alpha"),
+            ("q_beta", "risk/q_beta"),
+            ("bundle_score", "risk/bundle_score_mean"),
+            ("mvar", "risk/mvar"),  # the risk profile's objective: at most one of these three is logged
+            ("rvar", "risk/rvar"),
+            ("risk_seeking", "risk/risk_seeking"),
+            ("lower_rvar", "risk/lower_rvar"),
+            ("upper_rvar", "risk/upper_rvar"),
+            ("zero_adv", "risk/frac_zero_advantage"),
+            ("unscorable", "risk/frac_unscorable"),
+        ),
+    ),
     ("", (("lr", "learning_rate"),)),
 )
 
@@ -59,7 +62,7 @@ def pop_debug_flag(argv: Sequence[str]) -> tuple[list[str], bool]:
     argv = list(argv)
     for i, token in enumerate(argv):
         if token == DEBUG_FLAG and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
-            return argv[:i] + argv[i + 1:], True
+            return argv[:i] + argv[i + 1 :], True
     return argv, False
 
 
@@ -105,7 +108,6 @@ def format_number(value: Any) -> str:
     if isinstance(value, float) and abs(value) < FLOAT_NOISE:
         return "0"
     return f"{value:.4g}"
-
 
 
 def plain_log_line(logs: dict[str, Any]) -> str:

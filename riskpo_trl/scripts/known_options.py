@@ -48,7 +48,7 @@ def light_parser(trainer: str, script_arguments: type) -> tuple[argparse.Argumen
     from . import known_options_data as data
     from .arguments import add_dataclass_arguments
 
-    if data.VERSIONS != installed_versions() or trainer not in data.OPTIONS:
+    if installed_versions() != data.VERSIONS or trainer not in data.OPTIONS:
         return None
     config_name, options = data.OPTIONS[trainer]
     parser = argparse.ArgumentParser(prog="riskpo-train", add_help=False)
@@ -71,6 +71,6 @@ def trainer_fields(trainer: str) -> set[str] | None:
     """The field names of ``trainer``'s config class and ``ModelConfig`` from the list, or None (other versions)."""
     from . import known_options_data as data
 
-    if data.VERSIONS != installed_versions() or trainer not in data.OPTIONS:
+    if installed_versions() != data.VERSIONS or trainer not in data.OPTIONS:
         return None
     return {dest for _, dest, _, _, _ in data.OPTIONS[trainer][1]}

@@ -61,15 +61,18 @@ def recorded_data(checkpoint: str) -> dict[str, Any] | None:
 def describe(record: dict[str, Any]) -> str:
     """``json (rows.jsonl)`` or ``gsm8k (examples/data/tiny_arithmetic.jsonl; split test)``: paths shown relative to
     the working directory when under it."""
+
     def shown(path: str) -> str:
         relative = os.path.relpath(path) if os.path.isabs(path) else path
         return path if relative.startswith("..") else relative
 
     name = record.get("dataset_name")
     details = [shown(path) for path in record.get("dataset_files") or []]
-    details += [f"{label} {record[key]}" for key, label in (("dataset_config", "config"),
-                                                            ("dataset_train_split", "split"))
-                if record.get(key) not in (None, "train")]
+    details += [
+        f"{label} {record[key]}"
+        for key, label in (("dataset_config", "config"), ("dataset_train_split", "split"))
+        if record.get(key) not in (None, "train")
+    ]
     text = shown(name) if isinstance(name, str) and os.path.isabs(name) else str(name)
     return text + (f" ({'; '.join(details)})" if details else "")
 

@@ -61,15 +61,20 @@ class RiskPOScriptArguments:
 
     trainer: str = field(
         default=DEFAULT_TRAINER,
-        metadata={"help": "%(choices)s. Picks the config class the recipe is parsed into, so a baseline gets its own "
-                  "config's defaults.", "choices": TRAINERS},
+        metadata={
+            "help": "%(choices)s. Picks the config class the recipe is parsed into, so a baseline gets its own "
+            "config's defaults.",
+            "choices": TRAINERS,
+        },
     )
     dataset_name: str = field(
         default="dapo_math",
-        metadata={"help": "Training set: a registered one, mapped to the trainer's columns (riskpo_trl.data."
-                  "TRAIN_DATASETS or TRAIN_MIXTURES); or, used as it is, a Hub id, a local dataset directory "
-                  "(save_to_disk, or a folder of data files) or json/csv/parquet with dataset_files. Rows used as "
-                  "they are need a 'prompt' column and the columns the rewards read (docs/training.md)."},
+        metadata={
+            "help": "Training set: a registered one, mapped to the trainer's columns (riskpo_trl.data."
+            "TRAIN_DATASETS or TRAIN_MIXTURES); or, used as it is, a Hub id, a local dataset directory "
+            "(save_to_disk, or a folder of data files) or json/csv/parquet with dataset_files. Rows used as "
+            "they are need a 'prompt' column and the columns the rewards read (docs/training.md)."
+        },
     )
     dataset_config: str | None = field(
         default=None, metadata={"help": "Configuration of a Hub or local dataset (load_dataset's name)."}
@@ -77,8 +82,10 @@ class RiskPOScriptArguments:
     dataset_train_split: str = field(default="train", metadata={"help": "Split of the training set."})
     dataset_files: list[str] | None = field(
         default=None,
-        metadata={"help": "Local data files: with a registered dataset_name, in its Hub schema, read instead of the "
-                  "Hub; with dataset_name json, csv or parquet, rows used as they are."},
+        metadata={
+            "help": "Local data files: with a registered dataset_name, in its Hub schema, read instead of the "
+            "Hub; with dataset_name json, csv or parquet, rows used as they are."
+        },
     )
     prompt_column: str | None = field(
         default=None,
@@ -86,56 +93,71 @@ class RiskPOScriptArguments:
     )
     answer_column: str | None = field(
         default=None,
-        metadata={"help": "Column of a dataset used as it is that holds the gold answer, read as 'solution' (GSM8K's "
-                  "'... #### 42' gives 42)."},
+        metadata={
+            "help": "Column of a dataset used as it is that holds the gold answer, read as 'solution' (GSM8K's "
+            "'... #### 42' gives 42)."
+        },
     )
     prompt_template: str = field(
         default=DEFAULT_PROMPT_TEMPLATE,
-        metadata={"help": "Prompt of the math datasets: 'qwen_boxed' (problem + 'Please reason step by step, and put "
-                  "your final answer within \\boxed{}.') or 'authors' (the RiskPO authors' scripts: DAPO-Math-17k's "
-                  "own prompt kept as it is; MATH and GSM8K: problem + \" Let's think step by step and output the "
-                  "final answer within \\boxed{}.\"). Also used for eval_benchmark.",
-                  "choices": PROMPT_BUILDERS},
+        metadata={
+            "help": "Prompt of the math datasets: 'qwen_boxed' (problem + 'Please reason step by step, and put "
+            "your final answer within \\boxed{}.') or 'authors' (the RiskPO authors' scripts: DAPO-Math-17k's "
+            "own prompt kept as it is; MATH and GSM8K: problem + \" Let's think step by step and output the "
+            'final answer within \\boxed{}."). Also used for eval_benchmark.',
+            "choices": PROMPT_BUILDERS,
+        },
     )
     max_train_samples: int | None = field(
         default=None, metadata={"help": "Keep only the first N training rows (of a mixture: after a seeded shuffle)."}
     )
     eval_benchmark: str | None = field(
         default=None,
-        metadata={"help": "Benchmark evaluated during training when eval_strategy is not 'no' "
-                  "(riskpo_trl.data.BENCHMARKS)."},
+        metadata={
+            "help": "Benchmark evaluated during training when eval_strategy is not 'no' (riskpo_trl.data.BENCHMARKS)."
+        },
     )
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N benchmark rows."})
     reward_funcs: list[str] = field(
         default_factory=lambda: ["math_verify"],
-        metadata={"help": "Reward functions by name, summed with reward_weights (riskpo_trl.rewards.REWARD_FUNCS "
-                  "and REWARD_BUILDERS)."},
+        metadata={
+            "help": "Reward functions by name, summed with reward_weights (riskpo_trl.rewards.REWARD_FUNCS "
+            "and REWARD_BUILDERS)."
+        },
     )
     code_sandbox: dict | str | None = field(
         default=None,
-        metadata={"help": "Settings of the 'code' reward: executor ('bwrap', the default; 'none' only for trusted "
-                  "test code; riskpo_trl.code.EXECUTORS), max_workers and riskpo_trl.code.SandboxLimits fields (timeouts, memory_mb, disk_mb, "
-                  "max_files, max_processes, ...), as a YAML mapping in a recipe or a JSON object on the command "
-                  "line."},
+        metadata={
+            "help": "Settings of the 'code' reward: executor ('bwrap', the default; 'none' only for trusted "
+            "test code; riskpo_trl.code.EXECUTORS), max_workers and riskpo_trl.code.SandboxLimits fields (timeouts, memory_mb, disk_mb, "
+            "max_files, max_processes, ...), as a YAML mapping in a recipe or a JSON object on the command "
+            "line."
+        },
     )
     pass_at_k: dict | str | None = field(
         default=None,
-        metadata={"help": "Held-out Pass@k during training: benchmarks (math ones of riskpo_trl.data.BENCHMARKS, or "
-                  "NAME=FILE), ks, num_samples, eval_steps, max_problems, max_new_tokens, temperature, top_p, "
-                  "batch_size, eval_on_start, as a YAML mapping in a recipe or a JSON object on the command line; "
-                  "logs eval/pass@k (docs/evaluation.md)."},
+        metadata={
+            "help": "Held-out Pass@k during training: benchmarks (math ones of riskpo_trl.data.BENCHMARKS, or "
+            "NAME=FILE), ks, num_samples, eval_steps, max_problems, max_new_tokens, temperature, top_p, "
+            "batch_size, eval_on_start, as a YAML mapping in a recipe or a JSON object on the command line; "
+            "logs eval/pass@k (docs/evaluation.md)."
+        },
     )
     build_tiny_model: bool = field(
         default=False,
-        metadata={"help": "If model_name_or_path does not exist, build a tiny random Qwen2 model there first "
-                  "(CPU smoke runs and tests; nothing is downloaded). A warning says when it does, and whenever a "
-                  "model built so is loaded. A path that could be a Hub id (such as Qwen/Qwen2.5-0.5B-Instruct) is "
-                  "refused: give one that can only be local, such as ./outputs/tiny-qwen2."},
+        metadata={
+            "help": "If model_name_or_path does not exist, build a tiny random Qwen2 model there first "
+            "(CPU smoke runs and tests; nothing is downloaded). A warning says when it does, and whenever a "
+            "model built so is loaded. A path that could be a Hub id (such as Qwen/Qwen2.5-0.5B-Instruct) is "
+            "refused: give one that can only be local, such as ./outputs/tiny-qwen2."
+        },
     )
     build_tiny_vlm: bool = field(
         default=False,
-        metadata={"help": "Like build_tiny_model, with a tiny random LLaVA vision-language model and its processor "
-                  "(CPU smoke runs of the Geometry3K track)."},
+        metadata={
+            "help": "Like build_tiny_model, with a tiny random LLaVA vision-language model and its processor "
+            "(CPU smoke runs of the Geometry3K track)."
+        },
     )
 
     def __post_init__(self):
@@ -148,14 +170,18 @@ class RiskPOScriptArguments:
             from ..data.user_datasets import FILE_FORMATS
 
             # Before a model is built or loaded; read by the format dataset_name names, if it names one.
-            check_data_files(self.dataset_files, reader=self.dataset_name if self.dataset_name in FILE_FORMATS else None)
+            check_data_files(
+                self.dataset_files, reader=self.dataset_name if self.dataset_name in FILE_FORMATS else None
+            )
         if self.dataset_kind != "registered":
             from ..data.user_datasets import check_prompt_template_unset
 
             check_prompt_template_unset(self.dataset_name, self.prompt_template)
         elif self.prompt_column is not None or self.answer_column is not None:
-            raise ValueError(f"prompt_column and answer_column name the columns of a dataset used as it is; "
-                             f"{self.dataset_name!r} is registered and its adapter maps its columns. Remove them.")
+            raise ValueError(
+                f"prompt_column and answer_column name the columns of a dataset used as it is; "
+                f"{self.dataset_name!r} is registered and its adapter maps its columns. Remove them."
+            )
         if self.eval_benchmark is not None:
             BENCHMARKS.check(self.eval_benchmark, where="eval_benchmark: ")
         if isinstance(self.code_sandbox, str):  # from the command line
@@ -166,7 +192,7 @@ class RiskPOScriptArguments:
             self.pass_at_k = TrainingPassAtK.from_block(self.pass_at_k)
         if self.build_tiny_model and self.build_tiny_vlm:
             raise ValueError("Set at most one of build_tiny_model and build_tiny_vlm.")
-        self.reward_functions  # built here, once: raises naming an unknown reward or setting
+        self.reward_functions  # noqa: B018 - built here, once: raises naming an unknown reward or setting
 
     @functools.cached_property
     def dataset_kind(self) -> str:
@@ -176,8 +202,10 @@ class RiskPOScriptArguments:
 
         if self.dataset_name in TRAIN_DATASETS or self.dataset_name in TRAIN_MIXTURES:
             if self.dataset_config is not None:
-                raise ValueError(f"dataset_config applies to a Hub id or a local dataset; {self.dataset_name!r} is "
-                                 "registered with its own. Remove dataset_config.")
+                raise ValueError(
+                    f"dataset_config applies to a Hub id or a local dataset; {self.dataset_name!r} is "
+                    "registered with its own. Remove dataset_config."
+                )
             return "registered"
         from ..data.user_datasets import user_dataset_kind
 
@@ -278,8 +306,11 @@ def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trai
         else:
             problems.append(f"{shown}{closest_name(name, choices)}")
     recipe_path = _option_value(argv, "config")
-    source = f"{recipe_path} and the command line" if recipe_path and len(unknown) > len(
-        [k for k in recipe if k != "env" and k not in known_fields]) else recipe_path or "the command line"
+    source = (
+        f"{recipe_path} and the command line"
+        if recipe_path and len(unknown) > len([k for k in recipe if k != "env" and k not in known_fields])
+        else recipe_path or "the command line"
+    )
     raise ValueError(
         f"Unknown field(s) for trainer {trainer!r} ({config_name}, the script arguments and ModelConfig) in "
         f"{source}: {'; '.join(problems)}. Fix or remove them."
@@ -320,8 +351,10 @@ def reward_funcs_help() -> str:
         quoted = [repr(name) for name in entries]
         return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
 
-    return (f"Reward functions by name, summed with reward_weights: {names(REWARDS['functions'])}; with settings "
-            f"(code_sandbox): {names(REWARDS['builders'])}.")
+    return (
+        f"Reward functions by name, summed with reward_weights: {names(REWARDS['functions'])}; with settings "
+        f"(code_sandbox): {names(REWARDS['builders'])}."
+    )
 
 
 def print_short_help() -> None:
@@ -331,12 +364,17 @@ def print_short_help() -> None:
     from .arguments import RegistryRawDescriptionHelpFormatter, add_dataclass_arguments
 
     parser = argparse.ArgumentParser(
-        prog="riskpo-train", description=__doc__.split("\n\n")[0], epilog=help_epilog(),
+        prog="riskpo-train",
+        description=__doc__.split("\n\n")[0],
+        epilog=help_epilog(),
         formatter_class=RegistryRawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", help="YAML recipe (recipes/...); command-line options override its fields.")
-    parser.add_argument("--debug", action="store_true",
-                        help="Show the traceback of a start-up error (otherwise one 'error:' line, exit code 2).")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="Show the traceback of a start-up error (otherwise one 'error:' line, exit code 2).",
+    )
     add_dataclass_arguments(parser, RiskPOScriptArguments)
     [rewards] = [action for action in parser._actions if action.dest == "reward_funcs"]
     rewards.help = reward_funcs_help().replace("%", "%%")
@@ -402,8 +440,9 @@ def show_resolved_defaults(parser, config_class: type, recipe: dict[str, Any]) -
             action.resolved_default = value
 
 
-def check_options_before_imports(full_recipe: dict[str, Any], recipe: dict[str, Any], argv: Sequence[str],
-                                 trainer: str) -> None:
+def check_options_before_imports(
+    full_recipe: dict[str, Any], recipe: dict[str, Any], argv: Sequence[str], trainer: str
+) -> None:
     """Field names, recipe values and command-line values checked against the generated option list, before torch,
     transformers and TRL load (riskpo_trl.scripts.known_options); skipped with versions the list does not hold."""
     from .known_options import light_parser
@@ -456,8 +495,10 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
 
     model_path = model_args.model_name_or_path
     if model_path is None:
-        raise ValueError("model_name_or_path is not set: give a Hub id or a local directory, in the recipe or as "
-                         "--model_name_or_path.")
+        raise ValueError(
+            "model_name_or_path is not set: give a Hub id or a local directory, in the recipe or as "
+            "--model_name_or_path."
+        )
     if script_args.build_tiny_model or script_args.build_tiny_vlm:
         build_tiny(script_args, model_path)
     check_model_path(model_path, "model_name_or_path")
@@ -487,8 +528,9 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     PartialState().print(f"Training on {describe(data_record(script_args))}: {len(train_dataset)} rows.")
     eval_dataset = None
     if script_args.eval_benchmark is not None and training_args.eval_strategy != "no":
-        eval_dataset = load_benchmark(script_args.eval_benchmark, limit=script_args.max_eval_samples,
-                                      prompt_template=script_args.prompt_template)
+        eval_dataset = load_benchmark(
+            script_args.eval_benchmark, limit=script_args.max_eval_samples, prompt_template=script_args.prompt_template
+        )
 
     # Given a model id, the trainer loads its processing class: the tokenizer, or for a vision-language model (the
     # Geometry3K track) its processor, and then takes TRL's VLM path for the `images` column.
@@ -533,10 +575,14 @@ def build_tiny(script_args: RiskPOScriptArguments, model_path: str) -> None:
         if not os.path.isdir(model_path):
             build(model_path)
             kind = "Qwen2 model" if script_args.build_tiny_model else "LLaVA vision-language model"
-            warn_if_tiny_random_model(model_path, message=(
-                f"{model_path} did not exist: built a tiny RANDOM {kind} there ({option}: true). It has learned "
-                "nothing, and whatever loads it later says so; for a real model give a Hub id or an existing "
-                "directory and set that option to false."))
+            warn_if_tiny_random_model(
+                model_path,
+                message=(
+                    f"{model_path} did not exist: built a tiny RANDOM {kind} there ({option}: true). It has learned "
+                    "nothing, and whatever loads it later says so; for a real model give a Hub id or an existing "
+                    "directory and set that option to false."
+                ),
+            )
 
 
 def check_tiny_model_path(script_args: RiskPOScriptArguments, model_path: str | None) -> None:
@@ -571,8 +617,16 @@ def hub_datasets(script_args: RiskPOScriptArguments) -> list[str]:
 
 
 # What a checkpoint holds besides the model files that save_model writes into output_dir.
-TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "rng_state", "training_args.bin", "riskpo_state.json",
-                        "global_step", "latest", "zero_to_fp32.py")
+TRAINING_STATE_FILES = (
+    "optimizer.pt",
+    "scheduler.pt",
+    "rng_state",
+    "training_args.bin",
+    "riskpo_state.json",
+    "global_step",
+    "latest",
+    "zero_to_fp32.py",
+)
 
 
 def resume_checkpoint(training_args) -> str | None:

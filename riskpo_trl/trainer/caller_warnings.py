@@ -59,8 +59,10 @@ def config_default_warnings_silenced(config) -> Iterator[None]:
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # The modules a config's construction passes through in this package.
-CONFIG_MODULES = tuple(os.path.join(_HERE, name)
-                       for name in ("config.py", "config_checks.py", "config_conversion.py", "caller_warnings.py"))
+CONFIG_MODULES = tuple(
+    os.path.join(_HERE, name)
+    for name in ("config.py", "config_checks.py", "config_conversion.py", "caller_warnings.py")
+)
 
 
 def caller_stacklevel() -> int:
@@ -71,14 +73,16 @@ def caller_stacklevel() -> int:
     import trl
 
     skipped = (*CONFIG_MODULES, os.path.abspath(dataclasses.__file__))
-    library_dirs = tuple(os.path.dirname(os.path.abspath(module.__file__)) + os.sep
-                         for module in (transformers, trl))
+    library_dirs = tuple(os.path.dirname(os.path.abspath(module.__file__)) + os.sep for module in (transformers, trl))
     frame = sys._getframe(1)  # the function that calls warnings.warn: stacklevel 1
     level = 1
     while frame.f_back is not None:
         filename = frame.f_code.co_filename
-        if not (filename == "<string>" or os.path.abspath(filename) in skipped
-                or os.path.abspath(filename).startswith(library_dirs)):
+        if not (
+            filename == "<string>"
+            or os.path.abspath(filename) in skipped
+            or os.path.abspath(filename).startswith(library_dirs)
+        ):
             break
         frame = frame.f_back
         level += 1
@@ -86,6 +90,7 @@ def caller_stacklevel() -> int:
 
 
 # --- a GRPO script renamed to RiskPO: the GRPO defaults the paper's layout replaced, said once at start-up
+
 
 def remember_set_fields(config, names) -> None:
     """Record which fields the caller of a config's constructor passed (the parser and ``from_grpo_config`` pass
@@ -103,9 +108,13 @@ def replaced_grpo_defaults(config) -> list[str]:
     if chosen is None:
         return []
     grpo, own = _defaults(GRPOConfig), _defaults(type(config))
-    replaced = [f"{name}={getattr(config, name)!r} (GRPOConfig: {grpo[name]!r})" for name in own
-                if name in grpo and name not in chosen and own[name] != grpo[name]]
+    replaced = [
+        f"{name}={getattr(config, name)!r} (GRPOConfig: {grpo[name]!r})"
+        for name in own
+        if name in grpo and name not in chosen and own[name] != grpo[name]
+    ]
     if not chosen & {"steps_per_generation", "generation_batch_size"}:
+
         def grpo_value(name):
             return getattr(config, name) if name in chosen else grpo[name]
 

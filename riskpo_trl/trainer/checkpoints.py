@@ -23,10 +23,16 @@ RISK_STATE_FILE = "riskpo_state.json"
 
 # RiskPOConfig's own fields that a resumed run may change: the trackers' step size and the run's guards. Every other
 # field RiskPOConfig adds to GRPOConfig is a risk setting (a field added later is one unless listed here).
-RESUMABLE_RISK_FIELDS = frozenset({
-    "quantile_lr", "quantile_lr_decay", "max_unscorable_batches", "regime_guard_threshold", "regime_guard_patience",
-    "loss_token_mean_sequences",
-})
+RESUMABLE_RISK_FIELDS = frozenset(
+    {
+        "quantile_lr",
+        "quantile_lr_decay",
+        "max_unscorable_batches",
+        "regime_guard_threshold",
+        "regime_guard_patience",
+        "loss_token_mean_sequences",
+    }
+)
 
 
 def risk_settings(args: Any) -> dict[str, Any]:
@@ -37,8 +43,11 @@ def risk_settings(args: Any) -> dict[str, Any]:
     from trl import GRPOConfig
 
     inherited = {f.name for f in fields(GRPOConfig)}
-    return {f.name: getattr(args, f.name) for f in fields(args)
-            if f.name not in inherited and f.name not in RESUMABLE_RISK_FIELDS}
+    return {
+        f.name: getattr(args, f.name)
+        for f in fields(args)
+        if f.name not in inherited and f.name not in RESUMABLE_RISK_FIELDS
+    }
 
 
 def check_resume_settings(checkpoint: str, args: Any) -> None:
@@ -100,8 +109,10 @@ def restore_state(checkpoint: str, state: dict[str, Any], estimator: Any, regime
             load(part)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             reason = f"field {exc} is missing" if isinstance(exc, KeyError) else str(exc)
-            raise ValueError(f"{path} cannot be resumed from: in {name!r}, {reason}. The file is damaged or was "
-                             "edited: resume from another checkpoint, or start a fresh run.") from exc
+            raise ValueError(
+                f"{path} cannot be resumed from: in {name!r}, {reason}. The file is damaged or was "
+                "edited: resume from another checkpoint, or start a fresh run."
+            ) from exc
 
 
 def resumed_baseline(state: dict[str, Any], args: Any) -> str | None:
@@ -121,10 +132,15 @@ def without_tied_missing_keys(model: nn.Module, load_result: Any) -> Any:
         names_by_tensor.setdefault(id(parameter), []).append(name)
     missing = set(load_result.missing_keys)
     loaded_through_a_tie = {
-        name for names in names_by_tensor.values() if any(other not in missing for other in names)
-        for name in names if name in missing
+        name
+        for names in names_by_tensor.values()
+        if any(other not in missing for other in names)
+        for name in names
+        if name in missing
     }
-    return load_result._replace(missing_keys=[key for key in load_result.missing_keys if key not in loaded_through_a_tie])
+    return load_result._replace(
+        missing_keys=[key for key in load_result.missing_keys if key not in loaded_through_a_tie]
+    )
 
 
 class TiedWeightsResumeMixin:

@@ -63,6 +63,7 @@ def _check_risk_fields(config: Any) -> None:
             "'sum_then_normalize'."
         )
 
+
 def _refuse_unsourced_combinations(config: Any) -> None:
     """Combinations neither the paper nor the authors' code uses, where the advantage's scale goes wrong (a baseline
     with the authors' scaling is refused where the choices are resolved)."""
@@ -89,6 +90,7 @@ def _refuse_unsourced_combinations(config: Any) -> None:
             stacklevel=caller_stacklevel(),
         )
 
+
 def _check_batch_layout(config: Any) -> None:
     """Prompts per generation batch must form whole bundle groups (an evaluation batch's last group may be
     partial); checkpoints should fall between generation batches."""
@@ -109,7 +111,9 @@ def _check_batch_layout(config: Any) -> None:
         multiple = generate_every // math.gcd(generate_every, config.gradient_accumulation_steps)
         given = f"save_steps={config.save_steps:g}" + (
             f" (every {_save_interval(config)} optimizer steps of max_steps={config.max_steps})"
-            if config.save_steps < 1 else "")
+            if config.save_steps < 1
+            else ""
+        )
         warnings.warn(
             f"Checkpoints at {given} do not fall on generation batch boundaries (a new batch every "
             f"{generate_every} micro-steps: steps_per_generation x num_iterations; the first such checkpoint is "
@@ -120,6 +124,7 @@ def _check_batch_layout(config: Any) -> None:
             "generation batches).",
             stacklevel=caller_stacklevel(),
         )
+
 
 def _check_token_mean_groups(config: Any) -> None:
     """Groups of loss_token_mean_sequences must hold whole micro-batches and should tile each optimizer step; a

@@ -16,6 +16,7 @@ from trl import GRPOTrainer  # noqa: E402
 
 from ..risk import QuantileTracker, RiskEstimator  # noqa: E402
 from .batch_hook import ScoredBatch  # noqa: E402
+from .caller_warnings import warn_replaced_grpo_defaults  # noqa: E402
 from .checkpoints import (  # noqa: E402
     RISK_STATE_FILE,
     check_resume_settings,
@@ -25,7 +26,6 @@ from .checkpoints import (  # noqa: E402
     risk_settings,
     write_state,
 )
-from .caller_warnings import warn_replaced_grpo_defaults  # noqa: E402
 from .config import RiskPOConfig  # noqa: E402
 from .regime_guard import RegimeGuard  # noqa: E402
 from .shared import SharedTrainerMixin  # noqa: E402
@@ -185,8 +185,11 @@ class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
         # Hub, so a checkpoint that exists (locally or pushed) always carries the trackers.
         super()._save_optimizer_and_scheduler(output_dir)
         if self.args.should_save:
-            state = {**self.risk_estimator.state_dict(), "regime_guard": self.regime_guard.state_dict(),
-                     "settings": risk_settings(self.args)}
+            state = {
+                **self.risk_estimator.state_dict(),
+                "regime_guard": self.regime_guard.state_dict(),
+                "settings": risk_settings(self.args),
+            }
             write_state(output_dir, state)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
@@ -198,10 +201,14 @@ class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
         restore_state(checkpoint, state, self.risk_estimator, self.regime_guard)
         baseline = resumed_baseline(state, self.args)
         if baseline is not None and baseline != self.args.advantage_baseline:
-            logger.warning("Resuming from %s, written before checkpoints recorded their risk settings: it was trained "
-                           "with advantage_baseline=%r (the paper's advantage), so this run goes on with it, not with "
-                           "the default %r. Set advantage_baseline to choose.", checkpoint, baseline,
-                           self.args.advantage_baseline)
+            logger.warning(
+                "Resuming from %s, written before checkpoints recorded their risk settings: it was trained "
+                "with advantage_baseline=%r (the paper's advantage), so this run goes on with it, not with "
+                "the default %r. Set advantage_baseline to choose.",
+                checkpoint,
+                baseline,
+                self.args.advantage_baseline,
+            )
             self.args.advantage_baseline = baseline
             self.risk_estimator.rechoose(advantage_baseline=baseline)
         logger.info("Resumed from %s with advantage_baseline=%r.", checkpoint, self.args.advantage_baseline)

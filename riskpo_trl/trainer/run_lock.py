@@ -60,14 +60,16 @@ def acquire(output_dir: str) -> RunLock:
     naming the run that holds it."""
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, LOCK_FILE)
-    content = json.dumps({
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        **_machine_context(),
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "process_start": _process_start(os.getpid()),
-        **_slurm_job(),
-    })
+    content = json.dumps(
+        {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            **_machine_context(),
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "process_start": _process_start(os.getpid()),
+            **_slurm_job(),
+        }
+    )
     deadline = time.monotonic() + 2 * WRITE_GRACE_S
     while True:
         try:
@@ -127,14 +129,18 @@ def _refuse_unless_stale(output_dir: str, path: str, holder: dict) -> None:
     """Return when the run that took the lock has ended (the lock is stale); else raise :class:`OutputDirLocked`
     saying why, and what to do."""
     current = _slurm_job()
-    if current and holder.get("slurm_job_id") == current["slurm_job_id"] \
-            and holder.get("slurm_restart_count", 0) < current["slurm_restart_count"]:
+    if (
+        current
+        and holder.get("slurm_job_id") == current["slurm_job_id"]
+        and holder.get("slurm_restart_count", 0) < current["slurm_restart_count"]
+    ):
         return  # an earlier start of this requeued job, on any node
     pid, pid_max = holder.get("pid"), _pid_max()
     if isinstance(pid, bool) or not isinstance(pid, int) or not 1 <= pid <= pid_max:
         raise OutputDirLocked(
             f"{path} names PID {pid!r}, which no process can have (PIDs run from 1 to {pid_max}): the file is "
-            f"damaged or was edited. Once no run uses output_dir {output_dir}, delete {path}.")
+            f"damaged or was edited. Once no run uses output_dir {output_dir}, delete {path}."
+        )
     elsewhere = _taken_elsewhere(holder)
     runs_here = elsewhere is None or elsewhere == OLD_FORMAT
     if runs_here and _pid_runs(pid, holder.get("process_start")):
@@ -142,7 +148,8 @@ def _refuse_unless_stale(output_dir: str, path: str, holder: dict) -> None:
     if elsewhere is not None:
         raise OutputDirLocked(
             f"{_in_use_message(output_dir, path, holder)} It was taken {elsewhere}, so this run cannot tell whether "
-            f"that run still runs; if it does not, delete {path}.")
+            f"that run still runs; if it does not, delete {path}."
+        )
 
 
 OLD_FORMAT = "by an earlier version that did not record its boot id and PID namespace"
@@ -158,8 +165,10 @@ def _taken_elsewhere(holder: dict) -> str | None:
     if holder["boot_id"] != context["boot_id"]:
         return f"under another boot id ({holder['boot_id']}: another machine with this hostname, or before a reboot)"
     if holder["pid_namespace"] != context["pid_namespace"]:
-        return (f"in another PID namespace ({holder['pid_namespace']}, this one {context['pid_namespace']}: another "
-                "container sharing this hostname)")
+        return (
+            f"in another PID namespace ({holder['pid_namespace']}, this one {context['pid_namespace']}: another "
+            "container sharing this hostname)"
+        )
     return None
 
 
@@ -190,8 +199,10 @@ def _slurm_job() -> dict:
     """The SLURM job and its restart count, if this runs in one: a requeued job keeps its id and counts up."""
     if "SLURM_JOB_ID" not in os.environ:
         return {}
-    return {"slurm_job_id": os.environ["SLURM_JOB_ID"],
-            "slurm_restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)}
+    return {
+        "slurm_job_id": os.environ["SLURM_JOB_ID"],
+        "slurm_restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0),
+    }
 
 
 def _pid_runs(pid: int, recorded_start: int | None) -> bool:
@@ -258,11 +269,18 @@ def _read_lock(path: str) -> str | None:
     if not stat.S_ISREG(mode):
         if fd is not None:
             os.close(fd)
-        kinds = {stat.S_IFLNK: "a symbolic link", stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
-                 stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}
+        kinds = {
+            stat.S_IFLNK: "a symbolic link",
+            stat.S_IFDIR: "a directory",
+            stat.S_IFIFO: "a FIFO",
+            stat.S_IFSOCK: "a socket",
+            stat.S_IFCHR: "a device",
+            stat.S_IFBLK: "a device",
+        }
         raise OutputDirLocked(
             f"{path} is {kinds.get(stat.S_IFMT(mode), 'not a regular file')}, not a run's lock file: the lock cannot "
-            f"be taken. Remove it (it is not this library's), then start the run again.")
+            f"be taken. Remove it (it is not this library's), then start the run again."
+        )
     if fd is None:
         raise OutputDirLocked(f"Could not open the lock {path}: check the permissions of the output_dir.")
     with os.fdopen(fd) as file:

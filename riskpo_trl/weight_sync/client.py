@@ -90,14 +90,19 @@ def open_client(trl_client_class: type, on_cuda: bool, *args: Any, **kwargs: Any
         raise ServerRefusedError(
             f"The vLLM server at {client.base_url} syncs weights with its {backend!r} engine, which needs CUDA, and "
             f"this trainer runs without CUDA. Serve with this package's CPU engine: add --vllm-args "
-            f"\"{' '.join(SERVER_ARGS)}\" to examples/launch/launch_single_node.sh, or these arguments to "
+            f'"{" ".join(SERVER_ARGS)}" to examples/launch/launch_single_node.sh, or these arguments to '
             "`trl vllm-serve` (docs/scale_out.md)."
         )
     return client
 
 
-def announce_wait(base_url: str | None = None, host: str = "0.0.0.0", server_port: int = 8000,
-                  connection_timeout: float = 0.0, **_: Any) -> None:
+def announce_wait(
+    base_url: str | None = None,
+    host: str = "0.0.0.0",
+    server_port: int = 8000,
+    connection_timeout: float = 0.0,
+    **_: Any,
+) -> None:
     """One line on stderr when the server does not answer at once (TRL's client then waits ``connection_timeout``
     seconds without a word, and fails with a message naming the address)."""
     url = (base_url or f"http://{host}:{server_port}").rstrip("/")
@@ -106,8 +111,11 @@ def announce_wait(base_url: str | None = None, host: str = "0.0.0.0", server_por
             return
     except (OSError, ValueError):  # refused, timed out, an error status, a malformed address
         pass
-    print(f"Waiting up to {connection_timeout:g} s for the vLLM server at {url} (vllm_server_timeout) ...",
-          file=sys.stderr, flush=True)
+    print(
+        f"Waiting up to {connection_timeout:g} s for the vLLM server at {url} (vllm_server_timeout) ...",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def served_backend(client: Any) -> str | None:
@@ -152,12 +160,15 @@ def gloo_client_class() -> type:
             naming the server and the request."""
             try:
                 response = self._control_session.request(
-                    method, f"{self.base_url}{path}", timeout=(CONNECT_TIMEOUT_S, timeout or self.timeout_s), **kwargs)
+                    method, f"{self.base_url}{path}", timeout=(CONNECT_TIMEOUT_S, timeout or self.timeout_s), **kwargs
+                )
             except requests.RequestException as error:
                 raise WeightSyncError(f"The vLLM server at {self.base_url} did not answer {path}: {error}") from error
             if response.status_code != 200:
-                raise WeightSyncError(f"The vLLM server at {self.base_url} answered {path} with "
-                                      f"{response.status_code}: {response.text[:500]}")
+                raise WeightSyncError(
+                    f"The vLLM server at {self.base_url} answered {path} with "
+                    f"{response.status_code}: {response.text[:500]}"
+                )
             return response.json() if response.content else None
 
         def init_communicator(self, device: Any = 0) -> None:
@@ -169,7 +180,8 @@ def gloo_client_class() -> type:
                 raise ServerRefusedError(
                     f"The vLLM server at {self.base_url} shards its model over {tensor_parallel} workers "
                     "(--tensor_parallel_size): the CPU weight sync checks whole tensors. Serve with --tp 1 "
-                    "(data parallel replicas are fine).")
+                    "(data parallel replicas are fine)."
+                )
             world_size = self.control("GET", "/get_world_size", QUICK_TIMEOUT_S)["world_size"] + 1
             address = address_towards(self.host)
             try:  # before the server is asked to join: a taken port fails here, not in the server's rendezvous
@@ -179,20 +191,31 @@ def gloo_client_class() -> type:
                     f"The weight-sync group port {self.group_port} on {address} cannot be opened ({error}). Another "
                     "process holds it: pick a free port with --vllm_group_port (vllm_group_port in the recipe)."
                 ) from None
-            init_info = {"master_address": address, "master_port": self.group_port, "rank_offset": 1,
-                         "world_size": world_size, "timeout_s": self.setup_timeout_s,
-                         "transfer_timeout_s": self.timeout_s}
+            init_info = {
+                "master_address": address,
+                "master_port": self.group_port,
+                "rank_offset": 1,
+                "world_size": world_size,
+                "timeout_s": self.setup_timeout_s,
+                "transfer_timeout_s": self.timeout_s,
+            }
             with ThreadPoolExecutor(max_workers=1) as pool:
                 # The server's workers join while this request is handled, so it returns once everyone has joined.
-                answered = pool.submit(self.control, "POST", "/init_weight_transfer_engine", self.setup_timeout_s,
-                                       json={"init_info": init_info})
+                answered = pool.submit(
+                    self.control,
+                    "POST",
+                    "/init_weight_transfer_engine",
+                    self.setup_timeout_s,
+                    json={"init_info": init_info},
+                )
                 try:
                     group = open_group(address, self.group_port, 0, world_size, self.setup_timeout_s, store=store)
                 except Exception as error:
                     server_error = answered.exception()
                     raise WeightSyncError(
                         f"The vLLM server at {self.base_url} did not join the weight-sync group on {address}:"
-                        f"{self.group_port} within {self.setup_timeout_s:g} s: {server_error or error}") from error
+                        f"{self.group_port} within {self.setup_timeout_s:g} s: {server_error or error}"
+                    ) from error
                 answered.result()
             self.communicator = group
             self.identity = self.server_identity()
@@ -222,7 +245,8 @@ def gloo_client_class() -> type:
                     f"Before {before}: the vLLM server at {self.base_url} is not the one this trainer synced its "
                     f"weights to ({self.identity} at set-up, now {current}): it was restarted or replaced, and "
                     "generates with other weights. Nothing it generated was trained on; restart the training, which "
-                    "resumes from the last checkpoint.")
+                    "resumes from the last checkpoint."
+                )
 
         def generate(self, *args: Any, **kwargs: Any) -> dict[str, list]:
             self.check_identity("generation")
@@ -230,8 +254,9 @@ def gloo_client_class() -> type:
             self.check_identity("training on its completions")
             return output
 
-        def update_named_params(self, metadata: list[tuple[str, str, list[int]]],
-                                named_params: Iterable[tuple[str, torch.Tensor]]) -> None:
+        def update_named_params(
+            self, metadata: list[tuple[str, str, list[int]]], named_params: Iterable[tuple[str, torch.Tensor]]
+        ) -> None:
             self.check_identity("the weight sync")
             names, dtype_names, shapes = (list(field) for field in zip(*metadata, strict=True))
             update_info = {"names": names, "dtype_names": dtype_names, "shapes": shapes}
@@ -249,8 +274,9 @@ def gloo_client_class() -> type:
                     for _, tensor in named_params:
                         broadcast_from_trainer(self.communicator, tensor, self.timeout_s)
                 except RuntimeError as error:  # gloo: the peer closed the connection or timed out
-                    raise WeightSyncError(f"The weight transfer to the vLLM server at {self.base_url} broke off: "
-                                          f"{error}") from error
+                    raise WeightSyncError(
+                        f"The weight transfer to the vLLM server at {self.base_url} broke off: {error}"
+                    ) from error
                 received.result()
 
         def _recorded(self, named_params: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
@@ -277,7 +303,8 @@ def gloo_client_class() -> type:
                 listed = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
                 raise WeightSyncError(
                     f"After the weight update the vLLM server at {self.base_url} does not generate with what the "
-                    f"trainer sent ({len(problems)} problems): {listed}")
+                    f"trainer sent ({len(problems)} problems): {listed}"
+                )
 
         def reset_prefix_cache(self) -> None:
             self.control("POST", "/reset_prefix_cache")
@@ -313,6 +340,7 @@ def compare_held(sent: dict[str, tuple[list[int], list[float]]], per_worker: lis
                 problems.append(f"{where} (as {name}): shape {entry['shape']}, sent {shape}")
             elif not same_checksum(value, entry["checksum"]):
                 problems.append(f"{where} (as {name}): checksum {entry['checksum']}, sent {value}")
-        problems.extend(f"{name}: worker {worker} holds nothing under this name" for name in sent
-                        if name not in covered)
+        problems.extend(
+            f"{name}: worker {worker} holds nothing under this name" for name in sent if name not in covered
+        )
     return problems

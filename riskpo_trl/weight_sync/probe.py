@@ -52,7 +52,8 @@ def check_probe(client: Any, token_ids: list[int], reference: list[float]) -> No
         raise WeightSyncError(
             f"The vLLM server at {client.base_url} gives the probe sequence other log-probs than the trained model: "
             f"largest gap {gap:.3g} nats, tolerance {tolerance:g} for {client.server_dtype}. Its generation does not "
-            "use the weights sent.")
+            "use the weights sent."
+        )
 
 
 def dtype_refusal(client: Any, model: torch.nn.Module) -> str | None:
@@ -60,10 +61,12 @@ def dtype_refusal(client: Any, model: torch.nn.Module) -> str | None:
     trained = str(next(model.parameters()).dtype).removeprefix("torch.")
     if client.server_dtype == trained:
         return None
-    return (f"The vLLM server at {client.base_url} runs in {client.server_dtype} and the model trains in {trained}: "
-            "its log-probs would differ from the trained model's, and the weight sync's check cannot hold. Restart "
-            f"it with --dtype {trained} (in --vllm-args of examples/launch/launch_single_node.sh, or after "
-            "`trl vllm-serve`).")
+    return (
+        f"The vLLM server at {client.base_url} runs in {client.server_dtype} and the model trains in {trained}: "
+        "its log-probs would differ from the trained model's, and the weight sync's check cannot hold. Restart "
+        f"it with --dtype {trained} (in --vllm-args of examples/launch/launch_single_node.sh, or after "
+        "`trl vllm-serve`)."
+    )
 
 
 def check_weight_syncs(trainer: Any) -> None:

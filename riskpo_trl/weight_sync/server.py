@@ -72,8 +72,10 @@ class GlooUpdateInfo(WeightTransferUpdateInfo):
 
     def __post_init__(self):
         if not len(self.names) == len(self.dtype_names) == len(self.shapes):
-            raise ValueError(f"names, dtype_names and shapes differ in length: {len(self.names)}, "
-                             f"{len(self.dtype_names)}, {len(self.shapes)}")
+            raise ValueError(
+                f"names, dtype_names and shapes differ in length: {len(self.names)}, "
+                f"{len(self.dtype_names)}, {len(self.shapes)}"
+            )
 
 
 class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo]):
@@ -92,8 +94,9 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         parallel = self.parallel_config
         replica = getattr(parallel, "data_parallel_index", getattr(parallel, "data_parallel_rank", 0))
         rank = init_info.rank_offset + replica * parallel.world_size + parallel.rank
-        self.group = open_group(init_info.master_address, init_info.master_port, rank, init_info.world_size,
-                                init_info.timeout_s)
+        self.group = open_group(
+            init_info.master_address, init_info.master_port, rank, init_info.world_size, init_info.timeout_s
+        )
         self.transfer_timeout_s = init_info.transfer_timeout_s
 
     def start_weight_update(self) -> None:
@@ -106,8 +109,9 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
     def receive_weights(self, update_info: GlooUpdateInfo) -> None:
         if self.group is None:
             raise RuntimeError("The gloo weight transfer is not initialized: call init_weight_transfer_engine first.")
-        for name, dtype_name, shape in zip(update_info.names, update_info.dtype_names, update_info.shapes,
-                                           strict=True):
+        for name, dtype_name, shape in zip(
+            update_info.names, update_info.dtype_names, update_info.shapes, strict=True
+        ):
             tensor = torch.empty(shape, dtype=getattr(torch, dtype_name), device=self.device)
             broadcast_from_trainer(self.group, tensor, self.transfer_timeout_s)
             self.model.load_weights([(name, tensor)])  # the reload may keep it until its layer is complete
@@ -131,8 +135,13 @@ def repack_tied_cpu_layers(model: torch.nn.Module) -> list[str]:
     for module_name, module in model.named_modules():
         weight = getattr(module, "weight", None)
         method = getattr(module, "quant_method", None)
-        if (not hasattr(module, "cpu_linear") or not isinstance(weight, torch.Tensor) or weight.numel() == 0
-                or len(owners.get(id(weight), ())) < 2 or method is None):
+        if (
+            not hasattr(module, "cpu_linear")
+            or not isinstance(weight, torch.Tensor)
+            or weight.numel() == 0
+            or len(owners.get(id(weight), ())) < 2
+            or method is None
+        ):
             continue
         method.process_weights_after_loading(module)
         repacked.append(module_name)
@@ -165,15 +174,23 @@ def held_weights(model: torch.nn.Module) -> list[dict[str, Any]]:
             parts = packed.get(layer)
             if parts and tensor is not None and len(parts) == len(getattr(module, "output_sizes", ())):
                 prefix = f"{parent}." if parent else ""
-                pieces = zip((f"{prefix}{part}.{leaf}" for part in parts),
-                             tensor.split(list(module.output_sizes), dim=0), strict=True)
+                pieces = zip(
+                    (f"{prefix}{part}.{leaf}" for part in parts),
+                    tensor.split(list(module.output_sizes), dim=0),
+                    strict=True,
+                )
             else:
                 pieces = [(loaded_as[id(parameter)], tensor)]
             for name, piece in pieces:
-                entries.append({"name": name, "held_as": held_as,
-                                "dtype": str(parameter.dtype).removeprefix("torch."),
-                                "shape": None if piece is None else list(piece.shape),
-                                "checksum": None if piece is None else checksum(piece)})
+                entries.append(
+                    {
+                        "name": name,
+                        "held_as": held_as,
+                        "dtype": str(parameter.dtype).removeprefix("torch."),
+                        "shape": None if piece is None else list(piece.shape),
+                        "checksum": None if piece is None else checksum(piece),
+                    }
+                )
     return entries
 
 
