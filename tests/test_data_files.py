@@ -276,3 +276,32 @@ def test_a_folder_of_rows_trains_from_the_command_line(tmp_path, tiny_model_dir)
     )
     assert json.loads((output_dir / "trainer_state.json").read_text())["global_step"] == 1
     assert "`mydata`" in (output_dir / "README.md").read_text()
+
+
+def test_the_tiny_recipe_trains_on_a_folder_named_as_dataset_name(tmp_path, tiny_model_dir):
+    """The README's recipe with ``--dataset_name DIR/``: the folder's rows replace the recipe's dataset and files
+    (resolved inside the folder they would not exist), and the run's card names the folder."""
+    folder = tmp_path / "mydata"
+    folder.mkdir()
+    write_jsonl(folder / "rows.jsonl", ROWS)
+    output_dir = tmp_path / "run"
+    train.cli(
+        [
+            "--config",
+            str(ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"),
+            "--model_name_or_path",
+            tiny_model_dir,
+            "--build_tiny_model",
+            "false",
+            "--output_dir",
+            str(output_dir),
+            "--max_steps",
+            "1",
+            "--save_strategy",
+            "no",
+            "--dataset_name",
+            f"{folder}/",
+        ]
+    )
+    assert json.loads((output_dir / "trainer_state.json").read_text())["global_step"] == 1
+    assert "mydata" in (output_dir / "README.md").read_text()
