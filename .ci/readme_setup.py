@@ -2,6 +2,7 @@
 
     python .ci/readme_setup.py setup   # every line before the test command (installs, first training run)
     python .ci/readme_setup.py test    # the test command
+    python .ci/readme_setup.py own_data   # the own-data block of "Training with recipes", run after the set-up
 
 Standard library only: it runs before any environment exists. Comments after ` #` are dropped, and a line ending
 in a backslash is joined with the next.
@@ -16,6 +17,7 @@ from pathlib import Path
 README = Path(__file__).resolve().parents[1] / "README.md"
 SECTION = "## Set up and try it"
 TEST_COMMAND = re.compile(r"python3? -m pytest\b")
+OWN_DATA = "Your own data trains as it is"
 
 
 def block_commands(text: str) -> list[str]:
@@ -23,11 +25,23 @@ def block_commands(text: str) -> list[str]:
     start = text.find(f"\n{SECTION}\n")
     if start < 0:
         raise SystemExit(f"README.md has no '{SECTION}' section")
-    section = text[start + len(SECTION) + 1:]
+    section = text[start + len(SECTION) + 1 :]
     section = section[: section.find("\n## ")] if "\n## " in section else section
-    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    return _commands(section, f"README.md's '{SECTION}' section")
+
+
+def own_data_commands(text: str) -> list[str]:
+    """The commands of the first bash block after the paragraph that starts with :data:`OWN_DATA`."""
+    start = text.find(OWN_DATA)
+    if start < 0:
+        raise SystemExit(f"README.md has no paragraph starting '{OWN_DATA}'")
+    return _commands(text[start:], f"README.md's '{OWN_DATA}' paragraph")
+
+
+def _commands(text: str, where: str) -> list[str]:
+    block = re.search(r"```bash\n(.*?)```", text, re.S)
     if block is None:
-        raise SystemExit(f"README.md's '{SECTION}' section has no ```bash block")
+        raise SystemExit(f"{where} has no ```bash block")
     commands = []
     for line in block.group(1).replace("\\\n", " ").splitlines():
         line = line.split(" #", 1)[0].strip()
@@ -45,9 +59,13 @@ def split(commands: list[str]) -> tuple[list[str], str]:
 
 
 def main(argv: list[str]) -> None:
-    if argv not in (["setup"], ["test"]):
+    if argv not in (["setup"], ["test"], ["own_data"]):
         raise SystemExit(__doc__)
-    setup, test = split(block_commands(README.read_text()))
+    text = README.read_text()
+    if argv == ["own_data"]:
+        print("\n".join(own_data_commands(text)))
+        return
+    setup, test = split(block_commands(text))
     print("\n".join(setup) if argv == ["setup"] else test)
 
 

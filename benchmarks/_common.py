@@ -1,7 +1,14 @@
-"""Small helpers shared by the benchmarks: machine description, result files, mean and std, headless figures."""
+"""Small helpers shared by the benchmarks: machine description, result files, mean and std, headless figures.
+
+Run files. A study caches each run as one JSON file (``runs/<name>.json``); committed runs are kept gzip'd
+(``runs/<name>.json.gz``, written by :func:`compact_json_files`: deterministic, so a rerun rewrites the same bytes).
+Every study reads and lists run files through :func:`read_json`, :func:`json_exists` and :func:`json_files`, which
+take the plain name and accept both forms, so a run written plain by a study in progress reads the same.
+"""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import platform
@@ -55,6 +62,50 @@ def write_results(name: str, payload: dict[str, Any], markdown: str, out_dir: Pa
     return json_path
 
 
+def _existing(path: Path) -> Path | None:
+    """``path`` (a ``.json`` name) or its gzip'd form ``path.gz``, whichever exists (the plain one first)."""
+    path = Path(path)
+    if path.exists():
+        return path
+    packed = path.with_name(path.name + ".gz")
+    return packed if packed.exists() else None
+
+
+def json_exists(path: Path) -> bool:
+    """Whether the JSON file ``path`` exists, plain or gzip'd."""
+    return _existing(path) is not None
+
+
+def read_json(path: Path) -> Any:
+    """The JSON file ``path``, plain or gzip'd (``path.gz``); FileNotFoundError naming ``path`` when neither exists."""
+    found = _existing(path)
+    if found is None:
+        raise FileNotFoundError(f"{path} (nor {Path(path).name}.gz) does not exist")
+    data = gzip.decompress(found.read_bytes()) if found.suffix == ".gz" else found.read_bytes()
+    return json.loads(data.decode())
+
+
+def json_files(directory: Path, pattern: str = "*.json") -> list[Path]:
+    """The JSON files in ``directory`` matching ``pattern``, plain or gzip'd, each by its plain name, sorted."""
+    directory = Path(directory)
+    names = {p.name for p in directory.glob(pattern)}
+    names |= {p.name.removesuffix(".gz") for p in directory.glob(pattern + ".gz")}
+    return [directory / name for name in sorted(names)]
+
+
+def compact_json_files(paths: Sequence[Path]) -> int:
+    """Replace each plain JSON file of ``paths`` by its gzip'd form ``<name>.json.gz`` (same content; level 9, no
+    name or time in the header, so the bytes depend on the content only); returns the bytes saved."""
+    saved = 0
+    for path in map(Path, paths):
+        raw = path.read_bytes()
+        packed = gzip.compress(raw, compresslevel=9, mtime=0)
+        path.with_name(path.name + ".gz").write_bytes(packed)
+        path.unlink()
+        saved += len(raw) - len(packed)
+    return saved
+
+
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
     """Mean and sample standard deviation (0 for a single value)."""
     values = [float(v) for v in values]
@@ -90,11 +141,33 @@ def sandbox_run_conditions(payload: dict[str, Any], workers: int | None = None) 
     """The markdown lines the sandbox benchmarks open with: load before and after, cores, user, isolation."""
     worker_text = f"; {workers} workers" if workers is not None else ""
     return [
-        (f"Load average (1, 5, 15 min) before: {payload['load_average_before']}, after: "
-         f"{payload['load_average_after']}; {payload['machine']['logical_cores']} logical cores "
-         f"({payload['machine']['cpu']}){worker_text}; running as "
-         f"{'root' if payload['as_root'] else 'a regular user'}."),
+        (
+            f"Load average (1, 5, 15 min) before: {payload['load_average_before']}, after: "
+            f"{payload['load_average_after']}; {payload['machine']['logical_cores']} logical cores "
+            f"({payload['machine']['cpu']}){worker_text}; running as "
+            f"{'root' if payload['as_root'] else 'a regular user'}."
+        ),
         "",
         f"bwrap: {payload['bwrap_isolation']}.",
     ]
 
+
+def _compact_cli(argv: Sequence[str] | None = None) -> None:
+    """``python -m benchmarks._common compact DIR...``: gzip every run file (``runs/*.json``, ``rl_runs/*.json``) and
+    every ``start_eval.json`` under each DIR, as committed."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks._common", description=_compact_cli.__doc__)
+    parser.add_argument("command", choices=["compact"])
+    parser.add_argument("dirs", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    paths = [p for d in args.dirs for pattern in COMPACTED for p in sorted(d.glob(pattern))]
+    print(f"{len(paths)} files, {compact_json_files(paths) / 1e6:.1f} MB saved")
+
+
+# What `compact` gzips: the per-run caches and the starts' evaluations, never a report or a model's own files.
+COMPACTED = ("**/runs/*.json", "**/rl_runs/*.json", "**/start_eval.json")
+
+
+if __name__ == "__main__":
+    _compact_cli()

@@ -19,8 +19,8 @@ from collections.abc import Callable
 import torch
 
 from benchmarks._common import machine_info, write_results
-from riskpo_trl.risk.quantile_tracker import QuantileTracker
 from riskpo_trl.risk import permutation_bundles, riskpo_advantages
+from riskpo_trl.risk.quantile_tracker import QuantileTracker
 
 TARGET_MS_PER_MILLION = 100.0
 

@@ -33,13 +33,14 @@ def _cells() -> dict[str, str]:
     table = ", ".join(f"(({i}, {i + 1}), {2 * i + 1})" for i in range(2000))
     return {
         "red team: 600 x 600 loops of pass": "for i in range(600):\n    for j in range(600):\n        pass\n"
-                                             "assert f(1) == 2\n",
+        "assert f(1) == 2\n",
         "loops just over the statement cap": "for i in range(1500):\n    if i % 2 == 1:\n        for j in range(30):\n"
-                                             "            k = j\nassert f(1) == 2\n",
+        "            k = j\nassert f(1) == 2\n",
         "a 5,000-node body 2,000 times": f"for i in range(2000):\n    x = [{numbers}]\nassert f(1) == 2\n",
         "a 100,000-element row 2,000 times": "for x in [list(range(100000))] * 2000:\n    assert f(x[0]) == 1\n",
-        "evaluator: sorted 1M-element lists": "n = " + " + ".join(["len(sorted(list(range(1000000))))"] * 30)
-                                              + "\nassert f(1) == n\n",
+        "evaluator: sorted 1M-element lists": "n = "
+        + " + ".join(["len(sorted(list(range(1000000))))"] * 30)
+        + "\nassert f(1) == n\n",
         "130,000 parsed nodes (a literal)": "assert f([" + ",".join(map(str, range(130_000))) + "]) == 5\n",
         "over the length cap (1 MB)": "assert f(1) == 2\n" + "#" * 1_000_000,
         "honest: a 2,000-row loop table": f"tests = [{table}]\nfor t in tests:\n    assert f(*t[0]) == t[1]\n",
@@ -80,8 +81,9 @@ print(json.dumps({"cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - b
 
 
 def measure(cell: str) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", PROBE, str(ROOT)], input=cell, capture_output=True, text=True,
-                          check=True, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(ROOT)], input=cell, capture_output=True, text=True, check=True, cwd=ROOT
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -124,8 +126,10 @@ def _markdown(payload: dict[str, Any]) -> str:
         "|---|---|---:|---:|---:|",
     ]
     for name, cell in payload["cells"].items():
-        lines.append(f"| {name} | {cell['outcome']} | {cell['computations']} | {cell['cpu_s_median']} "
-                     f"({cell['cpu_s_max']}) | {cell['peak_growth_mb_median']} ({cell['peak_growth_mb_max']}) |")
+        lines.append(
+            f"| {name} | {cell['outcome']} | {cell['computations']} | {cell['cpu_s_median']} "
+            f"({cell['cpu_s_max']}) | {cell['peak_growth_mb_median']} ({cell['peak_growth_mb_max']}) |"
+        )
     return "\n".join(lines)
 
 

@@ -51,31 +51,86 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "benchmarks" / "results" / "gpu"
-PACKAGES = ("torch", "transformers", "accelerate", "peft", "trl", "datasets", "math-verify", "huggingface-hub",
-            "tokenizers", "safetensors", "numpy", "pyarrow", "riskpo-trl")
+PACKAGES = (
+    "torch",
+    "transformers",
+    "accelerate",
+    "peft",
+    "trl",
+    "datasets",
+    "math-verify",
+    "huggingface-hub",
+    "tokenizers",
+    "safetensors",
+    "numpy",
+    "pyarrow",
+    "riskpo-trl",
+)
 
 # The sizes of Qwen2.5-0.5B and Qwen2.5-1.5B, from their config.json on the Hugging Face Hub (Qwen/Qwen2.5-0.5B,
 # Qwen/Qwen2.5-1.5B; the -Instruct models have the same sizes), which the GPU machine cannot reach; several public
 # repositories quote the same numbers. max_position_embeddings changes no computation here.
 QWEN25_SIZES = {
-    "Qwen2.5-0.5B": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                         num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rope_theta=1e6,
-                         rms_norm_eps=1e-6, tie_word_embeddings=True),
-    "Qwen2.5-1.5B": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                         num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rope_theta=1e6,
-                         rms_norm_eps=1e-6, tie_word_embeddings=True),
+    "Qwen2.5-0.5B": dict(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        max_position_embeddings=32768,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
+    "Qwen2.5-1.5B": dict(
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        max_position_embeddings=32768,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
 }
 # The dry run's stand-in: the same builder, a few thousand parameters and a padded vocabulary.
 DRY_RUN_SIZES = {
-    "tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=1024, max_position_embeddings=512, rope_theta=1e6,
-                 rms_norm_eps=1e-6, tie_word_embeddings=True),
+    "tiny": dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=1024,
+        max_position_embeddings=512,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
 }
 # The paper trains on 512 prompts x 10 completions per batch, bundles of 5, up to 3072 tokens (section 5). Scaled to
 # a few seconds a step: 10 prompts (two bundle groups) x 10 completions, 64 tokens; random weights never stop early,
 # so every completion has the full length.
-PERF_FLAGS = ["--num-generations", "10", "--prompts-per-step", "10", "--bundle-size", "5", "--pairs", "5",
-              "--steps", "4", "--warmup", "1", "--threads", "4", "--in-process"]
+PERF_FLAGS = [
+    "--num-generations",
+    "10",
+    "--prompts-per-step",
+    "10",
+    "--bundle-size",
+    "5",
+    "--pairs",
+    "5",
+    "--steps",
+    "4",
+    "--warmup",
+    "1",
+    "--threads",
+    "4",
+    "--in-process",
+]
 PERF_LENGTH = {"gpu": 64, "dry_run": 8}
 # Seconds a part needs at least; a part starts only with that much of the budget left.
 PART_MINIMUM_S = {"risk_math": 20, "training": 45, "loss": 15, "performance": 60}
@@ -103,10 +158,12 @@ def environment_report(device: str) -> dict[str, Any]:
     if device == "cuda":
         properties = torch.cuda.get_device_properties(0)
         report["gpu"] = {
-            "name": properties.name, "capability": f"{properties.major}.{properties.minor}",
+            "name": properties.name,
+            "capability": f"{properties.major}.{properties.minor}",
             "memory_gib": round(properties.total_memory / 2**30, 1),
             "multiprocessors": properties.multi_processor_count,
-            "driver": gpu_driver(), "bf16": torch.cuda.is_bf16_supported(),
+            "driver": gpu_driver(),
+            "bf16": torch.cuda.is_bf16_supported(),
         }
     report["pins"] = pin_verdicts()
     problems = compat.version_problems()
@@ -130,8 +187,15 @@ def gpu_driver() -> str | None:
         return version.decode() if isinstance(version, bytes) else version
     except Exception:  # no NVML binding: ask nvidia-smi
         try:
-            return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                  capture_output=True, text=True, timeout=30).stdout.strip() or None
+            return (
+                subprocess.run(
+                    ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                ).stdout.strip()
+                or None
+            )
         except (OSError, subprocess.SubprocessError):
             return None
 
@@ -161,7 +225,8 @@ def pin_verdicts() -> dict[str, dict[str, Any]]:
         requirement = Requirement(line)
         installed = installed_version(requirement.name)
         verdicts[requirement.name] = {
-            "pin": str(requirement.specifier), "installed": installed,
+            "pin": str(requirement.specifier),
+            "installed": installed,
             "accepted": installed is not None and requirement.specifier.contains(Version(installed), prereleases=True),
         }
     return verdicts
@@ -191,7 +256,8 @@ def estimator_grid() -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
 
     parameters = inspect.signature(risk.RiskEstimator.__init__).parameters
     choices: dict[str, list[Any]] = {
-        registry.field: list(registry) for registry in vars(risk).values()
+        registry.field: list(registry)
+        for registry in vars(risk).values()
         if isinstance(registry, Registry) and registry.field in parameters
     }
     choices.update({name: [True, False] for name, p in parameters.items() if isinstance(p.default, bool)})
@@ -249,8 +315,16 @@ def check_risk_math(device: str, tolerance: float = 1e-6) -> dict[str, Any]:
         estimators = []
         try:
             for _ in range(2):
-                estimators.append(RiskEstimator(num_generations=num_generations, bundle_size=bundle_size, alpha=0.2,
-                                                beta=0.8, omega=0.5, **combination))
+                estimators.append(
+                    RiskEstimator(
+                        num_generations=num_generations,
+                        bundle_size=bundle_size,
+                        alpha=0.2,
+                        beta=0.8,
+                        omega=0.5,
+                        **combination,
+                    )
+                )
         except ValueError:
             invalid += 1  # e.g. the authors' scaling of a profile that has none
             continue
@@ -258,14 +332,19 @@ def check_risk_math(device: str, tolerance: float = 1e-6) -> dict[str, Any]:
         for index, (name, rewards, train) in enumerate(batches):
             results = []
             for estimator, where in ((on_cpu, "cpu"), (on_device, device)):
-                batch = estimator.step(rewards.to(where), generator=torch.Generator().manual_seed(100 + index),
-                                       train=train)
-                results.append({
-                    "advantages": batch.advantages, "bundle_ids": batch.bundle_ids,
-                    "bundle_scores": batch.bundle_scores, "metrics": estimator.metrics(batch),
-                    "tracker": estimator.tracker.values if estimator.tracker.initialized else torch.zeros(2),
-                    "on_device": batch.advantages.device.type,
-                })
+                batch = estimator.step(
+                    rewards.to(where), generator=torch.Generator().manual_seed(100 + index), train=train
+                )
+                results.append(
+                    {
+                        "advantages": batch.advantages,
+                        "bundle_ids": batch.bundle_ids,
+                        "bundle_scores": batch.bundle_scores,
+                        "metrics": estimator.metrics(batch),
+                        "tracker": estimator.tracker.values if estimator.tracker.initialized else torch.zeros(2),
+                        "on_device": batch.advantages.device.type,
+                    }
+                )
             reference, candidate = results
             if candidate["on_device"] != torch.device(device).type:
                 mismatches.append(f"{combination} {name}: advantages came back on {candidate['on_device']}")
@@ -326,12 +405,25 @@ def check_training_resume(device: str, workdir: Path) -> dict[str, Any]:
             }
 
     def train(output_dir: Path, resume_from: Path | None = None, **overrides) -> RiskPOTrainer:
-        settings = dict(output_dir=str(output_dir), max_steps=4, max_completion_length=16, logging_steps=1,
-                        report_to="none", save_strategy="no", learning_rate=1e-3, gradient_checkpointing=False,
-                        seed=7, bf16=True, use_cpu=device == "cpu", disable_tqdm=True, steps_per_generation=5)
+        settings = dict(
+            output_dir=str(output_dir),
+            max_steps=4,
+            max_completion_length=16,
+            logging_steps=1,
+            report_to="none",
+            save_strategy="no",
+            learning_rate=1e-3,
+            gradient_checkpointing=False,
+            seed=7,
+            bf16=True,
+            use_cpu=device == "cpu",
+            disable_tqdm=True,
+            steps_per_generation=5,
+        )
         settings.update(overrides)
-        trainer = RiskPOTrainer(str(model_dir), reward_funcs=digit_reward, args=RiskPOConfig(**settings),
-                                train_dataset=prompts(20))
+        trainer = RiskPOTrainer(
+            str(model_dir), reward_funcs=digit_reward, args=RiskPOConfig(**settings), train_dataset=prompts(20)
+        )
         recorder = Recorder(trainer)
         trainer.add_callback(recorder)
         trainer.add_batch_observer(recorder.observe)
@@ -341,8 +433,12 @@ def check_training_resume(device: str, workdir: Path) -> dict[str, Any]:
 
     full = train(workdir / "full", save_strategy="steps", save_steps=2)
     resumed = train(workdir / "resumed", resume_from=workdir / "full" / "checkpoint-2")
-    differing = [f"step {step}: {key}" for step in (3, 4) for key in ("tracker", "bundle_ids", "completion_ids",
-                 "advantages") if not torch.equal(full.recorder.steps[step][key], resumed.recorder.steps[step][key])]
+    differing = [
+        f"step {step}: {key}"
+        for step in (3, 4)
+        for key in ("tracker", "bundle_ids", "completion_ids", "advantages")
+        if not torch.equal(full.recorder.steps[step][key], resumed.recorder.steps[step][key])
+    ]
     weights = max(
         (a.float() - b.float()).abs().max().item()
         for a, b in zip(full.model.state_dict().values(), resumed.model.state_dict().values())
@@ -377,12 +473,22 @@ def check_loss(device: str, workdir: Path) -> dict[str, Any]:
         from riskpo_trl.tiny_model import build_tiny_model
 
         build_tiny_model(model_dir)
-    args = RiskPOConfig(output_dir=str(workdir / "loss"), report_to="none", gradient_checkpointing=False,
-                        max_completion_length=8, bf16=False, use_cpu=device == "cpu")
+    args = RiskPOConfig(
+        output_dir=str(workdir / "loss"),
+        report_to="none",
+        gradient_checkpointing=False,
+        max_completion_length=8,
+        bf16=False,
+        use_cpu=device == "cpu",
+    )
     trainer = RiskPOTrainer(str(model_dir), reward_funcs=digit_reward, args=args, train_dataset=prompts(20))
     result = loss_against_paper(trainer)
-    return {"ok": bool(result["loss_matches"] and result["grads_match"] and result["clipped"] > 0),
-            "device": str(trainer.model.device), "dtype": str(trainer.model.dtype), **result}
+    return {
+        "ok": bool(result["loss_matches"] and result["grads_match"] and result["clipped"] > 0),
+        "device": str(trainer.model.device),
+        "dtype": str(trainer.model.dtype),
+        **result,
+    }
 
 
 # --- 5. performance ------------------------------------------------------------------------------------------------
@@ -397,8 +503,12 @@ def build_random_model(path: Path, sizes: dict[str, Any], device: str) -> Path:
     from riskpo_trl.tiny_model import build_char_tokenizer
 
     tokenizer = build_char_tokenizer(vocab_size=sizes["vocab_size"])
-    config = Qwen2Config(**sizes, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                         bos_token_id=tokenizer.bos_token_id)
+    config = Qwen2Config(
+        **sizes,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
     torch.manual_seed(0)
     with torch.device(device):
         model = Qwen2ForCausalLM(config)
@@ -430,22 +540,43 @@ def run_performance(device: str, dry_run: bool, workdir: Path, deadline: float) 
         path = workdir / "models" / name
         if not path.exists():
             build_random_model(path, sizes[name], device)
-        flags = [*PERF_FLAGS, "--device", device, "--model", str(path), "--max-completion-length", str(length),
-                 "--deadline", str(deadline), "--out", str(workdir / "overhead" / label.replace(" ", "_"))]
-        payload = overhead.run_comparison(overhead.parse_args(flags + (["--gradient-checkpointing"] if checkpointing
-                                                                       else [])))
+        flags = [
+            *PERF_FLAGS,
+            "--device",
+            device,
+            "--model",
+            str(path),
+            "--max-completion-length",
+            str(length),
+            "--deadline",
+            str(deadline),
+            "--out",
+            str(workdir / "overhead" / label.replace(" ", "_")),
+        ]
+        payload = overhead.run_comparison(
+            overhead.parse_args(flags + (["--gradient-checkpointing"] if checkpointing else []))
+        )
         summary = payload["summary"]
         slowest_run = max(slowest_run, *summary["run_seconds"])
-        results[label] = {"model": name, "gradient_checkpointing": checkpointing, "sizes": sizes[name],
-                          "settings": payload["settings"], "summary": summary,
-                          "runs": payload["runs"]}
+        results[label] = {
+            "model": name,
+            "gradient_checkpointing": checkpointing,
+            "sizes": sizes[name],
+            "settings": payload["settings"],
+            "summary": summary,
+            "runs": payload["runs"],
+        }
         if summary["pairs_done"] < 5:
             notes.append(f"{label}: only {summary['pairs_done']} pair(s) fitted the time budget")
         if device == "cuda":
             torch.cuda.empty_cache()
-    return {"ok": bool(results), "results": results, "notes": notes,
-            "batch_shape": "10 prompts x 10 completions per step, bundles of 5, completions of "
-                           f"{length} tokens (the paper: 512 x 10, bundles of 5, up to 3072 tokens)"}
+    return {
+        "ok": bool(results),
+        "results": results,
+        "notes": notes,
+        "batch_shape": "10 prompts x 10 completions per step, bundles of 5, completions of "
+        f"{length} tokens (the paper: 512 x 10, bundles of 5, up to 3072 tokens)",
+    }
 
 
 # --- output --------------------------------------------------------------------------------------------------------
@@ -459,23 +590,41 @@ def markdown_report(report: dict[str, Any]) -> str:
     lines = [
         f"# {title}",
         "",
-        (f"Device: {gpu.get('name', 'CPU')}" + (f", driver {gpu.get('driver')}, {gpu.get('memory_gib')} GiB, "
-         f"compute capability {gpu.get('capability')}" if gpu else "") + f"; {env.get('cpu_count')} CPU cores, load "
-         f"average at start {env.get('load_average_at_start')}."),
-        (f"Python {env.get('python')}, torch {versions.get('torch')} (CUDA {env.get('torch_cuda')}), transformers "
-         f"{versions.get('transformers')}, accelerate {versions.get('accelerate')}, peft {versions.get('peft')}, TRL "
-         f"{versions.get('trl')}, datasets {versions.get('datasets')}, math-verify {versions.get('math-verify')}."),
+        (
+            f"Device: {gpu.get('name', 'CPU')}"
+            + (
+                f", driver {gpu.get('driver')}, {gpu.get('memory_gib')} GiB, "
+                f"compute capability {gpu.get('capability')}"
+                if gpu
+                else ""
+            )
+            + f"; {env.get('cpu_count')} CPU cores, load "
+            f"average at start {env.get('load_average_at_start')}."
+        ),
+        (
+            f"Python {env.get('python')}, torch {versions.get('torch')} (CUDA {env.get('torch_cuda')}), transformers "
+            f"{versions.get('transformers')}, accelerate {versions.get('accelerate')}, peft {versions.get('peft')}, TRL "
+            f"{versions.get('trl')}, datasets {versions.get('datasets')}, math-verify {versions.get('math-verify')}."
+        ),
         "",
     ]
     pins = env.get("pins", {})
     refused = [f"{name} {v['installed']} (pin {v['pin']})" for name, v in pins.items() if not v["accepted"]]
-    lines.append("Pins: " + ("every requirement accepted" if not refused else "not accepted: " + ", ".join(refused))
-                 + "; " + "; ".join(env.get("tested_range", {}).values()) + ".")
+    lines.append(
+        "Pins: "
+        + ("every requirement accepted" if not refused else "not accepted: " + ", ".join(refused))
+        + "; "
+        + "; ".join(env.get("tested_range", {}).values())
+        + "."
+    )
     if env.get("untested_versions_allowed"):
         lines.append(f"**{env['untested_versions_allowed']}**")
     lines += ["", "| check | result | details |", "|---|---|---|"]
-    for part, describe in (("risk_math", describe_risk_math), ("training", describe_training),
-                           ("loss", describe_loss)):
+    for part, describe in (
+        ("risk_math", describe_risk_math),
+        ("training", describe_training),
+        ("loss", describe_loss),
+    ):
         result = report["parts"].get(part, {})
         details = describe(result) if "ok" in result else ""
         lines.append(f"| {part.replace('_', ' ')} | {verdict(result)} | {details} |")
@@ -499,8 +648,11 @@ def markdown_report(report: dict[str, Any]) -> str:
                 f"| {result['model']} | {'on' if result['gradient_checkpointing'] else 'off'} | {s['pairs_done']} | "
                 f"{1e3 * s['step_time_s']['grpo']:.0f} | {1e3 * s['step_time_s']['riskpo']:.0f} | "
                 f"{s['step_time_s']['median_pair_ratio']:.3f} | "
-                + (f"{memory['grpo']:.0f} / {memory['riskpo']:.0f} | {memory['median_pair_ratio']:.3f} | "
-                   if memory else "n/a (CPU) | n/a | ")
+                + (
+                    f"{memory['grpo']:.0f} / {memory['riskpo']:.0f} | {memory['median_pair_ratio']:.3f} | "
+                    if memory
+                    else "n/a (CPU) | n/a | "
+                )
                 + f"{1e3 * s['riskpo_added_per_step']['wall_s']:.1f} | "
                 + (f"{tokens['grpo']:.0f} / {tokens['riskpo']:.0f} |" if tokens else "n/a |")
             )
@@ -520,22 +672,28 @@ def verdict(result: dict[str, Any]) -> str:
 
 def describe_risk_math(r: dict[str, Any]) -> str:
     worst = r["largest_difference"]
-    return (f"{r['combinations']} combinations x 4 batches on {r['device']} against the CPU, "
-            f"{r['batches_bitwise_equal']} of {r['batches_compared']} bitwise equal; largest difference "
-            + ", ".join(f"{k} {v:.2g}" for k, v in worst.items()) + (f"; {len(r['mismatches'])} mismatch(es)"
-                                                                      if r["mismatches"] else ""))
+    return (
+        f"{r['combinations']} combinations x 4 batches on {r['device']} against the CPU, "
+        f"{r['batches_bitwise_equal']} of {r['batches_compared']} bitwise equal; largest difference "
+        + ", ".join(f"{k} {v:.2g}" for k, v in worst.items())
+        + (f"; {len(r['mismatches'])} mismatch(es)" if r["mismatches"] else "")
+    )
 
 
 def describe_training(r: dict[str, Any]) -> str:
     differing = r["resumed_steps_differing"]
-    return (f"tiny model on {r['device']}, {r['mixed_precision']} mixed precision ({r['model_dtype']} weights); "
-            f"resumed steps 3-4 {'differ: ' + ', '.join(differing) if differing else 'identical'}; largest weight "
-            f"difference after step 4: {r['largest_weight_difference_after_step_4']:.2g}")
+    return (
+        f"tiny model on {r['device']}, {r['mixed_precision']} mixed precision ({r['model_dtype']} weights); "
+        f"resumed steps 3-4 {'differ: ' + ', '.join(differing) if differing else 'identical'}; largest weight "
+        f"difference after step 4: {r['largest_weight_difference_after_step_4']:.2g}"
+    )
 
 
 def describe_loss(r: dict[str, Any]) -> str:
-    return (f"on {r['device']} in {r['dtype']}: loss {r['trl_loss']:.6f} vs {r['paper_loss']:.6f}, largest gradient "
-            f"difference {r['max_grad_difference']:.2g}, clipped share {r['clipped']:.2f}")
+    return (
+        f"on {r['device']} in {r['dtype']}: loss {r['trl_loss']:.6f} vs {r['paper_loss']:.6f}, largest gradient "
+        f"difference {r['max_grad_difference']:.2g}, clipped share {r['clipped']:.2f}"
+    )
 
 
 def summary_line(report: dict[str, Any], written: Path) -> str:
@@ -544,13 +702,19 @@ def summary_line(report: dict[str, Any], written: Path) -> str:
     for result in report["parts"].get("performance", {}).get("results", {}).values():
         s = result["summary"]
         memory = s.get("peak_cuda_allocated_mib")
-        figures.append(f"{result['model']}{' ckpt' if result['gradient_checkpointing'] else ''} step x"
-                       f"{s['step_time_s']['median_pair_ratio']:.3f}"
-                       + (f" mem x{memory['median_pair_ratio']:.3f}" if memory else ""))
+        figures.append(
+            f"{result['model']}{' ckpt' if result['gradient_checkpointing'] else ''} step x"
+            f"{s['step_time_s']['median_pair_ratio']:.3f}"
+            + (f" mem x{memory['median_pair_ratio']:.3f}" if memory else "")
+        )
     device = report["environment"].get("gpu", {}).get("name", "CPU")
     prefix = "gpu_check DRY RUN" if report["dry_run"] else "gpu_check"
-    return (f"{prefix}: {device}; " + ", ".join(parts) + ("; " + ", ".join(figures) if figures else "")
-            + f"; {report['total_s']:.0f} s; wrote {written}")
+    return (
+        f"{prefix}: {device}; "
+        + ", ".join(parts)
+        + ("; " + ", ".join(figures) if figures else "")
+        + f"; {report['total_s']:.0f} s; wrote {written}"
+    )
 
 
 # --- the command ---------------------------------------------------------------------------------------------------
@@ -560,15 +724,18 @@ def run_part(report: dict[str, Any], name: str, deadline: float, fn: Callable[..
     """Run one part if the budget holds its minimum; a failure is recorded, and the next part still runs."""
     started = time.time()
     if deadline - started < PART_MINIMUM_S[name]:
-        report["parts"][name] = {"skipped": f"{deadline - started:.0f} s of the budget left, it needs "
-                                            f"{PART_MINIMUM_S[name]} s"}
+        report["parts"][name] = {
+            "skipped": f"{deadline - started:.0f} s of the budget left, it needs {PART_MINIMUM_S[name]} s"
+        }
         return
     print(f"[gpu_check] {name} ...", flush=True)
     try:
         result = fn(*args)
     except Exception as error:  # a GPU-only bug is a finding: record it, go on with the other parts
-        result = {"error": f"{type(error).__name__}: {error}".splitlines()[0][:300],
-                  "traceback": traceback.format_exc().splitlines()[-12:]}
+        result = {
+            "error": f"{type(error).__name__}: {error}".splitlines()[0][:300],
+            "traceback": traceback.format_exc().splitlines()[-12:],
+        }
     result["seconds"] = round(time.time() - started, 1)
     report["parts"][name] = result
     print(f"[gpu_check] {name}: {verdict(result)} ({result['seconds']} s)", flush=True)
@@ -577,12 +744,20 @@ def run_part(report: dict[str, Any], name: str, deadline: float, fn: Callable[..
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dry-run", action="store_true", help="Run on CPU with tiny models (no GPU needed).")
-    parser.add_argument("--budget-s", type=float, default=None,
-                        help="Seconds for the whole check; parts that would not fit are skipped with a note "
-                             "(default 330 on a GPU, 240 in a dry run).")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="Where to write the JSON and markdown (default benchmarks/results/gpu; a dry run: a "
-                             "temporary directory).")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="Seconds for the whole check; parts that would not fit are skipped with a note "
+        "(default 330 on a GPU, 240 in a dry run).",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="Where to write the JSON and markdown (default benchmarks/results/gpu; a dry run: a "
+        "temporary directory).",
+    )
     args = parser.parse_args(argv)
     if args.budget_s is None:
         args.budget_s = 240.0 if args.dry_run else 330.0
@@ -599,11 +774,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         if not torch.cuda.is_available():
             raise SystemExit("gpu_check: torch sees no CUDA GPU here; run it on a GPU machine, or add --dry-run.")
-    report: dict[str, Any] = {"dry_run": args.dry_run, "device": device, "budget_s": args.budget_s, "parts": {},
-                              "notes": [], "started_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    report: dict[str, Any] = {
+        "dry_run": args.dry_run,
+        "device": device,
+        "budget_s": args.budget_s,
+        "parts": {},
+        "notes": [],
+        "started_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    }
     if args.dry_run:
-        report["notes"].append("dry run: the 'device' is the CPU, so the risk-math comparison is CPU against CPU; "
-                               "it shows the code runs, not that CUDA agrees")
+        report["notes"].append(
+            "dry run: the 'device' is the CPU, so the risk-math comparison is CPU against CPU; "
+            "it shows the code runs, not that CUDA agrees"
+        )
     report["environment"] = environment_report(device)
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
         workdir = Path(tmp)

@@ -23,8 +23,8 @@ import email.parser
 import json
 import shutil
 import subprocess
-import tempfile
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -37,35 +37,223 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x8
 
 def marker_environment(python_version: str) -> dict[str, str]:
     return {
-        "python_version": python_version, "python_full_version": f"{python_version}.0", "sys_platform": "linux",
-        "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix", "implementation_name": "cpython",
+        "python_version": python_version,
+        "python_full_version": f"{python_version}.0",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "os_name": "posix",
+        "implementation_name": "cpython",
         "platform_python_implementation": "CPython",
     }
+
+
 # What the GPU machine lacks, at the releases this package is tested with; datasets 4.7.0 is the lowest the pins allow
 # and the fallback where the image's pyarrow is older than datasets 5.2.0 needs (>= 24).
 ROOTS = ("trl==1.16.0", "datasets==5.2.0", "datasets==4.7.0", "math-verify==0.9.0")
 FALLBACK_MAX_BYTES = 2 * MIB
 # The Python packages of the GPU machines' image ('cuda'), as listed on 2026-11-17.
-DEVICE_PACKAGES = frozenset("""
-absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build certifi
-charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core cuda-pathfinder
-cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock flatbuffers flax fonttools
-formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize hypothesis idna
-imageio iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib kiwisolver
-lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml markdown markdown-it-py markupsafe
-matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict multipledispatch mypy-extensions nanobind narwhals
-networkx ninja numba numba-cuda numpy numpyro nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime
-nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse nvidia-cusparselt-cu13
-nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx onnx onnx-ir onnxruntime onnxscript
-opencv-python-headless optax opt-einsum opt-einsum-fx optimistix orbax-checkpoint packaging pandas pathspec patsy peft
-pillow pip pluggy portalocker prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments
-pyparsing pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock pytest-timeout pytest-xdist
-python-dateutil pytorch-lightning pyyaml regex requests rich sacrebleu safetensors scikit-build-core scikit-image
-scikit-learn scipy seaborn sentencepiece sentence-transformers setuptools shellingham simplejson six sortedcontainers
-statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm
-tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope
-triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
-""".split())
+DEVICE_PACKAGES = frozenset(
+    [
+        "absl-py",
+        "accelerate",
+        "aiofiles",
+        "aiohappyeyeballs",
+        "aiohttp",
+        "aiosignal",
+        "annotated-doc",
+        "anyio",
+        "attrs",
+        "botorch",
+        "build",
+        "certifi",
+        "charset-normalizer",
+        "chex",
+        "click",
+        "cloudpickle",
+        "cmake",
+        "colorama",
+        "contourpy",
+        "coverage",
+        "cuda-bindings",
+        "cuda-core",
+        "cuda-pathfinder",
+        "cuda-toolkit",
+        "cupy-cuda13x",
+        "cycler",
+        "cython",
+        "diffrax",
+        "e3nn",
+        "einops",
+        "equinox",
+        "etils",
+        "execnet",
+        "filelock",
+        "flatbuffers",
+        "flax",
+        "fonttools",
+        "formulaic",
+        "frozenlist",
+        "fsspec",
+        "gpytorch",
+        "grpcio",
+        "h11",
+        "h5py",
+        "hf-xet",
+        "httpcore",
+        "httpx",
+        "huggingface-hub",
+        "humanize",
+        "hypothesis",
+        "idna",
+        "imageio",
+        "iniconfig",
+        "interface-meta",
+        "jax",
+        "jax-cuda13-pjrt",
+        "jax-cuda13-plugin",
+        "jaxlib",
+        "jaxtyping",
+        "jinja2",
+        "joblib",
+        "kiwisolver",
+        "lazy-loader",
+        "lightning",
+        "lightning-utilities",
+        "linear-operator",
+        "lineax",
+        "llvmlite",
+        "lxml",
+        "markdown",
+        "markdown-it-py",
+        "markupsafe",
+        "matplotlib",
+        "mdurl",
+        "meson",
+        "ml-dtypes",
+        "mpi4py",
+        "mpmath",
+        "msgpack",
+        "multidict",
+        "multipledispatch",
+        "mypy-extensions",
+        "nanobind",
+        "narwhals",
+        "networkx",
+        "ninja",
+        "numba",
+        "numba-cuda",
+        "numpy",
+        "numpyro",
+        "nvidia-cublas",
+        "nvidia-cuda-cupti",
+        "nvidia-cuda-nvrtc",
+        "nvidia-cuda-runtime",
+        "nvidia-cudnn-cu13",
+        "nvidia-cufft",
+        "nvidia-cufile",
+        "nvidia-curand",
+        "nvidia-cusolver",
+        "nvidia-cusparse",
+        "nvidia-cusparselt-cu13",
+        "nvidia-ml-py",
+        "nvidia-nccl-cu13",
+        "nvidia-nvjitlink",
+        "nvidia-nvshmem-cu13",
+        "nvidia-nvtx",
+        "onnx",
+        "onnx-ir",
+        "onnxruntime",
+        "onnxscript",
+        "opencv-python-headless",
+        "optax",
+        "opt-einsum",
+        "opt-einsum-fx",
+        "optimistix",
+        "orbax-checkpoint",
+        "packaging",
+        "pandas",
+        "pathspec",
+        "patsy",
+        "peft",
+        "pillow",
+        "pip",
+        "pluggy",
+        "portalocker",
+        "prometheus-client",
+        "propcache",
+        "protobuf",
+        "psutil",
+        "pyarrow",
+        "pybind11",
+        "py-cpuinfo",
+        "pygments",
+        "pyparsing",
+        "pyproject-hooks",
+        "pyre-extensions",
+        "pytest",
+        "pytest-benchmark",
+        "pytest-cov",
+        "pytest-mock",
+        "pytest-timeout",
+        "pytest-xdist",
+        "python-dateutil",
+        "pytorch-lightning",
+        "pyyaml",
+        "regex",
+        "requests",
+        "rich",
+        "sacrebleu",
+        "safetensors",
+        "scikit-build-core",
+        "scikit-image",
+        "scikit-learn",
+        "scipy",
+        "seaborn",
+        "sentencepiece",
+        "sentence-transformers",
+        "setuptools",
+        "shellingham",
+        "simplejson",
+        "six",
+        "sortedcontainers",
+        "statsmodels",
+        "sympy",
+        "tabulate",
+        "tensorboard",
+        "tensorboard-data-server",
+        "tensorstore",
+        "threadpoolctl",
+        "tifffile",
+        "tiktoken",
+        "timm",
+        "tokenizers",
+        "toolz",
+        "torch",
+        "torchaudio",
+        "torchdiffeq",
+        "torch-geometric",
+        "torchmetrics",
+        "torchvision",
+        "tqdm",
+        "transformers",
+        "treescope",
+        "triton",
+        "typer",
+        "typing-extensions",
+        "typing-inspect",
+        "urllib3",
+        "uvloop",
+        "wadler-lindig",
+        "werkzeug",
+        "wheel",
+        "wrapt",
+        "xarray",
+        "xxhash",
+        "yarl",
+        "zipp",
+    ]
+)
 
 
 def canonical(name: str) -> str:
@@ -94,10 +282,16 @@ def wheel_requirements(
 
 def travelling_bytes(root: Path = ROOT) -> int:
     """Bytes of what a device call sends besides carried folders: tracked files and untracked, not ignored ones."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root, capture_output=True,
-        check=True,
-    ).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=root,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     return sum((root / name).stat().st_size for name in listed if name and (root / name).is_file())
 
 
@@ -118,9 +312,23 @@ def pip_download(requirement: str, out: Path, python_version: str = PYTHON_VERSI
     """Download one wheel for the GPU machine's Python, without dependencies; returns its path."""
     before = set(out.iterdir())
     command = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version",
-        python_version, "--implementation", "cp", "--abi", f"cp{python_version.replace('.', '')}", "-d", str(out),
-        *(f"--platform={platform}" for platform in PLATFORMS), requirement,
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        python_version,
+        "--implementation",
+        "cp",
+        "--abi",
+        f"cp{python_version.replace('.', '')}",
+        "-d",
+        str(out),
+        *(f"--platform={platform}" for platform in PLATFORMS),
+        requirement,
     ]
     subprocess.run(command, check=True)
     new = set(out.iterdir()) - before
@@ -131,8 +339,12 @@ def pip_download(requirement: str, out: Path, python_version: str = PYTHON_VERSI
     from packaging.version import Version
 
     wanted = Requirement(requirement)
-    fitting = [path for path in out.glob("*.whl") if canonical(path.name.split("-")[0]) == canonical(wanted.name)
-               and wanted.specifier.contains(path.name.split("-")[1], prereleases=True)]
+    fitting = [
+        path
+        for path in out.glob("*.whl")
+        if canonical(path.name.split("-")[0]) == canonical(wanted.name)
+        and wanted.specifier.contains(path.name.split("-")[1], prereleases=True)
+    ]
     if not fitting:
         raise RuntimeError(f"pip downloaded nothing for {requirement!r}.")
     return max(fitting, key=lambda path: Version(path.name.split("-")[1]))
@@ -146,8 +358,9 @@ def build(out: Path, python_version: str = PYTHON_VERSION) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     leftovers = [ROOT / "build", ROOT / "riskpo_trl.egg-info"]
     existed = [path.exists() for path in leftovers]
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(ROOT)],
-                   check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(ROOT)], check=True
+    )
     for path, was_there in zip(leftovers, existed):  # what setuptools left in the source tree
         if not was_there:
             shutil.rmtree(path, ignore_errors=True)
@@ -178,15 +391,30 @@ def build(out: Path, python_version: str = PYTHON_VERSION) -> dict:
     tree = travelling_bytes()
     size = check_size(out, tree)
     return {
-        "folder": str(out), "size_mib": round(size / MIB, 2), "tree_mib": round(tree / MIB, 2),
-        "carried": sorted(set(carried)), "fallbacks": sorted(set(fallbacks)), "left_to_image": sorted(left_to_image),
+        "folder": str(out),
+        "size_mib": round(size / MIB, 2),
+        "tree_mib": round(tree / MIB, 2),
+        "carried": sorted(set(carried)),
+        "fallbacks": sorted(set(fallbacks)),
+        "left_to_image": sorted(left_to_image),
     }
 
 
 def install(wheels: Path) -> int:
     """Install this package and the tested TRL from ``wheels`` alone (no index); pip's exit status."""
-    command = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(wheels.resolve()),
-               "--disable-pip-version-check", "riskpo-trl", "trl==1.16.0", "math-verify"]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--no-index",
+        "--find-links",
+        str(wheels.resolve()),
+        "--disable-pip-version-check",
+        "riskpo-trl",
+        "trl==1.16.0",
+        "math-verify",
+    ]
     print("[gpu_wheels]", " ".join(command), flush=True)
     # Not from the repository root: there `python -m pip` would take a riskpo_trl.egg-info for an installed package.
     return subprocess.run(command, cwd=tempfile.gettempdir()).returncode
@@ -197,8 +425,11 @@ def main(argv: list[str] | None = None) -> dict | int:
     commands = parser.add_subparsers(dest="command", required=True)
     build_parser = commands.add_parser("build", help="download and build the wheels here (needs PyPI)")
     build_parser.add_argument("--out", type=Path, default=ROOT / ".whl", help="the wheel folder (default: .whl)")
-    build_parser.add_argument("--python-version", default=PYTHON_VERSION,
-                              help=f"the Python the wheels are for (default {PYTHON_VERSION}, the GPU image's)")
+    build_parser.add_argument(
+        "--python-version",
+        default=PYTHON_VERSION,
+        help=f"the Python the wheels are for (default {PYTHON_VERSION}, the GPU image's)",
+    )
     install_parser = commands.add_parser("install", help="install from the folder, without a network")
     install_parser.add_argument("--wheels", type=Path, default=ROOT / ".whl")
     args = parser.parse_args(argv)
@@ -206,8 +437,10 @@ def main(argv: list[str] | None = None) -> dict | int:
         return install(args.wheels)
     summary = build(args.out, args.python_version)
     print(json.dumps(summary, indent=2))
-    print(f"[gpu_wheels] {len(summary['carried'])} wheels and {len(summary['fallbacks'])} fallbacks, "
-          f"{summary['size_mib']} MiB, beside a {summary['tree_mib']} MiB working tree (limit 64 MiB together).")
+    print(
+        f"[gpu_wheels] {len(summary['carried'])} wheels and {len(summary['fallbacks'])} fallbacks, "
+        f"{summary['size_mib']} MiB, beside a {summary['tree_mib']} MiB working tree (limit 64 MiB together)."
+    )
     return summary
 
 

@@ -216,11 +216,23 @@ def run_in_process(args: argparse.Namespace, trainer: str, model: str, output_di
 def run_in_subprocess(args: argparse.Namespace, trainer: str, model: str, output_dir: str) -> dict[str, Any]:
     out_json = output_dir + ".json"
     cmd = [
-        sys.executable, "-m", "benchmarks.overhead", "--worker", trainer, "--worker-out", out_json, "--model", model,
-        "--output-dir", output_dir, *forwarded_flags(args),
+        sys.executable,
+        "-m",
+        "benchmarks.overhead",
+        "--worker",
+        trainer,
+        "--worker-out",
+        out_json,
+        "--model",
+        model,
+        "--output-dir",
+        output_dir,
+        *forwarded_flags(args),
     ]
     subprocess.run(
-        cmd, check=True, cwd=Path(__file__).resolve().parent.parent,
+        cmd,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
         stdout=subprocess.DEVNULL if not args.verbose else None,
     )
     return json.loads(Path(out_json).read_text())
@@ -242,8 +254,9 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
         for index, trainer in enumerate(abba_order(args.pairs)):
             if index % 2 == 0 and run_seconds and args.deadline is not None:
                 if time.time() + 2 * max(run_seconds) > args.deadline:
-                    stopped = (f"stopped after {index // 2} of {args.pairs} pairs: the next pair would pass the "
-                               "deadline")
+                    stopped = (
+                        f"stopped after {index // 2} of {args.pairs} pairs: the next pair would pass the deadline"
+                    )
                     print(f"[overhead] {stopped}", flush=True)
                     break
             started = time.time()
@@ -281,8 +294,11 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
     summary["run_seconds"] = run_seconds
     if stopped:
         summary["stopped_early"] = stopped
-    settings = {k: v for k, v in vars(args).items()
-                if k not in ("worker", "worker_out", "output_dir", "verbose", "allocated_at_start")}
+    settings = {
+        k: v
+        for k, v in vars(args).items()
+        if k not in ("worker", "worker_out", "output_dir", "verbose", "allocated_at_start")
+    }
     settings["model"] = args.model or "build_tiny_model() defaults"
     lines = [
         f"# RiskPO vs GRPO overhead ({settings['model']}, {args.device}, {args.threads} thread(s))",
@@ -298,14 +314,20 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
         "| measure | GRPO | RiskPO | ratio of medians | median of pair ratios |",
         "|---|---:|---:|---:|---:|",
     ]
-    rows = [("step time (ms)", "step_time_s", 1e3, ".1f"), ("step CPU time (ms)", "step_cpu_time_s", 1e3, ".1f"),
-            ("peak RSS (MiB)", "peak_rss_mib", 1, ".0f"), ("peak CUDA allocated (MiB)", "peak_cuda_allocated_mib", 1,
-            ".0f"), ("completion tokens / s", "completion_tokens_per_s", 1, ".0f")]
+    rows = [
+        ("step time (ms)", "step_time_s", 1e3, ".1f"),
+        ("step CPU time (ms)", "step_cpu_time_s", 1e3, ".1f"),
+        ("peak RSS (MiB)", "peak_rss_mib", 1, ".0f"),
+        ("peak CUDA allocated (MiB)", "peak_cuda_allocated_mib", 1, ".0f"),
+        ("completion tokens / s", "completion_tokens_per_s", 1, ".0f"),
+    ]
     for label, key, scale, digits in rows:
         if key in summary:
             row = summary[key]
-            lines.append(f"| {label} | {scale * row['grpo']:{digits}} | {scale * row['riskpo']:{digits}} | "
-                         f"{row['ratio']:.3f} | {row['median_pair_ratio']:.3f} |")
+            lines.append(
+                f"| {label} | {scale * row['grpo']:{digits}} | {scale * row['riskpo']:{digits}} | "
+                f"{row['ratio']:.3f} | {row['median_pair_ratio']:.3f} |"
+            )
     added = summary["riskpo_added_per_step"]
     lines += [
         "",
@@ -376,10 +398,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gradient-checkpointing", action="store_true", help="For large models on GPU.")
     parser.add_argument("--out", default=None, help="Results directory (default: benchmarks/results).")
     parser.add_argument("--verbose", action="store_true", help="Show the runs' training logs.")
-    parser.add_argument("--in-process", action="store_true",
-                        help="Run the trainers in this process, one after another (for CUDA; see above).")
-    parser.add_argument("--deadline", type=float, default=None,
-                        help="Seconds since the epoch; no pair starts that would end after it.")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="Run the trainers in this process, one after another (for CUDA; see above).",
+    )
+    parser.add_argument(
+        "--deadline", type=float, default=None, help="Seconds since the epoch; no pair starts that would end after it."
+    )
     parser.add_argument("--worker", choices=TRAINERS, help=argparse.SUPPRESS)
     parser.add_argument("--worker-out", help=argparse.SUPPRESS)
     parser.add_argument("--output-dir", default=None, help=argparse.SUPPRESS)

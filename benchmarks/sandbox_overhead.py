@@ -77,8 +77,9 @@ def load_previous_sandbox(ref: str, directory: Path):
         sys.path.remove(str(directory))
 
 
-def time_runs(sandboxes: dict[str, Any], program: tuple[str, str, str], runs: int,
-              warmup: int) -> dict[str, list[float]]:
+def time_runs(
+    sandboxes: dict[str, Any], program: tuple[str, str, str], runs: int, warmup: int
+) -> dict[str, list[float]]:
     """Wall seconds per ``Sandbox.run`` of ``program``, variants interleaved run by run."""
     source, stdin, expected = program
     for sandbox in sandboxes.values():
@@ -124,8 +125,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
 
     limits = {"test_timeout_s": 10, "total_timeout_s": 30}
-    sandboxes: dict[str, Any] = {"bwrap": Sandbox(SandboxLimits(**limits), max_workers=1),
-                                 "bwrap_no_seccomp": Sandbox(SandboxLimits(**limits), max_workers=1, seccomp=False)}
+    sandboxes: dict[str, Any] = {
+        "bwrap": Sandbox(SandboxLimits(**limits), max_workers=1),
+        "bwrap_no_seccomp": Sandbox(SandboxLimits(**limits), max_workers=1, seccomp=False),
+    }
     sandboxes["bwrap"].check()
     baseline: dict[str, Any] = {"ref": "none"}
     with tempfile.TemporaryDirectory() as directory:
@@ -135,12 +138,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 sandboxes["previous"] = previous
         sandboxes["none"] = Sandbox(SandboxLimits(**limits), max_workers=1, isolation="none")
         load_before = [round(x, 2) for x in os.getloadavg()]
-        times = {name: time_runs(sandboxes, program, args.runs, args.warmup)
-                 for name, program in programs(args.syscalls).items()}
+        times = {
+            name: time_runs(sandboxes, program, args.runs, args.warmup)
+            for name, program in programs(args.syscalls).items()
+        }
         load_after = [round(x, 2) for x in os.getloadavg()]
 
-    medians = {program: {name: statistics.median(values) * 1e3 for name, values in by_variant.items()}
-               for program, by_variant in times.items()}
+    medians = {
+        program: {name: statistics.median(values) * 1e3 for name, values in by_variant.items()}
+        for program, by_variant in times.items()
+    }
     seccomp_ns = (medians["syscalls"]["bwrap"] - medians["syscalls"]["bwrap_no_seccomp"]) * 1e6 / args.syscalls
     payload = {
         "machine": machine_info(),
@@ -152,10 +159,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "as_root": os.geteuid() == 0,
         "bwrap_isolation": sandboxes["bwrap"].isolation.describe(),
         "baseline": baseline,
-        "median_ms": {program: {name: round(value, 1) for name, value in by_variant.items()}
-                      for program, by_variant in medians.items()},
-        "p10_p90_ms": {program: {name: _quantiles(values) for name, values in by_variant.items() if len(values) >= 2}
-                       for program, by_variant in times.items()},
+        "median_ms": {
+            program: {name: round(value, 1) for name, value in by_variant.items()}
+            for program, by_variant in medians.items()
+        },
+        "p10_p90_ms": {
+            program: {name: _quantiles(values) for name, values in by_variant.items() if len(values) >= 2}
+            for program, by_variant in times.items()
+        },
         "seccomp_ns_per_syscall": round(seccomp_ns, 1),
     }
     markdown = _markdown(payload, args)
@@ -177,17 +188,29 @@ def _markdown(payload: dict[str, Any], args: argparse.Namespace) -> str:
     for name, value in medians["trivial"].items():
         trivial = spreads["trivial"].get(name, [value, value])
         syscalls = spreads["syscalls"].get(name, [medians["syscalls"][name]] * 2)
-        lines.append(f"| {name} | {value:.1f} ms | {trivial[0]:.1f} - {trivial[1]:.1f} ms | "
-                     f"{medians['syscalls'][name]:.1f} ms | {syscalls[0]:.1f} - {syscalls[1]:.1f} ms |")
+        lines.append(
+            f"| {name} | {value:.1f} ms | {trivial[0]:.1f} - {trivial[1]:.1f} ms | "
+            f"{medians['syscalls'][name]:.1f} ms | {syscalls[0]:.1f} - {syscalls[1]:.1f} ms |"
+        )
     trivial = medians["trivial"]
-    lines += ["", (f"bwrap adds {trivial['bwrap'] - trivial['none']:+.1f} ms per program to the same runner without "
-                   f"OS isolation (`none`); the seccomp filter {trivial['bwrap'] - trivial['bwrap_no_seccomp']:+.1f} ms "
-                   f"to start-up and {payload['seccomp_ns_per_syscall']:+.0f} ns per system call (differences of "
-                   "medians: compare them with the p10 - p90 spreads).")]
+    lines += [
+        "",
+        (
+            f"bwrap adds {trivial['bwrap'] - trivial['none']:+.1f} ms per program to the same runner without "
+            f"OS isolation (`none`); the seccomp filter {trivial['bwrap'] - trivial['bwrap_no_seccomp']:+.1f} ms "
+            f"to start-up and {payload['seccomp_ns_per_syscall']:+.0f} ns per system call (differences of "
+            "medians: compare them with the p10 - p90 spreads)."
+        ),
+    ]
     baseline = payload["baseline"]
     if "previous" in trivial:
-        lines += ["", (f"Against the sandbox of {baseline['commit'][:10]} ({baseline['isolation']}): "
-                       f"{trivial['bwrap'] - trivial['previous']:+.1f} ms per program.")]
+        lines += [
+            "",
+            (
+                f"Against the sandbox of {baseline['commit'][:10]} ({baseline['isolation']}): "
+                f"{trivial['bwrap'] - trivial['previous']:+.1f} ms per program."
+            ),
+        ]
     elif "unavailable" in baseline:
         lines += ["", f"Earlier sandbox not measured: {baseline['unavailable']}"]
     return "\n".join(lines)

@@ -60,6 +60,7 @@ def _timed(function, label: str, times: dict[str, list[float]]):
             return function(*args, **kwargs)
         finally:
             times[label].append(time.perf_counter() - start)
+
     return wrapper
 
 
@@ -119,10 +120,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "median_cpu_ms": {name: ms(values) for name, values in cpu.items()},
         "bwrap_step_median_wall_ms": {label: ms(steps[label]) for _, _, label in STEPS if steps.get(label)},
     }
-    payload["latency_ratio_none_over_bwrap"] = round(payload["median_wall_ms"]["none"]
-                                                     / payload["median_wall_ms"]["bwrap"], 3)
-    payload["cpu_ratio_none_over_bwrap"] = round(payload["median_cpu_ms"]["none"]
-                                                 / payload["median_cpu_ms"]["bwrap"], 3)
+    payload["latency_ratio_none_over_bwrap"] = round(
+        payload["median_wall_ms"]["none"] / payload["median_wall_ms"]["bwrap"], 3
+    )
+    payload["cpu_ratio_none_over_bwrap"] = round(
+        payload["median_cpu_ms"]["none"] / payload["median_cpu_ms"]["bwrap"], 3
+    )
     markdown = _markdown(payload)
     write_results("sandbox_steps", payload, markdown, args.out)
     print(markdown)
@@ -131,8 +134,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def _markdown(payload: dict[str, Any]) -> str:
     lines = [
-        (f"# Code sandbox: where one run's time goes (median of {payload['runs']} runs per variant, one worker, "
-         f"{payload['tests_per_run']} stdin tests)"),
+        (
+            f"# Code sandbox: where one run's time goes (median of {payload['runs']} runs per variant, one worker, "
+            f"{payload['tests_per_run']} stdin tests)"
+        ),
         "",
         *sandbox_run_conditions(payload),
         "",
@@ -143,9 +148,14 @@ def _markdown(payload: dict[str, Any]) -> str:
         lines.append(f"| {name} | {payload['median_wall_ms'][name]} | {payload['median_cpu_ms'][name]} |")
     lines += ["", "| bubblewrap step | wall ms |", "|---|---:|"]
     lines += [f"| {label} | {value} |" for label, value in payload["bwrap_step_median_wall_ms"].items()]
-    lines += ["", (f"none / bwrap: {payload['latency_ratio_none_over_bwrap']} in wall time per run, "
-                   f"{payload['cpu_ratio_none_over_bwrap']} in CPU time per run (the ceiling of the throughput ratio "
-                   "when every core is busy).")]
+    lines += [
+        "",
+        (
+            f"none / bwrap: {payload['latency_ratio_none_over_bwrap']} in wall time per run, "
+            f"{payload['cpu_ratio_none_over_bwrap']} in CPU time per run (the ceiling of the throughput ratio "
+            "when every core is busy)."
+        ),
+    ]
     return "\n".join(lines)
 
 

@@ -54,8 +54,9 @@ class InProcessJudging:
     def score(self, completion, tests: str) -> float:
         spec = TestSpec.from_json(tests)
         program = completion[0]["content"].split("```python\n", 1)[1].rsplit("```", 1)[0]
-        result = self.sandbox.run(program, spec.sandbox_inputs(), spec.style, spec.fn_name,
-                                  output_caps=spec.output_caps())
+        result = self.sandbox.run(
+            program, spec.sandbox_inputs(), spec.style, spec.fn_name, output_caps=spec.output_caps()
+        )
         return float(result.ok and spec.passes(result.outputs))
 
     def __call__(self, completions, tests) -> list[float]:
@@ -113,7 +114,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "bwrap_over_none_ratio_of_medians": round(median["bwrap"] / median["none"], 3),
         "bwrap_over_none_median_paired_ratio": round(statistics.median(paired), 3),
         "in_process_bwrap_over_none_ratio_of_medians": round(
-            median["bwrap_in_process"] / median["none_in_process"], 3),
+            median["bwrap_in_process"] / median["none_in_process"], 3
+        ),
         "in_process_bwrap_over_none_median_paired_ratio": round(statistics.median(paired_in_process), 3),
         "judge_process_over_in_process": round(median["bwrap"] / median["bwrap_in_process"], 3),
     }
@@ -125,8 +127,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def _markdown(payload: dict[str, Any]) -> str:
     lines = [
-        (f"# Code reward throughput: {payload['completions']} completions x {payload['tests_per_completion']} stdin "
-         f"tests, half correct (median of {payload['rounds']} interleaved rounds)"),
+        (
+            f"# Code reward throughput: {payload['completions']} completions x {payload['tests_per_completion']} stdin "
+            f"tests, half correct (median of {payload['rounds']} interleaved rounds)"
+        ),
         "",
         *sandbox_run_conditions(payload, payload["max_workers"]),
         "",
@@ -136,13 +140,18 @@ def _markdown(payload: dict[str, Any]) -> str:
     for name, value in payload["median_programs_per_s"].items():
         rounds = ", ".join(f"{r:.1f}" for r in payload["programs_per_s"][name])
         lines.append(f"| {name} | {value:.2f} | {rounds} |")
-    lines += ["", (f"bwrap / none: {payload['bwrap_over_none_ratio_of_medians']:.3f} (ratio of medians), "
-                   f"{payload['bwrap_over_none_median_paired_ratio']:.3f} (median of per-round ratios). "
-                   "Judged in-process (the earlier design), bwrap / none: "
-                   f"{payload['in_process_bwrap_over_none_ratio_of_medians']:.3f} (ratio of medians), "
-                   f"{payload['in_process_bwrap_over_none_median_paired_ratio']:.3f} (paired). "
-                   f"Judge processes / judging in-process, both under bwrap: "
-                   f"{payload['judge_process_over_in_process']:.3f}.")]
+    lines += [
+        "",
+        (
+            f"bwrap / none: {payload['bwrap_over_none_ratio_of_medians']:.3f} (ratio of medians), "
+            f"{payload['bwrap_over_none_median_paired_ratio']:.3f} (median of per-round ratios). "
+            "Judged in-process (the earlier design), bwrap / none: "
+            f"{payload['in_process_bwrap_over_none_ratio_of_medians']:.3f} (ratio of medians), "
+            f"{payload['in_process_bwrap_over_none_median_paired_ratio']:.3f} (paired). "
+            f"Judge processes / judging in-process, both under bwrap: "
+            f"{payload['judge_process_over_in_process']:.3f}."
+        ),
+    ]
     return "\n".join(lines)
 
 

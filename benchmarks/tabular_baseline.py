@@ -26,9 +26,15 @@ from typing import Any
 
 import torch
 
-from benchmarks._common import RESULTS_DIR, machine_info, mean_std, write_results
+from benchmarks._common import RESULTS_DIR, json_exists, machine_info, mean_std, read_json, write_results
 from benchmarks.tabular_study import (
-    EXTRA_METHODS, METHOD_LABELS, TabularConfig, policy_metrics, run_name, starting_logits, train,
+    EXTRA_METHODS,
+    METHOD_LABELS,
+    TabularConfig,
+    policy_metrics,
+    run_name,
+    starting_logits,
+    train,
 )
 
 LABELS = {**METHOD_LABELS, **EXTRA_METHODS}
@@ -50,8 +56,9 @@ class TabularBaselineConfig:
         return self.sgd_learning_rates + (self.sgd_added_learning_rates if added else ())
 
     def scaled_down(self) -> TabularBaselineConfig:
-        return replace(self, tabular=self.tabular.scaled_down(), sgd_learning_rates=(1.0,),
-                       sgd_added_learning_rates=(3.0,))
+        return replace(
+            self, tabular=self.tabular.scaled_down(), sgd_learning_rates=(1.0,), sgd_added_learning_rates=(3.0,)
+        )
 
 
 def run_file(optimizer: str, method: str, num_prompts: int, lr: float, seed: int) -> str:
@@ -59,16 +66,29 @@ def run_file(optimizer: str, method: str, num_prompts: int, lr: float, seed: int
     return f"{name}.json" if optimizer == "adam" else f"{name}-sgd.json"
 
 
-def run_path(cfg: TabularBaselineConfig, out: Path, reference: Path, optimizer: str, method: str, num_prompts: int,
-             lr: float, seed: int) -> Path:
+def run_path(
+    cfg: TabularBaselineConfig,
+    out: Path,
+    reference: Path,
+    optimizer: str,
+    method: str,
+    num_prompts: int,
+    lr: float,
+    seed: int,
+) -> Path:
     """Adam runs of the tabular study's own methods are its cached runs; every other run is this study's."""
     folder = reference if optimizer == "adam" and method != cfg.method else out
     return folder / "runs" / run_file(optimizer, method, num_prompts, lr, seed)
 
 
 def cells(cfg: TabularBaselineConfig) -> list[tuple[str, str, int, float]]:
-    return [(optimizer, method, p, lr) for optimizer in ("adam", "sgd") for method in (cfg.method, *cfg.compared)
-            for p in cfg.tabular.prompts_per_step for lr in cfg.learning_rates(optimizer)]
+    return [
+        (optimizer, method, p, lr)
+        for optimizer in ("adam", "sgd")
+        for method in (cfg.method, *cfg.compared)
+        for p in cfg.tabular.prompts_per_step
+        for lr in cfg.learning_rates(optimizer)
+    ]
 
 
 def run_all(cfg: TabularBaselineConfig, out: Path, reference: Path) -> dict[str, dict[str, Any]]:
@@ -77,16 +97,22 @@ def run_all(cfg: TabularBaselineConfig, out: Path, reference: Path) -> dict[str,
     for optimizer, method, p, lr in cells(cfg):
         for seed in cfg.tabular.seeds:
             path = run_path(cfg, out, reference, optimizer, method, p, lr, seed)
-            if not path.exists():
+            if not json_exists(path):
                 if path.parent.parent == reference and reference != out:
                     raise FileNotFoundError(f"{path} is missing: run python -m benchmarks.tabular_study first.")
                 started = time.perf_counter()
                 _, result = train(method, p, lr, seed, cfg.tabular, optimizer=optimizer)
-                result.update(method=method, prompts=p, lr=lr, seed=seed, optimizer=optimizer,
-                              seconds=time.perf_counter() - started)
+                result.update(
+                    method=method,
+                    prompts=p,
+                    lr=lr,
+                    seed=seed,
+                    optimizer=optimizer,
+                    seconds=time.perf_counter() - started,
+                )
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(result) + "\n")
-            runs[f"{optimizer}|{method}|{p}|{lr:g}|{seed}"] = json.loads(path.read_text())
+            runs[f"{optimizer}|{method}|{p}|{lr:g}|{seed}"] = read_json(path)
     return runs
 
 
@@ -104,9 +130,11 @@ def summarize(cfg: TabularBaselineConfig, runs: dict[str, dict[str, Any]]) -> di
         grid = f"{optimizer}+added" if added else optimizer
         for method in (cfg.method, *cfg.compared):
             for p in cfg.tabular.prompts_per_step:
+
                 def score(lr, optimizer=optimizer, method=method, p=p):
                     cell = table[f"{optimizer}|{method}|{p}|{lr:g}"]
                     return (cell["pass@1"][0] + cell[top][0]) / 2
+
                 selected[f"{grid}|{method}|{p}"] = max(cfg.learning_rates(optimizer, added), key=score)
     return {"cells": table, "selected_lr": selected}
 
@@ -118,60 +146,87 @@ def markdown(cfg: TabularBaselineConfig, summary: dict[str, Any], machine: dict[
     start = policy_metrics(theta0, start_p, tab.ks)
     methods = (cfg.method, *cfg.compared)
     lines = [
-        "# Tabular study, the baseline cells: `loo` with Adam and with SGD", "",
+        "# Tabular study, the baseline cells: `loo` with Adam and with SGD",
+        "",
         f"The tabular study's task ({tab.num_questions} questions x {tab.num_answers} answers, one correct; "
         f"{tab.steps} steps, G={tab.num_generations}, seeds {list(tab.seeds)}; mean ± std over seeds). Start: "
         f"Pass@1 {start['pass@1']:.3f}, Pass@{top} {start[f'pass@{top}']:.3f}, hard Pass@{top} "
         f"{start[f'hard/pass@{top}']:.3f}, entropy {start['entropy']:.3f}. Adam cells of the other methods are the "
-        "tabular study's cached runs; every SGD run and every `loo` run is this study's.", "",
+        "tabular study's cached runs; every SGD run and every `loo` run is this study's.",
+        "",
     ]
     added = ", ".join(f"{lr:g}" for lr in cfg.sgd_added_learning_rates)
-    titles = {"adam": "ADAM", "sgd": "SGD, within the grid fixed before the runs",
-              "sgd+added": f"SGD, with the rates added after the first results ({added})"}
+    titles = {
+        "adam": "ADAM",
+        "sgd": "SGD, within the grid fixed before the runs",
+        "sgd+added": f"SGD, with the rates added after the first results ({added})",
+    }
     for grid, title in titles.items():
         optimizer = grid.split("+")[0]
-        lines += [f"## {title}: selected lr per method and batch size (best seed mean of (Pass@1 + Pass@{top}) / 2)",
-                  "", "| prompts | " + " | ".join(LABELS[m] for m in methods) + " |",
-                  "|---" * (len(methods) + 1) + "|"]
+        lines += [
+            f"## {title}: selected lr per method and batch size (best seed mean of (Pass@1 + Pass@{top}) / 2)",
+            "",
+            "| prompts | " + " | ".join(LABELS[m] for m in methods) + " |",
+            "|---" * (len(methods) + 1) + "|",
+        ]
         for p in tab.prompts_per_step:
             row = []
             for m in methods:
                 lr = summary["selected_lr"][f"{grid}|{m}|{p}"]
                 c = summary["cells"][f"{optimizer}|{m}|{p}|{lr:g}"]
-                row.append(f"lr {lr:g}: P@1 {c['pass@1'][0]:.3f}, P@{top} {c[f'pass@{top}'][0]:.3f}, hard "
-                           f"P@{top} {c[f'hard/pass@{top}'][0]:.3f}, H {c['entropy'][0]:.2f}")
+                row.append(
+                    f"lr {lr:g}: P@1 {c['pass@1'][0]:.3f}, P@{top} {c[f'pass@{top}'][0]:.3f}, hard "
+                    f"P@{top} {c[f'hard/pass@{top}'][0]:.3f}, H {c['entropy'][0]:.2f}"
+                )
             lines.append(f"| {p} | " + " | ".join(row) + " |")
         lines.append("")
         if grid == "sgd":
             continue
-        lines += [f"## {optimizer.upper()}: every cell (final policy; `*` the choice above)", "",
-                  f"| method | prompts | lr | Pass@1 | Pass@{top} | hard Pass@{top} | easy Pass@1 | entropy |",
-                  "|---" * 8 + "|"]
+        lines += [
+            f"## {optimizer.upper()}: every cell (final policy; `*` the choice above)",
+            "",
+            f"| method | prompts | lr | Pass@1 | Pass@{top} | hard Pass@{top} | easy Pass@1 | entropy |",
+            "|---" * 8 + "|",
+        ]
         for m in methods:
             for p in tab.prompts_per_step:
                 for lr in cfg.learning_rates(optimizer):
                     c = summary["cells"][f"{optimizer}|{m}|{p}|{lr:g}"]
                     mark = " *" if summary["selected_lr"][f"{grid}|{m}|{p}"] == lr else ""
                     mark += " (added)" if optimizer == "sgd" and lr in cfg.sgd_added_learning_rates else ""
-                    lines.append(f"| {LABELS[m]} | {p} | {lr:g}{mark} | " + " | ".join(
-                        f"{c[k][0]:.3f} ± {c[k][1]:.3f}"
-                        for k in ("pass@1", f"pass@{top}", f"hard/pass@{top}", "easy/pass@1", "entropy")) + " |")
+                    lines.append(
+                        f"| {LABELS[m]} | {p} | {lr:g}{mark} | "
+                        + " | ".join(
+                            f"{c[k][0]:.3f} ± {c[k][1]:.3f}"
+                            for k in ("pass@1", f"pass@{top}", f"hard/pass@{top}", "easy/pass@1", "entropy")
+                        )
+                        + " |"
+                    )
         lines.append("")
-    lines += [f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores (shared with other jobs), load "
-              f"average at start {machine.get('load_average_at_start')}, torch {machine['torch']}, one torch thread; "
-              f"this invocation took {seconds:.0f} s (cached runs are read, not rerun)."]
+    lines += [
+        f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores (shared with other jobs), load "
+        f"average at start {machine.get('load_average_at_start')}, torch {machine['torch']}, one torch thread; "
+        f"this invocation took {seconds:.0f} s (cached runs are read, not rerun)."
+    ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="Trivial size for the test suite; numbers mean nothing.")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="Output folder (default benchmarks/results/tabular_baseline, or tabular_baseline-smoke "
-                             "with --smoke).")
-    parser.add_argument("--reference", type=Path, default=None,
-                        help="The tabular study's folder, whose Adam runs are reused (default "
-                             "benchmarks/results/tabular; with --smoke, the output folder, where they are run).")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="Output folder (default benchmarks/results/tabular_baseline, or tabular_baseline-smoke with --smoke).",
+    )
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        default=None,
+        help="The tabular study's folder, whose Adam runs are reused (default "
+        "benchmarks/results/tabular; with --smoke, the output folder, where they are run).",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     cfg = TabularBaselineConfig().scaled_down() if args.smoke else TabularBaselineConfig()

@@ -47,7 +47,16 @@ from typing import Any
 
 import torch
 
-from benchmarks._common import RESULTS_DIR, headless_pyplot, machine_info, mean_std, save_figure, write_results
+from benchmarks._common import (
+    RESULTS_DIR,
+    headless_pyplot,
+    json_exists,
+    machine_info,
+    mean_std,
+    read_json,
+    save_figure,
+    write_results,
+)
 from riskpo_trl.risk.estimator import RiskEstimator
 
 METHODS = ("grpo", "riskpo", "risk_seeking", "riskpo_authors")
@@ -206,7 +215,12 @@ def logprob_advantage_cov(logp: torch.Tensor, adv: torch.Tensor, num_generations
 
 
 def train(
-    method: str, num_prompts: int, lr: float, seed: int, cfg: TabularConfig, steps: int | None = None,
+    method: str,
+    num_prompts: int,
+    lr: float,
+    seed: int,
+    cfg: TabularConfig,
+    steps: int | None = None,
     optimizer: str = "adam",
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """One run; ``optimizer`` is ``"adam"`` (this study's) or ``"sgd"`` (plain steps, which keep the advantage's
@@ -256,13 +270,14 @@ def run_grid(cfg: TabularConfig, out_dir: Path, methods: list[str]) -> dict[str,
                 for seed in cfg.seeds:
                     name = run_name(method, num_prompts, lr, seed)
                     path = runs_dir / f"{name}.json"
-                    if path.exists():
-                        results[name] = json.loads(path.read_text())
+                    if json_exists(path):
+                        results[name] = read_json(path)
                         continue
                     start = time.perf_counter()
                     _, result = train(method, num_prompts, lr, seed, cfg)
-                    result.update(method=method, prompts=num_prompts, lr=lr, seed=seed,
-                                  seconds=time.perf_counter() - start)
+                    result.update(
+                        method=method, prompts=num_prompts, lr=lr, seed=seed, seconds=time.perf_counter() - start
+                    )
                     path.write_text(json.dumps(result) + "\n")
                     results[name] = result
         print(f"[tabular] {method}: done", flush=True)
@@ -297,8 +312,9 @@ def entropy_rows(theta: torch.Tensor) -> torch.Tensor:
 def proposition1(cfg: TabularConfig, methods: list[str]) -> dict[str, Any]:
     """Predicted ``-eta Cov(log pi, A)`` vs measured entropy change of a natural-gradient step, per question."""
     theta0, _ = starting_logits(cfg)
-    trained, _ = train("grpo", 50 if 50 <= cfg.num_questions else cfg.num_questions, 0.03, 0, cfg,
-                       steps=cfg.prop1_trained_steps)
+    trained, _ = train(
+        "grpo", 50 if cfg.num_questions >= 50 else cfg.num_questions, 0.03, 0, cfg, steps=cfg.prop1_trained_steps
+    )
     out: dict[str, Any] = {}
     for state_name, theta in (("start", theta0), ("grpo_trained", trained)):
         logp = torch.log_softmax(theta.to(torch.float64), dim=1)
@@ -374,9 +390,11 @@ def gradient_diagnostics(cfg: TabularConfig, methods: list[str]) -> dict[str, An
 
 def summarize(cfg: TabularConfig, runs: dict[str, dict[str, Any]], methods: list[str]) -> dict[str, Any]:
     cells: dict[str, dict[str, Any]] = {}
-    keys = [f"pass@{k}" for k in cfg.ks] + ["entropy"] + [
-        f"{b}/{m}" for b in BUCKETS for m in ("pass@1", f"pass@{cfg.ks[-1]}", "entropy")
-    ]
+    keys = (
+        [f"pass@{k}" for k in cfg.ks]
+        + ["entropy"]
+        + [f"{b}/{m}" for b in BUCKETS for m in ("pass@1", f"pass@{cfg.ks[-1]}", "entropy")]
+    )
     for method in methods:
         for num_prompts in cfg.prompts_per_step:
             for lr in cfg.learning_rates:
@@ -393,8 +411,11 @@ def summarize(cfg: TabularConfig, runs: dict[str, dict[str, Any]], methods: list
                 key=lambda lr: (lambda c: (c["pass@1"][0] + c[top][0]) / 2)(cells[f"{method}|{num_prompts}|{lr:g}"]),
             )
             selected[f"{method}|{num_prompts}"] = best
-    return {"cells": cells, "selected_lr": selected,
-            "runs_seconds": [{"run": name, "seconds": r.get("seconds", 0.0)} for name, r in runs.items()]}
+    return {
+        "cells": cells,
+        "selected_lr": selected,
+        "runs_seconds": [{"run": name, "seconds": r.get("seconds", 0.0)} for name, r in runs.items()],
+    }
 
 
 def plot_regime_map(cfg: TabularConfig, summary: dict[str, Any], methods: list[str], out: Path) -> Path:
@@ -404,30 +425,43 @@ def plot_regime_map(cfg: TabularConfig, summary: dict[str, Any], methods: list[s
     import numpy as np
 
     top = cfg.ks[-1]
-    metrics = [("pass@1", "Δ Pass@1"), (f"pass@{top}", f"Δ Pass@{top}"), (f"hard/pass@{top}", f"Δ hard Pass@{top}"),
-               ("entropy", "Δ entropy")]
+    metrics = [
+        ("pass@1", "Δ Pass@1"),
+        (f"pass@{top}", f"Δ Pass@{top}"),
+        (f"hard/pass@{top}", f"Δ hard Pass@{top}"),
+        ("entropy", "Δ entropy"),
+    ]
     others = [m for m in methods if m != "grpo"]
-    fig, axes = plt.subplots(len(others) + 1, len(metrics), figsize=(3.3 * len(metrics), 2.7 * (len(others) + 1)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(others) + 1, len(metrics), figsize=(3.3 * len(metrics), 2.7 * (len(others) + 1)), squeeze=False
+    )
     cells = summary["cells"]
     for col, (key, title) in enumerate(metrics):
         for row, method in enumerate(["grpo", *others]):
             ax = axes[row][col]
-            grid = np.array([[cells[f"{method}|{p}|{lr:g}"][key][0] for lr in cfg.learning_rates]
-                             for p in cfg.prompts_per_step])
+            grid = np.array(
+                [[cells[f"{method}|{p}|{lr:g}"][key][0] for lr in cfg.learning_rates] for p in cfg.prompts_per_step]
+            )
             if method == "grpo":
                 image, label = grid, title.replace("Δ ", "GRPO ")
                 im = ax.imshow(image, cmap="viridis", aspect="auto")
             else:
-                base = np.array([[cells[f"grpo|{p}|{lr:g}"][key][0] for lr in cfg.learning_rates]
-                                 for p in cfg.prompts_per_step])
+                base = np.array(
+                    [[cells[f"grpo|{p}|{lr:g}"][key][0] for lr in cfg.learning_rates] for p in cfg.prompts_per_step]
+                )
                 image, label = grid - base, f"{title}: {METHOD_LABELS[method]} - GRPO"
                 lim = max(1e-6, float(np.abs(image).max()))
                 im = ax.imshow(image, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
             for i in range(image.shape[0]):
                 for j in range(image.shape[1]):
-                    ax.text(j, i, f"{image[i, j]:+.2f}" if method != "grpo" else f"{image[i, j]:.2f}",
-                            ha="center", va="center", fontsize=7)
+                    ax.text(
+                        j,
+                        i,
+                        f"{image[i, j]:+.2f}" if method != "grpo" else f"{image[i, j]:.2f}",
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                    )
             ax.set_xticks(range(len(cfg.learning_rates)), [f"{lr:g}" for lr in cfg.learning_rates], fontsize=7)
             ax.set_yticks(range(len(cfg.prompts_per_step)), [str(p) for p in cfg.prompts_per_step], fontsize=7)
             ax.set_title(label, fontsize=7)
@@ -492,9 +526,10 @@ def matched_at_pass1(cfg: TabularConfig, runs: dict[str, dict[str, Any]], method
                 if all(v is not None for v in found.values()):
                     common.append(found)
         for m in methods:
-            out[m][f"{level:g}"] = {"cells": len(common),
-                                    **{k: (sum(c[m][k] for c in common) / len(common) if common else None)
-                                       for k in keys}}
+            out[m][f"{level:g}"] = {
+                "cells": len(common),
+                **{k: (sum(c[m][k] for c in common) / len(common) if common else None) for k in keys},
+            }
     return out
 
 
@@ -508,8 +543,10 @@ def plot_entropy_vs_pass1(cfg: TabularConfig, runs: dict[str, dict[str, Any]], m
         for n, num_prompts in enumerate(cfg.prompts_per_step):
             for lr in cfg.learning_rates:
                 rs = [runs[run_name(method, num_prompts, lr, s)]["curves"] for s in cfg.seeds]
-                mean = {k: [sum(r[k][i] for r in rs) / len(rs) for i in range(len(rs[0][k]))]
-                        for k in ("pass@1", "entropy", "hard/pass@16")}
+                mean = {
+                    k: [sum(r[k][i] for r in rs) / len(rs) for i in range(len(rs[0][k]))]
+                    for k in ("pass@1", "entropy", "hard/pass@16")
+                }
                 label = METHOD_LABELS[method] if (n, lr) == (0, cfg.learning_rates[0]) else None
                 axes[0].plot(mean["pass@1"], mean["entropy"], color=colors[method], lw=0.8, alpha=0.7, label=label)
                 axes[1].plot(mean["pass@1"], mean["hard/pass@16"], color=colors[method], lw=0.8, alpha=0.7)
@@ -542,9 +579,16 @@ def plot_proposition1(cfg: TabularConfig, prop1: dict[str, Any], methods: list[s
     return save_figure(fig, out / "tabular_proposition1.png")
 
 
-def markdown(cfg: TabularConfig, summary: dict[str, Any], prop1: dict[str, Any], grads: dict[str, Any],
-             methods: list[str], machine: dict[str, Any], seconds: float,
-             matched: dict[str, Any]) -> str:
+def markdown(
+    cfg: TabularConfig,
+    summary: dict[str, Any],
+    prop1: dict[str, Any],
+    grads: dict[str, Any],
+    methods: list[str],
+    machine: dict[str, Any],
+    seconds: float,
+    matched: dict[str, Any],
+) -> str:
     top = cfg.ks[-1]
     theta0, start_p = starting_logits(cfg)
     start = policy_metrics(theta0, start_p, cfg.ks)
@@ -554,81 +598,124 @@ def markdown(cfg: TabularConfig, summary: dict[str, Any], prop1: dict[str, Any],
         f"{cfg.num_questions} questions x {cfg.num_answers} answers, one correct; {cfg.steps} Adam steps, "
         f"G={cfg.num_generations}, seeds {list(cfg.seeds)} (mean ± std over seeds). Starting policy: Pass@1 "
         f"{start['pass@1']:.3f}, Pass@{top} {start[f'pass@{top}']:.3f}, entropy {start['entropy']:.3f}; hard bucket "
-        f"(start P(correct) < 0.05, {int(((start_p < 0.05)).sum())} questions) Pass@{top} "
+        f"(start P(correct) < 0.05, {int((start_p < 0.05).sum())} questions) Pass@{top} "
         f"{start[f'hard/pass@{top}']:.3f}.",
     ]
-    lines += ["", "## Every cell (final policy)", "",
-              f"| method | prompts | lr | Pass@1 | Pass@4 | Pass@{top} | hard Pass@{top} | easy Pass@1 | entropy | "
-              "Cov(log pi, A) |", "|---" * 10 + "|"]
+    lines += [
+        "",
+        "## Every cell (final policy)",
+        "",
+        f"| method | prompts | lr | Pass@1 | Pass@4 | Pass@{top} | hard Pass@{top} | easy Pass@1 | entropy | "
+        "Cov(log pi, A) |",
+        "|---" * 10 + "|",
+    ]
     for method in methods:
         for p in cfg.prompts_per_step:
             for lr in cfg.learning_rates:
                 c = summary["cells"][f"{method}|{p}|{lr:g}"]
-                vals = [c[k] for k in ("pass@1", "pass@4", f"pass@{top}", f"hard/pass@{top}", "easy/pass@1",
-                                       "entropy")]
+                vals = [
+                    c[k] for k in ("pass@1", "pass@4", f"pass@{top}", f"hard/pass@{top}", "easy/pass@1", "entropy")
+                ]
                 mark = " *" if summary["selected_lr"][f"{method}|{p}"] == lr else ""
                 lines.append(
                     f"| {METHOD_LABELS[method]} | {p} | {lr:g}{mark} | "
                     + " | ".join(f"{m:.3f} ± {s:.3f}" for m, s in vals)
                     + f" | {c['logprob_adv_cov'][0]:+.3g} |"
                 )
-    lines += ["", "`*`: the lr chosen per method and batch size by the fixed rule (best seed-mean of "
-              f"(Pass@1 + Pass@{top}) / 2).", "", "## Selected lr per method and batch size", "",
-              "| prompts | " + " | ".join(METHOD_LABELS[m] for m in methods) + " |", "|---" * (len(methods) + 1) + "|"]
+    lines += [
+        "",
+        "`*`: the lr chosen per method and batch size by the fixed rule (best seed-mean of "
+        f"(Pass@1 + Pass@{top}) / 2).",
+        "",
+        "## Selected lr per method and batch size",
+        "",
+        "| prompts | " + " | ".join(METHOD_LABELS[m] for m in methods) + " |",
+        "|---" * (len(methods) + 1) + "|",
+    ]
     for p in cfg.prompts_per_step:
         cells = []
         for m in methods:
             lr = summary["selected_lr"][f"{m}|{p}"]
             c = summary["cells"][f"{m}|{p}|{lr:g}"]
-            cells.append(f"lr {lr:g}: P@1 {c['pass@1'][0]:.3f}, P@{top} {c[f'pass@{top}'][0]:.3f}, "
-                         f"H {c['entropy'][0]:.2f}")
+            cells.append(
+                f"lr {lr:g}: P@1 {c['pass@1'][0]:.3f}, P@{top} {c[f'pass@{top}'][0]:.3f}, H {c['entropy'][0]:.2f}"
+            )
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
-    lines += ["", "## At equal Pass@1 (first crossing of each cell's seed-mean curve; mean over the cells where every "
-              "method "
-              "reaches the level)",
-              "", "| method | " + " | ".join(f"Pass@1 = {lv:g}: entropy / Pass@16 / hard Pass@16 (cells)"
-                                             for lv in MATCHED_PASS1_LEVELS) + " |",
-              "|---" * (len(MATCHED_PASS1_LEVELS) + 1) + "|"]
+    lines += [
+        "",
+        "## At equal Pass@1 (first crossing of each cell's seed-mean curve; mean over the cells where every "
+        "method "
+        "reaches the level)",
+        "",
+        "| method | "
+        + " | ".join(f"Pass@1 = {lv:g}: entropy / Pass@16 / hard Pass@16 (cells)" for lv in MATCHED_PASS1_LEVELS)
+        + " |",
+        "|---" * (len(MATCHED_PASS1_LEVELS) + 1) + "|",
+    ]
     for m in methods:
         cells = []
         for lv in MATCHED_PASS1_LEVELS:
             r = matched[m][f"{lv:g}"]
-            cells.append("not reached" if not r["cells"] else
-                         f"{r['entropy']:.2f} / {r['pass@16']:.3f} / {r['hard/pass@16']:.3f} ({r['cells']})")
+            cells.append(
+                "not reached"
+                if not r["cells"]
+                else f"{r['entropy']:.2f} / {r['pass@16']:.3f} / {r['hard/pass@16']:.3f} ({r['cells']})"
+            )
         lines.append(f"| {METHOD_LABELS[m]} | " + " | ".join(cells) + " |")
-    lines += ["", "## Proposition 1 (natural-gradient step, per question)", "",
-              "| policy | method | mean Cov(log pi, A) | mean Corr(log pi, A) | "
-              + " | ".join(f"rel. error eta={e:g}" for e in cfg.prop1_etas)
-              + " |", "|---" * (4 + len(cfg.prop1_etas)) + "|"]
+    lines += [
+        "",
+        "## Proposition 1 (natural-gradient step, per question)",
+        "",
+        "| policy | method | mean Cov(log pi, A) | mean Corr(log pi, A) | "
+        + " | ".join(f"rel. error eta={e:g}" for e in cfg.prop1_etas)
+        + " |",
+        "|---" * (4 + len(cfg.prop1_etas)) + "|",
+    ]
     for state, per_method in prop1.items():
         for m in methods:
             r = per_method[m]
-            lines.append(f"| {state} | {METHOD_LABELS[m]} | {r['mean_cov']:+.4f} | {r['mean_corr']:+.3f} | "
-                         + " | ".join(f"{r['etas'][f'{e:g}']['relative_error']:.2e}" for e in cfg.prop1_etas) + " |")
-    lines += ["", "## Gradient diagnostics at the starting policy "
-              f"({cfg.grad_batches} batches of {cfg.grad_prompts} prompts)", "",
-              "| method | SNR of batch gradient | mean cos(batch grad, grad of mean reward) | cos(mean grad, grad of "
-              "mean reward) | share hard / medium / easy |", "|---|---|---|---|---|"]
+            lines.append(
+                f"| {state} | {METHOD_LABELS[m]} | {r['mean_cov']:+.4f} | {r['mean_corr']:+.3f} | "
+                + " | ".join(f"{r['etas'][f'{e:g}']['relative_error']:.2e}" for e in cfg.prop1_etas)
+                + " |"
+            )
+    lines += [
+        "",
+        f"## Gradient diagnostics at the starting policy ({cfg.grad_batches} batches of {cfg.grad_prompts} prompts)",
+        "",
+        "| method | SNR of batch gradient | mean cos(batch grad, grad of mean reward) | cos(mean grad, grad of "
+        "mean reward) | share hard / medium / easy |",
+        "|---|---|---|---|---|",
+    ]
     for m in methods:
         g = grads[m]
         share = g["gradient_share_by_bucket"]
-        lines.append(f"| {METHOD_LABELS[m]} | {g['snr']:.3f} | {g['cosine_with_mean_reward_gradient']:.3f} | "
-                     f"{g['cosine_of_mean_gradient']:.3f} | {share['hard']:.2f} / {share['medium']:.2f} / "
-                     f"{share['easy']:.2f} |")
+        lines.append(
+            f"| {METHOD_LABELS[m]} | {g['snr']:.3f} | {g['cosine_with_mean_reward_gradient']:.3f} | "
+            f"{g['cosine_of_mean_gradient']:.3f} | {share['hard']:.2f} / {share['medium']:.2f} / "
+            f"{share['easy']:.2f} |"
+        )
     run_seconds = sum(r.get("seconds", 0.0) for r in summary.get("runs_seconds", []))
-    lines += ["", f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores (shared with other jobs), "
-              "load "
-              f"average at start {machine.get('load_average_at_start')}, torch {machine['torch']}, one torch thread; "
-              f"this invocation took {seconds:.0f} s (cached runs are read, not rerun); the training runs themselves "
-              f"took {run_seconds:.0f} s in total when they ran."]
+    lines += [
+        "",
+        f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores (shared with other jobs), "
+        "load "
+        f"average at start {machine.get('load_average_at_start')}, torch {machine['torch']}, one torch thread; "
+        f"this invocation took {seconds:.0f} s (cached runs are read, not rerun); the training runs themselves "
+        f"took {run_seconds:.0f} s in total when they ran.",
+    ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="Trivial size for the test suite; numbers mean nothing.")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="Output folder (default benchmarks/results/tabular, or tabular-smoke with --smoke).")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="Output folder (default benchmarks/results/tabular, or tabular-smoke with --smoke).",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     cfg = TabularConfig().scaled_down() if args.smoke else TabularConfig()
@@ -642,19 +729,39 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     prop1 = proposition1(cfg, methods)
     grads = gradient_diagnostics(cfg, methods)
     seconds = time.perf_counter() - start
-    figures = [plot_regime_map(cfg, summary, methods, out), plot_pass_at_k(cfg, summary, methods, out),
-               plot_proposition1(cfg, prop1, methods, out), plot_entropy_vs_pass1(cfg, runs, methods, out)]
+    figures = [
+        plot_regime_map(cfg, summary, methods, out),
+        plot_pass_at_k(cfg, summary, methods, out),
+        plot_proposition1(cfg, prop1, methods, out),
+        plot_entropy_vs_pass1(cfg, runs, methods, out),
+    ]
     matched = matched_at_pass1(cfg, runs, methods)
     text = markdown(cfg, summary, prop1, grads, methods, machine, seconds, matched)
-    prop1_small = {s: {m: {"mean_cov": r["mean_cov"], "mean_corr": r["mean_corr"],
-                           "etas": {e: {k: v for k, v in d.items()
-                                                                  if k in ("max_abs_error", "relative_error")}
-                                                              for e, d in r["etas"].items()}}
-                       for m, r in pm.items()} for s, pm in prop1.items()}
-    payload = {"config": asdict(cfg), "machine": machine, "wall_seconds": seconds, "methods": methods,
-               **summary, "matched_at_pass1": matched, "proposition1": prop1_small,
-               "gradient_diagnostics": grads,
-               "figures": [f.name for f in figures]}
+    prop1_small = {
+        s: {
+            m: {
+                "mean_cov": r["mean_cov"],
+                "mean_corr": r["mean_corr"],
+                "etas": {
+                    e: {k: v for k, v in d.items() if k in ("max_abs_error", "relative_error")}
+                    for e, d in r["etas"].items()
+                },
+            }
+            for m, r in pm.items()
+        }
+        for s, pm in prop1.items()
+    }
+    payload = {
+        "config": asdict(cfg),
+        "machine": machine,
+        "wall_seconds": seconds,
+        "methods": methods,
+        **summary,
+        "matched_at_pass1": matched,
+        "proposition1": prop1_small,
+        "gradient_diagnostics": grads,
+        "figures": [f.name for f in figures],
+    }
     write_results("tabular_study", payload, text, out)
     print(text)
     return payload

@@ -5,51 +5,68 @@ The public names below are imported on first use, so that entry points (``riskpo
 state (warning filters, loggers).
 """
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+from .lazy import lazy_names
 
 __version__ = "0.1.0"
 
-_RISK_NAMES = (
-    "ADVANTAGE_BASELINES",
-    "ADVANTAGE_SCALINGS",
-    "BUNDLINGS",
-    "CREDIT_ASSIGNMENTS",
-    "QUANTILE_SOURCES",
-    "RISK_PROFILES",
-    "QuantileTracker",
-    "RiskEstimator",
-    "RiskPOBatch",
-    "authors_code_mvar_advantage",
-    "authors_code_risk_seeking_advantage",
-    "empirical_quantiles",
-    "group_quantiles",
-    "leave_one_out_baseline",
-    "mvar_advantage",
-    "mvar_objective",
-    "permutation_bundles",
-    "positional_bundles",
-    "register_risk_profile",
-    "risk_seeking_advantage",
-    "riskpo_advantages",
-    "rvar_advantage",
-    "rvar_window",
-)
-_TRAINER_NAMES = ("RiskPOConfig", "RiskPOTrainer", "ScoredBatch")
+# Public names by home module; each loads on first use. The TYPE_CHECKING block names the same for tools.
+_EXPORTS = {
+    "risk": (
+        "ADVANTAGE_BASELINES",
+        "ADVANTAGE_SCALINGS",
+        "BUNDLINGS",
+        "CREDIT_ASSIGNMENTS",
+        "QUANTILE_SOURCES",
+        "RISK_PROFILES",
+        "QuantileTracker",
+        "RiskEstimator",
+        "RiskPOBatch",
+        "authors_code_mvar_advantage",
+        "authors_code_risk_seeking_advantage",
+        "empirical_quantiles",
+        "group_quantiles",
+        "leave_one_out_baseline",
+        "mvar_advantage",
+        "mvar_objective",
+        "permutation_bundles",
+        "positional_bundles",
+        "register_risk_profile",
+        "risk_seeking_advantage",
+        "riskpo_advantages",
+        "rvar_advantage",
+        "rvar_window",
+    ),
+    "trainer": ("RiskPOConfig", "RiskPOTrainer", "ScoredBatch"),
+}
 
-__all__ = sorted([*_RISK_NAMES, *_TRAINER_NAMES])
+if TYPE_CHECKING:
+    from .risk import (
+        ADVANTAGE_BASELINES,
+        ADVANTAGE_SCALINGS,
+        BUNDLINGS,
+        CREDIT_ASSIGNMENTS,
+        QUANTILE_SOURCES,
+        RISK_PROFILES,
+        QuantileTracker,
+        RiskEstimator,
+        RiskPOBatch,
+        authors_code_mvar_advantage,
+        authors_code_risk_seeking_advantage,
+        empirical_quantiles,
+        group_quantiles,
+        leave_one_out_baseline,
+        mvar_advantage,
+        mvar_objective,
+        permutation_bundles,
+        positional_bundles,
+        register_risk_profile,
+        risk_seeking_advantage,
+        riskpo_advantages,
+        rvar_advantage,
+        rvar_window,
+    )
+    from .trainer import RiskPOConfig, RiskPOTrainer, ScoredBatch
 
-
-def __getattr__(name: str) -> Any:
-    if name in _RISK_NAMES:
-        from . import risk
-
-        return getattr(risk, name)
-    if name in _TRAINER_NAMES:
-        from . import trainer
-
-        return getattr(trainer, name)
-    raise AttributeError(f"module 'riskpo_trl' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__, __all__ = lazy_names(__name__, _EXPORTS)

@@ -38,17 +38,22 @@ vLLM server mode on CPU (`riskpo_trl.weight_sync`), checked with TRL 1.16.0 and 
 - TRL 1.16's client: `trl.generation.vllm_generation.VLLMClient` (the module attribute `VLLMGeneration` builds its
   server client from, replaced while a trainer is built: `trl_vllm_generation_module`), `trl.generation.vllm_client.
   VLLMClient` (subclassed: `trl_vllm_client_class`) and its private `_post`, `_start_weight_update`,
-  `_finish_weight_update`, `_updating_weights`, `session`, and `update_named_params(metadata, named_params)` as
-  `VLLMGeneration.sync_weights` calls it. TRL 1.13 and 1.14 run their own server with another protocol; there server
-  mode on a trainer without CUDA is refused at start-up (`trl_serves_weight_transfer_engines`).
+  `_finish_weight_update`, `_updating_weights`, `session`, `generate`, `get_sequence_logprobs`, and
+  `update_named_params(metadata, named_params)` as `VLLMGeneration.sync_weights` calls it; the trainer's
+  `vllm_generation` (its `mode`, `model`, `vllm_client` and `sync_weights`, wrapped by `check_weight_syncs`). TRL
+  1.13 and 1.14 run their own server with another protocol; there server mode on a trainer without CUDA is refused
+  at start-up (`trl_serves_weight_transfer_engines`).
 - vLLM (`VLLM_WEIGHT_TRANSFER`, checked by `check_vllm_weight_transfer` when the server imports the engine):
   `WeightTransferEngine` (its `start_weight_update` / `finish_weight_update` / `receive_weights` life cycle),
   `WeightTransferInitInfo`, `WeightTransferUpdateInfo` and `WeightTransferEngineFactory.register_engine`
   (`vllm.distributed.weight_transfer`), `initialize_layerwise_reload` / `finalize_layerwise_reload`
   (`vllm.model_executor.model_loader.reload`), the worker's `get_model`, the CPU layers' `cpu_linear` attribute and
-  `quant_method.process_weights_after_loading` (the tied LM head's re-pack), and the development endpoints
-  `/init_weight_transfer_engine`, `/start_weight_update`, `/update_weights`, `/finish_weight_update`,
-  `/collective_rpc` and `/server_info`'s ``weight_transfer_config``.
+  `quant_method.process_weights_after_loading` (the tied LM head's re-pack), the layers read back for the check after
+  an update (`LinearBase`, `ParallelLMHead`, `VocabParallelEmbedding`: their `quant_method.apply`, `output_sizes`,
+  `input_size_per_partition`, `embedding_dim`, `org_vocab_size`, and the model's `packed_modules_mapping`), and the
+  development endpoints `/init_weight_transfer_engine`, `/start_weight_update`, `/update_weights`,
+  `/finish_weight_update`, `/reset_prefix_cache`, `/get_world_size`, `/collective_rpc` and `/server_info` (its
+  ``weight_transfer_config``, ``model_config.dtype``, ``parallel_config`` and ``instance_id``).
 
 Not used, as they are missing from some supported releases: `Trainer.end` (transformers >= 5.18; the train script
 calls `accelerator.end_training()`, all it does) and `PreTrainedModel.all_tied_weights_keys` (transformers 5;
@@ -77,7 +82,7 @@ EXCLUDED = {
     "transformers": {
         "5.1.0": "TRL's deepspeed extra excludes it",
         "5.2.0 to 5.5.3": "they divide the loss by gradient_accumulation_steps twice, so with gradient accumulation "
-                          "every gradient silently shrinks by that factor (5.5.4 fixed it)",
+        "every gradient silently shrinks by that factor (5.5.4 fixed it)",
     },
 }
 # pyproject.toml's pins: from the lowest tested release to before the minor release after the newest tested one,
@@ -191,7 +196,6 @@ def trl_vllm_client_class() -> type:
     return VLLMClient
 
 
-
 @contextlib.contextmanager
 def unwrap_for_generation(model: Any, accelerator: Any, gradient_checkpointing_kwargs: dict | None) -> Iterator[Any]:
     """TRL's `unwrap_model_for_generation`, after which gradient checkpointing is back on with the run's kwargs in
@@ -218,8 +222,13 @@ def suppress_image_token(trainer: Any) -> None:
 
     settings = getattr(trainer, "generation_kwargs", None)  # set by GRPOTrainer when it generates without vLLM
     image_token_id = getattr(trainer.model.config, "image_token_id", None)
-    if (getattr(trainer, "use_vllm", False) or not isinstance(trainer.processing_class, ProcessorMixin)
-            or not isinstance(settings, dict) or image_token_id is None or "suppress_tokens" in settings):
+    if (
+        getattr(trainer, "use_vllm", False)
+        or not isinstance(trainer.processing_class, ProcessorMixin)
+        or not isinstance(settings, dict)
+        or image_token_id is None
+        or "suppress_tokens" in settings
+    ):
         return
     settings["suppress_tokens"] = [image_token_id]
     trainer.generation_config = GenerationConfig(**settings, disable_compile=True)
@@ -258,10 +267,15 @@ def clip_image_processor(**kwargs: Any) -> Any:
 
 # What the CPU weight-transfer engine imports from vLLM, by module (checked in vLLM 0.31.0).
 VLLM_WEIGHT_TRANSFER = {
-    "vllm.distributed.weight_transfer.base": ("WeightTransferEngine", "WeightTransferInitInfo",
-                                              "WeightTransferUpdateInfo"),
+    "vllm.distributed.weight_transfer.base": (
+        "WeightTransferEngine",
+        "WeightTransferInitInfo",
+        "WeightTransferUpdateInfo",
+    ),
     "vllm.distributed.weight_transfer.factory": ("WeightTransferEngineFactory",),
     "vllm.model_executor.model_loader.reload": ("initialize_layerwise_reload", "finalize_layerwise_reload"),
+    "vllm.model_executor.layers.linear": ("LinearBase",),
+    "vllm.model_executor.layers.vocab_parallel_embedding": ("ParallelLMHead", "VocabParallelEmbedding"),
 }
 VLLM_WEIGHT_TRANSFER_TESTED = "0.31.0"
 
@@ -280,8 +294,11 @@ def check_vllm_weight_transfer() -> None:
         missing += [f"{module_name}.{name}" for name in names if not hasattr(module, name)]
     if not missing:
         engine = importlib.import_module("vllm.distributed.weight_transfer.base").WeightTransferEngine
-        missing += [f"WeightTransferEngine.{name}" for name in ("start_weight_update", "finish_weight_update")
-                    if not hasattr(engine, name)]
+        missing += [
+            f"WeightTransferEngine.{name}"
+            for name in ("start_weight_update", "finish_weight_update")
+            if not hasattr(engine, name)
+        ]
     if missing:
         raise ImportError(
             f"riskpo-trl's CPU weight-transfer engine needs vLLM's weight-transfer API as in vLLM "

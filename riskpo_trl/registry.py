@@ -8,8 +8,9 @@ reward) lives in a :class:`Registry`. Registering is one decorator on the functi
     @BUNDLINGS.register("positional", help="completion j of every prompt of a group forms bundle j")
     def positional_bundles(...): ...
 
-A name is checked once, by :meth:`Registry.check` (or on lookup with :meth:`Registry.get`), with a "did you mean"
-hint; help texts and documentation lists are generated from the entries' ``help``.
+A name is checked once, by :meth:`Registry.check` (several: :meth:`Registry.check_all`; or on lookup with
+:meth:`Registry.get`): every "unknown name" message of the package is written here, with a "did you mean" hint. Help
+texts and documentation lists are generated from the entries' ``help``.
 """
 
 from __future__ import annotations
@@ -30,11 +31,15 @@ def closest(name: str, choices: Iterable[str], aliases: Mapping[str, str] | None
     return match[0] if match else None
 
 
+def did_you_mean(match: str | None) -> str:
+    """' (did you mean X?)' for a ``match``, '' for None: the wording of every hint."""
+    return f" (did you mean {match}?)" if match else ""
+
+
 def closest_name(name: str, choices: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
     """' (did you mean X?)' for the closest of ``choices`` to a misspelled ``name``, or '' when none is close.
     ``aliases`` maps names other projects use (TRL's ``accuracy_reward``) to ours, and wins over spelling."""
-    match = closest(name, choices, aliases)
-    return f" (did you mean {match}?)" if match else ""
+    return did_you_mean(closest(name, choices, aliases))
 
 
 def closest_names(names: Iterable[str], choices: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
@@ -49,8 +54,9 @@ class Registry(Mapping[str, T], Generic[T]):
     """An ordered, read-only mapping ``name -> entry`` of the choices for the config field ``field``, with a one-line
     ``help`` per name. Entries are added by :meth:`register` (a decorator) or :meth:`add`."""
 
-    def __init__(self, field: str) -> None:
+    def __init__(self, field: str, aliases: Mapping[str, str] | None = None) -> None:
         self.field = field
+        self.aliases = dict(aliases or {})  # other projects' names for entries: hinted, not accepted
         self._entries: dict[str, T] = {}
         self._help: dict[str, str] = {}
 
@@ -65,11 +71,28 @@ class Registry(Mapping[str, T], Generic[T]):
         """Decorator: register the decorated object as ``name``."""
         return lambda entry: self.add(name, entry, help)
 
-    def check(self, name: Any) -> None:
-        """Raise a ``ValueError`` naming the closest registered name and every choice, unless ``name`` is one."""
-        if name not in self._entries:
-            hint = closest_name(name, self._entries) if isinstance(name, str) else ""
-            raise ValueError(f"{self.field}={name!r} is unknown{hint}; choose one of {list(self._entries)}.")
+    def check(self, name: Any, *, where: str = "", otherwise: str = "") -> None:
+        """Raise a ``ValueError`` naming the closest registered name and every choice, unless ``name`` is one.
+        ``where`` prefixes the message (``"pass_at_k: "``); ``otherwise`` follows the choices (``" or ..."``)."""
+        self.check_all([name], where=where, otherwise=otherwise)
+
+    def check_all(
+        self, names: Iterable[Any], *, also: Iterable[str] = (), where: str = "", otherwise: str = ""
+    ) -> None:
+        """:meth:`check` for each of ``names`` in one message; ``also``: more names that count as known (another
+        registry read under the same field)."""
+        choices = [*self._entries, *(name for name in also if name not in self._entries)]
+        unknown = [name for name in names if name not in choices]
+        if not unknown:
+            return
+        if len(unknown) == 1:
+            name = unknown[0]
+            hint = closest_name(name, choices, self.aliases) if isinstance(name, str) else ""
+            problem = f"{self.field}={name!r} is unknown{hint}"
+        else:
+            strings = [name for name in unknown if isinstance(name, str)]
+            problem = f"{self.field} {unknown} are unknown{closest_names(strings, choices, self.aliases)}"
+        raise ValueError(f"{where}{problem}; choose one of {choices}{otherwise}.")
 
     def get(self, name: str) -> T:  # type: ignore[override]
         self.check(name)

@@ -78,7 +78,11 @@ def build_char_tokenizer(alphabet: str = DEFAULT_ALPHABET, vocab_size: int | Non
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     backend.decoder = decoders.ByteLevel()
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>", unk_token="<unk>",
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        bos_token="<bos>",
+        unk_token="<unk>",
         model_input_names=["input_ids", "attention_mask"],  # no token_type_ids: generate() refuses them
     )
     tokenizer.chat_template = CHAT_TEMPLATE
@@ -171,8 +175,9 @@ def warn_if_tiny_random_model(model_or_path: Any, what: str = "model", message: 
         key = name = f"{what} {getattr(getattr(model_or_path, 'config', None), '_name_or_path', '') or '(loaded)'}"
     if key not in _announced and os.environ.get("RANK", "0") == "0":
         _announced.add(key)
-        logger.warning(message or
-            f"{name} is a tiny RANDOM model built by riskpo_trl's build_tiny_model or build_tiny_vlm (config.json: "
+        logger.warning(
+            message
+            or f"{name} is a tiny RANDOM model built by riskpo_trl's build_tiny_model or build_tiny_vlm (config.json: "
             f"{TINY_MODEL_MARK}), "
             "for smoke runs and tests, not a pretrained model; for real training or evaluation give a Hub id or a "
             "pretrained model's directory."

@@ -39,17 +39,31 @@ def diagram(seed: int, size: int = 40) -> Image.Image:
 
 def geometry3k_rows(count: int) -> list[dict]:
     """Rows in hiyouga/geometry3k's schema (images, problem with <image>, answer, id, choices, ground_truth)."""
-    return [{"images": [diagram(i)], "problem": f"<image>Find x if the angle is {i}0 degrees.", "answer": str(i),
-             "id": i, "choices": [str(i), "1", "2", "3"], "ground_truth": "A"} for i in range(count)]
+    return [
+        {
+            "images": [diagram(i)],
+            "problem": f"<image>Find x if the angle is {i}0 degrees.",
+            "answer": str(i),
+            "id": i,
+            "choices": [str(i), "1", "2", "3"],
+            "ground_truth": "A",
+        }
+        for i in range(count)
+    ]
 
 
 def geometry3k_parquet(path: Path, count: int) -> Path:
     """:func:`geometry3k_rows` as a Parquet file (which keeps the image feature), like the Hub's."""
-    features = datasets.Features({
-        "images": datasets.Sequence(datasets.Image()), "problem": datasets.Value("string"),
-        "answer": datasets.Value("string"), "id": datasets.Value("int64"),
-        "choices": datasets.Sequence(datasets.Value("string")), "ground_truth": datasets.Value("string"),
-    })
+    features = datasets.Features(
+        {
+            "images": datasets.Sequence(datasets.Image()),
+            "problem": datasets.Value("string"),
+            "answer": datasets.Value("string"),
+            "id": datasets.Value("int64"),
+            "choices": datasets.Sequence(datasets.Value("string")),
+            "ground_truth": datasets.Value("string"),
+        }
+    )
     Dataset.from_list(geometry3k_rows(count), features=features).to_parquet(str(path))
     return path
 

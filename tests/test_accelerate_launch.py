@@ -17,10 +17,15 @@ ROOT = os.path.dirname(HERE)
 def test_cpu_2proc_config_starts_two_gloo_processes(tmp_path):
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
     command = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--config_file", os.path.join(ROOT, "recipes", "accelerate_configs", "cpu_2proc.yaml"),
-        "--main_process_port", "0",  # a free port: other runs may hold the config's
-        os.path.join(HERE, "scripts", "report_world.py"), str(tmp_path),
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        os.path.join(ROOT, "recipes", "accelerate_configs", "cpu_2proc.yaml"),
+        "--main_process_port",
+        "0",  # a free port: other runs may hold the config's
+        os.path.join(HERE, "scripts", "report_world.py"),
+        str(tmp_path),
     ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]

@@ -50,13 +50,45 @@ class Script:
 
 
 SCRIPTS = [
-    Script("run_qwen2.5_1.5b_MVaR_dapomath.sh", "DeepSeek-R1-Distill-Qwen-1.5B/riskpo_authors/config_dapo_math.yaml",
-           0.2, 0.8, True, False, 1.5, False, "sum-mean", 10, 5),
-    Script("run_qwen2.5_1.5b_MVaR_math.sh", "Qwen2.5-1.5B-Instruct/riskpo_authors/config_math_gsm8k.yaml",
-           0.2, 0.9, True, False, 1.5, True, "std", 5, 5),
-    Script("run_qwen2.5_1.5b_risky_MVaR_math.sh",
-           "Qwen2.5-1.5B-Instruct/riskpo_authors/config_math_gsm8k_risk_seeking.yaml",
-           0.2, 0.8, False, True, 1.5, True, "std", 5, 5),
+    Script(
+        "run_qwen2.5_1.5b_MVaR_dapomath.sh",
+        "DeepSeek-R1-Distill-Qwen-1.5B/riskpo_authors/config_dapo_math.yaml",
+        0.2,
+        0.8,
+        True,
+        False,
+        1.5,
+        False,
+        "sum-mean",
+        10,
+        5,
+    ),
+    Script(
+        "run_qwen2.5_1.5b_MVaR_math.sh",
+        "Qwen2.5-1.5B-Instruct/riskpo_authors/config_math_gsm8k.yaml",
+        0.2,
+        0.9,
+        True,
+        False,
+        1.5,
+        True,
+        "std",
+        5,
+        5,
+    ),
+    Script(
+        "run_qwen2.5_1.5b_risky_MVaR_math.sh",
+        "Qwen2.5-1.5B-Instruct/riskpo_authors/config_math_gsm8k_risk_seeking.yaml",
+        0.2,
+        0.8,
+        False,
+        True,
+        1.5,
+        True,
+        "std",
+        5,
+        5,
+    ),
 ]
 
 
@@ -155,9 +187,17 @@ def test_riskpo_advantages_reproduce_each_script(script, signed):
         bundles = positional_bundles(rewards, G, B)
         q = group_quantiles(bundles[0], G, [script.quantile_down, script.quantile_up])
         ours = riskpo_advantages(
-            rewards, num_generations=G, bundle_size=B, q_alpha=q[:, 0], q_beta=q[:, 1], omega=script.weight,
-            risk_profile=fields["risk_profile"], bundles=bundles, advantage_scaling="authors_code",
-            levels=(script.quantile_down, script.quantile_up), natural_baseline=script.natural_baseline_adv,
+            rewards,
+            num_generations=G,
+            bundle_size=B,
+            q_alpha=q[:, 0],
+            q_beta=q[:, 1],
+            omega=script.weight,
+            risk_profile=fields["risk_profile"],
+            bundles=bundles,
+            advantage_scaling="authors_code",
+            levels=(script.quantile_down, script.quantile_up),
+            natural_baseline=script.natural_baseline_adv,
             credit_assignment=fields["credit_assignment"],
         ).advantages
         expected = torch.tensor(reference_advantages(rewards.tolist(), script))
@@ -168,7 +208,9 @@ def test_riskpo_advantages_reproduce_each_script(script, signed):
 def test_the_estimator_with_the_scripts_fields_reproduces_it(script):
     estimator = RiskEstimator(
         **{k: v for k, v in our_fields(script).items() if not k.startswith("risk_")},
-        alpha=script.quantile_down, beta=script.quantile_up, omega=script.weight,
+        alpha=script.quantile_down,
+        beta=script.quantile_up,
+        omega=script.weight,
         risk_profile=our_fields(script)["risk_profile"],
     )
     for seed in range(5):
@@ -184,9 +226,18 @@ def test_the_other_credit_modes_match_the_rules(mode):
     rewards = random_rewards(script, num_groups=2, signed=False, seed=7)
     bundles = positional_bundles(rewards, 5, 5)
     q = group_quantiles(bundles[0], 5, [0.2, 0.8])
-    ours = riskpo_advantages(rewards, num_generations=5, bundle_size=5, q_alpha=q[:, 0], q_beta=q[:, 1], omega=1.5,
-                             bundles=bundles, advantage_scaling="authors_code", levels=(0.2, 0.8),
-                             credit_assignment=mode).advantages
+    ours = riskpo_advantages(
+        rewards,
+        num_generations=5,
+        bundle_size=5,
+        q_alpha=q[:, 0],
+        q_beta=q[:, 1],
+        omega=1.5,
+        bundles=bundles,
+        advantage_scaling="authors_code",
+        levels=(0.2, 0.8),
+        credit_assignment=mode,
+    ).advantages
     assert torch.allclose(ours, torch.tensor(reference_advantages(rewards.tolist(), script)), rtol=RTOL, atol=ATOL)
 
 
@@ -196,8 +247,9 @@ def test_sum_mean_flips_signs_and_the_dapo_setting_gives_positive_advantages():
     script = SCRIPTS[0]
     rewards = random_rewards(script, num_groups=4, signed=True, seed=3)
     dapo = torch.tensor(reference_advantages(rewards.tolist(), script))
-    uniform = torch.tensor(reference_advantages(rewards.tolist(), Script(**{**script.__dict__,
-                                                                            "credit_assign_mode": "uniform"})))
+    uniform = torch.tensor(
+        reference_advantages(rewards.tolist(), Script(**{**script.__dict__, "credit_assign_mode": "uniform"}))
+    )
     assert (dapo > 0).any() and (torch.sign(dapo) * torch.sign(uniform) < 0).any()
 
 
@@ -266,8 +318,11 @@ def test_each_recipe_carries_its_scripts_settings(script):
     text = (ROOT / "recipes" / script.recipe).read_text()
     commented = [line for line in text.splitlines() if line.lstrip("# ").startswith("- math_verify")]
     assert len(commented) == 1 and commented[0].startswith("#")
-    switched = yaml.safe_load(text.replace(commented[0], commented[0].lstrip("#")).replace(
-        f"  - {GRADERS[script.name]}", f"#  - {GRADERS[script.name]}"))
+    switched = yaml.safe_load(
+        text.replace(commented[0], commented[0].lstrip("#")).replace(
+            f"  - {GRADERS[script.name]}", f"#  - {GRADERS[script.name]}"
+        )
+    )
     assert switched["reward_funcs"] == ["math_verify"]
 
 
@@ -279,20 +334,37 @@ def write_rows(path: Path, rows: list[dict]) -> str:
 # Per script: the training set its one CPU step reads (its own schema) and what one of its prompts must end with
 def authors_training_rows(script: Script, tmp_path: Path) -> tuple[list[str], str]:
     if "dapo" in script.name:
-        rows = [{"data_source": "math_dapo", "ability": "MATH", "extra_info": {"index": str(i)},
-                 "prompt": [{"role": "user", "content": f"{DAPO_INSTRUCTION_PREFIX}What is {i} + 1?"
-                                                        f"{DAPO_INSTRUCTION_SUFFIX}"}],
-                 "reward_model": {"style": "rule", "ground_truth": str(i + 1)}} for i in range(20)]
+        rows = [
+            {
+                "data_source": "math_dapo",
+                "ability": "MATH",
+                "extra_info": {"index": str(i)},
+                "prompt": [
+                    {"role": "user", "content": f"{DAPO_INSTRUCTION_PREFIX}What is {i} + 1?{DAPO_INSTRUCTION_SUFFIX}"}
+                ],
+                "reward_model": {"style": "rule", "ground_truth": str(i + 1)},
+            }
+            for i in range(20)
+        ]
         return ["--dataset_name", "dapo_math", "--dataset_files", write_rows(tmp_path / "dapo.jsonl", rows)], (
-            DAPO_INSTRUCTION_SUFFIX)
+            DAPO_INSTRUCTION_SUFFIX
+        )
     instruction = " Let's think step by step and output the final answer within \\boxed{}."
     if "risky" in script.name:  # MATH rows (graded by the boxed string-equivalence grader)
-        rows = [{"problem": f"What is {i} + 1?", "level": "Level 1", "type": "Algebra",
-                 "solution": f"It is $\\boxed{{{i + 1}}}$."} for i in range(10)]
+        rows = [
+            {
+                "problem": f"What is {i} + 1?",
+                "level": "Level 1",
+                "type": "Algebra",
+                "solution": f"It is $\\boxed{{{i + 1}}}$.",
+            }
+            for i in range(10)
+        ]
         return ["--dataset_name", "math", "--dataset_files", write_rows(tmp_path / "math.jsonl", rows)], instruction
     # GSM8K rows (graded by the strict "#### <number>" grader)
     return ["--dataset_name", "gsm8k", "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl")], (
-        instruction)
+        instruction
+    )
 
 
 @pytest.mark.slow
@@ -304,27 +376,61 @@ def test_each_recipe_trains_one_step_on_cpu_with_the_authors_graders(script, tin
         # DAPO's prompts are ~250 tokens for the tiny character-level model: 4 completions per prompt, not 10, and
         # micro-batches of 4 (a divisor of the recipe's 64-sequence groups), keep the step short
         G = 4
-        batch = ["--num_generations", str(G), "--per_device_train_batch_size", "4", "--gradient_accumulation_steps",
-                 str(B), "--steps_per_generation", str(B)]
+        batch = [
+            "--num_generations",
+            str(G),
+            "--per_device_train_batch_size",
+            "4",
+            "--gradient_accumulation_steps",
+            str(B),
+            "--steps_per_generation",
+            str(B),
+        ]
     else:
-        batch = ["--per_device_train_batch_size", str(G), "--gradient_accumulation_steps", "1",
-                 "--steps_per_generation", str(B)]
+        batch = [
+            "--per_device_train_batch_size",
+            str(G),
+            "--gradient_accumulation_steps",
+            "1",
+            "--steps_per_generation",
+            str(B),
+        ]
     overrides = [
-        "--model_name_or_path", tiny_model_dir, "--dtype", "float32", "--attn_implementation", "eager", *data,
-        "--max_completion_length", "8", "--use_vllm", "false", "--use_cpu", "true", "--gradient_checkpointing",
-        "false", *batch, "--max_steps", "1", "--save_strategy", "no", "--log_completions", "false",
-        "--output_dir", str(tmp_path / "run"),
+        "--model_name_or_path",
+        tiny_model_dir,
+        "--dtype",
+        "float32",
+        "--attn_implementation",
+        "eager",
+        *data,
+        "--max_completion_length",
+        "8",
+        "--use_vllm",
+        "false",
+        "--use_cpu",
+        "true",
+        "--gradient_checkpointing",
+        "false",
+        *batch,
+        "--max_steps",
+        "1",
+        "--save_strategy",
+        "no",
+        "--log_completions",
+        "false",
+        "--output_dir",
+        str(tmp_path / "run"),
     ]
     script_args, training_args, model_args = parse_recipe(script, *overrides)
     trainer, checkpoint = train.prepare(script_args, training_args, model_args)
-    batches = []
+    batches, rewards = [], []
     trainer.add_batch_observer(lambda scored: batches.append(scored.risk))
+    trainer.add_batch_observer(lambda scored: rewards.extend(scored.rewards_per_func[:, 0].tolist()))
     train.train_and_save(trainer, script_args, training_args, checkpoint)
     assert trainer.state.global_step == 1
     assert trainer.train_dataset[0]["prompt"][-1]["content"].endswith(prompt_ending)
     grader = GRADERS[script.name]
     assert [f.__name__ for f in trainer.reward_funcs] == [f"{grader}_reward"]
-    rewards = trainer._logs["rewards"][f"{grader}_reward"]
     # the DAPO grader scores +1/-1 (a tiny random model never writes "Answer: <the sum>"), the others 1/0
     assert set(rewards) <= ({-1.0, 1.0} if "dapo" in script.name else {0.0, 1.0}) and len(rewards) > 0
     batch = batches[-1]

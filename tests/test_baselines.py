@@ -12,7 +12,12 @@ import torch
 
 from riskpo_trl import ADVANTAGE_BASELINES, RiskEstimator, RiskPOConfig, leave_one_out_baseline, riskpo_advantages
 from riskpo_trl.risk import (
-    BUNDLINGS, DEFAULT_ADVANTAGE_BASELINE, QUANTILE_SOURCES, RISK_PROFILES, mvar_advantage, positional_bundles,
+    BUNDLINGS,
+    DEFAULT_ADVANTAGE_BASELINE,
+    QUANTILE_SOURCES,
+    RISK_PROFILES,
+    mvar_advantage,
+    positional_bundles,
 )
 
 NAN = float("nan")
@@ -33,8 +38,9 @@ def loo_by_hand(advantages: list[list[float]], scorable: list[list[bool]]) -> li
 def test_leave_one_out_formula_on_a_hand_built_batch():
     advantages = [[-1.0, 0.0, -0.5, -0.25], [-0.3, -0.3, -0.3, -0.3], [0.0, -2.0, -1.0, 0.5]]
     scorable = [[True] * 4, [True] * 4, [True, False, True, True]]
-    got = leave_one_out_baseline(torch.tensor(advantages, dtype=torch.float64).reshape(-1),
-                                 torch.tensor(scorable).reshape(-1), 4).view(3, 4)
+    got = leave_one_out_baseline(
+        torch.tensor(advantages, dtype=torch.float64).reshape(-1), torch.tensor(scorable).reshape(-1), 4
+    ).view(3, 4)
     assert torch.allclose(got, torch.tensor(loo_by_hand(advantages, scorable), dtype=torch.float64), atol=1e-12)
     # Written out for the first prompt: -1 - (0 - 0.5 - 0.25) / 3 = -0.75, 0 - (-1.75 / 3), ...
     assert got[0].tolist() == pytest.approx([-0.75, 7 / 12, -1 / 12, 0.25])
@@ -46,8 +52,10 @@ def test_the_default_is_loo_and_none_is_the_papers_advantage_bit_for_bit(tmp_pat
     rewards = torch.randint(0, 2, (40,), generator=torch.Generator().manual_seed(0)).float()
     rewards[3] = NAN
     common = dict(num_generations=4, bundle_size=2, q_alpha=0.5, q_beta=1.5, omega=0.5)
-    default, loo, paper = (riskpo_advantages(rewards, generator=torch.Generator().manual_seed(1), **common, **named)
-                           for named in ({}, {"advantage_baseline": "loo"}, {"advantage_baseline": "none"}))
+    default, loo, paper = (
+        riskpo_advantages(rewards, generator=torch.Generator().manual_seed(1), **common, **named)
+        for named in ({}, {"advantage_baseline": "loo"}, {"advantage_baseline": "none"})
+    )
     assert torch.equal(default.advantages, loo.advantages)
     assert torch.equal(default.bundle_ids, paper.bundle_ids)
     # "none": each completion gets its bundle's MVaR advantage (the paper's eq.), never positive.
@@ -57,22 +65,41 @@ def test_the_default_is_loo_and_none_is_the_papers_advantage_bit_for_bit(tmp_pat
     assert (paper.advantages <= 0).all() and (loo.advantages > 0).any()
     assert torch.allclose(loo.advantages.double(), leave_one_out_baseline(paper.advantages.double(), scorable, 4))
     settings = dict(num_generations=4, bundle_size=2, alpha=0.2, beta=0.8, omega=0.5)
-    assert RiskEstimator(**settings).advantage_baseline == DEFAULT_ADVANTAGE_BASELINE == "loo"
+    assert RiskEstimator(**settings).choices.advantage_baseline == DEFAULT_ADVANTAGE_BASELINE == "loo"
     assert RiskPOConfig(output_dir=str(tmp_path)).advantage_baseline == "loo"
     assert RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="none").advantage_baseline == "none"
 
 
 def test_unscorable_completions_and_prompts_with_one_scorable_completion():
     G = 4
-    rewards = torch.tensor([1, NAN, 0, 0,          # one unscorable: left out of the mean
-                            NAN, NAN, 1, NAN,      # one scorable: nothing to compare with, 0
-                            NAN, NAN, NAN, NAN,    # none scorable
-                            0, 0, 1, 1], dtype=torch.float32)
+    rewards = torch.tensor(
+        [
+            1,
+            NAN,
+            0,
+            0,  # one unscorable: left out of the mean
+            NAN,
+            NAN,
+            1,
+            NAN,  # one scorable: nothing to compare with, 0
+            NAN,
+            NAN,
+            NAN,
+            NAN,  # none scorable
+            0,
+            0,
+            1,
+            1,
+        ],
+        dtype=torch.float32,
+    )
     bundles = positional_bundles(rewards, G, 2)
-    paper = riskpo_advantages(rewards, num_generations=G, q_alpha=0.5, q_beta=1.5, omega=0.5, bundles=bundles,
-                              advantage_baseline="none")
-    loo = riskpo_advantages(rewards, num_generations=G, q_alpha=0.5, q_beta=1.5, omega=0.5, bundles=bundles,
-                            advantage_baseline="loo")
+    paper = riskpo_advantages(
+        rewards, num_generations=G, q_alpha=0.5, q_beta=1.5, omega=0.5, bundles=bundles, advantage_baseline="none"
+    )
+    loo = riskpo_advantages(
+        rewards, num_generations=G, q_alpha=0.5, q_beta=1.5, omega=0.5, bundles=bundles, advantage_baseline="loo"
+    )
     scorable = ~torch.isnan(rewards)
     expected = loo_by_hand(paper.advantages.double().view(-1, G).tolist(), scorable.view(-1, G).tolist())
     assert torch.allclose(loo.advantages.view(-1, G).double(), torch.tensor(expected, dtype=torch.float64), atol=1e-6)
@@ -93,9 +120,20 @@ def test_loo_composes_with_every_profile_quantile_source_bundling_and_bundle_siz
     """Same batch, same draws: "loo" is exactly the paper's advantages centred per prompt, summing to 0 per prompt,
     two-signed whenever a prompt's paper advantages differ."""
     G, prompts = 5, 10
-    settings = dict(num_generations=G, bundle_size=B, alpha=0.2, beta=0.8, omega=0.5, risk_profile=profile,
-                    quantile_source=source, bundling=bundling)
-    paper, loo = RiskEstimator(**settings, advantage_baseline="none"), RiskEstimator(**settings, advantage_baseline="loo")
+    settings = dict(
+        num_generations=G,
+        bundle_size=B,
+        alpha=0.2,
+        beta=0.8,
+        omega=0.5,
+        risk_profile=profile,
+        quantile_source=source,
+        bundling=bundling,
+    )
+    paper, loo = (
+        RiskEstimator(**settings, advantage_baseline="none"),
+        RiskEstimator(**settings, advantage_baseline="loo"),
+    )
     for step in range(3):
         rewards = torch.randint(0, 2, (prompts * G,), generator=torch.Generator().manual_seed(step)).float()
         rewards[7] = NAN
@@ -113,17 +151,35 @@ def test_loo_composes_with_every_profile_quantile_source_bundling_and_bundle_siz
 
 def test_loo_makes_the_natural_baseline_constant_irrelevant():
     rewards = torch.randint(0, 2, (40,), generator=torch.Generator().manual_seed(8)).float()
-    kept, dropped = (riskpo_advantages(rewards, num_generations=4, bundle_size=2, q_alpha=0.5, q_beta=1.5, omega=0.5,
-                                       generator=torch.Generator().manual_seed(9), natural_baseline=natural,
-                                       advantage_baseline="loo").advantages for natural in (True, False))
+    kept, dropped = (
+        riskpo_advantages(
+            rewards,
+            num_generations=4,
+            bundle_size=2,
+            q_alpha=0.5,
+            q_beta=1.5,
+            omega=0.5,
+            generator=torch.Generator().manual_seed(9),
+            natural_baseline=natural,
+            advantage_baseline="loo",
+        ).advantages
+        for natural in (True, False)
+    )
     assert torch.allclose(kept, dropped, atol=1e-6)
 
 
 def test_loo_with_score_credit_and_evaluation_batches():
     """Per-member credit keeps the baseline free of the completion itself, so the pair is allowed; an evaluation
     batch (partial last group, its own G) is centred per prompt too."""
-    estimator = RiskEstimator(num_generations=4, bundle_size=2, alpha=0.2, beta=0.8, omega=0.5,
-                              credit_assignment="score", advantage_baseline="loo")
+    estimator = RiskEstimator(
+        num_generations=4,
+        bundle_size=2,
+        alpha=0.2,
+        beta=0.8,
+        omega=0.5,
+        credit_assignment="score",
+        advantage_baseline="loo",
+    )
     rewards = torch.randint(0, 2, (5 * 6,), generator=torch.Generator().manual_seed(3)).float()
     batch = estimator.step(rewards, generator=torch.Generator().manual_seed(4), train=False, num_generations=6)
     assert batch.advantages.view(-1, 6).sum(1).abs().max() < 1e-5
@@ -132,11 +188,24 @@ def test_loo_with_score_credit_and_evaluation_batches():
 def test_the_authors_scaling_refuses_a_baseline_at_config_time(tmp_path):
     message = "advantage_baseline='loo' with advantage_scaling='authors_code'"
     with pytest.raises(ValueError, match=message):
-        RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="loo", advantage_scaling="authors_code",
-                     quantile_source="group", credit_assignment="std")
+        RiskPOConfig(
+            output_dir=str(tmp_path),
+            advantage_baseline="loo",
+            advantage_scaling="authors_code",
+            quantile_source="group",
+            credit_assignment="std",
+        )
     with pytest.raises(ValueError, match=message):
-        RiskEstimator(num_generations=4, bundle_size=2, alpha=0.2, beta=0.8, omega=1.5, advantage_baseline="loo",
-                      advantage_scaling="authors_code", quantile_source="group")
+        RiskEstimator(
+            num_generations=4,
+            bundle_size=2,
+            alpha=0.2,
+            beta=0.8,
+            omega=1.5,
+            advantage_baseline="loo",
+            advantage_scaling="authors_code",
+            quantile_source="group",
+        )
     with pytest.raises(ValueError, match="advantage_baseline='mean' is unknown"):
         RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="mean")
     assert list(ADVANTAGE_BASELINES) == ["none", "loo"]
@@ -153,19 +222,21 @@ def test_the_authors_scaling_alone_resolves_the_default_to_none(tmp_path, caplog
     assert record.levelname == "WARNING"
     assert "advantage_baseline not set with advantage_scaling='authors_code': using 'none'" in record.getMessage()
     estimator = RiskEstimator.from_config(config)
-    assert estimator.advantage_baseline == "none"
+    assert estimator.choices.advantage_baseline == "none"
     direct = RiskEstimator(num_generations=4, bundle_size=2, alpha=0.2, beta=0.8, omega=1.5, **authors)
-    assert direct.advantage_baseline == "none"
+    assert direct.choices.advantage_baseline == "none"
     assert RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="none", **authors).advantage_baseline == "none"
 
 
 def test_logged_push_shares_show_the_two_signs(tmp_path):
     rewards = torch.randint(0, 2, (40,), generator=torch.Generator().manual_seed(5)).float()
     common = dict(num_generations=4, bundle_size=2, q_alpha=0.5, q_beta=1.5, omega=0.5)
-    paper = riskpo_advantages(rewards, generator=torch.Generator().manual_seed(6), advantage_baseline="none",
-                              **common).metrics(0.5)
-    loo = riskpo_advantages(rewards, generator=torch.Generator().manual_seed(6), advantage_baseline="loo",
-                            **common).metrics(0.5)
+    paper = riskpo_advantages(
+        rewards, generator=torch.Generator().manual_seed(6), advantage_baseline="none", **common
+    ).metrics(0.5)
+    loo = riskpo_advantages(
+        rewards, generator=torch.Generator().manual_seed(6), advantage_baseline="loo", **common
+    ).metrics(0.5)
     assert paper["risk/frac_positive_advantage"] == 0.0 and paper["risk/frac_negative_advantage"] > 0
     assert loo["risk/frac_positive_advantage"] > 0 and loo["risk/frac_negative_advantage"] > 0
 
@@ -179,16 +250,23 @@ def _mean_gradients(baseline, *, batches: int, seed: int) -> torch.Tensor:
     ``baseline`` post-processes the batch's advantages. Returns the (batches, P * V) per-batch gradients."""
     P, G, B, V = 4, 6, 2, 3
     generator = torch.Generator().manual_seed(seed)
-    logits = torch.tensor([[0.5, 0.0, -0.5], [-1.0, 0.3, 0.2], [0.0, 0.0, 0.0], [1.0, -1.0, 0.0]],
-                          dtype=torch.float64)
+    logits = torch.tensor([[0.5, 0.0, -0.5], [-1.0, 0.3, 0.2], [0.0, 0.0, 0.0], [1.0, -1.0, 0.0]], dtype=torch.float64)
     policy = logits.softmax(-1)
     reward_of = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
     out = torch.empty(batches, P * V, dtype=torch.float64)
     for n in range(batches):
         answers = torch.multinomial(policy, G, replacement=True, generator=generator)  # (P, G)
         rewards = reward_of.gather(1, answers).reshape(-1)
-        batch = riskpo_advantages(rewards, num_generations=G, bundle_size=B, q_alpha=0.5, q_beta=1.5, omega=0.5,
-                                  generator=generator, advantage_baseline="none")
+        batch = riskpo_advantages(
+            rewards,
+            num_generations=G,
+            bundle_size=B,
+            q_alpha=0.5,
+            q_beta=1.5,
+            omega=0.5,
+            generator=generator,
+            advantage_baseline="none",
+        )
         advantages = baseline(batch.advantages.double(), torch.ones_like(rewards, dtype=torch.bool), G).view(P, G)
         score = torch.nn.functional.one_hot(answers, V).double() - policy.unsqueeze(1)  # (P, G, V)
         out[n] = (advantages.unsqueeze(-1) * score).sum(1).reshape(-1) / (P * G)
@@ -222,9 +300,11 @@ def test_loo_keeps_the_mean_gradient_and_the_test_detects_a_biased_baseline():
 
 def test_the_authors_scaling_resolution_reaches_a_users_terminal(tmp_path):
     """Without any logging set up (a user's script), the resolution is printed on stderr."""
-    script = ("from riskpo_trl import RiskPOConfig\n"
-              f"RiskPOConfig(output_dir={str(tmp_path)!r}, use_cpu=True, advantage_scaling='authors_code', "
-              "quantile_source='group', credit_assignment='std')\n")
+    script = (
+        "from riskpo_trl import RiskPOConfig\n"
+        f"RiskPOConfig(output_dir={str(tmp_path)!r}, use_cpu=True, advantage_scaling='authors_code', "
+        "quantile_source='group', credit_assignment='std')\n"
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "advantage_baseline not set with advantage_scaling='authors_code': using 'none'" in done.stderr

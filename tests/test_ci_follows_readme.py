@@ -17,8 +17,9 @@ spec.loader.exec_module(readme_setup)
 
 
 def readme_commands(which: str) -> list[str]:
-    result = subprocess.run([sys.executable, str(ROOT / ".ci" / "readme_setup.py"), which], capture_output=True,
-                            text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / ".ci" / "readme_setup.py"), which], capture_output=True, text=True, check=True
+    )
     return result.stdout.splitlines()
 
 
@@ -42,8 +43,10 @@ def test_the_reader_takes_the_set_up_sections_first_bash_block():
     assert readme_setup.split(commands) == (["pip install a", "pip install b      c"], "python -m pytest -q")
 
 
-@pytest.mark.parametrize("commands", [["pip install a"], ["python -m pytest -q", "pip install a"],
-                                      ["python -m pytest -q", "python -m pytest -q"]])
+@pytest.mark.parametrize(
+    "commands",
+    [["pip install a"], ["python -m pytest -q", "pip install a"], ["python -m pytest -q", "python -m pytest -q"]],
+)
 def test_the_reader_refuses_a_block_that_does_not_end_in_one_test_command(commands):
     with pytest.raises(SystemExit, match="must end with its one `python -m pytest` command"):
         readme_setup.split(commands)
@@ -58,3 +61,10 @@ def test_ci_runs_the_readme_commands_in_a_fresh_venv():
     script = (ROOT / ".ci" / "run").read_text()
     assert "python .ci/readme_setup.py setup" in script and "python .ci/readme_setup.py test" in script
     assert '-m venv "$WORK/venv"' in script and "mktemp -d" in script
+
+
+def test_ci_runs_the_suite_in_the_checkout_the_readme_commands_left():
+    """A newcomer runs the README's block top to bottom in one checkout: the suite must pass with the first run's
+    outputs/ in place, so CI leaves it there (the tests use their own temporary directories)."""
+    script = (ROOT / ".ci" / "run").read_text()
+    assert "mv outputs" not in script and "outputs.yours" not in script

@@ -85,28 +85,44 @@ def test_decode_plain_json_private_tests():
 
 
 def test_release_files_match_the_dataset_script():
-    assert LIVECODEBENCH_RELEASE_FILES["release_v5"] == ["test.jsonl", "test2.jsonl", "test3.jsonl", "test4.jsonl",
-                                                         "test5.jsonl"]
+    assert LIVECODEBENCH_RELEASE_FILES["release_v5"] == [
+        "test.jsonl",
+        "test2.jsonl",
+        "test3.jsonl",
+        "test4.jsonl",
+        "test5.jsonl",
+    ]
 
 
 ARCHER_STDIN_ROW = {  # verl-style row, as in archercoder-1.5b-train.json
     "data_source": "code",
     "prompt": [{"role": "user", "content": "Read n and print n squared. Answer in a ```python block."}],
     "ability": "code",
-    "reward_model": {"style": "rule", "ground_truth": json.dumps({"inputs": ["3\n", "12\n"], "outputs": ["9\n", "144\n"]})},
+    "reward_model": {
+        "style": "rule",
+        "ground_truth": json.dumps({"inputs": ["3\n", "12\n"], "outputs": ["9\n", "144\n"]}),
+    },
     "extra_info": {"index": 0},
 }
 ARCHER_FUNCTIONAL_ROW = {  # top-level ground_truth with LeetCode check code, as in Archer2.0-Code
     "prompt": "Implement Solution.addOne(x) returning x + 1.",
-    "ground_truth": json.dumps({"functional": "def check(candidate):\n    assert candidate(1) == 2\n"
-                                              "    assert candidate(-1) == 0\n\ncheck(Solution().addOne)"}),
+    "ground_truth": json.dumps(
+        {
+            "functional": "def check(candidate):\n    assert candidate(1) == 2\n"
+            "    assert candidate(-1) == 0\n\ncheck(Solution().addOne)"
+        }
+    ),
     "ability": "code",
 }
 ARCHER_LCB_ROW = {
     "data_source": "livecodebench_v5",
     "prompt": [{"role": "user", "content": "Return the maximum of nums."}],
-    "reward_model": {"style": "rule", "ground_truth": json.dumps(
-        [{"input": "[1, 4]", "output": "4", "testtype": "functional", "metadata": {"func_name": "maxOf"}}])},
+    "reward_model": {
+        "style": "rule",
+        "ground_truth": json.dumps(
+            [{"input": "[1, 4]", "output": "4", "testtype": "functional", "metadata": {"func_name": "maxOf"}}]
+        ),
+    },
 }
 
 
@@ -130,5 +146,3 @@ def test_archer_row_without_ground_truth_names_the_field():
         archer_to_riskpo({"prompt": "x"})
     with pytest.raises(ValueError, match="inputs"):
         archer_to_riskpo({"prompt": "x", "ground_truth": json.dumps({"cases": []})})
-
-

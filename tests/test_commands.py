@@ -19,8 +19,21 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 CONSOLE_SCRIPTS = console_scripts(ROOT / "pyproject.toml")
 # Programs of other projects the docs tell you to run; only ours are checked.
-EXTERNAL = {"pip", "apt-get", "dnf", "hf", "trl", "git", "cd", "sysctl", "export", "source", "nvidia-smi", "ls",
-            "mkdir"}
+EXTERNAL = {
+    "pip",
+    "apt-get",
+    "dnf",
+    "hf",
+    "trl",
+    "git",
+    "cd",
+    "sysctl",
+    "export",
+    "source",
+    "nvidia-smi",
+    "ls",
+    "mkdir",
+}
 # Inline `code` in prose counts as a command when it starts like one of ours.
 INLINE_COMMAND = re.compile(
     r"`((?:riskpo-(?:train|eval|plot)|python3? -m |python3? \S+\.py|accelerate launch \S|sbatch |\.\.\. -m |"
@@ -97,8 +110,9 @@ def help_command(kind: str, name: str) -> list[str]:
 
 def tracked_files() -> dict[str, float]:
     listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    return {name: os.stat(ROOT / name).st_mtime for name in listed.decode().split("\0") if name and
-            (ROOT / name).exists()}
+    return {
+        name: os.stat(ROOT / name).st_mtime for name in listed.decode().split("\0") if name and (ROOT / name).exists()
+    }
 
 
 def answer_help(kind: str, name: str, cwd: str) -> subprocess.CompletedProcess:
@@ -107,14 +121,20 @@ def answer_help(kind: str, name: str, cwd: str) -> subprocess.CompletedProcess:
 
 
 def test_commands_are_found_in_code_blocks_and_prose():
-    text = ("```bash\nA=1 riskpo-train --config x.yaml \\\n  --bundle_size 4 && python -m pytest -q  # tests\n"
-            "python - <<'PY'\nimport os\nPY\n```\n"
-            "Run `python -m benchmarks.overhead` or `accelerate launch -m riskpo_trl.scripts.train --config y`; "
-            "the `python block` and `examples/data/x.jsonl` are not commands.")
+    text = (
+        "```bash\nA=1 riskpo-train --config x.yaml \\\n  --bundle_size 4 && python -m pytest -q  # tests\n"
+        "python - <<'PY'\nimport os\nPY\n```\n"
+        "Run `python -m benchmarks.overhead` or `accelerate launch -m riskpo_trl.scripts.train --config y`; "
+        "the `python block` and `examples/data/x.jsonl` are not commands."
+    )
     commands = shell_commands(text)
     assert [command_target(c) for c in commands] == [
-        ("console", "riskpo-train"), ("module", "pytest"), None, ("module", "benchmarks.overhead"),
-        ("module", "riskpo_trl.scripts.train")]
+        ("console", "riskpo-train"),
+        ("module", "pytest"),
+        None,
+        ("module", "benchmarks.overhead"),
+        ("module", "riskpo_trl.scripts.train"),
+    ]
     assert command_target("pip install -e .") is None and command_target("frobnicate --x")[0] == "unknown"
 
 

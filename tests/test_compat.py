@@ -9,10 +9,10 @@ import inspect
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from helpers import contains_digit_reward, make_prompt_dataset
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -51,17 +51,36 @@ def test_pyproject_pins_are_the_tested_range():
         assert lowest in declared[package] and newest in declared[package]
 
 
-@pytest.mark.parametrize("release, supported", [
-    ("1.12.0", False), ("1.13.0", True), ("1.14.2", True), ("1.15.0", False), ("1.16.0", True), ("1.17.0", False),
-])
+@pytest.mark.parametrize(
+    "release, supported",
+    [
+        ("1.12.0", False),
+        ("1.13.0", True),
+        ("1.14.2", True),
+        ("1.15.0", False),
+        ("1.16.0", True),
+        ("1.17.0", False),
+    ],
+)
 def test_trl_pins_keep_out_the_broken_release(release, supported):
     assert (release in SpecifierSet(compat.PINS["trl"])) is supported
 
 
-@pytest.mark.parametrize("release, supported", [
-    ("4.56.1", False), ("4.56.2", True), ("5.0.0", True), ("5.1.0", False), ("5.2.0", False), ("5.4.0", False),
-    ("5.5.3", False), ("5.5.4", True), ("5.23.0", True), ("5.24.0", False),
-])
+@pytest.mark.parametrize(
+    "release, supported",
+    [
+        ("4.56.1", False),
+        ("4.56.2", True),
+        ("5.0.0", True),
+        ("5.1.0", False),
+        ("5.2.0", False),
+        ("5.4.0", False),
+        ("5.5.3", False),
+        ("5.5.4", True),
+        ("5.23.0", True),
+        ("5.24.0", False),
+    ],
+)
 def test_transformers_pins_keep_out_the_double_division_releases(release, supported):
     assert (release in SpecifierSet(compat.PINS["transformers"])) is supported
 
@@ -78,16 +97,21 @@ def test_an_unsupported_trl_gives_one_error_naming_the_range(monkeypatch):
     with pytest.raises(compat.UnsupportedVersionError) as error:
         compat.check_versions()
     message = str(error.value)
-    assert "trl 1.17.0 installed; supported: trl>=1.13.0,<1.17,!=1.15.0 (tested 1.13.0 to 1.16.0; 1.15.0 excluded" \
+    assert (
+        "trl 1.17.0 installed; supported: trl>=1.13.0,<1.17,!=1.15.0 (tested 1.13.0 to 1.16.0; 1.15.0 excluded"
         in message
+    )
     assert "\n  transformers" not in message  # only the package that is out of range
     assert "pip install 'trl>=1.13.0,<1.17,!=1.15.0' 'transformers>=4.56.2,<5.24" in message
 
 
 def test_every_package_out_of_range_is_named_in_the_same_error(monkeypatch):
     seen_versions(monkeypatch, trl=None, transformers="5.4.0")
-    with pytest.raises(compat.UnsupportedVersionError, match=r"(?s)trl not installed.*transformers 5\.4\.0 installed.*"
-                       r"divide the loss by gradient_accumulation_steps twice"):
+    with pytest.raises(
+        compat.UnsupportedVersionError,
+        match=r"(?s)trl not installed.*transformers 5\.4\.0 installed.*"
+        r"divide the loss by gradient_accumulation_steps twice",
+    ):
         compat.check_versions()
 
 
@@ -101,15 +125,19 @@ def test_untested_releases_run_with_a_warning_when_asked(monkeypatch):
 @pytest.mark.parametrize("module", ["riskpo_trl.trainer.riskpo_trainer", "riskpo_trl.trainer.config"])
 def test_importing_the_trainer_with_an_unsupported_trl_stops_with_the_range(module):
     # A fresh interpreter whose package metadata reports TRL 1.12.0.
-    code = ("import importlib.metadata as m; real = m.version; "
-            "m.version = lambda name: '1.12.0' if name == 'trl' else real(name); "
-            f"import {module}")
+    code = (
+        "import importlib.metadata as m; real = m.version; "
+        "m.version = lambda name: '1.12.0' if name == 'trl' else real(name); "
+        f"import {module}"
+    )
     env = {key: value for key, value in os.environ.items() if key != compat.ALLOW_UNTESTED_ENV}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode != 0
-    assert "riskpo_trl.compat.UnsupportedVersionError: riskpo-trl supports the TRL and transformers releases" \
+    assert (
+        "riskpo_trl.compat.UnsupportedVersionError: riskpo-trl supports the TRL and transformers releases"
         in result.stderr
+    )
     assert result.stderr.count("trl 1.12.0 installed; supported: trl>=1.13.0") == 1
 
 
@@ -125,11 +153,21 @@ def test_overridden_private_methods_take_the_parameters_relied_on(owner):
 
 
 def test_a_built_trainer_has_the_private_attributes_relied_on(tiny_model_dir, tmp_path):
-    args = RiskPOConfig(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8,
-                        gradient_accumulation_steps=1, steps_per_generation=1, bundle_size=2, report_to="none",
-                        use_cpu=True, bf16=False, max_steps=1)
-    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=contains_digit_reward, args=args,
-                            train_dataset=make_prompt_dataset())
+    args = RiskPOConfig(
+        output_dir=str(tmp_path),
+        num_generations=4,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        bundle_size=2,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        max_steps=1,
+    )
+    trainer = RiskPOTrainer(
+        tiny_model_dir, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset()
+    )
     missing = [name for name in compat.PRIVATE_ATTRIBUTES if not hasattr(trainer, name)]
     assert missing == []
     assert set(trainer._logs) >= {"advantages", "extra"} and set(trainer._metrics) >= {"train", "eval"}
@@ -199,15 +237,26 @@ def test_the_liger_rule_matches_the_installed_trls_loss():
 
 
 @pytest.mark.parametrize("skips", [True, False])
-def test_liger_with_loss_token_mean_sequences_is_refused_where_the_factors_would_be_dropped(monkeypatch, tmp_path,
-                                                                                            skips):
+def test_liger_with_loss_token_mean_sequences_is_refused_where_the_factors_would_be_dropped(
+    monkeypatch, tmp_path, skips
+):
     monkeypatch.setattr(compat, "liger_skips_compute_loss", lambda: skips)
-    fields = {"output_dir": str(tmp_path), "use_cpu": True, "use_liger_kernel": True, "loss_type": "bnpo",
-              "loss_token_mean_sequences": 16, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
-              "steps_per_generation": 4, "num_generations": 8, "bundle_size": 1}
+    fields = {
+        "output_dir": str(tmp_path),
+        "use_cpu": True,
+        "use_liger_kernel": True,
+        "loss_type": "bnpo",
+        "loss_token_mean_sequences": 16,
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 2,
+        "steps_per_generation": 4,
+        "num_generations": 8,
+        "bundle_size": 1,
+    }
     if skips:
-        with pytest.raises(ValueError, match="use_liger_kernel=True with loss_token_mean_sequences=16.*silently "
-                           "dropped"):
+        with pytest.raises(
+            ValueError, match="use_liger_kernel=True with loss_token_mean_sequences=16.*silently dropped"
+        ):
             RiskPOConfig(**fields)
     else:
         assert RiskPOConfig(**fields).loss_token_mean_sequences == 16

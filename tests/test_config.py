@@ -24,9 +24,20 @@ def test_defaults_are_the_papers_and_form_whole_bundle_groups(tmp_path):
 
 def test_every_risk_field_is_documented_for_the_cli():
     help_text = HfArgumentParser(RiskPOConfig).format_help()
-    for name in ["risk_alpha", "risk_beta", "risk_omega", "bundle_size", "risk_profile", "quantile_source",
-                 "quantile_lr", "quantile_lr_decay", "advantage_scaling", "natural_baseline", "credit_assignment",
-                 "bundling"]:
+    for name in [
+        "risk_alpha",
+        "risk_beta",
+        "risk_omega",
+        "bundle_size",
+        "risk_profile",
+        "quantile_source",
+        "quantile_lr",
+        "quantile_lr_decay",
+        "advantage_scaling",
+        "natural_baseline",
+        "credit_assignment",
+        "bundling",
+    ]:
         assert f"--{name}" in help_text
     assert "Mixing weight omega" in help_text
 
@@ -46,10 +57,14 @@ def test_every_risk_field_is_documented_for_the_cli():
         ({"multi_objective_aggregation": "normalize_then_sum"}, "leave it at 'sum_then_normalize'"),
         ({"advantage_scaling": "std"}, "advantage_scaling='std' is unknown"),
         ({"advantage_scaling": "authors_code", "risk_alpha": 0.0}, "risk_profile='mvar' needs risk_alpha > 0"),
-        ({"advantage_scaling": "authors_code", "risk_profile": "risk_seeking", "risk_beta": 1.0},
-         "risk_profile='risk_seeking' needs risk_beta < 1"),
-        ({"advantage_scaling": "authors_code", "risk_profile": "rvar"},
-         "defined for risk_profile in ['mvar', 'risk_seeking'], not 'rvar'"),
+        (
+            {"advantage_scaling": "authors_code", "risk_profile": "risk_seeking", "risk_beta": 1.0},
+            "risk_profile='risk_seeking' needs risk_beta < 1",
+        ),
+        (
+            {"advantage_scaling": "authors_code", "risk_profile": "rvar"},
+            "defined for risk_profile in ['mvar', 'risk_seeking'], not 'rvar'",
+        ),
         ({"credit_assignment": "sum-mean"}, "credit_assignment='sum-mean' is unknown"),
         ({"bundling": "random"}, "bundling='random' is unknown"),
         ({"risk_profile": "risk_seeking", "natural_baseline": False}, "Leave natural_baseline at True"),
@@ -71,10 +86,18 @@ def test_prompts_not_divisible_by_bundle_size_says_which_sizes_work(tmp_path):
 
 
 def test_valid_non_default_layouts(tmp_path):
-    config = RiskPOConfig(output_dir=str(tmp_path), num_generations=8, bundle_size=4, generation_batch_size=64,
-                          per_device_train_batch_size=8, save_strategy="no")  # no checkpoint inside a batch to warn of
+    config = RiskPOConfig(
+        output_dir=str(tmp_path),
+        num_generations=8,
+        bundle_size=4,
+        generation_batch_size=64,
+        per_device_train_batch_size=8,
+        save_strategy="no",
+    )  # no checkpoint inside a batch to warn of
     assert config.steps_per_generation == 8
-    RiskPOConfig(output_dir=str(tmp_path), bundle_size=1, per_device_train_batch_size=10, gradient_accumulation_steps=1)
+    RiskPOConfig(
+        output_dir=str(tmp_path), bundle_size=1, per_device_train_batch_size=10, gradient_accumulation_steps=1
+    )
 
 
 def test_evaluation_batches_may_end_in_a_partial_group(tmp_path):
@@ -142,12 +165,41 @@ def test_combinations_neither_source_uses_are_refused_with_the_fix(tmp_path, ove
 
 
 def test_the_authors_combinations_are_accepted(tmp_path):
-    for profile, beta, credit, natural in [("mvar", 0.8, "sum_mean", False), ("mvar", 0.9, "std", True),
-                                           ("risk_seeking", 0.8, "std", True), ("mvar", 0.8, "score", True)]:
+    for profile, beta, credit, natural in [
+        ("mvar", 0.8, "sum_mean", False),
+        ("mvar", 0.9, "std", True),
+        ("risk_seeking", 0.8, "std", True),
+        ("mvar", 0.8, "score", True),
+    ]:
         with warnings.catch_warnings():
             warnings.simplefilter("error", UserWarning)
-            RiskPOConfig(output_dir=str(tmp_path), advantage_scaling="authors_code", quantile_source="group",
-                         risk_profile=profile, risk_beta=beta, credit_assignment=credit, natural_baseline=natural,
-                         risk_omega=1.5, bundling="positional")
+            RiskPOConfig(
+                output_dir=str(tmp_path),
+                advantage_scaling="authors_code",
+                quantile_source="group",
+                risk_profile=profile,
+                risk_beta=beta,
+                credit_assignment=credit,
+                natural_baseline=natural,
+                risk_omega=1.5,
+                bundling="positional",
+            )
     with pytest.warns(UserWarning, match="credit_assignment='score'"):
         RiskPOConfig(output_dir=str(tmp_path), credit_assignment="score")
+
+
+def documented_fields(markdown: str) -> set[str]:
+    """The fields named in the first column of the tables of the "## Fields" section."""
+    section = markdown.split("## Fields", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    return {name for cell in rows for name in re.findall(r"`(\w+)`", cell)}
+
+
+def test_configuration_md_names_every_field_riskpoconfig_declares():
+    from pathlib import Path
+
+    markdown = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    declared = set(RiskPOConfig.__dict__["__annotations__"])
+    assert declared - documented_fields(markdown) == set()
+    assert documented_fields(markdown) - declared == set()  # no row for a field that is not the config's
+    assert "regime_guard_patience" not in documented_fields(markdown.replace("| `regime_guard_patience`", "| x"))

@@ -16,8 +16,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_compact_line_shows_the_risk_metrics_and_skips_empty_ones():
-    logs = {"loss": 0.09, "reward": 0.5, "risk/q_alpha": 0.02, "risk/q_beta": 0.08, "risk/upper_rvar": None,
-            "learning_rate": 5e-5, "entropy": 4.6}
+    logs = {
+        "loss": 0.09,
+        "reward": 0.5,
+        "risk/q_alpha": 0.02,
+        "risk/q_beta": 0.08,
+        "risk/upper_rvar": None,
+        "learning_rate": 5e-5,
+        "entropy": 4.6,
+    }
     assert compact_log_line(logs, 2, 6) == (
         "[step 2/6] loss 0.09, reward 0.5 | risk: q_alpha 0.02, q_beta 0.08 | lr 5e-05"
     )
@@ -34,8 +41,13 @@ def test_compact_line_shows_the_risk_metrics_and_skips_empty_ones():
 
 
 def test_float_noise_prints_as_zero_and_numbers_to_four_significant_digits():
-    logs = {"loss": 2.776e-17, "reward": 0.123456, "risk/q_alpha": -3e-13, "risk/q_beta": 1.5e-9,
-            "learning_rate": 1.23456e-4}
+    logs = {
+        "loss": 2.776e-17,
+        "reward": 0.123456,
+        "risk/q_alpha": -3e-13,
+        "risk/q_beta": 1.5e-9,
+        "learning_rate": 1.23456e-4,
+    }
     assert compact_log_line(logs, 3, 6) == (
         "[step 3/6] loss 0, reward 0.1235 | risk: q_alpha 0, q_beta 1.5e-09 | lr 0.0001235"
     )
@@ -61,26 +73,37 @@ def test_the_run_summary_prints_numbers_not_strings():
     use_compact_log(trainer)
     [callback] = trainer.callbacks
     callback.training_bar = type("Bar", (), {"write": staticmethod(written.append)})()
-    summary = {"train_runtime": 12.3456, "train_samples_per_second": 0.648, "train_loss": 2.776e-17,
-               "total_flos": 1234.0, "epoch": 3.0}
+    summary = {
+        "train_runtime": 12.3456,
+        "train_samples_per_second": 0.648,
+        "train_loss": 2.776e-17,
+        "total_flos": 1234.0,
+        "epoch": 3.0,
+    }
     callback.on_log(None, TrainerState(), TrainerControl(), logs=summary)
     assert written == ["train_runtime 12.35, train_samples_per_second 0.648, train_loss 0, epoch 3"]
 
 
 def test_importing_the_library_changes_no_warning_filter():
     """The filters are the script's choice (riskpo-train installs them); importing riskpo_trl installs none."""
-    code = ("import warnings, trl, transformers; from trl import GRPOTrainer; before = list(warnings.filters); "
-            "import riskpo_trl.trainer.riskpo_trainer, riskpo_trl.trainer.config, riskpo_trl.rewards.registry; "
-            "assert warnings.filters == before, [f for f in warnings.filters if f not in before]")
+    code = (
+        "import warnings, trl, transformers; from trl import GRPOTrainer; before = list(warnings.filters); "
+        "import riskpo_trl.trainer.riskpo_trainer, riskpo_trl.trainer.config, riskpo_trl.rewards.registry; "
+        "assert warnings.filters == before, [f for f in warnings.filters if f not in before]"
+    )
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
 
 
 def test_only_the_known_warnings_are_silenced():
+    """What riskpo-train installs for the whole run."""
+    from riskpo_trl.trainer.caller_warnings import ignore_library_default_warnings
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         silence_known_warnings()
+        ignore_library_default_warnings()
         warnings.warn("`gradient_checkpointing_enable` is deprecated and will be removed in v6. Use x.", FutureWarning)
         warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6. Use x.", FutureWarning)
         warnings.warn("`other_argument` is deprecated and will be removed in v6.", FutureWarning)
@@ -103,12 +126,25 @@ def test_only_the_known_warnings_are_silenced():
 def test_tiny_run_console_has_the_risk_line_no_warning_walls_and_an_honest_card(tiny_model_dir, tmp_path):
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
     command = [
-        sys.executable, "-m", "riskpo_trl.scripts.train",
-        "--config", os.path.join(ROOT, "recipes", "tiny", "riskpo", "config_tiny_arithmetic.yaml"),
-        "--dataset_files", os.path.join(ROOT, "examples", "data", "tiny_arithmetic.jsonl"),
-        "--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "tiny-run"),
-        "--max_steps", "2", "--save_strategy", "no", "--max_completion_length", "8",
-        "--steps_per_generation", "2",  # step 2 reuses step 1's generation batch: it logs no reward
+        sys.executable,
+        "-m",
+        "riskpo_trl.scripts.train",
+        "--config",
+        os.path.join(ROOT, "recipes", "tiny", "riskpo", "config_tiny_arithmetic.yaml"),
+        "--dataset_files",
+        os.path.join(ROOT, "examples", "data", "tiny_arithmetic.jsonl"),
+        "--model_name_or_path",
+        tiny_model_dir,
+        "--output_dir",
+        str(tmp_path / "tiny-run"),
+        "--max_steps",
+        "2",
+        "--save_strategy",
+        "no",
+        "--max_completion_length",
+        "8",
+        "--steps_per_generation",
+        "2",  # step 2 reuses step 1's generation batch: it logs no reward
     ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     output = result.stdout + result.stderr
@@ -122,3 +158,55 @@ def test_tiny_run_console_has_the_risk_line_no_warning_walls_and_an_honest_card(
     card = (tmp_path / "tiny-run" / "README.md").read_text()
     assert "# Model Card for tiny-run" in card and "None" not in card
     assert "openai/gsm8k" not in card and "`tiny_arithmetic.jsonl`" in card
+
+
+# --- a user script: the same warnings silenced, only while the trainer builds and trains
+
+LIBRARY_DEFAULT_MESSAGES = ("gradient_checkpointing", "'pin_memory' argument is set as true")
+
+
+def library_default_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if any(text in str(w.message) for text in LIBRARY_DEFAULT_MESSAGES)]
+
+
+def test_a_user_script_hears_no_library_default_warning_and_keeps_its_filters(tiny_model_dir, tmp_path):
+    from helpers import contains_digit_reward, make_prompt_dataset
+
+    from riskpo_trl import RiskPOConfig, RiskPOTrainer
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        filters = list(warnings.filters)
+        args = RiskPOConfig(
+            output_dir=str(tmp_path),
+            max_steps=1,
+            num_generations=4,
+            per_device_train_batch_size=8,
+            gradient_accumulation_steps=1,
+            bundle_size=2,
+            max_completion_length=4,
+            report_to="none",
+            dataloader_pin_memory=True,
+        )
+        trainer = RiskPOTrainer(
+            tiny_model_dir, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset(8)
+        )
+        trainer.train()
+        assert warnings.filters == filters  # scoped: the script's own filters are back
+    assert library_default_warnings(caught) == []
+
+
+def test_a_field_the_user_set_keeps_its_deprecation_warning(tmp_path):
+    from trl import GRPOConfig
+
+    from riskpo_trl import RiskPOConfig
+
+    with warnings.catch_warnings(record=True) as library:
+        warnings.simplefilter("always")
+        GRPOConfig(output_dir=str(tmp_path), use_cpu=True, gradient_checkpointing=True)
+    if not any("`gradient_checkpointing` is deprecated" in message for message in library_default_warnings(library)):
+        pytest.skip("the installed transformers/TRL does not deprecate gradient_checkpointing")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        RiskPOConfig(output_dir=str(tmp_path), use_cpu=True, gradient_checkpointing=True)
+    assert any("`gradient_checkpointing` is deprecated" in message for message in library_default_warnings(caught))

@@ -13,11 +13,11 @@ from riskpo_trl.data import (
     BENCHMARKS,
     DAPO_INSTRUCTION_PREFIX,
     DAPO_INSTRUCTION_SUFFIX,
-    DatasetSpec,
-    DatasetUnavailableError,
     HARD_MATH_BENCHMARKS,
     PROMPT_TEMPLATE,
     TRAIN_DATASETS,
+    DatasetSpec,
+    DatasetUnavailableError,
     adapt_dataset,
     load_benchmark,
     load_train_dataset,
@@ -29,15 +29,21 @@ RAW_ROWS = {
     ("train", "dapo_math"): [
         {
             "data_source": "math_dapo",
-            "prompt": [{"role": "user", "content": DAPO_INSTRUCTION_PREFIX + "What is 2+3?" + DAPO_INSTRUCTION_SUFFIX}],
+            "prompt": [
+                {"role": "user", "content": DAPO_INSTRUCTION_PREFIX + "What is 2+3?" + DAPO_INSTRUCTION_SUFFIX}
+            ],
             "ability": "MATH",
             "reward_model": {"style": "rule-lighteval/MATH_v2", "ground_truth": "5"},
             "extra_info": {"index": "a1"},
         },
     ],
     ("train", "math"): [
-        {"problem": "Compute $1/2 + 0$.", "level": "Level 1", "type": "Algebra",
-         "solution": r"We get $\boxed{\frac{1}{2}}$."},
+        {
+            "problem": "Compute $1/2 + 0$.",
+            "level": "Level 1",
+            "type": "Algebra",
+            "solution": r"We get $\boxed{\frac{1}{2}}$.",
+        },
     ],
     ("train", "gsm8k"): [
         {"question": "Tom has 1,000 apples and buys 200 more. How many?", "answer": "1000+200=1200\n#### 1,200"},
@@ -51,13 +57,26 @@ RAW_ROWS = {
     ],
     ("bench", "amc23"): [{"id": 0, "question": "Find z.", "answer": 27.0}],
     ("bench", "math500"): [
-        {"problem": "Find w.", "solution": r"\boxed{3}", "answer": "3", "subject": "Algebra", "level": 1,
-         "unique_id": "test/algebra/1.json"},
+        {
+            "problem": "Find w.",
+            "solution": r"\boxed{3}",
+            "answer": "3",
+            "subject": "Algebra",
+            "level": 1,
+            "unique_id": "test/algebra/1.json",
+        },
     ],
     ("bench", "minerva"): [{"question": "Find v.", "answer": "0.5"}],
     ("bench", "olympiadbench"): [
-        {"id": 1606, "question": "Find u.", "final_answer": ["$2^{1009}$"], "solution": ["..."],
-         "is_multiple_answer": False, "unit": None, "answer_type": "Numerical"},
+        {
+            "id": 1606,
+            "question": "Find u.",
+            "final_answer": ["$2^{1009}$"],
+            "solution": ["..."],
+            "is_multiple_answer": False,
+            "unit": None,
+            "answer_type": "Numerical",
+        },
     ],
     ("bench", "math"): [
         {"problem": "Find t.", "level": "Level 2", "type": "Algebra", "solution": r"So $\boxed{7}$."},
@@ -65,10 +84,17 @@ RAW_ROWS = {
     ("bench", "gsm8k"): [{"question": "Find s.", "answer": "3*3=9\n#### 9"}],
 }
 EXPECTED_ANSWERS = {
-    ("train", "dapo_math"): "5", ("train", "math"): r"\frac{1}{2}", ("train", "gsm8k"): "1200",
-    ("bench", "aime24"): "204", ("bench", "aime25"): "70", ("bench", "amc"): "142", ("bench", "amc23"): "27",
+    ("train", "dapo_math"): "5",
+    ("train", "math"): r"\frac{1}{2}",
+    ("train", "gsm8k"): "1200",
+    ("bench", "aime24"): "204",
+    ("bench", "aime25"): "70",
+    ("bench", "amc"): "142",
+    ("bench", "amc23"): "27",
     ("bench", "math500"): "3",
-    ("bench", "minerva"): "0.5", ("bench", "olympiadbench"): "2^{1009}", ("bench", "math"): "7",
+    ("bench", "minerva"): "0.5",
+    ("bench", "olympiadbench"): "2^{1009}",
+    ("bench", "math"): "7",
     ("bench", "gsm8k"): "9",
 }
 
@@ -128,15 +154,23 @@ def test_authors_prompt_template_keeps_dapos_own_prompt():
 
 
 def test_prompt_template_reaches_every_part_of_a_mixture(monkeypatch):
-    parts = {"DigitalLearningGmbH/MATH-lighteval": RAW_ROWS[("train", "math")],
-             "openai/gsm8k": RAW_ROWS[("train", "gsm8k")]}
+    parts = {
+        "DigitalLearningGmbH/MATH-lighteval": RAW_ROWS[("train", "math")],
+        "openai/gsm8k": RAW_ROWS[("train", "gsm8k")],
+    }
     monkeypatch.setattr(datasets, "load_dataset", lambda hub_id, *args, **kwargs: Dataset.from_list(parts[hub_id]))
     mixture = load_train_dataset("math_gsm8k", prompt_template="authors")
     assert all(prompt[0]["content"].endswith(" " + AUTHORS_INSTRUCTION) for prompt in mixture["prompt"])
     assert sorted(mixture["data_source"]) == sorted(parts)
     # what the authors' pipeline gives a boxed answer to each part: GSM8K's strict grader wants "#### 1200"
-    graded = dict(zip(mixture["data_source"], verl_by_source_reward(
-        [f"\\boxed{{{answer}}}" for answer in mixture["solution"]], mixture["solution"], mixture["data_source"])))
+    graded = dict(
+        zip(
+            mixture["data_source"],
+            verl_by_source_reward(
+                [f"\\boxed{{{answer}}}" for answer in mixture["solution"]], mixture["solution"], mixture["data_source"]
+            ),
+        )
+    )
     assert graded == {"DigitalLearningGmbH/MATH-lighteval": 1.0, "openai/gsm8k": 0.0}
 
 

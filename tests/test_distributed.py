@@ -18,10 +18,19 @@ ROOT = os.path.dirname(HERE)
 def launch(output_dir, model_dir, *extra: str) -> None:
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
     command = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--config_file", os.path.join(HERE, "scripts", "accelerate_zero3_cpu.yaml"),
-        "--num_processes", "2", "--main_process_port", "29533",
-        os.path.join(HERE, "scripts", "distributed_bundles.py"), str(output_dir), model_dir, *extra,
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        os.path.join(ROOT, "recipes", "accelerate_configs", "zero3_cpu.yaml"),
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        "29533",
+        os.path.join(HERE, "scripts", "distributed_bundles.py"),
+        str(output_dir),
+        model_dir,
+        *extra,
     ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]

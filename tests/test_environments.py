@@ -9,17 +9,17 @@ import random
 
 import pytest
 from datasets import Dataset
+from helpers import contains_digit_reward, make_prompt_dataset
 from trl.chat_template_utils import qwen3_chat_template
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer, compat
 from riskpo_trl.tiny_model import build_tiny_model
 
-from helpers import contains_digit_reward, make_prompt_dataset
-
-
 # TRL refuses tools before transformers 5.0.0 and environment_factory before 5.2.0 (compat.py).
-needs_tools = pytest.mark.skipif(not compat.transformers_at_least(compat.TOOLS_NEED_TRANSFORMERS),
-                                 reason=f"TRL's tools need transformers >= {compat.TOOLS_NEED_TRANSFORMERS}")
+needs_tools = pytest.mark.skipif(
+    not compat.transformers_at_least(compat.TOOLS_NEED_TRANSFORMERS),
+    reason=f"TRL's tools need transformers >= {compat.TOOLS_NEED_TRANSFORMERS}",
+)
 needs_environments = pytest.mark.skipif(
     not compat.transformers_at_least(compat.ENVIRONMENTS_NEED_TRANSFORMERS),
     reason=f"TRL's environment_factory needs transformers >= {compat.ENVIRONMENTS_NEED_TRANSFORMERS}",
@@ -135,10 +135,22 @@ def tool_model_dir(tmp_path_factory) -> str:
 
 
 def config(tmp_path, **overrides) -> RiskPOConfig:
-    settings = dict(output_dir=str(tmp_path), max_steps=2, num_generations=2, per_device_train_batch_size=4,
-                    gradient_accumulation_steps=1, steps_per_generation=1, bundle_size=2, max_completion_length=8,
-                    report_to="none", use_cpu=True, bf16=False, save_strategy="no", gradient_checkpointing=False,
-                    chat_template_kwargs={"enable_thinking": False})
+    settings = dict(
+        output_dir=str(tmp_path),
+        max_steps=2,
+        num_generations=2,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        bundle_size=2,
+        max_completion_length=8,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        gradient_checkpointing=False,
+        chat_template_kwargs={"enable_thinking": False},
+    )
     return RiskPOConfig(**{**settings, **overrides})
 
 
@@ -150,12 +162,22 @@ def test_columns_follow_what_trl_reads(tmp_path):
     with pytest.raises(ValueError, match=r"no 'prompt' column \(its columns: \['environment'\]\)"):
         RiskPOTrainer(missing_model, reward_funcs=contains_digit_reward, args=config(tmp_path), train_dataset=routing)
     with pytest.raises(ValueError, match=r"no 'environment' column .*\(\['coding', 'game'\]\)"):
-        RiskPOTrainer(missing_model, reward_funcs=contains_digit_reward, args=config(tmp_path),
-                      train_dataset=make_prompt_dataset(), environment_factory={"coding": CodingEnv, "game": GameEnv})
+        RiskPOTrainer(
+            missing_model,
+            reward_funcs=contains_digit_reward,
+            args=config(tmp_path),
+            train_dataset=make_prompt_dataset(),
+            environment_factory={"coding": CodingEnv, "game": GameEnv},
+        )
     # Accepted: the next check to fail is the model path's, so the dataset passed.
     with pytest.raises(FileNotFoundError, match="no such directory"):
-        RiskPOTrainer(missing_model, reward_funcs=environment_type_reward, args=config(tmp_path),
-                      train_dataset=routing, environment_factory={"coding": CodingEnv, "game": GameEnv})
+        RiskPOTrainer(
+            missing_model,
+            reward_funcs=environment_type_reward,
+            args=config(tmp_path),
+            train_dataset=routing,
+            environment_factory={"coding": CodingEnv, "game": GameEnv},
+        )
 
 
 def train(model_dir, args, **kwargs) -> RiskPOTrainer:
@@ -177,10 +199,12 @@ def test_environment_that_owns_data_and_reward_trains_without_a_dataset(tool_mod
 @pytest.mark.slow
 @needs_environments
 def test_environment_reads_its_task_from_the_dataset(tool_model_dir, tmp_path):
-    dataset = Dataset.from_dict({
-        "prompt": [[{"role": "user", "content": f"Increment the counter to {i}."}] for i in range(1, 7)],
-        "target": list(range(1, 7)),
-    })
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": f"Increment the counter to {i}."}] for i in range(1, 7)],
+            "target": list(range(1, 7)),
+        }
+    )
     targets = []
 
     class RecordingEnv(DatasetIncrementEnv):
@@ -196,16 +220,29 @@ def test_environment_reads_its_task_from_the_dataset(tool_model_dir, tmp_path):
 @needs_environments
 def test_environments_routed_by_an_environment_only_dataset(tool_model_dir, tmp_path):
     routing = Dataset.from_dict({"environment": ["coding", "game"] * 4})
-    trainer = train(tool_model_dir, config(tmp_path), train_dataset=routing, reward_funcs=environment_type_reward,
-                    environment_factory={"coding": CodingEnv, "game": GameEnv})
-    rewards = [e["rewards/environment_type_reward/mean"] for e in trainer.state.log_history
-               if "rewards/environment_type_reward/mean" in e]
+    trainer = train(
+        tool_model_dir,
+        config(tmp_path),
+        train_dataset=routing,
+        reward_funcs=environment_type_reward,
+        environment_factory={"coding": CodingEnv, "game": GameEnv},
+    )
+    rewards = [
+        e["rewards/environment_type_reward/mean"]
+        for e in trainer.state.log_history
+        if "rewards/environment_type_reward/mean" in e
+    ]
     assert rewards and all(0.0 < r < 1.0 for r in rewards)  # each batch mixes both environments
 
 
 @pytest.mark.slow
 @needs_tools
 def test_sync_and_async_tools(tool_model_dir, tmp_path):
-    trainer = train(tool_model_dir, config(tmp_path), train_dataset=make_prompt_dataset(8),
-                    reward_funcs=contains_digit_reward, tools=[multiply, async_add])
+    trainer = train(
+        tool_model_dir,
+        config(tmp_path),
+        train_dataset=make_prompt_dataset(8),
+        reward_funcs=contains_digit_reward,
+        tools=[multiply, async_add],
+    )
     assert {tool.__name__ for tool in trainer.tools} == {"multiply", "async_add"}

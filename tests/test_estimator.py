@@ -35,8 +35,9 @@ def test_a_training_step_is_bundling_then_tracker_update_then_advantages():
         batch = estimator.step(rewards, generator=seeded(step), train=True)
         bundles = permutation_bundles(rewards, G, B, seeded(step))
         q_alpha, q_beta = tracker.update(bundles[0]).tolist()
-        expected = riskpo_advantages(rewards, num_generations=G, bundle_size=B, q_alpha=q_alpha, q_beta=q_beta,
-                                     omega=0.5, bundles=bundles)
+        expected = riskpo_advantages(
+            rewards, num_generations=G, bundle_size=B, q_alpha=q_alpha, q_beta=q_beta, omega=0.5, bundles=bundles
+        )
         assert torch.equal(batch.bundle_ids, expected.bundle_ids)
         assert torch.equal(batch.advantages, expected.advantages)
         assert (batch.q_alpha, batch.q_beta) == (q_alpha, q_beta)
@@ -86,15 +87,31 @@ def test_quantile_sources():
 
 def test_positional_bundling_and_the_authors_switches_reach_the_advantage():
     rewards = binary_rewards(4, 5)
-    estimator = make(bundling="positional", quantile_source="group", advantage_scaling="authors_code", omega=1.5,
-                     natural_baseline=False, credit_assignment="sum_mean")
+    estimator = make(
+        bundling="positional",
+        quantile_source="group",
+        advantage_scaling="authors_code",
+        omega=1.5,
+        natural_baseline=False,
+        credit_assignment="sum_mean",
+    )
     batch = estimator.step(rewards, generator=None, train=True)
     bundles = positional_bundles(rewards, G, B)
     assert torch.equal(batch.bundle_ids, bundles[1])
     q = group_quantiles(bundles[0], G, [0.2, 0.8])
-    expected = riskpo_advantages(rewards, num_generations=G, bundle_size=B, q_alpha=q[:, 0], q_beta=q[:, 1],
-                                 omega=1.5, bundles=bundles, advantage_scaling="authors_code", levels=(0.2, 0.8),
-                                 natural_baseline=False, credit_assignment="sum_mean")
+    expected = riskpo_advantages(
+        rewards,
+        num_generations=G,
+        bundle_size=B,
+        q_alpha=q[:, 0],
+        q_beta=q[:, 1],
+        omega=1.5,
+        bundles=bundles,
+        advantage_scaling="authors_code",
+        levels=(0.2, 0.8),
+        natural_baseline=False,
+        credit_assignment="sum_mean",
+    )
     assert torch.equal(batch.advantages, expected.advantages)
 
 
@@ -108,25 +125,51 @@ def test_state_round_trip_keeps_the_checkpoint_format():
     restored = make()
     restored.load_state_dict(state)
     rewards = binary_rewards(4, 9)
-    assert torch.equal(restored.step(rewards, generator=seeded(9), train=True).advantages,
-                       estimator.step(rewards, generator=seeded(9), train=True).advantages)
+    assert torch.equal(
+        restored.step(rewards, generator=seeded(9), train=True).advantages,
+        estimator.step(rewards, generator=seeded(9), train=True).advantages,
+    )
 
 
 def test_from_config_reads_riskpo_fields_and_defaults_the_opt_ins(tmp_path):
     estimator = RiskEstimator.from_config(RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="loo"))
-    assert estimator.advantage_baseline == "loo"
-    config = RiskPOConfig(output_dir=str(tmp_path), credit_assignment="std", bundling="positional", risk_omega=1.0,
-                          advantage_scaling="authors_code", quantile_source="group")
+    assert estimator.choices.advantage_baseline == "loo"
+    config = RiskPOConfig(
+        output_dir=str(tmp_path),
+        credit_assignment="std",
+        bundling="positional",
+        risk_omega=1.0,
+        advantage_scaling="authors_code",
+        quantile_source="group",
+    )
     estimator = RiskEstimator.from_config(config)
-    assert (estimator.credit_assignment, estimator.bundling, estimator.omega) == ("std", "positional", 1.0)
+    assert (estimator.choices.credit_assignment, estimator.choices.bundling, estimator.omega) == (
+        "std",
+        "positional",
+        1.0,
+    )
     assert estimator.num_generations == 10 and estimator.bundle_size == 5
     # Duck-typed: an object without the opt-in fields gets RiskPOConfig's defaults (the paper's, and the default
     # baseline).
-    older = SimpleNamespace(num_generations=G, bundle_size=B, risk_alpha=0.1, risk_beta=0.9, risk_omega=0.5,
-                            risk_profile="mvar", quantile_source="tracked", quantile_lr=0.1, quantile_lr_decay=0.0)
+    older = SimpleNamespace(
+        num_generations=G,
+        bundle_size=B,
+        risk_alpha=0.1,
+        risk_beta=0.9,
+        risk_omega=0.5,
+        risk_profile="mvar",
+        quantile_source="tracked",
+        quantile_lr=0.1,
+        quantile_lr_decay=0.0,
+    )
     estimator = RiskEstimator.from_config(older)
-    assert (estimator.advantage_scaling, estimator.natural_baseline, estimator.credit_assignment,
-            estimator.bundling, estimator.advantage_baseline) == ("none", True, "uniform", "permutation", "loo")
+    assert (
+        estimator.choices.advantage_scaling,
+        estimator.choices.natural_baseline,
+        estimator.choices.credit_assignment,
+        estimator.choices.bundling,
+        estimator.choices.advantage_baseline,
+    ) == ("none", True, "uniform", "permutation", "loo")
     assert estimator.tracker.levels.tolist() == [0.1, 0.9]
 
 
@@ -137,8 +180,10 @@ def test_from_config_reads_riskpo_fields_and_defaults_the_opt_ins(tmp_path):
         ({"credit_assignment": "sum-mean"}, "credit_assignment='sum-mean' is unknown"),
         ({"bundling": "random"}, "bundling='random' is unknown"),
         ({"advantage_baseline": "lo"}, "advantage_baseline='lo' is unknown \\(did you mean loo\\?\\)"),
-        ({"advantage_baseline": "loo", "advantage_scaling": "authors_code", "quantile_source": "group"},
-         "advantage_baseline='loo' with advantage_scaling='authors_code'"),
+        (
+            {"advantage_baseline": "loo", "advantage_scaling": "authors_code", "quantile_source": "group"},
+            "advantage_baseline='loo' with advantage_scaling='authors_code'",
+        ),
         ({"risk_profile": "rvar", "advantage_scaling": "authors_code"}, "not 'rvar'"),
     ],
 )
@@ -168,13 +213,15 @@ def test_a_new_quantile_source_is_one_decorated_function(monkeypatch, tmp_path, 
     bundles = permutation_bundles(rewards, 10, 5, seeded(0))
     low, high = bundles[0].min().item(), bundles[0].max().item()
     assert low < high
-    expected = riskpo_advantages(rewards, num_generations=10, bundle_size=5, q_alpha=low, q_beta=high, omega=0.5,
-                                 bundles=bundles)
+    expected = riskpo_advantages(
+        rewards, num_generations=10, bundle_size=5, q_alpha=low, q_beta=high, omega=0.5, bundles=bundles
+    )
     assert torch.equal(batch.advantages, expected.advantages)
     assert "risk/tracked_q_alpha" in estimator.metrics(batch)  # the trackers still run and are logged
 
-    _, training_args, _ = train.parse_args(["--quantile_source", "extremes", "--output_dir", str(tmp_path),
-                                            "--use_cpu", "true"])
+    _, training_args, _ = train.parse_args(
+        ["--quantile_source", "extremes", "--output_dir", str(tmp_path), "--use_cpu", "true"]
+    )
     assert training_args.quantile_source == "extremes"
     with pytest.raises(SystemExit):
         train.parse_args(["--help-all"])

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import contains_digit_reward, make_prompt_dataset
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.evaluation.callback import PassAtKCallback
-from helpers import contains_digit_reward, make_prompt_dataset
 
 
 def digit_scorer(completion: str, gold: str) -> float:
@@ -76,10 +76,17 @@ def test_steps_with_an_evaluation_keep_their_training_metrics(tiny_model_dir, tm
         args=tiny_config(tmp_path, max_steps=4),
         train_dataset=make_prompt_dataset(16),
     )
-    trainer.add_callback(PassAtKCallback(
-        trainer, make_prompt_dataset(2), num_samples=2, eval_steps=2, max_new_tokens=4, scorer=digit_scorer,
-        eval_on_start=False,
-    ))
+    trainer.add_callback(
+        PassAtKCallback(
+            trainer,
+            make_prompt_dataset(2),
+            num_samples=2,
+            eval_steps=2,
+            max_new_tokens=4,
+            scorer=digit_scorer,
+            eval_on_start=False,
+        )
+    )
     trainer.train()
     trainer.save_state()
 

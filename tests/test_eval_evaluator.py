@@ -12,11 +12,11 @@ import pytest
 from helpers import TINY_ARCHER_SOLUTIONS, fenced, geometry3k_parquet
 from PIL import Image
 
-from riskpo_trl.scripts.eval import main as eval_main
 from riskpo_trl.data import load_benchmark
 from riskpo_trl.evaluation import EvalConfig, evaluate, load_rows_file
 from riskpo_trl.evaluation.generation import Sample, is_vllm_available, load_backend
 from riskpo_trl.multimodal import build_tiny_vlm
+from riskpo_trl.scripts.eval import main as eval_main
 
 TOY_ROWS = str(Path(__file__).parent / "data" / "toy_math.jsonl")
 TINY_ARCHER_CODE = str(Path(__file__).parents[1] / "examples" / "data" / "tiny_archer_code.jsonl")
@@ -85,12 +85,24 @@ def test_scores_and_metrics_with_math_verify(tmp_path):
 
 
 def test_the_table_says_how_its_completions_were_sampled(tmp_path):
-    config = EvalConfig(model="scripted", dataset_files=[TOY_ROWS], num_samples=4, ks=[1, 4], temperature=0.6,
-                        top_p=0.95, max_new_tokens=512, max_problems=2, seed=7, output_dir=str(tmp_path))
+    config = EvalConfig(
+        model="scripted",
+        dataset_files=[TOY_ROWS],
+        num_samples=4,
+        ks=[1, 4],
+        temperature=0.6,
+        top_p=0.95,
+        max_new_tokens=512,
+        max_problems=2,
+        seed=7,
+        output_dir=str(tmp_path),
+    )
     evaluate(config, backend=ScriptedBackend(ANSWERS), progress=False)
     table = (tmp_path / "results.md").read_text()
-    assert ("Sampling: 4 completions per problem, temperature 0.6, top-p 0.95, at most 512 new tokens, seed 7; the "
-            "first 2 problems of each benchmark.") in table.splitlines()
+    assert (
+        "Sampling: 4 completions per problem, temperature 0.6, top-p 0.95, at most 512 new tokens, seed 7; the "
+        "first 2 problems of each benchmark."
+    ) in table.splitlines()
 
 
 def test_partial_results_survive_a_crash_and_resume_finishes(tmp_path):
@@ -172,7 +184,7 @@ def test_bad_input_gives_clear_errors(tmp_path, tiny_model_dir):
 
 def test_unknown_benchmark_fails_before_loading_a_model(tmp_path):
     config = EvalConfig(model=str(tmp_path / "never-loaded"), benchmarks=["aime2099"], output_dir=str(tmp_path))
-    with pytest.raises(ValueError, match=r"Unknown benchmark\(s\) \['aime2099'\]"):
+    with pytest.raises(ValueError, match=r"benchmark='aime2099' is unknown"):
         evaluate(config, progress=False)
 
 
@@ -203,8 +215,13 @@ def test_code_benchmark_is_graded_by_running_the_programs_in_the_sandbox(tmp_pat
     answers = {
         prompt: [fenced(solution), fenced("print(0)")] for prompt, solution in zip(prompts, TINY_ARCHER_SOLUTIONS)
     }
-    config = EvalConfig(model="scripted", benchmarks=[f"livecodebench_v5={TINY_ARCHER_CODE}"], num_samples=2,
-                        output_dir=str(tmp_path), code_sandbox='{"max_workers": 2}')
+    config = EvalConfig(
+        model="scripted",
+        benchmarks=[f"livecodebench_v5={TINY_ARCHER_CODE}"],
+        num_samples=2,
+        output_dir=str(tmp_path),
+        code_sandbox='{"max_workers": 2}',
+    )
     results = evaluate(config, backend=ScriptedBackend(answers), progress=False)
     records = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert [record["scores"] for record in records] == [[1.0, 0.0]] * len(TINY_ARCHER_SOLUTIONS)
@@ -216,8 +233,9 @@ def test_code_benchmark_is_graded_by_running_the_programs_in_the_sandbox(tmp_pat
 def test_geometry_benchmark_shows_the_diagrams_and_grades_the_solution(tmp_path):
     data = geometry3k_parquet(tmp_path / "geometry3k.parquet", 4)
     answers = {f"angle is {i}0 degrees": [f"x = \\boxed{{{i}}}", "\\boxed{99}"] for i in range(4)}
-    config = EvalConfig(model="scripted", benchmarks=[f"geometry3k_test={data}"], num_samples=2,
-                        output_dir=str(tmp_path / "out"))
+    config = EvalConfig(
+        model="scripted", benchmarks=[f"geometry3k_test={data}"], num_samples=2, output_dir=str(tmp_path / "out")
+    )
     backend = ScriptedBackend(answers)
     results = evaluate(config, backend=backend, progress=False)
     assert len(backend.images_seen) == 4 and all(
@@ -230,9 +248,16 @@ def test_geometry_benchmark_shows_the_diagrams_and_grades_the_solution(tmp_path)
 
 
 def test_code_benchmark_with_the_tiny_model(tiny_model_dir, tmp_path):
-    config = EvalConfig(model=tiny_model_dir, benchmarks=[f"livecodebench_v5={TINY_ARCHER_CODE}"], num_samples=2,
-                        max_new_tokens=8, max_problems=3, backend="transformers", output_dir=str(tmp_path),
-                        code_sandbox='{"max_workers": 2}')
+    config = EvalConfig(
+        model=tiny_model_dir,
+        benchmarks=[f"livecodebench_v5={TINY_ARCHER_CODE}"],
+        num_samples=2,
+        max_new_tokens=8,
+        max_problems=3,
+        backend="transformers",
+        output_dir=str(tmp_path),
+        code_sandbox='{"max_workers": 2}',
+    )
     summary = evaluate(config, progress=False)["benchmarks"]["livecodebench_v5=tiny_archer_code.jsonl"]
     # A random model writes no program: every sample is graded, and fails.
     assert summary["complete"] and summary["num_scored"] == 3 and summary["num_unscorable_gold"] == 0
@@ -243,8 +268,15 @@ def test_geometry_benchmark_with_the_tiny_vision_language_model(tmp_path):
     model_dir = tmp_path / "tiny-vlm"
     build_tiny_vlm(model_dir)
     data = geometry3k_parquet(tmp_path / "geometry3k.parquet", 3)
-    config = EvalConfig(model=str(model_dir), benchmarks=[f"geometry3k_test={data}"], num_samples=2,
-                        max_new_tokens=6, backend="transformers", batch_size=2, output_dir=str(tmp_path / "out"))
+    config = EvalConfig(
+        model=str(model_dir),
+        benchmarks=[f"geometry3k_test={data}"],
+        num_samples=2,
+        max_new_tokens=6,
+        backend="transformers",
+        batch_size=2,
+        output_dir=str(tmp_path / "out"),
+    )
     results = evaluate(config, progress=False)
     summary = results["benchmarks"]["geometry3k_test=geometry3k.parquet"]
     assert results["backend"] == "TransformersBackend"
@@ -255,14 +287,31 @@ def test_geometry_benchmark_with_the_tiny_vision_language_model(tmp_path):
 def test_offline_hub_benchmark_fails_with_the_local_file_form(tmp_path):
     """With HF_HUB_OFFLINE=1 and nothing cached, riskpo-eval says the data is not available offline (no retries,
     no raw ConnectionError) and shows how to name local files."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
-           "HF_DATASETS_CACHE": str(tmp_path / "hf" / "datasets")}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_DATASETS_CACHE": str(tmp_path / "hf" / "datasets"),
+    }
     model_dir = tmp_path / "never-loaded"  # local: a Hub id not in the cache would be refused first, offline
     model_dir.mkdir()
     result = subprocess.run(
-        [sys.executable, "-m", "riskpo_trl.scripts.eval", "--model", str(model_dir),
-         "--benchmarks", "math500", "--output_dir", str(tmp_path / "out")],
-        capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).parents[1],
+        [
+            sys.executable,
+            "-m",
+            "riskpo_trl.scripts.eval",
+            "--model",
+            str(model_dir),
+            "--benchmarks",
+            "math500",
+            "--output_dir",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=Path(__file__).parents[1],
     )
     assert result.returncode != 0
     assert "riskpo-eval: error: 'math500'" in result.stderr and "not available offline" in result.stderr

@@ -8,8 +8,8 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
-from helpers import geometry3k_parquet, real_vllm_missing
 import torch
+from helpers import geometry3k_parquet, real_vllm_missing
 
 from riskpo_trl.evaluation import EvalConfig, evaluate
 from riskpo_trl.evaluation.generation import SamplingSettings, TransformersBackend, _completion_mask
@@ -110,8 +110,14 @@ def test_vllm_gets_each_prompts_images_in_its_multi_modal_form(monkeypatch, tmp_
     fake = FakeVLLM()
     monkeypatch.setitem(sys.modules, "vllm", fake.module)
     data = geometry3k_parquet(tmp_path / "geometry3k.parquet", 3)
-    config = EvalConfig(model="org/vlm", backend="vllm", benchmarks=[f"geometry3k_test={data}"], num_samples=2,
-                        ks=[1], output_dir=str(tmp_path / "out"))
+    config = EvalConfig(
+        model="org/vlm",
+        backend="vllm",
+        benchmarks=[f"geometry3k_test={data}"],
+        num_samples=2,
+        ks=[1],
+        output_dir=str(tmp_path / "out"),
+    )
     results = evaluate(config, progress=False)
     assert len(fake.prompts) == 3 and all(set(request) == {"prompt", "multi_modal_data"} for request in fake.prompts)
     assert all(len(request["multi_modal_data"]["image"]) == 1 for request in fake.prompts)
@@ -126,8 +132,9 @@ def test_vllm_kwargs_reach_the_engine_and_its_own_options_are_refused(monkeypatc
                         dtype="float32", output_dir=str(tmp_path), vllm_kwargs='{"max_model_len": 4096, '
                         '"tensor_parallel_size": 2}')  # fmt: skip
     evaluate(config, progress=False)
-    assert fake.engine_kwargs == [{"model": "org/model", "seed": 0, "dtype": "float32", "max_model_len": 4096,
-                                   "tensor_parallel_size": 2}]
+    assert fake.engine_kwargs == [
+        {"model": "org/model", "seed": 0, "dtype": "float32", "max_model_len": 4096, "tensor_parallel_size": 2}
+    ]
     for bad, message in [
         ({"seed": 1}, r"vllm_kwargs sets \['seed'\]: give them with their own options"),
         ("[1]", "must be a JSON object"),

@@ -22,21 +22,37 @@ def recipe_with(tmp_path: Path, block: str) -> Path:
 
 
 def command(tmp_path: Path, recipe: Path) -> list[str]:
-    return ["--config", str(recipe), "--model_name_or_path", str(tmp_path / "tiny-model"),
-            "--output_dir", str(tmp_path / "run"), "--dataset_files", str(TINY_DATA), "--max_completion_length", "8",
-            "--max_steps", "4", "--save_strategy", "no"]
+    return [
+        "--config",
+        str(recipe),
+        "--model_name_or_path",
+        str(tmp_path / "tiny-model"),
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--dataset_files",
+        str(TINY_DATA),
+        "--max_completion_length",
+        "8",
+        "--max_steps",
+        "4",
+        "--save_strategy",
+        "no",
+    ]
 
 
 @pytest.mark.slow
 def test_a_recipe_pass_at_k_block_logs_held_out_pass_at_k(tmp_path, capsys):
-    recipe = recipe_with(tmp_path, f"""
+    recipe = recipe_with(
+        tmp_path,
+        f"""
 pass_at_k:
   benchmarks: [gsm8k={TINY_DATA}]
   ks: [1, 2]
   num_samples: 2
   eval_steps: 2
   max_problems: 3
-""")
+""",
+    )
     train.cli(command(tmp_path, recipe))
 
     history = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
@@ -51,18 +67,25 @@ pass_at_k:
     assert "eval/pass@1 " in console  # the evaluation's own console line
 
 
-@pytest.mark.parametrize(("block", "message"), [
-    ("pass_at_k:\n  benchmarks: [math500]\n  num_sampels: 4\n", "unknown setting(s) num_sampels (did you mean "
-                                                                 "num_samples?)"),
-    ("pass_at_k:\n  ks: [1]\n", "name the held-out benchmarks"),
-    ("pass_at_k:\n  benchmarks: [math5000]\n", "benchmark 'math5000' is unknown (did you mean math500?)"),
-    ("pass_at_k:\n  benchmarks: [livecodebench_v5]\n", "'livecodebench_v5' is a code benchmark"),
-    ("pass_at_k:\n  benchmarks: [math500]\n  num_samples: 4\n  ks: [1, 8]\n", "ks=[1, 8] must lie in [1, "
-                                                                             "num_samples=4]"),
-    ("pass_at_k:\n  benchmarks: [math500]\n  ks: 8\n", "ks=8 must be a list of integers"),
-    ("pass_at_k:\n  benchmarks: [math500]\n  eval_steps: 0\n", "eval_steps=0 must be a positive integer"),
-    ("pass_at_k:\n  benchmarks: [math500]\n  top_p: 1.5\n", "top_p=1.5 must be a number in [0.0, 1.0]"),
-])
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        (
+            "pass_at_k:\n  benchmarks: [math500]\n  num_sampels: 4\n",
+            "unknown setting(s) num_sampels (did you mean num_samples?)",
+        ),
+        ("pass_at_k:\n  ks: [1]\n", "name the held-out benchmarks"),
+        ("pass_at_k:\n  benchmarks: [math5000]\n", "benchmark='math5000' is unknown (did you mean math500?)"),
+        ("pass_at_k:\n  benchmarks: [livecodebench_v5]\n", "'livecodebench_v5' is a code benchmark"),
+        (
+            "pass_at_k:\n  benchmarks: [math500]\n  num_samples: 4\n  ks: [1, 8]\n",
+            "ks=[1, 8] must lie in [1, num_samples=4]",
+        ),
+        ("pass_at_k:\n  benchmarks: [math500]\n  ks: 8\n", "ks=8 must be a list of integers"),
+        ("pass_at_k:\n  benchmarks: [math500]\n  eval_steps: 0\n", "eval_steps=0 must be a positive integer"),
+        ("pass_at_k:\n  benchmarks: [math500]\n  top_p: 1.5\n", "top_p=1.5 must be a number in [0.0, 1.0]"),
+    ],
+)
 def test_pass_at_k_block_mistakes_are_one_error_line(tmp_path, capsys, block, message):
     with pytest.raises(SystemExit) as exit:
         train.cli(command(tmp_path, recipe_with(tmp_path, block)))

@@ -61,8 +61,17 @@ def test_help_shows_the_defaults(capsys):
 
 
 def test_a_missing_local_model_is_said_at_once(tmp_path, capsys):
-    line = one_error_line(["--model", str(tmp_path / "no-such-model"), "--dataset_files", TOY_ROWS,
-                           "--output_dir", str(tmp_path / "out")], capsys)
+    line = one_error_line(
+        [
+            "--model",
+            str(tmp_path / "no-such-model"),
+            "--dataset_files",
+            TOY_ROWS,
+            "--output_dir",
+            str(tmp_path / "out"),
+        ],
+        capsys,
+    )
     assert f"model {str(tmp_path / 'no-such-model')!r}: no such directory, and not a Hub id" in line
     assert not (tmp_path / "out").exists()  # said before anything was written
 
@@ -79,9 +88,14 @@ except SystemExit as exit:
 
 def test_a_missing_relative_model_path_fails_before_torch_loads(tmp_path):
     (tmp_path / "outputs").mkdir()  # so `outputs/tiny-qwen2` reads as a local path, as riskpo-train reads it
-    result = subprocess.run([sys.executable, "-c", PROBE, "--model", "outputs/tiny-qwen2", "--benchmarks", "math500"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, "--model", "outputs/tiny-qwen2", "--benchmarks", "math500"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert result.stdout.split() == ["EXIT", "2", "False"], result.stderr
     assert "model 'outputs/tiny-qwen2': no such directory, and not a Hub id (outputs/ exists here" in result.stderr
 
@@ -100,9 +114,24 @@ def adapter_dir(tiny_model_dir, tmp_path_factory) -> str:
 
 
 def test_an_adapter_directory_as_model_is_evaluated_on_its_base_model(adapter_dir, tiny_model_dir, tmp_path):
-    results = eval_script.main(["--model", adapter_dir, "--dataset_files", TOY_ROWS, "--num_samples", "2",
-                                "--max_new_tokens", "4", "--max_problems", "2", "--backend", "transformers",
-                                "--output_dir", str(tmp_path / "out")])
+    results = eval_script.main(
+        [
+            "--model",
+            adapter_dir,
+            "--dataset_files",
+            TOY_ROWS,
+            "--num_samples",
+            "2",
+            "--max_new_tokens",
+            "4",
+            "--max_problems",
+            "2",
+            "--backend",
+            "transformers",
+            "--output_dir",
+            str(tmp_path / "out"),
+        ]
+    )
     assert (results["model"], results["adapter"]) == (tiny_model_dir, adapter_dir)
     assert results["benchmarks"]["toy_math"]["num_scored"] == 2
 
@@ -115,8 +144,9 @@ def test_adapter_directory_mistakes_name_the_fix(adapter_dir, tmp_path, capsys):
     config = json.loads(Path(adapter_dir, "adapter_config.json").read_text())
     config["base_model_name_or_path"] = str(tmp_path / "gone")
     (moved / "adapter_config.json").write_text(json.dumps(config))
-    line = one_error_line(["--model", str(moved), "--dataset_files", TOY_ROWS,
-                           "--output_dir", str(tmp_path / "out")], capsys)
+    line = one_error_line(
+        ["--model", str(moved), "--dataset_files", TOY_ROWS, "--output_dir", str(tmp_path / "out")], capsys
+    )
     assert f"the base model of adapter {str(moved)!r}" in line and "no such directory, and not a Hub id" in line
 
 
@@ -126,15 +156,19 @@ def test_earlier_samples_are_kept_unless_overwrite_or_resume_says_otherwise(tmp_
     samples = tmp_path / "samples.jsonl"
     before = samples.read_text()
 
-    fewer = EvalConfig(model="scripted", dataset_files=[TOY_ROWS], num_samples=2, max_problems=2,
-                       output_dir=str(tmp_path))
+    fewer = EvalConfig(
+        model="scripted", dataset_files=[TOY_ROWS], num_samples=2, max_problems=2, output_dir=str(tmp_path)
+    )
     with pytest.raises(ValueError, match=rf"already holds {TOY_PROBLEMS} scored problem\(s\).*--overwrite true"):
         evaluate(fewer, backend=EchoBackend(), progress=False)
     assert samples.read_text() == before
 
     backend = EchoBackend()
-    evaluate(EvalConfig(model="scripted", dataset_files=[TOY_ROWS], num_samples=2, output_dir=str(tmp_path),
-                        resume=True), backend=backend, progress=False)
+    evaluate(
+        EvalConfig(model="scripted", dataset_files=[TOY_ROWS], num_samples=2, output_dir=str(tmp_path), resume=True),
+        backend=backend,
+        progress=False,
+    )
     assert backend.prompts_seen == [] and samples.read_text() == before  # all scored already
 
     fewer.overwrite = True
@@ -155,13 +189,16 @@ def test_rows_from_a_local_file_are_labelled_with_the_file(tmp_path):
     assert "| amc23=my_amc_rows.jsonl |" in (tmp_path / "o" / "results.md").read_text()
 
 
-@pytest.mark.parametrize(("current", "cores", "load", "processes", "expected"), [
-    (2, 2, 0.0, 1, 2),   # an idle machine: torch's own choice
-    (2, 2, 5.0, 1, 1),   # every core busy: one thread
-    (8, 8, 3.0, 1, 5),   # the idle cores
-    (8, 8, 0.0, 2, 4),   # two processes share the cores
-    (4, 16, 0.0, 1, 4),  # never more than torch's choice
-])
+@pytest.mark.parametrize(
+    ("current", "cores", "load", "processes", "expected"),
+    [
+        (2, 2, 0.0, 1, 2),  # an idle machine: torch's own choice
+        (2, 2, 5.0, 1, 1),  # every core busy: one thread
+        (8, 8, 3.0, 1, 5),  # the idle cores
+        (8, 8, 0.0, 2, 4),  # two processes share the cores
+        (4, 16, 0.0, 1, 4),  # never more than torch's choice
+    ],
+)
 def test_suggested_threads(current, cores, load, processes, expected):
     from riskpo_trl.scripts import cpu_threads
 
@@ -194,8 +231,7 @@ def test_a_cpu_run_without_omp_num_threads_picks_a_count_and_says_so(monkeypatch
     assert torch.get_num_threads() == 2  # the user's choice stands
 
 
-def test_riskpo_eval_uses_the_cpu_thread_default(tiny_model_dir, monkeypatch, tmp_path, caplog,
-                                                 restore_torch_threads):
+def test_riskpo_eval_uses_the_cpu_thread_default(tiny_model_dir, monkeypatch, tmp_path, caplog, restore_torch_threads):
     from riskpo_trl.scripts import cpu_threads  # a module of its own, shared with riskpo-train
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -203,6 +239,14 @@ def test_riskpo_eval_uses_the_cpu_thread_default(tiny_model_dir, monkeypatch, tm
     monkeypatch.setattr(cpu_threads.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
     with caplog.at_level(logging.WARNING, logger="riskpo_trl.scripts.cpu_threads"), pytest.raises(SystemExit):
         # stops at the missing rows file, after the thread count is set and before the model loads
-        eval_script.cli(["--model", tiny_model_dir, "--dataset_files", str(tmp_path / "missing.jsonl"),
-                         "--output_dir", str(tmp_path / "out")])
+        eval_script.cli(
+            [
+                "--model",
+                tiny_model_dir,
+                "--dataset_files",
+                str(tmp_path / "missing.jsonl"),
+                "--output_dir",
+                str(tmp_path / "out"),
+            ]
+        )
     assert "CPU run: 1 torch thread(s)" in caplog.text

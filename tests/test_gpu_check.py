@@ -28,7 +28,8 @@ def test_the_dry_run_runs_every_part_and_writes_dry_run_files(tmp_path):
     # A generous budget: on a loaded machine the default one would rightly skip parts; skipping has its own test.
     report = gpu_check.main(["--dry-run", "--out", str(tmp_path), "--budget-s", "900"])
     assert {name: gpu_check.verdict(part) for name, part in report["parts"].items()} == dict.fromkeys(
-        ("risk_math", "training", "loss", "performance"), "pass")
+        ("risk_math", "training", "loss", "performance"), "pass"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu_check_dry_run.json", "gpu_check_dry_run.md"]
     assert "DRY RUN" in (tmp_path / "gpu_check_dry_run.md").read_text()
     written = json.loads((tmp_path / "gpu_check_dry_run.json").read_text())
@@ -46,7 +47,14 @@ def test_the_dry_run_runs_every_part_and_writes_dry_run_files(tmp_path):
 
 def test_the_risk_math_grid_covers_every_registry_the_estimator_takes():
     choices, grid = gpu_check.estimator_grid()
-    registries = (BUNDLINGS, RISK_PROFILES, ADVANTAGE_SCALINGS, QUANTILE_SOURCES, CREDIT_ASSIGNMENTS, ADVANTAGE_BASELINES)
+    registries = (
+        BUNDLINGS,
+        RISK_PROFILES,
+        ADVANTAGE_SCALINGS,
+        QUANTILE_SOURCES,
+        CREDIT_ASSIGNMENTS,
+        ADVANTAGE_BASELINES,
+    )
     for registry in registries:
         assert choices[registry.field] == list(registry)
     assert choices["natural_baseline"] == [True, False]
@@ -92,8 +100,10 @@ def test_a_part_the_budget_cannot_hold_is_skipped_and_a_failing_part_is_recorded
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     gpu_check.run_part(report, "risk_math", time.time() + 100, broken)
-    assert gpu_check.verdict(report["parts"]["risk_math"]) == "ERROR: RuntimeError: CUDA error: an illegal memory " \
-                                                             "access was encountered"
+    assert (
+        gpu_check.verdict(report["parts"]["risk_math"]) == "ERROR: RuntimeError: CUDA error: an illegal memory "
+        "access was encountered"
+    )
 
 
 def test_versions_are_placed_against_the_tested_releases():
@@ -132,8 +142,10 @@ def test_the_wheels_for_the_gpu_machine_fit_beside_the_working_tree(tmp_path):
     carried = " ".join(summary["carried"])
     for name in ("riskpo_trl-", "trl-1.16.0-", "datasets-5.2.0-", "math_verify-", "latex2sympy2_extended-"):
         assert name in carried
-    assert not any(name.startswith(("torch-", "transformers-", "numpy-", "pyarrow-")) for name in
-                   summary["carried"] + summary["fallbacks"])
+    assert not any(
+        name.startswith(("torch-", "transformers-", "numpy-", "pyarrow-"))
+        for name in summary["carried"] + summary["fallbacks"]
+    )
     assert summary["size_mib"] + summary["tree_mib"] < 64
 
 

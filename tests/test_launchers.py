@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -30,8 +31,21 @@ def flag(command: list[str], name: str) -> str:
 
 
 def test_single_node_splits_gpus_between_server_and_training():
-    result = launch(SINGLE_NODE, "--dry-run", "--config", RECIPE, "--vllm-gpus", "0,1", "--train-gpus", "2,3,4,5,6,7",
-                    "--port", "8123", "--", "--gradient_accumulation_steps", "40")
+    result = launch(
+        SINGLE_NODE,
+        "--dry-run",
+        "--config",
+        RECIPE,
+        "--vllm-gpus",
+        "0,1",
+        "--train-gpus",
+        "2,3,4,5,6,7",
+        "--port",
+        "8123",
+        "--",
+        "--gradient_accumulation_steps",
+        "40",
+    )
     assert result.returncode == 0, result.stderr
     cmd = commands(result.stdout)
     assert cmd["vllm"][:2] == ["env", "CUDA_VISIBLE_DEVICES=0,1"]
@@ -41,6 +55,7 @@ def test_single_node_splits_gpus_between_server_and_training():
     assert flag(cmd["train"], "--num_processes") == "6"
     assert flag(cmd["train"], "-m") == "riskpo_trl.scripts.train"  # the package's entry point, not a file path
     assert flag(cmd["train"], "--config_file") == "recipes/accelerate_configs/zero3.yaml"
+    assert cmd["train"][2:5] == ["accelerate", "launch", "--quiet"]  # a start-up error is the script's line alone
     assert flag(cmd["train"], "--vllm_server_port") == "8123" and flag(cmd["vllm"], "--port") == "8123"
     assert cmd["train"][-2:] == ["--gradient_accumulation_steps", "40"]
 
@@ -54,11 +69,60 @@ def test_single_node_adds_vllm_args_to_the_server_command_split_like_a_shell():
     cmd = commands(result.stdout)
     assert cmd["vllm"][-4:] == ["--max_model_len", "4096", "--weight-transfer-config", '{"backend": "riskpo_gloo"}']
     assert "--max_model_len" not in cmd["train"]
-    result = launch(SINGLE_NODE, "--dry-run", "--config", RECIPE, "--train-gpus", "1", "--vllm-args",
-                    " ".join(SERVER_ARGS))
-    assert commands(result.stdout)["vllm"][-len(SERVER_ARGS):] == list(SERVER_ARGS)
+    result = launch(
+        SINGLE_NODE, "--dry-run", "--config", RECIPE, "--train-gpus", "1", "--vllm-args", " ".join(SERVER_ARGS)
+    )
+    assert commands(result.stdout)["vllm"][-len(SERVER_ARGS) :] == list(SERVER_ARGS)
     plain = commands(launch(SINGLE_NODE, "--dry-run", "--config", RECIPE, "--train-gpus", "1").stdout)
     assert plain["vllm"][-2:] == ["--port", "8000"]  # no empty argument without --vllm-args
+
+
+def served_arguments(tmp_path: Path, vllm_args: str) -> list[str]:
+    """The arguments `trl vllm-serve` receives from the launcher (a stand-in `trl` records them, NUL-separated, and
+    exits, so the launcher stops there)."""
+    record = tmp_path / "argv"
+    stub = tmp_path / "bin" / "trl"
+    stub.parent.mkdir()
+    stub.write_text(f"#!/usr/bin/env bash\nprintf '%s\\0' \"$@\" > {shlex.quote(str(record))}\nexit 1\n")
+    stub.chmod(0o755)
+    env = {**os.environ, "PATH": f"{stub.parent}:{os.environ['PATH']}"}
+    result = subprocess.run(
+        [
+            "bash",
+            str(SINGLE_NODE),
+            "--config",
+            RECIPE,
+            "--train-gpus",
+            "1",
+            "--model",
+            "m",
+            "--port",
+            "8123",
+            "--vllm-args",
+            vllm_args,
+        ],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert "the vLLM server exited before becoming healthy" in result.stderr, result.stderr
+    return record.read_bytes().decode().split("\0")[:-1]
+
+
+def test_single_node_passes_a_multi_line_vllm_arg_as_one_argument(tmp_path):
+    template = "{% for m in messages %}\n--not-an-option {{ m.content }}\n{% endfor %}"
+    served = served_arguments(tmp_path, f"--max_model_len 4096 --chat-template {shlex.quote(template)}")
+    assert served[:2] == ["vllm-serve", "--model"]
+    assert served[-4:] == ["--max_model_len", "4096", "--chat-template", template]
+
+
+@pytest.mark.parametrize("blank", ["", "   ", " \n\t "])
+def test_single_node_passes_nothing_for_an_empty_or_blank_vllm_args(tmp_path, blank):
+    served = served_arguments(tmp_path, blank)
+    assert served[-2:] == ["--port", "8123"] and "" not in served
 
 
 @pytest.mark.parametrize(
@@ -84,8 +148,21 @@ def test_single_node_requires_an_existing_recipe():
 
 
 def test_slurm_uses_last_node_for_vllm_and_the_rest_for_zero3_training():
-    result = launch(SLURM, "--dry-run", "--nodelist", "n1 n2 n3", "--config", RECIPE, "--tp", "2",
-                    "--", "--gradient_accumulation_steps", "15", "--steps_per_generation", "60")
+    result = launch(
+        SLURM,
+        "--dry-run",
+        "--nodelist",
+        "n1 n2 n3",
+        "--config",
+        RECIPE,
+        "--tp",
+        "2",
+        "--",
+        "--gradient_accumulation_steps",
+        "15",
+        "--steps_per_generation",
+        "60",
+    )
     assert result.returncode == 0, result.stderr
     cmd = commands(result.stdout)
     assert (flag(cmd["vllm"], "--tensor_parallel_size"), flag(cmd["vllm"], "--data_parallel_size")) == ("2", "4")

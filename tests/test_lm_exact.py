@@ -40,13 +40,17 @@ def test_exact_probability_on_a_known_distribution():
     prompts, targets = ["12+34=", "5+5=", "99+99="], ["46", "10", "198"]
     got = success_probabilities(model, tokenizer, prompts, targets, temperature=temperature, max_completion_length=7)
     for prompt, target, p in zip(prompts, targets, got):
-        chain = [tokenizer.convert_tokens_to_ids(prompt[-1]), *tokenizer.convert_tokens_to_ids(list(target)),
-                 tokenizer.eos_token_id]
+        chain = [
+            tokenizer.convert_tokens_to_ids(prompt[-1]),
+            *tokenizer.convert_tokens_to_ids(list(target)),
+            tokenizer.eos_token_id,
+        ]
         expected = math.prod(float(probs[a, b]) for a, b in zip(chain, chain[1:]))
         assert p == pytest.approx(expected, rel=1e-9)
     # A completion longer than the limit can never be sampled.
-    assert success_probabilities(model, tokenizer, ["99+99="], ["198"], temperature=temperature,
-                                 max_completion_length=3) == [0.0]
+    assert success_probabilities(
+        model, tokenizer, ["99+99="], ["198"], temperature=temperature, max_completion_length=3
+    ) == [0.0]
 
 
 def test_pass_at_k_is_the_closed_form():
@@ -93,8 +97,9 @@ def test_exact_probability_matches_sampling():
     exact = success_probabilities(model, tokenizer, prompts, targets, temperature=0.8, max_completion_length=7)
     assert all(0.05 < p < 0.95 for p in exact), exact  # a check with power: neither never nor always accepted
     n = 3000
-    counts = sampled_acceptances(model, tokenizer, prompts, targets, num_samples=n, temperature=0.8,
-                                 max_completion_length=7, seed=0)
+    counts = sampled_acceptances(
+        model, tokenizer, prompts, targets, num_samples=n, temperature=0.8, max_completion_length=7, seed=0
+    )
     for p, k, text_k in zip(exact, counts["strict"], counts["text"]):
         assert abs(k / n - p) < 5 * math.sqrt(p * (1 - p) / n), (k / n, p)
         assert text_k >= k  # the text grader accepts every strictly accepted completion, and maybe more
@@ -107,12 +112,27 @@ def test_sft_start_is_bit_identical_when_rebuilt(tmp_path):
 
     cfg = replace(ExactProtocol().scaled_down().lm, sft_max_steps=3)
     init = tmp_path / "init"
-    build_tiny_model(init, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
-                     num_kv_heads=cfg.num_kv_heads, intermediate_size=cfg.intermediate_size,
-                     max_position_embeddings=64, seed=0)
+    build_tiny_model(
+        init,
+        hidden_size=cfg.hidden_size,
+        num_layers=cfg.num_layers,
+        num_heads=cfg.num_heads,
+        num_kv_heads=cfg.num_kv_heads,
+        intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=64,
+        seed=0,
+    )
     records = [
-        train_start(cfg, init, tmp_path / name, seed=0, max_steps=3, check_every=2, stop_rule=lambda probs: False,
-                    rule_text="never")
+        train_start(
+            cfg,
+            init,
+            tmp_path / name,
+            seed=0,
+            max_steps=3,
+            check_every=2,
+            stop_rule=lambda probs: False,
+            rule_text="never",
+        )
         for name in ("first", "second")
     ]
     assert records[0]["steps"] == records[1]["steps"] == 3

@@ -57,8 +57,9 @@ def test_frontier_verdicts_follow_the_margin():
     assert margin_verdict(ahead.low, ahead.high, 0.01) == "better"
     behind = frontier_difference([_arm([0.45, 0.45], noise=0.05, seed=2)], reference, levels, resamples=500)
     assert margin_verdict(behind.low, behind.high, 0.01) == "worse"
-    same = frontier_difference([_arm([0.5, 0.5], noise=0.001, seed=2)], [_arm([0.5, 0.5], noise=0.001, seed=1)],
-                               levels, resamples=500)
+    same = frontier_difference(
+        [_arm([0.5, 0.5], noise=0.001, seed=2)], [_arm([0.5, 0.5], noise=0.001, seed=1)], levels, resamples=500
+    )
     assert margin_verdict(same.low, same.high, 0.01) == "equivalent"
     assert margin_verdict(-0.02, 0.005, 0.01) == "undecided"
     assert margin_verdict(0.005, 0.03, 0.01) == "undecided"
@@ -107,8 +108,9 @@ def test_frontier_protocol_smoke_runs_in_order_resumes_and_reports(tmp_path):
     run = frontier_protocol.read_run(jobs[-1].path(tmp_path))
     assert [c["generation_batch"] for c in run["checkpoints"]] == list(protocol.checkpoints())
     rows = payload["starts"]["low"]["verdicts"]
-    assert {(r["variant"], r["role"]) for r in rows} == {(v, role) for v in protocol.variants
-                                                         for role in ("primary", "secondary")}
+    assert {(r["variant"], r["role"]) for r in rows} == {
+        (v, role) for v in protocol.variants for role in ("primary", "secondary")
+    }
     assert payload["figure"] and (tmp_path / payload["figure"]).exists()
 
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json.gz")}
@@ -120,3 +122,18 @@ def test_frontier_protocol_smoke_runs_in_order_resumes_and_reports(tmp_path):
     partial = frontier_protocol.main([*argv, "--report-only"])
     assert partial["runs_finished"] == partial["runs_named"] - 1 and not partial["complete"]
     assert "interim (0-1 of 1 seeds per arm)" in (tmp_path / "lm_frontier.md").read_text()
+
+
+@pytest.mark.parametrize("start", ["moderate", "low"])
+def test_the_grid_reuses_the_exact_protocols_committed_runs_and_start_evaluations(start):
+    """The committed results are compact (``.json.gz``): the grid must still find the exact protocol's seed-0 runs it
+    reuses, and the report the start evaluations, or the plan would silently grow and the report lose its starts."""
+    from benchmarks._common import RESULTS_DIR, json_exists
+    from benchmarks.lm_study.frontier_protocol import grid_score, reused_grid_path
+
+    protocol, reference = FrontierProtocol(), RESULTS_DIR / "lm_exact"
+    for method in protocol.ruled_methods:
+        lr = protocol.exact.lr(start, method)
+        assert reused_grid_path(protocol, reference, start, method, lr) is not None, (method, lr)
+        assert grid_score(protocol, RESULTS_DIR / "lm_frontier", reference, start, method, lr) is not None
+    assert json_exists(reference / start / "start_eval.json")

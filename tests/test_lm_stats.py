@@ -59,10 +59,9 @@ def test_reproducible_from_its_seed_and_checked_input():
 def test_the_rule_on_the_long_record_reads_the_recorded_numbers():
     """The record rows come from the committed long-protocol runs: a row's estimate is the difference of the
     recorded test Pass@k means, and its verdict follows its interval."""
-    import json
     from dataclasses import replace
 
-    from benchmarks._common import RESULTS_DIR
+    from benchmarks._common import RESULTS_DIR, read_json
     from benchmarks.lm_study.config import ExactProtocol
     from benchmarks.lm_study.long_record_stats import record_rows
 
@@ -72,8 +71,12 @@ def test_the_rule_on_the_long_record_reads_the_recorded_numbers():
 
     def recorded(method: str) -> float:
         lr = protocol.lr("moderate", method)
-        runs = [json.loads((RESULTS_DIR / "lm_long" / "moderate" / "runs" / f"{method}-lr{lr:g}-seed{s}.json")
-                           .read_text())["test"]["all"]["pass@1"] for s in (0, 1, 2)]
+        runs = [
+            read_json(RESULTS_DIR / "lm_long" / "moderate" / "runs" / f"{method}-lr{lr:g}-seed{s}.json")["test"][
+                "all"
+            ]["pass@1"]
+            for s in (0, 1, 2)
+        ]
         return sum(runs) / 3
 
     assert row["two_level"]["estimate"] == pytest.approx(recorded("riskpo") - recorded("grpo"))

@@ -11,26 +11,44 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import contains_digit_reward, make_prompt_dataset
 from peft import LoraConfig
 from safetensors.torch import load_file
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.scripts import train
 
-from helpers import contains_digit_reward, make_prompt_dataset
-
 ROOT = Path(__file__).resolve().parents[1]
 LORA_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic_lora.yaml"
 
 
 def lora_trainer(model_dir: str, output_dir: Path, max_steps: int) -> RiskPOTrainer:
-    args = RiskPOConfig(output_dir=str(output_dir), max_steps=max_steps, save_strategy="steps", save_steps=1,
-                        num_generations=4, per_device_train_batch_size=8, gradient_accumulation_steps=1,
-                        steps_per_generation=1, bundle_size=2, max_completion_length=8, learning_rate=1e-2,
-                        report_to="none", use_cpu=True, bf16=False, gradient_checkpointing=False, seed=11)
+    args = RiskPOConfig(
+        output_dir=str(output_dir),
+        max_steps=max_steps,
+        save_strategy="steps",
+        save_steps=1,
+        num_generations=4,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        bundle_size=2,
+        max_completion_length=8,
+        learning_rate=1e-2,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        seed=11,
+    )
     peft_config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
-    return RiskPOTrainer(model_dir, reward_funcs=contains_digit_reward, args=args, peft_config=peft_config,
-                         train_dataset=make_prompt_dataset())
+    return RiskPOTrainer(
+        model_dir,
+        reward_funcs=contains_digit_reward,
+        args=args,
+        peft_config=peft_config,
+        train_dataset=make_prompt_dataset(),
+    )
 
 
 def lora_weights(trainer: RiskPOTrainer) -> dict[str, torch.Tensor]:
@@ -76,11 +94,24 @@ def test_the_adapter_trains_saves_with_its_card_and_resumes(tiny_model_dir, tmp_
 
 @pytest.mark.slow
 def test_the_tiny_lora_recipe_runs_through_the_script(tmp_path):
-    trainer = train.main(*train.parse_args([
-        "--config", str(LORA_RECIPE), "--model_name_or_path", str(tmp_path / "tiny"),
-        "--output_dir", str(tmp_path / "run"), "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
-        "--max_steps", "1", "--max_completion_length", "8",
-    ]))
+    trainer = train.main(
+        *train.parse_args(
+            [
+                "--config",
+                str(LORA_RECIPE),
+                "--model_name_or_path",
+                str(tmp_path / "tiny"),
+                "--output_dir",
+                str(tmp_path / "run"),
+                "--dataset_files",
+                str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+                "--max_steps",
+                "1",
+                "--max_completion_length",
+                "8",
+            ]
+        )
+    )
     assert type(trainer.model).__name__.startswith("Peft") and trainer.state.global_step == 1
     assert (tmp_path / "run" / "adapter_model.safetensors").is_file()
     assert "trained with RiskPO" in (tmp_path / "run" / "README.md").read_text()
@@ -92,11 +123,26 @@ def test_a_lora_run_from_a_relative_path_gives_an_adapter_and_card_that_load_fro
     adapter on a local base model (PEFT metadata, no Hub base_model), and its quick start runs from another
     directory."""
     monkeypatch.chdir(tmp_path)
-    train.main(*train.parse_args([
-        "--config", str(LORA_RECIPE), "--model_name_or_path", "./tiny", "--output_dir", "run",
-        "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
-        "--max_steps", "1", "--max_completion_length", "8", "--save_strategy", "no",
-    ]))
+    train.main(
+        *train.parse_args(
+            [
+                "--config",
+                str(LORA_RECIPE),
+                "--model_name_or_path",
+                "./tiny",
+                "--output_dir",
+                "run",
+                "--dataset_files",
+                str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+                "--max_steps",
+                "1",
+                "--max_completion_length",
+                "8",
+                "--save_strategy",
+                "no",
+            ]
+        )
+    )
     adapter = json.loads((tmp_path / "run" / "adapter_config.json").read_text())
     assert adapter["base_model_name_or_path"] == str(tmp_path / "tiny")
     card = (tmp_path / "run" / "README.md").read_text()
@@ -110,6 +156,7 @@ def test_a_lora_run_from_a_relative_path_gives_an_adapter_and_card_that_load_fro
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     code = code.replace("max_new_tokens=256", "max_new_tokens=4")  # same call, shorter
-    result = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True, timeout=300,
-                            check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True, timeout=300, check=False
+    )
     assert result.returncode == 0, result.stderr[-2000:]

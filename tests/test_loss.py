@@ -4,26 +4,32 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import contains_digit_reward, make_prompt_dataset
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 
-from helpers import contains_digit_reward, make_prompt_dataset
 
-
-def paper_objective(model, inputs, temperature: float, epsilon: float) -> torch.Tensor:
-    """J = mean_{j,i} min(s A, clip(s, 1-eps, 1+eps) A), s = (pi / pi_old)^(1/|y|), written from the paper."""
+def completion_logps(model, inputs, temperature: float) -> torch.Tensor:
+    """log pi(token) of every completion token, at the sampling temperature."""
     input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
     attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
     logits = model(input_ids=input_ids, attention_mask=attention).logits / temperature
     completion_len = inputs["completion_ids"].shape[1]
     logits = logits[:, -completion_len - 1 : -1]  # position t predicts token t + 1
-    logps = torch.log_softmax(logits.float(), dim=-1).gather(-1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
+
+
+def paper_objective(model, inputs, temperature: float, epsilon: float) -> tuple[torch.Tensor, float]:
+    """J = mean_{j,i} min(s A, clip(s, 1-eps, 1+eps) A), s = (pi / pi_old)^(1/|y|), written from the paper; and the
+    share of sequences on the clipped branch (where the clipped term is the smaller)."""
+    logps = completion_logps(model, inputs, temperature)
     mask = inputs["completion_mask"].float()
     lengths = mask.sum(-1)
     log_seq_ratio = ((logps - inputs["old_per_token_logps"]) * mask).sum(-1)
     s = torch.exp(log_seq_ratio / lengths)
     advantages = inputs["advantages"]
-    return torch.minimum(s * advantages, s.clamp(1 - epsilon, 1 + epsilon) * advantages).mean()
+    unclipped, clipped = s * advantages, s.clamp(1 - epsilon, 1 + epsilon) * advantages
+    return torch.minimum(unclipped, clipped).mean(), (clipped < unclipped).float().mean().item()
 
 
 def loss_against_paper(trainer) -> dict:
@@ -48,19 +54,17 @@ def loss_against_paper(trainer) -> dict:
     }
     inputs = {key: value.to(model.device) for key, value in inputs.items()}
     with torch.no_grad():
-        reference_logps = trainer._get_per_token_logps_and_entropies(
-            model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
-            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1), completion_len,
-        )[0]
+        reference_logps = completion_logps(model, inputs, trainer.args.temperature)
     # pi_old shifted per sequence (plus token noise) so that sequence ratios fall on both sides of [0.8, 1.2]:
     # rows 0 and 3 (A < 0, s < 0.8) and row 4 (A > 0, s > 1.2) take the clipped branch, row 1 (A < 0, s > 1.2) not.
     offsets = torch.tensor([0.5, -0.5, 0.1, 0.4, -0.4, 0.0], device=model.device).unsqueeze(1)
     noise = 0.05 * torch.randn(reference_logps.shape).to(model.device)
     inputs["old_per_token_logps"] = reference_logps + offsets + noise
 
-    trl_loss = trainer._compute_loss(model, inputs)
+    trl_loss = trainer.compute_loss(model, inputs)  # the Trainer's public loss, which TRL's GRPO loss implements
     trl_grads = torch.autograd.grad(trl_loss, [p for p in model.parameters() if p.requires_grad])
-    ours = -paper_objective(model, inputs, trainer.args.temperature, trainer.args.epsilon)
+    objective, clipped = paper_objective(model, inputs, trainer.args.temperature, trainer.args.epsilon)
+    ours = -objective
     our_grads = torch.autograd.grad(ours, [p for p in model.parameters() if p.requires_grad])
     return {
         "trl_loss": trl_loss.item(),
@@ -68,15 +72,17 @@ def loss_against_paper(trainer) -> dict:
         "loss_matches": trl_loss.item() == pytest.approx(ours.item(), rel=1e-5, abs=1e-6),
         "max_grad_difference": max((a - b).abs().max().item() for a, b in zip(trl_grads, our_grads)),
         "grads_match": all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(trl_grads, our_grads)),
-        "clipped": trainer._metrics["train"]["clip_ratio/region_mean"][-1],
+        "clipped": clipped,
     }
 
 
 def test_trl_sequence_level_grpo_loss_is_the_papers_objective(tiny_model_dir, tmp_path):
-    args = RiskPOConfig(output_dir=str(tmp_path), report_to="none", gradient_checkpointing=False,
-                        max_completion_length=8)
-    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=contains_digit_reward, args=args,
-                            train_dataset=make_prompt_dataset())
+    args = RiskPOConfig(
+        output_dir=str(tmp_path), report_to="none", gradient_checkpointing=False, max_completion_length=8
+    )
+    trainer = RiskPOTrainer(
+        tiny_model_dir, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset()
+    )
     result = loss_against_paper(trainer)
     assert result["loss_matches"], result
     assert result["grads_match"], result

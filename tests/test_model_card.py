@@ -8,24 +8,31 @@ import subprocess
 import sys
 
 import pytest
-
-from riskpo_trl import RiskPOConfig, RiskPOTrainer
-from riskpo_trl.trainer.model_card import build_model_card, hub_id_or_none
-from riskpo_trl.rewards import boxed_format_reward, math_verify_reward
-
 from helpers import contains_digit_reward, make_prompt_dataset
 
+from riskpo_trl import RiskPOConfig, RiskPOTrainer
+from riskpo_trl.rewards import boxed_format_reward, math_verify_reward
+from riskpo_trl.trainer.model_card import build_model_card, hub_id_or_none
 
-def make_trainer(model_dir, output_dir, steps: int = 3, reward_funcs=contains_digit_reward, peft_config=None,
-                 **overrides):
+
+def make_trainer(
+    model_dir, output_dir, steps: int = 3, reward_funcs=contains_digit_reward, peft_config=None, **overrides
+):
     """A trainer as after ``steps`` optimizer steps (the card's contents do not depend on the weights)."""
     settings = dict(
-        output_dir=str(output_dir), use_cpu=True, bf16=False, report_to="none", num_generations=4,
-        per_device_train_batch_size=16, gradient_accumulation_steps=1, bundle_size=2,
+        output_dir=str(output_dir),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        num_generations=4,
+        per_device_train_batch_size=16,
+        gradient_accumulation_steps=1,
+        bundle_size=2,
     )
     args = RiskPOConfig(**{**settings, **overrides})
-    trainer = RiskPOTrainer(model_dir, reward_funcs=reward_funcs, args=args, train_dataset=make_prompt_dataset(),
-                            peft_config=peft_config)
+    trainer = RiskPOTrainer(
+        model_dir, reward_funcs=reward_funcs, args=args, train_dataset=make_prompt_dataset(), peft_config=peft_config
+    )
     trainer.state.global_step = steps
     return trainer
 
@@ -40,8 +47,9 @@ def header_and_body(card: str) -> tuple[str, str]:
 
 
 def test_local_run_card_names_the_output_dir_and_no_hub_ids(tiny_model_dir, tmp_path):
-    trainer = make_trainer(tiny_model_dir, tmp_path / "tiny-riskpo-run", risk_omega=1.0, bundle_size=4,
-                           advantage_baseline="none")
+    trainer = make_trainer(
+        tiny_model_dir, tmp_path / "tiny-riskpo-run", risk_omega=1.0, bundle_size=4, advantage_baseline="none"
+    )
     trainer.create_model_card(dataset_files=["data/train/tiny_arithmetic.jsonl"])
     card = (tmp_path / "tiny-riskpo-run" / "README.md").read_text()
     header, body = header_and_body(card)
@@ -64,13 +72,20 @@ def test_local_run_card_names_the_output_dir_and_no_hub_ids(tiny_model_dir, tmp_
 
 def test_the_method_sentence_names_a_baseline_that_is_not_the_papers(tiny_model_dir, tmp_path):
     _, loo = header_and_body(str(build_model_card(make_trainer(tiny_model_dir, tmp_path / "loo"))))
-    assert re.search(r"This model was trained with RiskPO, a method introduced in \[.*?\]\(.*?2510\.00911\), with a "
-                     r"leave-one-out baseline \(`advantage_baseline=\"loo\"`\), which is not the paper's estimator, "
-                     r"for 3 optimizer steps\.", loo)
-    _, paper = header_and_body(str(build_model_card(make_trainer(tiny_model_dir, tmp_path / "paper",
-                                                                 advantage_baseline="none"))))
-    assert re.search(r"This model was trained with RiskPO, a method introduced in \[.*?\]\(.*?\), for 3 optimizer "
-                     r"steps\.", paper)
+    assert re.search(
+        r"This model was trained with RiskPO, a method introduced in \[.*?\]\(.*?2510\.00911\), with a "
+        r"leave-one-out baseline \(`advantage_baseline=\"loo\"`\), which is not the paper's estimator, "
+        r"for 3 optimizer steps\.",
+        loo,
+    )
+    _, paper = header_and_body(
+        str(build_model_card(make_trainer(tiny_model_dir, tmp_path / "paper", advantage_baseline="none")))
+    )
+    assert re.search(
+        r"This model was trained with RiskPO, a method introduced in \[.*?\]\(.*?\), for 3 optimizer "
+        r"steps\.",
+        paper,
+    )
     assert "baseline (`advantage_baseline" not in paper
 
 
@@ -91,8 +106,11 @@ def test_hub_run_card_names_the_hub_repo_base_model_and_datasets(tiny_model_dir,
 def test_an_adapter_on_a_hub_model_names_it_as_its_base_in_peft_metadata(tiny_model_dir, tmp_path):
     from peft import LoraConfig
 
-    trainer = make_trainer(tiny_model_dir, tmp_path / "out", peft_config=LoraConfig(r=2, target_modules="all-linear",
-                                                                                    task_type="CAUSAL_LM"))
+    trainer = make_trainer(
+        tiny_model_dir,
+        tmp_path / "out",
+        peft_config=LoraConfig(r=2, target_modules="all-linear", task_type="CAUSAL_LM"),
+    )
     # An adapter trained on a Hub model records its id as the base (what PEFT writes into adapter_config.json).
     trainer.model.peft_config["default"].base_model_name_or_path = "Qwen/Qwen2.5-0.5B-Instruct"
     header, body = header_and_body(str(build_model_card(trainer)))
@@ -104,8 +122,15 @@ def test_an_adapter_on_a_hub_model_names_it_as_its_base_in_peft_metadata(tiny_mo
 
 @pytest.mark.parametrize(
     ("name", "hub_id"),
-    [("Qwen/Qwen2.5-Math-1.5B-Instruct", True), ("gpt2", True), ("/abs/path/model", False),
-     ("./outputs/model", False), ("~/models/x", False), ("a/b/c", False), (None, False)],
+    [
+        ("Qwen/Qwen2.5-Math-1.5B-Instruct", True),
+        ("gpt2", True),
+        ("/abs/path/model", False),
+        ("./outputs/model", False),
+        ("~/models/x", False),
+        ("a/b/c", False),
+        (None, False),
+    ],
 )
 def test_hub_id_or_none(name, hub_id):
     assert hub_id_or_none(name) == (name if hub_id else None)
@@ -119,8 +144,13 @@ def test_a_run_without_a_step_gets_no_card(tiny_model_dir, tmp_path, caplog):
 
 
 def test_card_lists_the_rewards_with_their_weights_and_cites_trl(tiny_model_dir, tmp_path):
-    trainer = make_trainer(tiny_model_dir, tmp_path / "run", steps=6,
-                           reward_funcs=[math_verify_reward, boxed_format_reward], reward_weights=[1.0, 0.1])
+    trainer = make_trainer(
+        tiny_model_dir,
+        tmp_path / "run",
+        steps=6,
+        reward_funcs=[math_verify_reward, boxed_format_reward],
+        reward_weights=[1.0, 0.1],
+    )
     _, body = header_and_body(str(build_model_card(trainer)))
     assert "| `math_verify_reward` | 1 |" in body and "| `boxed_format_reward` | 0.1 |" in body
     assert "trained with RiskPO" in body and "for 6 optimizer steps" in body
@@ -159,28 +189,52 @@ def test_vision_language_card_quick_start_runs_an_image_text_pipeline(tmp_path, 
     from riskpo_trl.rewards import geometry_accuracy_reward
 
     build_tiny_vlm(tmp_path / "tiny-vlm")
-    args = RiskPOConfig(output_dir=str(tmp_path / "vlm-run"), use_cpu=True, bf16=False, report_to="none",
-                        num_generations=2, per_device_train_batch_size=4, gradient_accumulation_steps=1,
-                        bundle_size=2)
-    trainer = RiskPOTrainer(str(tmp_path / "tiny-vlm"), reward_funcs=geometry_accuracy_reward, args=args,
-                            train_dataset=make_prompt_dataset())
+    args = RiskPOConfig(
+        output_dir=str(tmp_path / "vlm-run"),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        num_generations=2,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=1,
+        bundle_size=2,
+    )
+    trainer = RiskPOTrainer(
+        str(tmp_path / "tiny-vlm"),
+        reward_funcs=geometry_accuracy_reward,
+        args=args,
+        train_dataset=make_prompt_dataset(),
+    )
     trainer.state.global_step = 1
     trainer.save_model()
     trainer.create_model_card()
     code = quick_start_code((tmp_path / "vlm-run" / "README.md").read_text())
     assert '"image-text-to-text"' in code and '"type": "image"' in code and "7 * 8" not in code
-    result = subprocess.run([sys.executable, "-c", code.replace("max_new_tokens=256", "max_new_tokens=4")],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", code.replace("max_new_tokens=256", "max_new_tokens=4")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
 
 
 def test_every_settings_row_label_closes_its_parentheses(tmp_path):
     from riskpo_trl.trainer.model_card import settings_table
 
-    args = RiskPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, loss_type="bnpo",
-                        loss_token_mean_sequences=10, regime_guard_patience=3)
+    args = RiskPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        loss_type="bnpo",
+        loss_token_mean_sequences=10,
+        regime_guard_patience=3,
+    )
     rows = settings_table(args).splitlines()[2:]
     labels = [row.split(" | ")[0].removeprefix("| ") for row in rows]
     assert len(labels) > 15 and all(label.count("(") == label.count(")") for label in labels), labels
-    assert "| Regime guard threshold (the guard is opt-in: see regime_guard_patience) | `regime_guard_threshold=0.5` | " \
+    assert (
+        "| Regime guard threshold (the guard is opt-in: see regime_guard_patience) | `regime_guard_threshold=0.5` | "
         "`0.5` |" in rows
+    )

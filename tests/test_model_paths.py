@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 import trl.trainer.grpo_trainer
+from helpers import contains_digit_reward, make_prompt_dataset
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer, tiny_model
 from riskpo_trl.evaluation import evaluator
 from riskpo_trl.scripts import eval as eval_script
 from riskpo_trl.scripts import train
 from riskpo_trl.trainer.checks import check_model_path, reads_as_local_path
-
-from helpers import contains_digit_reward, make_prompt_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
@@ -25,19 +24,34 @@ TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
 @pytest.fixture
 def no_loading(monkeypatch):
     """Fail the test if anything tries to load a model (from disk or the Hub)."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("a model load was attempted")
 
     monkeypatch.setattr(trl.trainer.grpo_trainer, "create_model_from_path", refuse)
 
 
-@pytest.mark.parametrize("name", ["outputs/no-such-model", "./no-such-model", "../no-such-model", "~/no-such-model",
-                                  "/no/such/model", "outputs/a/b"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "outputs/no-such-model",
+        "./no-such-model",
+        "../no-such-model",
+        "~/no-such-model",
+        "/no/such/model",
+        "outputs/a/b",
+    ],
+)
 def test_a_missing_local_path_is_named_before_any_load(tmp_path, monkeypatch, no_loading, name):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "outputs").mkdir()
-    args = RiskPOConfig(output_dir=str(tmp_path / "run"), num_generations=2, per_device_train_batch_size=4,
-                        gradient_accumulation_steps=1, bundle_size=2)
+    args = RiskPOConfig(
+        output_dir=str(tmp_path / "run"),
+        num_generations=2,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=1,
+        bundle_size=2,
+    )
     with pytest.raises(FileNotFoundError, match=rf"model '{name}': no such directory, and not a Hub id"):
         RiskPOTrainer(name, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset())
 
@@ -55,22 +69,39 @@ def test_riskpo_train_reports_a_missing_model_path_in_one_line(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     (tmp_path / "outputs").mkdir()
     with pytest.raises(SystemExit) as exit:
-        train.cli(["--config", str(TINY_RECIPE), "--model_name_or_path", "outputs/no-such-model",
-                   "--build_tiny_model", "false",
-                   "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl")])
+        train.cli(
+            [
+                "--config",
+                str(TINY_RECIPE),
+                "--model_name_or_path",
+                "outputs/no-such-model",
+                "--build_tiny_model",
+                "false",
+                "--dataset_files",
+                str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+            ]
+        )
     assert exit.value.code == 2
     err = capsys.readouterr().err
-    assert ("riskpo-train: error: model_name_or_path 'outputs/no-such-model': no such directory, and not a Hub id"
-            in err)
+    assert (
+        "riskpo-train: error: model_name_or_path 'outputs/no-such-model': no such directory, and not a Hub id" in err
+    )
     assert "Traceback" not in err
 
 
 def test_building_a_tiny_model_is_said_loudly(tmp_path, caplog):
-    script_args, training_args, model_args = train.parse_args([
-        "--config", str(TINY_RECIPE), "--model_name_or_path", str(tmp_path / "tiny"),
-        "--output_dir", str(tmp_path / "run"),
-        "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
-    ])
+    script_args, training_args, model_args = train.parse_args(
+        [
+            "--config",
+            str(TINY_RECIPE),
+            "--model_name_or_path",
+            str(tmp_path / "tiny"),
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--dataset_files",
+            str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+        ]
+    )
     with caplog.at_level(logging.WARNING):
         train.build_trainer(script_args, training_args, model_args)
     assert f"{tmp_path / 'tiny'} did not exist: built a tiny RANDOM Qwen2 model there" in caplog.text
@@ -94,8 +125,16 @@ def new_process(monkeypatch):
 def test_a_hub_id_is_never_built_into(tmp_path, monkeypatch, capsys, no_loading):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit:
-        train.cli(["--config", str(TINY_RECIPE), "--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct",
-                   "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl")])
+        train.cli(
+            [
+                "--config",
+                str(TINY_RECIPE),
+                "--model_name_or_path",
+                "Qwen/Qwen2.5-0.5B-Instruct",
+                "--dataset_files",
+                str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+            ]
+        )
     assert exit.value.code == 2
     err = capsys.readouterr().err
     assert "riskpo-train: error: model_name_or_path 'Qwen/Qwen2.5-0.5B-Instruct' could be a Hub id" in err
@@ -104,23 +143,40 @@ def test_a_hub_id_is_never_built_into(tmp_path, monkeypatch, capsys, no_loading)
 
 
 def test_the_tiny_recipe_builds_at_its_own_path_in_a_fresh_directory(tmp_path, monkeypatch, caplog, new_process):
-    """The recipe's path can only be local, so it is built even where no outputs/ exists yet."""
+    """The recipe's path can only be local, so it is built even where no outputs/ exists yet. The recipe is a copy in
+    a repository of its own: the checkout's outputs/tiny-qwen2, which the README's first run leaves, is not found."""
+    recipe = tmp_path / "repo" / "recipes" / "tiny.yaml"
+    recipe.parent.mkdir(parents=True)
+    recipe.write_text(TINY_RECIPE.read_text())
     monkeypatch.chdir(tmp_path)
-    script_args, training_args, model_args = train.parse_args([
-        "--config", str(TINY_RECIPE), "--output_dir", str(tmp_path / "run"),
-        "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
-    ])
+    script_args, training_args, model_args = train.parse_args(
+        [
+            "--config",
+            str(recipe),
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--dataset_files",
+            str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+        ]
+    )
     with caplog.at_level(logging.WARNING):
         train.build_trainer(script_args, training_args, model_args)
     assert tiny_model.is_tiny_random_model(tmp_path / "outputs" / "tiny-qwen2")
 
 
 def test_a_built_tiny_model_says_so_whenever_it_is_loaded(tmp_path, monkeypatch, caplog, new_process):
-    script_args, training_args, model_args = train.parse_args([
-        "--config", str(TINY_RECIPE), "--model_name_or_path", str(tmp_path / "tiny"),
-        "--output_dir", str(tmp_path / "run"),
-        "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
-    ])
+    script_args, training_args, model_args = train.parse_args(
+        [
+            "--config",
+            str(TINY_RECIPE),
+            "--model_name_or_path",
+            str(tmp_path / "tiny"),
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--dataset_files",
+            str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+        ]
+    )
     train.build_trainer(script_args, training_args, model_args)
     # riskpo-train, later (even with build_tiny_model false): one line.
     monkeypatch.setattr(tiny_model, "_announced", set())
@@ -133,11 +189,19 @@ def test_a_built_tiny_model_says_so_whenever_it_is_loaded(tmp_path, monkeypatch,
     # The trainer, from Python.
     monkeypatch.setattr(tiny_model, "_announced", set())
     caplog.clear()
-    args = RiskPOConfig(output_dir=str(tmp_path / "run2"), num_generations=2, per_device_train_batch_size=4,
-                        gradient_accumulation_steps=1, bundle_size=2, use_cpu=True, bf16=False)
+    args = RiskPOConfig(
+        output_dir=str(tmp_path / "run2"),
+        num_generations=2,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=1,
+        bundle_size=2,
+        use_cpu=True,
+        bf16=False,
+    )
     with caplog.at_level(logging.WARNING):
-        RiskPOTrainer(str(tmp_path / "tiny"), reward_funcs=contains_digit_reward, args=args,
-                      train_dataset=make_prompt_dataset())
+        RiskPOTrainer(
+            str(tmp_path / "tiny"), reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset()
+        )
     assert len(tiny_model_lines(caplog)) == 1
     # riskpo-eval, before it evaluates.
     monkeypatch.setattr(tiny_model, "_announced", set())
@@ -148,17 +212,25 @@ def test_a_built_tiny_model_says_so_whenever_it_is_loaded(tmp_path, monkeypatch,
 
     monkeypatch.setattr(evaluator, "evaluate", stop)
     with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
-        eval_script.main(["--model", str(tmp_path / "tiny"), "--benchmarks", "math500",
-                          "--output_dir", str(tmp_path / "eval")])
+        eval_script.main(
+            ["--model", str(tmp_path / "tiny"), "--benchmarks", "math500", "--output_dir", str(tmp_path / "eval")]
+        )
     assert len(tiny_model_lines(caplog)) == 1
 
 
 def test_a_model_not_built_here_gets_no_tiny_model_warning(tmp_path, caplog, new_process):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_config(tiny_model.build_tiny_model()[0].config.__class__(
-        vocab_size=64, hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1))
+    model = AutoModelForCausalLM.from_config(
+        tiny_model.build_tiny_model()[0].config.__class__(
+            vocab_size=64,
+            hidden_size=16,
+            intermediate_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        )
+    )
     model.save_pretrained(tmp_path / "plain")
     with caplog.at_level(logging.WARNING):
         assert not tiny_model.warn_if_tiny_random_model(str(tmp_path / "plain"))

@@ -54,15 +54,28 @@ def test_tiny_vlm_trains_riskpo_steps_with_images(tmp_path):
         return [float(any(ch.isdigit() for ch in t)) for t in texts]
 
     args = RiskPOConfig(
-        output_dir=str(tmp_path / "out"), num_generations=2, bundle_size=5, per_device_train_batch_size=10,
-        gradient_accumulation_steps=1, steps_per_generation=1, max_completion_length=8, max_steps=2, learning_rate=1e-3,
-        logging_steps=1, report_to="none", use_cpu=True, bf16=False, save_strategy="no", seed=0,
+        output_dir=str(tmp_path / "out"),
+        num_generations=2,
+        bundle_size=5,
+        per_device_train_batch_size=10,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        max_completion_length=8,
+        max_steps=2,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        seed=0,
         # The random VLM often scores every bundle alike; the paper's advantage still pushes every completion then,
         # where the leave-one-out baseline rightly gives 0, and this test is about the images reaching the gradient.
         advantage_baseline="none",
     )
-    trainer = RiskPOTrainer(model=str(model_dir), reward_funcs=[has_digit, geometry_accuracy_reward], args=args,
-                            train_dataset=dataset)
+    trainer = RiskPOTrainer(
+        model=str(model_dir), reward_funcs=[has_digit, geometry_accuracy_reward], args=args, train_dataset=dataset
+    )
     batches = []
     trainer.add_batch_observer(lambda scored: batches.append(scored.risk))
     assert type(trainer.processing_class).__name__ == "LlavaProcessor"  # TRL's vision-language path

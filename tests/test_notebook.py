@@ -37,8 +37,11 @@ def test_without_a_checkout_the_notebook_says_what_it_needs(tmp_path, monkeypatc
     installed = types.ModuleType("riskpo_trl")  # a regular install: no examples/ next to the package
     installed.__file__ = str(tmp_path / "site-packages" / "riskpo_trl" / "__init__.py")
     monkeypatch.setitem(sys.modules, "riskpo_trl", installed)
-    with pytest.raises(FileNotFoundError, match=r"^examples/data/tiny_arithmetic.jsonl not found: this notebook reads "
-                       r"the file of that name in a riskpo-trl checkout\. .*`pip install -e \.`"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"^examples/data/tiny_arithmetic.jsonl not found: this notebook reads "
+        r"the file of that name in a riskpo-trl checkout\. .*`pip install -e \.`",
+    ):
         exec(data_cell(), {})
 
 
@@ -55,8 +58,11 @@ def test_quickstart_notebook_executes_as_a_copy_outside_the_repository(tmp_path)
     copy = tmp_path / "quickstart.ipynb"
     shutil.copy(NOTEBOOK, copy)
     # The kernel must import this checkout's riskpo_trl.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
     command = RUN_COMMAND.replace("examples/notebooks/quickstart.ipynb", "--inplace --timeout=120 quickstart.ipynb")
     result = subprocess.run(command.split(), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

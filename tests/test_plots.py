@@ -13,21 +13,35 @@ from riskpo_trl.scripts.plot import main
 
 def write_state(folder, log_history):
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "trainer_state.json").write_text(json.dumps({"global_step": len(log_history), "log_history": log_history}))
+    (folder / "trainer_state.json").write_text(
+        json.dumps({"global_step": len(log_history), "log_history": log_history})
+    )
     return folder
 
 
 def riskpo_history(steps=6):
-    history = [{"step": s, "entropy": 1.0 - 0.05 * s, "reward": 0.1 * s, "risk/lower_rvar": 0.5 + 0.1 * s,
-                "risk/mvar": 1.0 + 0.1 * s, "risk/q_alpha": 1.0, "risk/q_beta": 3.0} for s in range(1, steps + 1)]
+    history = [
+        {
+            "step": s,
+            "entropy": 1.0 - 0.05 * s,
+            "reward": 0.1 * s,
+            "risk/lower_rvar": 0.5 + 0.1 * s,
+            "risk/mvar": 1.0 + 0.1 * s,
+            "risk/q_alpha": 1.0,
+            "risk/q_beta": 3.0,
+        }
+        for s in range(1, steps + 1)
+    ]
     history.insert(0, {"step": 0, "eval/pass@1": 0.2, "eval/pass@4": 0.5, "eval/avg@4": 0.2})
     history.append({"step": steps, "eval/pass@1": 0.4, "eval/pass@4": 0.7, "eval/avg@4": 0.4})
     return history
 
 
 def grpo_history(steps=6):
-    return [{"step": s, "entropy": 1.0 - 0.1 * s, "reward": 0.08 * s, "risk/mvar": float("nan") if s == 1 else None}
-            for s in range(1, steps + 1)]
+    return [
+        {"step": s, "entropy": 1.0 - 0.1 * s, "reward": 0.08 * s, "risk/mvar": float("nan") if s == 1 else None}
+        for s in range(1, steps + 1)
+    ]
 
 
 def write_results(path, curve):
@@ -48,11 +62,23 @@ def test_series_drops_missing_and_nan_and_smooth_is_debiased():
 
 def test_curves_command_overlays_runs_and_notes_missing_metrics(tmp_path, capsys):
     riskpo = write_state(tmp_path / "riskpo-run", riskpo_history())
-    grpo = write_state(tmp_path / "grpo-run" / "checkpoint-6", grpo_history())  # found through its checkpoint
+    write_state(tmp_path / "grpo-run" / "checkpoint-6", grpo_history())  # found through its checkpoint
     eval_a = write_results(tmp_path / "a.json", {1: 0.3, 2: 0.45, 4: 0.6})
     eval_b = write_results(tmp_path / "b.json", {1: 0.35, 2: 0.5, 4: 0.55})
-    paths = main(["curves", f"RiskPO={riskpo}", str(tmp_path / "grpo-run"), "--eval", f"RiskPO={eval_a}",
-                  f"grpo-run={eval_b}", "--smoothing", "0.5", "--output", str(tmp_path / "fig" / "curves")])
+    paths = main(
+        [
+            "curves",
+            f"RiskPO={riskpo}",
+            str(tmp_path / "grpo-run"),
+            "--eval",
+            f"RiskPO={eval_a}",
+            f"grpo-run={eval_b}",
+            "--smoothing",
+            "0.5",
+            "--output",
+            str(tmp_path / "fig" / "curves"),
+        ]
+    )
     assert [p.suffix for p in paths] == [".png", ".pdf"] and all(p.stat().st_size > 1000 for p in paths)
     out = capsys.readouterr().out
     for panel in ("Lower-tail RVaR", "MVaR objective", "Tracked quantiles", "Held-out Pass@k during training"):
@@ -69,7 +95,10 @@ def test_eval_takes_several_files_after_one_flag_or_repeated():
     assert eval_results("--eval", "A=a.json", "B=b.json") == ["A=a.json", "B=b.json"]
     assert eval_results("--eval", "A=a.json", "--eval", "B=b.json") == ["A=a.json", "B=b.json"]
     assert eval_results("--eval", "A=a.json", "B=b.json", "--eval", "Base=c.json", "--smoothing", "0.5") == [
-        "A=a.json", "B=b.json", "Base=c.json"]
+        "A=a.json",
+        "B=b.json",
+        "Base=c.json",
+    ]
     assert eval_results() == []
 
 
@@ -96,7 +125,11 @@ def test_logprob_by_reward_rate_bins_questions(tmp_path):
         {"scores": [1, 1, 1, 1], "mean_logprobs": [-0.5, -0.5, -0.5, -0.5]},  # rate 1 -> last bin
     ]
     bins = logprob_by_reward_rate(records, num_bins=4)
-    assert [(b.low, b.num_questions, b.mean_logprob) for b in bins] == [(0.0, 1, -2.5), (0.25, 1, -2.0), (0.75, 1, -0.5)]
+    assert [(b.low, b.num_questions, b.mean_logprob) for b in bins] == [
+        (0.0, 1, -2.5),
+        (0.25, 1, -2.0),
+        (0.75, 1, -0.5),
+    ]
     assert bins[1].sem_logprob == 0.0 and bins[0].sem_logprob > 0
     with pytest.raises(ValueError, match="--logprobs true"):
         logprob_by_reward_rate([{"scores": [1], "mean_logprobs": None}])
@@ -169,18 +202,24 @@ def test_logprob_points_sit_at_the_questions_reward_rate(tmp_path, capsys):
 
     all_wrong = tmp_path / "base" / "samples.jsonl"
     all_wrong.parent.mkdir()
-    all_wrong.write_text("".join(json.dumps({"scores": [0, 0], "mean_logprobs": [-1.0 - i, -2.0]}) + "\n"
-                                 for i in range(3)))
+    all_wrong.write_text(
+        "".join(json.dumps({"scores": [0, 0], "mean_logprobs": [-1.0 - i, -2.0]}) + "\n" for i in range(3))
+    )
     fig, notes = draw_logprob_diagnostic([f"Base={all_wrong}"], num_bins=5)
     [errorbar] = fig.axes[0].containers
     assert list(errorbar.lines[0].get_xdata()) == [0.0]  # not the bin's centre, 0.1
-    assert notes == ["Base: every question has reward rate 0, so its one point cannot show confidence against "
-                     "difficulty"]
+    assert notes == [
+        "Base: every question has reward rate 0, so its one point cannot show confidence against difficulty"
+    ]
     main(["logprob", f"Base={all_wrong}", "--output", str(tmp_path / "lp")])
     assert "note: Base: every question has reward rate 0" in capsys.readouterr().out
 
     mixed = tmp_path / "mixed.jsonl"
-    mixed.write_text(json.dumps({"scores": [1, 0, 0, 0], "mean_logprobs": [-1.0] * 4}) + "\n"
-                     + json.dumps({"scores": [1, 1, 0, 0], "mean_logprobs": [-0.5] * 4}) + "\n")
+    mixed.write_text(
+        json.dumps({"scores": [1, 0, 0, 0], "mean_logprobs": [-1.0] * 4})
+        + "\n"
+        + json.dumps({"scores": [1, 1, 0, 0], "mean_logprobs": [-0.5] * 4})
+        + "\n"
+    )
     fig, notes = draw_logprob_diagnostic([str(mixed)], num_bins=2)
     assert list(fig.axes[0].containers[0].lines[0].get_xdata()) == [0.25, 0.5] and notes == []

@@ -36,8 +36,10 @@ TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
 TWO_PROCESSES = ROOT / "recipes/accelerate_configs/cpu_2proc.yaml"
 # Four optimizer steps per generation batch, so that a stop has to finish one, and three batches.
 PERIOD, MAX_STEPS = 4, 12
-STOP_LINE = re.compile(rf"Stopped by (SIG\w+) at step (\d+) of {MAX_STEPS}: saved (\S+)\. Run the same command to "
-                       "resume")
+STOP_LINE = re.compile(
+    rf"Stopped by (SIG\w+) at step (\d+) of {MAX_STEPS}: saved (\S+)\. Run the same command to "
+    "resume"
+)
 
 
 def environment(**extra: str) -> dict[str, str]:
@@ -46,14 +48,38 @@ def environment(**extra: str) -> dict[str, str]:
 
 def train_command(model_dir: str, output_dir: Path, processes: int = 1) -> list[str]:
     # No periodic checkpoint: the stop's is the only one.
-    script = ["-m", "riskpo_trl.scripts.train", "--config", str(TINY_RECIPE), "--model_name_or_path", model_dir,
-              "--output_dir", str(output_dir), "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
-              "--max_completion_length", "8", "--steps_per_generation", str(PERIOD), "--max_steps", str(MAX_STEPS),
-              "--save_steps", "100"]
+    script = [
+        "-m",
+        "riskpo_trl.scripts.train",
+        "--config",
+        str(TINY_RECIPE),
+        "--model_name_or_path",
+        model_dir,
+        "--output_dir",
+        str(output_dir),
+        "--dataset_files",
+        str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+        "--max_completion_length",
+        "8",
+        "--steps_per_generation",
+        str(PERIOD),
+        "--max_steps",
+        str(MAX_STEPS),
+        "--save_steps",
+        "100",
+    ]
     if processes == 1:
         return [sys.executable, *script]
-    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(TWO_PROCESSES),
-            "--main_process_port", "0", *script]
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(TWO_PROCESSES),
+        "--main_process_port",
+        "0",
+        *script,
+    ]
 
 
 def run(command: list[str], **env: str) -> subprocess.CompletedProcess:
@@ -66,8 +92,14 @@ class Running:
     """A training command in its own session, its merged output collected line by line."""
 
     def __init__(self, command: list[str], **env: str):
-        self.process = subprocess.Popen(command, env=environment(**env), stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.process = subprocess.Popen(
+            command,
+            env=environment(**env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=lambda: self.lines.extend(self.process.stdout), daemon=True)
         self._reader.start()
@@ -120,7 +152,8 @@ def uninterrupted_one(tiny_model_dir, tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_ctrl_c_stops_at_a_checkpoint_and_the_same_command_ends_with_the_uninterrupted_weights(
-        tiny_model_dir, uninterrupted_one, tmp_path):
+    tiny_model_dir, uninterrupted_one, tmp_path
+):
     output_dir = tmp_path / "run"
     command = train_command(tiny_model_dir, output_dir)
     running = Running(command)
@@ -161,7 +194,8 @@ def rank_process(launcher: subprocess.Popen, rank: int) -> psutil.Process:
 @pytest.mark.distributed
 @pytest.mark.parametrize("delivery", ["SIGUSR1 to rank 1 only", "SIGINT to the launcher", "SIGTERM to every process"])
 def test_two_processes_agree_on_the_stop_and_resume_to_the_uninterrupted_weights(
-        tiny_model_dir, uninterrupted_two, tmp_path, delivery):
+    tiny_model_dir, uninterrupted_two, tmp_path, delivery
+):
     output_dir = tmp_path / "run"
     stop_file = tmp_path / "stopped.txt"
     command = train_command(tiny_model_dir, output_dir, processes=2)
@@ -197,11 +231,17 @@ def test_two_processes_agree_on_the_stop_and_resume_to_the_uninterrupted_weights
 # --- the pieces ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("steps_per_generation", "accumulation", "iterations", "period"),
-                         [(4, 1, 1, 4), (4, 2, 1, 2), (4, 1, 2, 8), (6, 3, 1, 2), (2, 4, 1, 1)])
+@pytest.mark.parametrize(
+    ("steps_per_generation", "accumulation", "iterations", "period"),
+    [(4, 1, 1, 4), (4, 2, 1, 2), (4, 1, 2, 8), (6, 3, 1, 2), (2, 4, 1, 1)],
+)
 def test_the_stop_waits_for_the_end_of_the_generation_batch(steps_per_generation, accumulation, iterations, period):
-    args = SimpleNamespace(steps_per_generation=steps_per_generation, gradient_accumulation_steps=accumulation,
-                           num_iterations=iterations, device="cpu")
+    args = SimpleNamespace(
+        steps_per_generation=steps_per_generation,
+        gradient_accumulation_steps=accumulation,
+        num_iterations=iterations,
+        device="cpu",
+    )
     assert generation_period(args) == period
     for first_step in (0, 5):  # from scratch, or resumed at step 5: TRL generates anew at the first step
         stop = StopOnSignal(period)
@@ -267,8 +307,13 @@ print("requested", stop.requested, flush=True)
 
 
 def handler_process(seconds: float) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-c", HANDLER_PROCESS, str(seconds)], env=environment(),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", HANDLER_PROCESS, str(seconds)],
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert process.stdout.readline() == "ready\n"
     return process
 
@@ -282,8 +327,12 @@ def test_a_second_ctrl_c_aborts_at_once_and_a_quick_repeat_does_not():
     process.send_signal(signal.SIGTERM)  # ignored: the stop is under way
     out, err = process.communicate(timeout=60)
     assert process.returncode == 0 and out.strip() == f"requested {int(signal.SIGINT)}"
-    assert err.count("SIGINT received: stopping at the end of the current generation batch (at most 3 more "
-                     "optimizer steps)") == 1
+    assert (
+        err.count(
+            "SIGINT received: stopping at the end of the current generation batch (at most 3 more optimizer steps)"
+        )
+        == 1
+    )
 
     process = handler_process(seconds=60)
     process.send_signal(signal.SIGINT)

@@ -23,8 +23,10 @@ PAPER_RECIPES = [p for p in RECIPES if "tiny" not in p.parts and "riskpo_authors
 # Written for 8 processes (1,280 sequences a step, twenty 64-sequence token-mean groups); parsed here on one, it
 # warns that a step of 160 sequences is not whole groups.
 AUTHORS_DAPO = ROOT / "recipes/DeepSeek-R1-Distill-Qwen-1.5B/riskpo_authors/config_dapo_math.yaml"
-ONE_PROCESS_WARNING = (r"An optimizer step holds 160 sequences \(per_device_train_batch_size=8 x 1 processes .*on 1 "
-                       r"process\(es\), gradient_accumulation_steps a multiple of 8")
+ONE_PROCESS_WARNING = (
+    r"An optimizer step holds 160 sequences \(per_device_train_batch_size=8 x 1 processes .*on 1 "
+    r"process\(es\), gradient_accumulation_steps a multiple of 8"
+)
 
 
 def parse(path: Path, *extra: str):
@@ -47,8 +49,10 @@ def test_recipes_cover_both_settings_all_methods_and_ablations():
             assert f"{model}/{method}/config_{task}.yaml" in names
     for ablation in ["risk_seeking", "bundle_size", "alpha_beta", "omega"]:
         assert f"Qwen2.5-Math-1.5B-Instruct/riskpo/config_math_gsm8k_{ablation}.yaml" in names
-    assert {"DeepSeek-R1-Distill-Qwen-1.5B/riskpo_loo/config_dapo_math.yaml",
-            "Qwen2.5-Math-1.5B-Instruct/riskpo_loo/config_math_gsm8k.yaml"} <= names
+    assert {
+        "DeepSeek-R1-Distill-Qwen-1.5B/riskpo_loo/config_dapo_math.yaml",
+        "Qwen2.5-Math-1.5B-Instruct/riskpo_loo/config_math_gsm8k.yaml",
+    } <= names
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=recipe_id)
@@ -110,13 +114,16 @@ def test_command_line_sets_the_baseline(tmp_path):
     unstated = write_recipe(tmp_path, drop=("advantage_baseline",))
     assert parse(unstated)[1].advantage_baseline == "loo"
     assert parse(unstated, "--advantage_baseline", "none")[1].advantage_baseline == "none"
-    authors = yaml.safe_load((ROOT / "recipes/Qwen2.5-1.5B-Instruct/riskpo_authors/config_math_gsm8k.yaml").read_text())
+    authors = yaml.safe_load(
+        (ROOT / "recipes/Qwen2.5-1.5B-Instruct/riskpo_authors/config_math_gsm8k.yaml").read_text()
+    )
     authors.pop("advantage_baseline")
     (tmp_path / "authors.yaml").write_text(yaml.safe_dump(authors))
     assert parse(tmp_path / "authors.yaml")[1].advantage_baseline == "none"
     with pytest.raises(ValueError, match="advantage_baseline='loo' with advantage_scaling='authors_code'"):
-        parse(ROOT / "recipes/Qwen2.5-1.5B-Instruct/riskpo_authors/config_math_gsm8k.yaml", "--advantage_baseline",
-              "loo")
+        parse(
+            ROOT / "recipes/Qwen2.5-1.5B-Instruct/riskpo_authors/config_math_gsm8k.yaml", "--advantage_baseline", "loo"
+        )
 
 
 def test_command_line_overrides_recipe():
@@ -164,8 +171,13 @@ RISK_FIELDS = ("risk_alpha", "risk_beta", "risk_omega", "bundle_size", "advantag
 @pytest.mark.parametrize("trainer", ["grpo", "gmpo"])
 def test_baseline_without_loss_fields_gets_its_own_configs_defaults(tmp_path, trainer):
     """A baseline recipe that does not set the loss/sampling fields runs with its config's defaults, not RiskPO's."""
-    loss_fields = ("importance_sampling_level", "temperature", "loss_type", "num_generations",
-                   "per_device_train_batch_size")
+    loss_fields = (
+        "importance_sampling_level",
+        "temperature",
+        "loss_type",
+        "num_generations",
+        "per_device_train_batch_size",
+    )
     path = write_recipe(tmp_path, drop=(*RISK_FIELDS, *loss_fields, "trainer"), num_generations=4)
     script_args, args, _ = parse(path, "--trainer", trainer)
     config_class, _ = get_trainer_classes(trainer)
@@ -190,9 +202,11 @@ def test_trainer_on_the_command_line_wins_over_the_recipe(tmp_path):
 
 @pytest.mark.parametrize(
     ("key", "value", "named"),
-    [("reward_funcs", ["math_verify", "no_such_reward"], "no_such_reward"),
-     ("dataset_name", "dapo_math_18k", "dapo_math_18k"),
-     ("trainer", "ppo", "ppo")],
+    [
+        ("reward_funcs", ["math_verify", "no_such_reward"], "no_such_reward"),
+        ("dataset_name", "dapo_math_18k", "dapo_math_18k"),
+        ("trainer", "ppo", "ppo"),
+    ],
 )
 def test_unknown_names_fail_at_startup(tmp_path, key, value, named):
     recipe = yaml.safe_load((ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml").read_text())
@@ -215,4 +229,12 @@ def test_accelerate_configs_load(path):
 
 def test_accelerate_configs_cover_the_documented_setups():
     names = {p.name for p in ACCELERATE_CONFIGS}
-    assert {"ddp.yaml", "zero2.yaml", "zero3.yaml", "zero3_offload.yaml", "cpu_2proc.yaml", "cpu_single.yaml"} <= names
+    assert {
+        "ddp.yaml",
+        "zero2.yaml",
+        "zero3.yaml",
+        "zero3_offload.yaml",
+        "zero3_cpu.yaml",
+        "cpu_2proc.yaml",
+        "cpu_single.yaml",
+    } <= names

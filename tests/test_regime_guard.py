@@ -10,16 +10,24 @@ from helpers import make_prompt_dataset
 from test_trainer import tiny_config
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
+from riskpo_trl.risk import frac_prompts_all_failed, riskpo_advantages
 from riskpo_trl.risk.estimator import RiskEstimator
 from riskpo_trl.trainer.regime_guard import RegimeGuard, RegimeWarning
-from riskpo_trl.risk import frac_prompts_all_failed, riskpo_advantages
 
 
 def paper_batch(rewards: list[float]):
     """The paper's MVaR advantage of one batch of 10 prompts x 4 completions, bundles of 5, quantiles from the batch."""
     r = torch.tensor(rewards)
-    return riskpo_advantages(r, num_generations=4, bundle_size=5, q_alpha=1.0, q_beta=3.0, omega=0.5,
-                             generator=torch.Generator().manual_seed(0), advantage_baseline="none")
+    return riskpo_advantages(
+        r,
+        num_generations=4,
+        bundle_size=5,
+        q_alpha=1.0,
+        q_beta=3.0,
+        omega=0.5,
+        generator=torch.Generator().manual_seed(0),
+        advantage_baseline="none",
+    )
 
 
 def test_a_low_success_batch_pushes_everything_down_and_a_healthy_one_both_ways():
@@ -30,8 +38,17 @@ def test_a_low_success_batch_pushes_everything_down_and_a_healthy_one_both_ways(
     # Half solved, the authors' advantage (quantiles and centring per bundle group): pushed both ways, and the better
     # a completion scored the higher its advantage.
     rewards = (torch.rand(40, generator=torch.Generator().manual_seed(0)) < 0.5).float()
-    authors = RiskEstimator(num_generations=4, bundle_size=5, alpha=0.2, beta=0.8, omega=1.5, quantile_source="group",
-                            advantage_scaling="authors_code", natural_baseline=False, credit_assignment="sum_mean")
+    authors = RiskEstimator(
+        num_generations=4,
+        bundle_size=5,
+        alpha=0.2,
+        beta=0.8,
+        omega=1.5,
+        quantile_source="group",
+        advantage_scaling="authors_code",
+        natural_baseline=False,
+        credit_assignment="sum_mean",
+    )
     healthy = authors.step(rewards, generator=torch.Generator().manual_seed(1), train=True).push_metrics()
     assert 0 < healthy["risk/frac_negative_advantage"] < 0.5 and healthy["risk/frac_positive_advantage"] > 0
     assert healthy["risk/reward_advantage_corr"] > 0
@@ -58,8 +75,11 @@ def test_unscorable_completions_do_not_count_and_no_spread_means_no_correlation(
 
 def test_guard_warns_once_after_patience_batches_in_a_row():
     guard = RegimeGuard(threshold=0.5, patience=3)
-    degenerate = {"risk/frac_prompts_all_failed": 0.8, "risk/frac_negative_advantage": 0.9,
-                  "risk/frac_positive_advantage": 0.0}
+    degenerate = {
+        "risk/frac_prompts_all_failed": 0.8,
+        "risk/frac_negative_advantage": 0.9,
+        "risk/frac_positive_advantage": 0.0,
+    }
     healthy = {"risk/frac_prompts_all_failed": 0.2, "risk/frac_negative_advantage": 0.8}
     assert [guard.observe(m) for m in (degenerate, degenerate, healthy, degenerate, degenerate)] == [None] * 5
     message = guard.observe(degenerate)
@@ -92,14 +112,19 @@ def test_guard_is_opt_in_and_its_help_says_post_hoc(tmp_path):
 
 
 def test_a_trainer_with_default_settings_has_the_guard_off(tiny_model_dir, tmp_path):
-    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=always_wrong, args=tiny_config(tmp_path, max_steps=2),
-                            train_dataset=make_prompt_dataset())
+    trainer = RiskPOTrainer(
+        tiny_model_dir,
+        reward_funcs=always_wrong,
+        args=tiny_config(tmp_path, max_steps=2),
+        train_dataset=make_prompt_dataset(),
+    )
     assert trainer.regime_guard.patience == 0
     assert all(trainer.regime_guard.observe({"risk/frac_prompts_all_failed": 1.0}) is None for _ in range(50))
 
 
-@pytest.mark.parametrize("field, value", [("regime_guard_threshold", 0.0), ("regime_guard_threshold", 1.5),
-                                          ("regime_guard_patience", -1)])
+@pytest.mark.parametrize(
+    "field, value", [("regime_guard_threshold", 0.0), ("regime_guard_threshold", 1.5), ("regime_guard_patience", -1)]
+)
 def test_guard_settings_are_checked(field, value, tmp_path):
     with pytest.raises(ValueError, match=field):
         RiskPOConfig(str(tmp_path), **{field: value})
@@ -119,8 +144,9 @@ def train_recording_warnings(tiny_model_dir, tmp_path, reward, **overrides):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.train()
-    logged = [e["risk/frac_prompts_all_failed"] for e in trainer.state.log_history
-              if "risk/frac_prompts_all_failed" in e]
+    logged = [
+        e["risk/frac_prompts_all_failed"] for e in trainer.state.log_history if "risk/frac_prompts_all_failed" in e
+    ]
     return [w for w in caught if issubclass(w.category, RegimeWarning)], logged
 
 
@@ -136,8 +162,14 @@ def test_training_in_the_degenerate_regime_warns_once(tiny_model_dir, tmp_path):
 def test_the_guard_leaves_the_authors_advantage_alone(tiny_model_dir, tmp_path):
     # Same degenerate data; the study saw the authors' advantage collapse at neither learning rate there.
     regime, logged = train_recording_warnings(
-        tiny_model_dir, tmp_path, always_wrong, advantage_scaling="authors_code", quantile_source="group",
-        natural_baseline=False, credit_assignment="sum_mean", risk_omega=1.5,
+        tiny_model_dir,
+        tmp_path,
+        always_wrong,
+        advantage_scaling="authors_code",
+        quantile_source="group",
+        natural_baseline=False,
+        credit_assignment="sum_mean",
+        risk_omega=1.5,
     )
     assert logged == [1.0, 1.0, 1.0, 1.0] and not regime  # logged all the same
 

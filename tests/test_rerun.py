@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import contains_digit_reward, make_prompt_dataset
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 from transformers.testing_utils import CaptureLogger
@@ -19,17 +20,24 @@ from transformers.utils import logging as hf_logging
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.scripts import train
 
-from helpers import contains_digit_reward, make_prompt_dataset
-
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
 
 
 def command(tmp_path: Path, *overrides: str) -> list[str]:
-    return ["--config", str(TINY_RECIPE), "--model_name_or_path", str(tmp_path / "tiny-model"),
-            "--output_dir", str(tmp_path / "run"),
-            "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
-            "--max_completion_length", "8", *overrides]
+    return [
+        "--config",
+        str(TINY_RECIPE),
+        "--model_name_or_path",
+        str(tmp_path / "tiny-model"),
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--dataset_files",
+        str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+        "--max_completion_length",
+        "8",
+        *overrides,
+    ]
 
 
 def checkpoints(tmp_path: Path) -> list[str]:
@@ -50,8 +58,9 @@ def test_rerunning_a_finished_command_trains_nothing_and_says_so(finished_run, c
     capsys.readouterr()
     train.cli(command(tmp_path, "--max_steps", "2", "--save_steps", "1"))  # returns: exit code 0
     out = capsys.readouterr().out
-    assert re.search(r"Nothing to train: the run in .*run is finished \(.*checkpoint-2 is at step 2 of max_steps=2\)",
-                     out)
+    assert re.search(
+        r"Nothing to train: the run in .*run is finished \(.*checkpoint-2 is at step 2 of max_steps=2\)", out
+    )
     assert checkpoints(tmp_path) == ["checkpoint-1", "checkpoint-2"]
     assert (tmp_path / "run" / "trainer_state.json").read_text() == before
 
@@ -88,24 +97,51 @@ def test_raising_max_steps_continues_at_the_new_schedules_learning_rate(tmp_path
 @pytest.mark.slow
 def test_an_epoch_based_run_is_finished_after_its_epochs(tmp_path):
     # 4 examples in generation batches of 2 prompts: 2 steps per epoch, checkpoints at each.
-    epochs = command(tmp_path, "--max_steps", "-1", "--num_train_epochs", "1", "--max_train_samples", "4",
-                     "--save_steps", "1")
+    epochs = command(
+        tmp_path, "--max_steps", "-1", "--num_train_epochs", "1", "--max_train_samples", "4", "--save_steps", "1"
+    )
     train.cli(epochs)
     assert checkpoints(tmp_path) == ["checkpoint-1", "checkpoint-2"]
     assert train.main(*train.parse_args(epochs)) is None
-    more = train.main(*train.parse_args(command(tmp_path, "--max_steps", "-1", "--num_train_epochs", "2",
-                                                "--max_train_samples", "4", "--save_steps", "1")))
+    more = train.main(
+        *train.parse_args(
+            command(
+                tmp_path,
+                "--max_steps",
+                "-1",
+                "--num_train_epochs",
+                "2",
+                "--max_train_samples",
+                "4",
+                "--save_steps",
+                "1",
+            )
+        )
+    )
     assert more.state.global_step == 4
 
 
 @pytest.mark.slow
 def test_resuming_a_tied_embeddings_model_restores_the_saved_weights_quietly(finished_run, tmp_path):
     checkpoint = finished_run / "run" / "checkpoint-1"
-    args = RiskPOConfig(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8,
-                        gradient_accumulation_steps=1, steps_per_generation=1, bundle_size=2, report_to="none",
-                        use_cpu=True, bf16=False, max_steps=1)
-    trainer = RiskPOTrainer(str(finished_run / "tiny-model"), reward_funcs=contains_digit_reward, args=args,
-                            train_dataset=make_prompt_dataset())
+    args = RiskPOConfig(
+        output_dir=str(tmp_path),
+        num_generations=4,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        bundle_size=2,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        max_steps=1,
+    )
+    trainer = RiskPOTrainer(
+        str(finished_run / "tiny-model"),
+        reward_funcs=contains_digit_reward,
+        args=args,
+        train_dataset=make_prompt_dataset(),
+    )
     saved = load_file(checkpoint / "model.safetensors")
     assert "lm_head.weight" not in saved  # stored once, as the embedding
     with torch.no_grad():  # so that only the load can bring the saved values back

@@ -182,7 +182,9 @@ def test_theorem1_score_function_gradient_of_known_objectives(alpha, beta, omega
     With the true quantiles the score-function estimator E[A * grad log pi] must give exactly that."""
     theta = 0.7
     normal = torch.distributions.Normal(theta, 1.0)
-    qa, qb = (normal.icdf(torch.tensor(level, dtype=torch.float64)).item() if level > 0 else -1e9 for level in (alpha, beta))
+    qa, qb = (
+        normal.icdf(torch.tensor(level, dtype=torch.float64)).item() if level > 0 else -1e9 for level in (alpha, beta)
+    )
     expected = {
         "mvar": (1 + omega) * alpha + (beta - alpha),
         "rvar": beta - alpha,
@@ -198,7 +200,7 @@ def test_sampled_surrogate_gradient_matches_the_objective():
     torch.manual_seed(0)
     alpha, beta, omega, n = 0.2, 0.8, 0.5, 400_000
     theta = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
-    samples = (theta.detach() + torch.randn(n, dtype=torch.float64))
+    samples = theta.detach() + torch.randn(n, dtype=torch.float64)
     normal = torch.distributions.Normal(theta.detach(), 1.0)
     qa, qb = normal.icdf(torch.tensor([alpha, beta], dtype=torch.float64)).tolist()
     adv = mvar_advantage(samples, qa, qb, omega)
@@ -213,7 +215,12 @@ def test_riskpo_advantages_spread_bundle_values_and_are_never_nan():
     G, B = 5, 2
     rewards = torch.tensor([1, 0, 1, 1, 0, 0, 0, 1, float("nan"), 0], dtype=torch.float32)
     batch = paper_advantages(
-        rewards, num_generations=G, bundle_size=B, q_alpha=0.5, q_beta=1.5, omega=0.5,
+        rewards,
+        num_generations=G,
+        bundle_size=B,
+        q_alpha=0.5,
+        q_beta=1.5,
+        omega=0.5,
         generator=torch.Generator().manual_seed(3),
     )
     assert not torch.isnan(batch.advantages).any()
@@ -227,8 +234,12 @@ def test_metrics_of_a_known_batch():
     scores = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0])
     assert mvar_objective(scores, 1.0, 3.0, 0.5).item() == pytest.approx((1.5 * (0 + 1) + 2 + 3) / 5)
     batch = paper_advantages(
-        torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0]).repeat_interleave(2), num_generations=2, bundle_size=1,
-        q_alpha=1.0, q_beta=3.0, omega=0.5,
+        torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0]).repeat_interleave(2),
+        num_generations=2,
+        bundle_size=1,
+        q_alpha=1.0,
+        q_beta=3.0,
+        omega=0.5,
     )
     metrics = batch.metrics(omega=0.5)
     assert metrics["risk/lower_rvar"] == pytest.approx(0.5)  # mean of the scores <= q_alpha: 0 and 1
@@ -282,22 +293,50 @@ def test_every_advantage_variant_is_reachable_by_name_and_unknown_pairs_are_refu
     assert len(pairs) == 5 and ("authors_code", "mvar") in pairs
     for scaling, profile in pairs:
         variant = RISK_PROFILES[profile].scalings[scaling]
-        batch = paper_advantages(z.repeat_interleave(2).float(), num_generations=4, bundle_size=1, q_alpha=1.0,
-                                  q_beta=3.0, omega=0.5, risk_profile=profile, advantage_scaling=scaling,
-                                  levels=(0.2, 0.8), bundling="positional")
-        direct = variant.fn(batch.bundle_scores.double(), 1.0, 3.0, 0.5, **{
-            name: value for name, value in dict(alpha=0.2, beta=0.8, num_generations=4, natural_baseline=True).items()
-            if name in variant.wants})
+        batch = paper_advantages(
+            z.repeat_interleave(2).float(),
+            num_generations=4,
+            bundle_size=1,
+            q_alpha=1.0,
+            q_beta=3.0,
+            omega=0.5,
+            risk_profile=profile,
+            advantage_scaling=scaling,
+            levels=(0.2, 0.8),
+            bundling="positional",
+        )
+        direct = variant.fn(
+            batch.bundle_scores.double(),
+            1.0,
+            3.0,
+            0.5,
+            **{
+                name: value
+                for name, value in dict(alpha=0.2, beta=0.8, num_generations=4, natural_baseline=True).items()
+                if name in variant.wants
+            },
+        )
         assert torch.allclose(batch.advantages, direct[batch.bundle_ids].float()), (scaling, profile)
     with pytest.raises(ValueError, match="not 'rvar'"):
-        paper_advantages(z, num_generations=4, bundle_size=1, q_alpha=1.0, q_beta=3.0, omega=0.5,
-                          risk_profile="rvar", advantage_scaling="authors_code", levels=(0.2, 0.8))
+        paper_advantages(
+            z,
+            num_generations=4,
+            bundle_size=1,
+            q_alpha=1.0,
+            q_beta=3.0,
+            omega=0.5,
+            risk_profile="rvar",
+            advantage_scaling="authors_code",
+            levels=(0.2, 0.8),
+        )
     with pytest.raises(ValueError, match="levels"):
-        paper_advantages(z, num_generations=4, bundle_size=1, q_alpha=1.0, q_beta=3.0, omega=0.5,
-                          advantage_scaling="authors_code")
+        paper_advantages(
+            z, num_generations=4, bundle_size=1, q_alpha=1.0, q_beta=3.0, omega=0.5, advantage_scaling="authors_code"
+        )
     with pytest.raises(ValueError, match="credit_assignment"):
-        paper_advantages(z, num_generations=4, bundle_size=1, q_alpha=1.0, q_beta=3.0, omega=0.5,
-                          credit_assignment="sum-mean")
+        paper_advantages(
+            z, num_generations=4, bundle_size=1, q_alpha=1.0, q_beta=3.0, omega=0.5, credit_assignment="sum-mean"
+        )
 
 
 def test_natural_baseline_false_drops_the_window_constant():
@@ -323,8 +362,15 @@ def test_authors_risk_seeking_scaling():
 def test_metrics_leave_out_empty_tails_and_count_unscorable_completions():
     # Binary rewards, B = 1: every score is 0 or 1 and q_beta = 1, so nothing lies above q_beta.
     rewards = torch.tensor([0.0, 1.0, 1.0, float("nan"), 1.0, 0.0, 1.0, 1.0])
-    batch = paper_advantages(rewards, num_generations=4, bundle_size=1, q_alpha=0.0, q_beta=1.0, omega=0.5,
-                              generator=torch.Generator().manual_seed(0))
+    batch = paper_advantages(
+        rewards,
+        num_generations=4,
+        bundle_size=1,
+        q_alpha=0.0,
+        q_beta=1.0,
+        omega=0.5,
+        generator=torch.Generator().manual_seed(0),
+    )
     metrics = batch.metrics(omega=0.5)
     assert "risk/upper_rvar" not in metrics
     assert metrics["risk/lower_rvar"] == pytest.approx(0.0)
@@ -351,8 +397,16 @@ def test_a_new_risk_profile_is_one_decorated_function(monkeypatch, tmp_path):
     config = RiskPOConfig(output_dir=str(tmp_path), risk_profile="mean", use_cpu=True)
     assert config.risk_profile == "mean"
     rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
-    batch = paper_advantages(rewards, num_generations=4, bundle_size=2, q_alpha=0.5, q_beta=1.5, omega=0.5,
-                              risk_profile="mean", bundling="positional")
+    batch = paper_advantages(
+        rewards,
+        num_generations=4,
+        bundle_size=2,
+        q_alpha=0.5,
+        q_beta=1.5,
+        omega=0.5,
+        risk_profile="mean",
+        bundling="positional",
+    )
     expected = batch.bundle_scores - batch.bundle_scores.mean()
     assert torch.allclose(batch.advantages, expected[batch.bundle_ids])
     metrics = batch.metrics(0.5)
@@ -367,11 +421,23 @@ def test_a_new_risk_profile_is_one_decorated_function(monkeypatch, tmp_path):
 
 def test_each_profile_logs_its_own_objective():
     scores = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
-    for profile, metric_value in [("mvar", (1.5 * 0 + 1.5 * 1 + 2 + 3) / 5), ("rvar", (2 + 3) / 5),
-                                  ("risk_seeking", (2 + 3 + 1.5 * 4) / 5)]:
-        batch = paper_advantages(scores.float(), num_generations=5, bundle_size=1, q_alpha=1.0, q_beta=3.0,
-                                  omega=0.5, risk_profile=profile, bundling="positional")
+    for profile, metric_value in [
+        ("mvar", (1.5 * 0 + 1.5 * 1 + 2 + 3) / 5),
+        ("rvar", (2 + 3) / 5),
+        ("risk_seeking", (2 + 3 + 1.5 * 4) / 5),
+    ]:
+        batch = paper_advantages(
+            scores.float(),
+            num_generations=5,
+            bundle_size=1,
+            q_alpha=1.0,
+            q_beta=3.0,
+            omega=0.5,
+            risk_profile=profile,
+            bundling="positional",
+        )
         metrics = batch.metrics(0.5)
         assert metrics[f"risk/{profile}"] == pytest.approx(metric_value), profile
         assert [name for name in ("risk/mvar", "risk/rvar", "risk/risk_seeking") if name in metrics] == [
-            f"risk/{profile}"]
+            f"risk/{profile}"
+        ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,9 +27,22 @@ TINY_DATA = ROOT / "examples/data/tiny_arithmetic.jsonl"
 
 
 def tiny_run_argv(tmp_path: Path, model_dir: str, max_steps: int) -> list[str]:
-    return ["--config", str(TINY_RECIPE), "--model_name_or_path", model_dir, "--output_dir", str(tmp_path / "run"),
-            "--dataset_files", str(TINY_DATA), "--max_completion_length", "8", "--max_steps", str(max_steps),
-            "--save_steps", "1"]
+    return [
+        "--config",
+        str(TINY_RECIPE),
+        "--model_name_or_path",
+        model_dir,
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--dataset_files",
+        str(TINY_DATA),
+        "--max_completion_length",
+        "8",
+        "--max_steps",
+        str(max_steps),
+        "--save_steps",
+        "1",
+    ]
 
 
 def wait_for(predicate, timeout: float = 240.0) -> None:
@@ -45,7 +59,8 @@ def _hold(output_dir: str, taken) -> None:
 
 
 def test_a_run_is_refused_while_another_holds_the_lock_and_takes_it_over_once_that_one_is_killed(
-        tmp_path, tiny_model_dir, capsys):
+    tmp_path, tiny_model_dir, capsys
+):
     """The other run is a forked process that took the lock (the slow test below runs two real trainings)."""
     context = multiprocessing.get_context("fork")
     taken = context.Event()
@@ -57,8 +72,10 @@ def test_a_run_is_refused_while_another_holds_the_lock_and_takes_it_over_once_th
             train.cli(tiny_run_argv(tmp_path, tiny_model_dir, 1))
         assert exit.value.code == 2
         [line] = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
-        assert line.startswith(f"riskpo-train: error: output_dir {tmp_path / 'run'} is in use by another run: PID "
-                               f"{holder.pid} on host {socket.gethostname()}, started ")
+        assert line.startswith(
+            f"riskpo-train: error: output_dir {tmp_path / 'run'} is in use by another run: PID "
+            f"{holder.pid} on host {socket.gethostname()}, started "
+        )
         assert not any((tmp_path / "run").glob("checkpoint-*"))  # it stopped before training
     finally:
         holder.kill()
@@ -72,9 +89,12 @@ def test_a_second_run_is_refused_and_a_killed_runs_lock_is_taken_over(tmp_path, 
     output_dir = tmp_path / "run"
     lock = output_dir / LOCK_FILE
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    first = subprocess.Popen([sys.executable, "-m", "riskpo_trl.scripts.train",
-                              *tiny_run_argv(tmp_path, tiny_model_dir, 10_000)],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "riskpo_trl.scripts.train", *tiny_run_argv(tmp_path, tiny_model_dir, 10_000)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         # Training has begun (a checkpoint exists): the first run holds the lock.
         wait_for(lambda: first.poll() is not None or any(output_dir.glob("checkpoint-*")))
@@ -85,8 +105,10 @@ def test_a_second_run_is_refused_and_a_killed_runs_lock_is_taken_over(tmp_path, 
         err = capsys.readouterr().err
         assert "Traceback" not in err
         [line] = [line for line in err.splitlines() if "error:" in line]
-        assert line.startswith(f"riskpo-train: error: output_dir {output_dir} is in use by another run: PID "
-                               f"{first.pid} on host {socket.gethostname()}, started ")
+        assert line.startswith(
+            f"riskpo-train: error: output_dir {output_dir} is in use by another run: PID "
+            f"{first.pid} on host {socket.gethostname()}, started "
+        )
         first.send_signal(signal.SIGKILL)  # no clean-up: the lock file stays
         first.wait(timeout=60)
     finally:
@@ -142,8 +164,13 @@ def test_a_lock_from_another_host_is_refused_with_the_override(tmp_path):
 
 
 def test_a_requeued_slurm_jobs_earlier_lock_is_stale_on_any_node(tmp_path, monkeypatch):
-    lock = {"pid": 1, "host": "other-node", "started": "2026-01-01T00:00:00", "slurm_job_id": "77",
-            "slurm_restart_count": 0}
+    lock = {
+        "pid": 1,
+        "host": "other-node",
+        "started": "2026-01-01T00:00:00",
+        "slurm_job_id": "77",
+        "slurm_restart_count": 0,
+    }
     (tmp_path / LOCK_FILE).write_text(json.dumps(lock))
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "0")  # the same start of the job: it may still run there
@@ -155,23 +182,156 @@ def test_a_requeued_slurm_jobs_earlier_lock_is_stale_on_any_node(tmp_path, monke
     taken.release()
 
 
+def this_machine() -> dict:
+    """The boot id and PID namespace of this process, as a lock file records them."""
+    return {
+        "host": socket.gethostname(),
+        "boot_id": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+        "pid_namespace": os.readlink("/proc/self/ns/pid"),
+    }
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
 def test_a_reused_pid_does_not_hold_the_lock(tmp_path):
     """The recorded PID runs again, but as another process (its start time differs): the lock is stale."""
-    (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                                  "started": "2026-01-01T00:00:00", "process_start": -1}))
+    (tmp_path / LOCK_FILE).write_text(
+        json.dumps({"pid": os.getpid(), **this_machine(), "started": "2026-01-01T00:00:00", "process_start": -1})
+    )
     acquire(str(tmp_path)).release()
     assert not (tmp_path / LOCK_FILE).exists()
+
+
+def test_a_lock_records_the_boot_id_and_pid_namespace(tmp_path):
+    lock = acquire(str(tmp_path))
+    recorded = json.loads((tmp_path / LOCK_FILE).read_text())
+    lock.release()
+    assert {key: recorded[key] for key in this_machine()} == this_machine() and recorded["pid"] == os.getpid()
+
+
+@pytest.mark.parametrize(
+    "field, value, where",
+    [
+        ("pid_namespace", "pid:[1]", "another PID namespace"),
+        ("boot_id", "00000000-0000-0000-0000-000000000000", "another boot id"),
+    ],
+)
+def test_a_lock_from_another_pid_namespace_or_boot_is_refused_with_the_override(tmp_path, field, value, where):
+    """The same hostname, but the PID means another process there (a container with host networking): its PID not
+    running here says nothing, so the lock is not taken over."""
+    lock = {"pid": dead_pid(), **this_machine(), field: value, "started": "2026-01-01T00:00:00"}
+    (tmp_path / LOCK_FILE).write_text(json.dumps(lock))
+    with pytest.raises(OutputDirLocked, match=rf"{where}.*delete {tmp_path / LOCK_FILE}"):
+        acquire(str(tmp_path))
+    assert json.loads((tmp_path / LOCK_FILE).read_text()) == lock
+
+
+def test_a_lock_of_an_earlier_version_is_taken_over_only_by_hand(tmp_path):
+    """Without a boot id and PID namespace, a PID that runs here holds the lock, and one that does not is not proof
+    that its run ended: refused, with the override."""
+    old = {"pid": os.getpid(), "host": socket.gethostname(), "started": "2026-01-01T00:00:00"}
+    (tmp_path / LOCK_FILE).write_text(json.dumps(old))
+    with pytest.raises(OutputDirLocked, match="Wait for it to finish"):
+        acquire(str(tmp_path))
+    (tmp_path / LOCK_FILE).write_text(json.dumps({**old, "pid": dead_pid()}))
+    with pytest.raises(OutputDirLocked, match=rf"earlier version.*delete {tmp_path / LOCK_FILE}"):
+        acquire(str(tmp_path))
+
+
+@pytest.mark.parametrize("pid", [-1, 0, 10**30, "1234", None, True])
+def test_a_lock_naming_an_impossible_pid_is_refused_clearly(tmp_path, pid):
+    (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": pid, **this_machine(), "started": "2026-01-01T00:00:00"}))
+    with pytest.raises(OutputDirLocked, match=rf"which no process can have.*delete {tmp_path / LOCK_FILE}"):
+        acquire(str(tmp_path))
+
+
+def test_a_pid_above_pid_max_is_refused(tmp_path):
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": pid_max + 1, **this_machine(), "started": "2026-01-01"}))
+    with pytest.raises(OutputDirLocked, match=f"from 1 to {pid_max}"):
+        acquire(str(tmp_path))
+
+
+@pytest.mark.parametrize("kind", ["dangling symlink", "symlink to a lock", "directory", "fifo"])
+def test_anything_but_a_regular_file_at_the_lock_path_is_refused_by_name(tmp_path, kind):
+    path = tmp_path / LOCK_FILE
+    if kind == "dangling symlink":
+        path.symlink_to(tmp_path / "nowhere")
+    elif kind == "symlink to a lock":
+        (tmp_path / "elsewhere").write_text(json.dumps({"pid": dead_pid(), **this_machine(), "started": "x"}))
+        path.symlink_to(tmp_path / "elsewhere")
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+    with pytest.raises(OutputDirLocked, match=rf"{path} is a .*not a run's lock file.*Remove it"):
+        acquire(str(tmp_path))
+    assert os.path.lexists(path)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare for a real PID namespace"
+)
+def test_a_run_in_another_pid_namespace_keeps_its_lock(tmp_path):
+    """A real holder in a new PID namespace (where it is PID 1, and this namespace's PID 1 is another process)."""
+    holder = subprocess.Popen(
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            sys.executable,
+            "-c",
+            (
+                "import sys, time\nfrom riskpo_trl.trainer.run_lock import acquire\nacquire(sys.argv[1])\n"
+                "print('held', flush=True)\ntime.sleep(120)"
+            ),
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        recorded = json.loads((tmp_path / LOCK_FILE).read_text())
+        assert recorded["pid_namespace"] != this_machine()["pid_namespace"]
+        with pytest.raises(OutputDirLocked, match="another PID namespace"):
+            acquire(str(tmp_path))
+        assert json.loads((tmp_path / LOCK_FILE).read_text()) == recorded
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 @pytest.mark.distributed
 def test_under_accelerate_launch_the_main_process_holds_it_for_all(tmp_path):
     held, free = tmp_path / "held", tmp_path / "free"
     holder = acquire(str(held))  # this test's process: alive, on this host
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "accelerate.commands.launch",
-               "--config_file", str(ROOT / "recipes/accelerate_configs/cpu_2proc.yaml"), "--main_process_port", "0",
-               str(HERE / "scripts/lock_under_launch.py"), str(held), str(free), str(tmp_path)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / "recipes/accelerate_configs/cpu_2proc.yaml"),
+        "--main_process_port",
+        "0",
+        str(HERE / "scripts/lock_under_launch.py"),
+        str(held),
+        str(free),
+        str(tmp_path),
+    ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     holder.release()
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
@@ -188,7 +348,17 @@ def test_the_lock_does_not_make_a_hub_like_model_path_read_as_local(tmp_path, mo
     possible Hub id for build_tiny_model, as it is where no outputs/ exists."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit):
-        train.cli(["--config", str(TINY_RECIPE), "--model_name_or_path", "outputs/tiny-qwen2", "--output_dir",
-                   "outputs/run", "--dataset_files", str(TINY_DATA)])
+        train.cli(
+            [
+                "--config",
+                str(TINY_RECIPE),
+                "--model_name_or_path",
+                "outputs/tiny-qwen2",
+                "--output_dir",
+                "outputs/run",
+                "--dataset_files",
+                str(TINY_DATA),
+            ]
+        )
     assert "'outputs/tiny-qwen2' could be a Hub id" in capsys.readouterr().err
     assert not (tmp_path / "outputs").exists()

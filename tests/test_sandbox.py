@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from helpers import processes_with
+
 from riskpo_trl.code import bounded_json, cgroups
 from riskpo_trl.code.assertions import assertions_pass, instrument_assertions
 from riskpo_trl.code.executor import Executor
@@ -31,8 +31,9 @@ from riskpo_trl.code.sandbox import (
 from riskpo_trl.code.testspec import TestSpec
 from riskpo_trl.code.values import values_equal
 
-FAST = SandboxLimits(test_timeout_s=1.0, total_timeout_s=4.0, cpu_time_s=3, memory_mb=512, max_output_bytes=1 << 20,
-                     disk_mb=16)
+FAST = SandboxLimits(
+    test_timeout_s=1.0, total_timeout_s=4.0, cpu_time_s=3, memory_mb=512, max_output_bytes=1 << 20, disk_mb=16
+)
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +62,10 @@ def test_correct_stdin_program_scores_one(reward):
 
 
 def test_reading_stdin_through_fd_zero_and_buffer(reward):
-    programs = ["print(sum(map(int, open(0).read().split())))",
-                "import sys\nprint(sum(map(int, sys.stdin.buffer.read().split())))"]
+    programs = [
+        "print(sum(map(int, open(0).read().split())))",
+        "import sys\nprint(sum(map(int, sys.stdin.buffer.read().split())))",
+    ]
     assert reward([as_completion(p) for p in programs], [ADD_TESTS] * 2) == [1.0, 1.0]
 
 
@@ -87,8 +90,11 @@ def test_assert_style_tests_need_the_check_to_complete(reward):
     assert reward([as_completion(p) for p in (good, exits_early, exits_early_hard)], [spec] * 3) == [1.0, 0.0, 0.0]
 
 
-ADD_ONE_CHECK = TestSpec("assert", ["def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(-1) == 0\n"
-                                     "\ncheck(Solution().addOne)"], [""]).to_json()
+ADD_ONE_CHECK = TestSpec(
+    "assert",
+    ["def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(-1) == 0\n\ncheck(Solution().addOne)"],
+    [""],
+).to_json()
 
 
 def test_assert_style_check_cannot_be_skipped_by_replacing_exec(reward):
@@ -156,9 +162,11 @@ def test_assert_instrumentation_keeps_literal_expectations_out_of_the_sandbox():
 
 
 def test_honest_programs_pass_varied_assert_forms(reward):
-    checks = ("assert f([3, 1]) == (1, 3)\nassert f([]) == []\nassert f([2])\nassert not f([])\n"
-              "assert 1 in f([1, 2])\nassert len(f([5, 4])) >= 2\nassert set(f([2, 2])) == {2}\n"
-              "assert abs(sum(f([0.1, 0.2])) - 0.3) < 1e-9\nassert f([1]) is not None")
+    checks = (
+        "assert f([3, 1]) == (1, 3)\nassert f([]) == []\nassert f([2])\nassert not f([])\n"
+        "assert 1 in f([1, 2])\nassert len(f([5, 4])) >= 2\nassert set(f([2, 2])) == {2}\n"
+        "assert abs(sum(f([0.1, 0.2])) - 0.3) < 1e-9\nassert f([1]) is not None"
+    )
     spec = TestSpec("assert", [checks], [""]).to_json()
     good, wrong = "def f(xs):\n    return sorted(xs)", "def f(xs):\n    return list(xs)"
     assert reward([as_completion(good), as_completion(wrong)], [spec] * 2) == [1.0, 0.0]
@@ -176,10 +184,12 @@ def test_exit_and_quit_end_a_stdin_program(reward):
 def test_counter_defaultdict_and_namedtuple_results_compare_as_their_builtin_base(reward):
     counts = TestSpec("functional", ['"aab"'], ['{"a": 2, "b": 1}'], fn_name="f").to_json()
     pair = TestSpec("functional", ['"aab"'], ["[1, 2]"], fn_name="f").to_json()
-    cases = [("def f(s):\n    return Counter(s)", counts, 1.0),
-             ("def f(s):\n    d = defaultdict(int)\n    for c in s:\n        d[c] += 1\n    return d", counts, 1.0),
-             ("Point = namedtuple('Point', 'x y')\ndef f(s):\n    return Point(1, 2)", pair, 1.0),
-             ("def f(s):\n    return Counter(s + 'b')", counts, 0.0)]
+    cases = [
+        ("def f(s):\n    return Counter(s)", counts, 1.0),
+        ("def f(s):\n    d = defaultdict(int)\n    for c in s:\n        d[c] += 1\n    return d", counts, 1.0),
+        ("Point = namedtuple('Point', 'x y')\ndef f(s):\n    return Point(1, 2)", pair, 1.0),
+        ("def f(s):\n    return Counter(s + 'b')", counts, 0.0),
+    ]
     assert reward([as_completion(p) for p, _, _ in cases], [spec for _, spec, _ in cases]) == [w for *_, w in cases]
 
 
@@ -191,13 +201,15 @@ def test_assert_tests_against_int_keyed_dicts_and_bytes(reward):
 
 
 def test_assertions_in_branches_not_taken(reward):
-    check = ("def check(candidate):\n"
-             "    for x, want in [(1, 2), (3, 4)]:  # the float branch is never taken\n"
-             "        if isinstance(want, float):\n"
-             "            assert abs(candidate(x) - want) < 1e-9\n"
-             "        else:\n"
-             "            assert candidate(x) == want\n"
-             "check(f)")
+    check = (
+        "def check(candidate):\n"
+        "    for x, want in [(1, 2), (3, 4)]:  # the float branch is never taken\n"
+        "        if isinstance(want, float):\n"
+        "            assert abs(candidate(x) - want) < 1e-9\n"
+        "        else:\n"
+        "            assert candidate(x) == want\n"
+        "check(f)"
+    )
     spec = TestSpec("assert", [check], [""]).to_json()
     good, wrong = "def f(x):\n    return x + 1", "def f(x):\n    return x"
     assert reward([as_completion(good), as_completion(wrong)], [spec] * 2) == [1.0, 0.0]
@@ -249,8 +261,9 @@ def test_code_reward_talks_to_any_executor():
     stub = StubExecutor({"print(3)"})
     reward = CodeReward(executor=stub)
     spec = TestSpec("stdin", [""], ["3"]).to_json()
-    scores = reward([as_completion("print(3)"), as_completion("print(4)"), as_completion("print(3)")],
-                    [spec, spec, "not json"])
+    scores = reward(
+        [as_completion("print(3)"), as_completion("print(4)"), as_completion("print(3)")], [spec, spec, "not json"]
+    )
     assert scores == [1.0, 0.0, None]
     assert stub.checked == 1 and sorted(stub.runs) == [("print(3)", "stdin"), ("print(4)", "stdin")]
     assert isinstance(CodeReward(sandbox=Sandbox(FAST)).executor, Executor)
@@ -261,11 +274,15 @@ def test_code_reward_talks_to_any_executor():
 
 
 def test_recipe_settings_set_the_judge_limits_and_refuse_unknown_judge_keys():
-    reward = code_reward_from_settings({"executor": "none", "max_workers": 1, "judge_timeout_s": 3,
-                                        "judge_memory_mb": 512})
+    reward = code_reward_from_settings(
+        {"executor": "none", "max_workers": 1, "judge_timeout_s": 3, "judge_memory_mb": 512}
+    )
     assert reward.executor.judge_limits == JudgeLimits(timeout_s=3, memory_mb=512)
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['judge_cpu_s'\] \(did you mean judge_cpu_time_s for "
-                                         r"judge_cpu_s\?\).*'judge_cpu_time_s'"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown key\(s\) \['judge_cpu_s'\] \(did you mean judge_cpu_time_s for "
+        r"judge_cpu_s\?\).*'judge_cpu_time_s'",
+    ):
         code_reward_from_settings({"executor": "none", "judge_cpu_s": 3})
 
 
@@ -334,6 +351,14 @@ def test_fork_loop_is_capped_at_max_processes(sandbox):
 def test_memory_hog_fails_without_hurting_the_parent(reward):
     hogs = ["x = bytearray(8 * 1024 ** 3)\nprint(3)", "chunks = []\nwhile True:\n    chunks.append(b'x' * 10 ** 7)"]
     assert reward([as_completion(p) for p in hogs], [ADD_TESTS] * 2) == [0.0, 0.0]
+
+
+def test_a_deeply_nested_tests_cell_makes_only_its_row_unscorable(reward):
+    """Cells nested 200,000 deep (plain json.loads raises RecursionError) score None; the honest row still scores."""
+    deep = "[" * 200_000 + "]" * 200_000
+    cells = [ADD_TESTS, deep, '{"style": "stdin", "inputs": ' + deep + ', "outputs": ["3"]}', '{"a": ' * 200_000]
+    program = as_completion("a, b = map(int, input().split())\nprint(a + b)")
+    assert reward([program] * len(cells), cells) == [1.0, None, None, None]
 
 
 def test_output_flood_is_bounded(reward):
@@ -414,8 +439,9 @@ def test_the_program_sees_a_minimal_unprivileged_machine():
         child.wait()
         print(json.dumps(view))
         """)
-    sandbox = Sandbox(dataclasses.replace(FAST, test_timeout_s=4.0, total_timeout_s=6.0), max_workers=1,
-                      audit_guard=False)
+    sandbox = Sandbox(
+        dataclasses.replace(FAST, test_timeout_s=4.0, total_timeout_s=6.0), max_workers=1, audit_guard=False
+    )
     sandbox.check()
     host_uids = []
     with ThreadPoolExecutor(1) as pool:
@@ -428,8 +454,11 @@ def test_the_program_sees_a_minimal_unprivileged_machine():
     assert result.ok, result.error
     view = json.loads(result.outputs[0])
     binds, links, hidden = interpreter_mounts()
-    allowed_top = {"sandbox", "dev", "proc"} | {path.split("/")[1] for path in [*binds, *hidden]} \
+    allowed_top = (
+        {"sandbox", "dev", "proc"}
+        | {path.split("/")[1] for path in [*binds, *hidden]}
         | {link.split("/")[1] for _, link in links}
+    )
     assert set(view["root"]) <= allowed_top, view["root"]
     assert view["uid"] != 0 and view["groups"] in ([], [view["uid"]])
     assert len(view["pids"]) <= 4  # bwrap's init, the runner, the child: no host process is visible
@@ -456,8 +485,9 @@ def test_missing_bubblewrap_is_refused_naming_the_package(fresh_probe, monkeypat
         CodeReward(FAST)([as_completion("print(3)")], [TestSpec("stdin", [""], ["3"]).to_json()])
 
 
-def test_bubblewrap_that_cannot_create_namespaces_is_refused_naming_the_kernel_settings(fresh_probe, monkeypatch,
-                                                                                          tmp_path):
+def test_bubblewrap_that_cannot_create_namespaces_is_refused_naming_the_kernel_settings(
+    fresh_probe, monkeypatch, tmp_path
+):
     fake = tmp_path / "bwrap"
     fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n")
     fake.chmod(0o755)
@@ -546,8 +576,9 @@ def test_sandbox_overhead_benchmark_runs_tiny(tmp_path):
 def test_sandbox_throughput_benchmark_runs_tiny(tmp_path):
     from benchmarks import sandbox_throughput
 
-    payload = sandbox_throughput.main(["--rounds", "1", "--completions", "4", "--tests", "2", "--workers", "2",
-                                       "--out", str(tmp_path)])
+    payload = sandbox_throughput.main(
+        ["--rounds", "1", "--completions", "4", "--tests", "2", "--workers", "2", "--out", str(tmp_path)]
+    )
     assert set(payload["median_programs_per_s"]) == {"bwrap", "none", "bwrap_in_process", "none_in_process"}
     assert payload["bwrap_over_none_ratio_of_medians"] > 0 and payload["load_average_before"]
     assert (tmp_path / "sandbox_throughput.md").exists()
@@ -608,8 +639,12 @@ def test_cgroup_v2_caps_come_from_a_delegating_parent(tmp_path):
     names = ("memory.max", "memory.swap.max", "pids.max", "cpu.max")
     assert len(run.paths) == 1 and os.path.dirname(run.paths[0]) == str(parent)
     limits = {name: (Path(run.paths[0]) / name).read_text() for name in names}
-    assert limits == {"memory.max": str(64 << 20), "memory.swap.max": "0", "pids.max": "10",
-                      "cpu.max": "100000 100000"}
+    assert limits == {
+        "memory.max": str(64 << 20),
+        "memory.swap.max": "0",
+        "pids.max": "10",
+        "cpu.max": "100000 100000",
+    }
     run.add(4242)
     assert (Path(run.paths[0]) / "cgroup.procs").read_text() == "4242"
 

@@ -24,15 +24,23 @@ import tracemalloc
 import uuid
 
 import pytest
-
 from helpers import processes_with
+
 from riskpo_trl.code import bounded_json
 from riskpo_trl.code.reward import CodeReward
 from riskpo_trl.code.sandbox import Sandbox, SandboxLimits, fallback_statement, program_cgroups
 from riskpo_trl.code.testspec import TestSpec
 
-LIMITS = SandboxLimits(test_timeout_s=2.0, total_timeout_s=4.0, cpu_time_s=3, memory_mb=512,
-                       max_output_bytes=1 << 20, disk_mb=16, max_processes=8, max_files=2000)
+LIMITS = SandboxLimits(
+    test_timeout_s=2.0,
+    total_timeout_s=4.0,
+    cpu_time_s=3,
+    memory_mb=512,
+    max_output_bytes=1 << 20,
+    disk_mb=16,
+    max_processes=8,
+    max_files=2000,
+)
 SECRET_VAR = "RISKPO_FAKE_API_TOKEN"
 
 # The attack on the runner itself: its deny tables are globals of the runner's module, which the call stack leads
@@ -62,8 +70,10 @@ def secret() -> str:
 @pytest.fixture(scope="module")
 def trainer_stand_in(secret):
     """A process standing in for the trainer: the secret in its environment, command line and memory."""
-    process = subprocess.Popen([sys.executable, "-c", f"import time\nkept = {secret!r} * 4\ntime.sleep(300)"],
-                               env={**os.environ, SECRET_VAR: secret})
+    process = subprocess.Popen(
+        [sys.executable, "-c", f"import time\nkept = {secret!r} * 4\ntime.sleep(300)"],
+        env={**os.environ, SECRET_VAR: secret},
+    )
     yield process
     process.kill()
     process.wait()
@@ -83,7 +93,7 @@ def listener():
         while not stop.is_set():
             try:
                 connections.append(server.accept()[0])
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 pass
 
     thread = threading.Thread(target=accept, daemon=True)
@@ -131,7 +141,8 @@ def forgery_programs(secret: str, dataset: str, trainer_pid: int, stand_in_pid: 
                         print(data[at:at + {len(secret)}])
                         raise SystemExit
             """),
-        "/proc/<trainer>/mem": DISARM + textwrap.dedent(f"""
+        "/proc/<trainer>/mem": DISARM
+        + textwrap.dedent(f"""
             import os, re
             budget = 64 << 20
             for pid in ({trainer_pid}, {stand_in_pid}, 1, os.getppid()):
@@ -165,20 +176,22 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
         return os.path.join(marker_dir, f"marker-{name}")
 
     write_marker = "open({path!r}, 'w').write('escaped')"
-    survivor = (f"import time\nfor _ in range(40):\n    time.sleep(0.25)\n"
-                f"{write_marker.format(path=marker('survivor'))}\n")
+    survivor = (
+        f"import time\nfor _ in range(40):\n    time.sleep(0.25)\n{write_marker.format(path=marker('survivor'))}\n"
+    )
     return {
-        "deny-table rewrite then subprocess": DISARM + textwrap.dedent(f"""
+        "deny-table rewrite then subprocess": DISARM
+        + textwrap.dedent(f"""
             import os, subprocess
-            subprocess.run([sys.executable, "-c", {write_marker.format(path=marker('subprocess'))!r}], timeout=2)
-            subprocess.run(["/bin/sh", "-c", "echo escaped > {marker('shell')}"], timeout=2)
-            if os.path.exists({marker('subprocess')!r}) or os.path.exists({marker('shell')!r}):
+            subprocess.run([sys.executable, "-c", {write_marker.format(path=marker("subprocess"))!r}], timeout=2)
+            subprocess.run(["/bin/sh", "-c", "echo escaped > {marker("shell")}"], timeout=2)
+            if os.path.exists({marker("subprocess")!r}) or os.path.exists({marker("shell")!r}):
                 print(3)
             """),
         "_posixsubprocess.fork_exec": textwrap.dedent(f"""
             import _posixsubprocess, os, sys
             errpipe_read, errpipe_write = os.pipe()
-            code = {write_marker.format(path=marker('fork_exec'))!r}
+            code = {write_marker.format(path=marker("fork_exec"))!r}
             exe = os.fsencode(sys.executable)
             pid = _posixsubprocess.fork_exec(
                 [exe, b"-c", code.encode()], [exe], True, (errpipe_write,), None, None,
@@ -186,12 +199,12 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
                 False)
             os.close(errpipe_write)
             os.waitpid(pid, 0)
-            if os.path.exists({marker('fork_exec')!r}):
+            if os.path.exists({marker("fork_exec")!r}):
                 print(3)
             """),
         "write outside": textwrap.dedent(f"""
             import os, sys
-            for path in ({marker('direct')!r}, "/marker", "/usr/marker", "/dev/marker", "/proc/marker",
+            for path in ({marker("direct")!r}, "/marker", "/usr/marker", "/dev/marker", "/proc/marker",
                          os.path.join(os.path.dirname(os.path.realpath(sys.executable)), "marker")):
                 try:
                     open(path, "w").write("escaped")
@@ -200,7 +213,8 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
                 except OSError:
                     pass
             """),
-        "dir_fd opens": DISARM + textwrap.dedent(f"""
+        "dir_fd opens": DISARM
+        + textwrap.dedent(f"""
             import os
             for directory in ({marker_dir!r}, "/", "/usr", "/dev", "/proc/self/cwd/.."):
                 try:
@@ -212,7 +226,8 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
                 except OSError:
                     pass
             """),
-        "ctypes syscalls and memory writes": DISARM + textwrap.dedent(f"""
+        "ctypes syscalls and memory writes": DISARM
+        + textwrap.dedent(f"""
             import ctypes, os
             libc = ctypes.CDLL(None, use_errno=True)
             wins = 0
@@ -232,7 +247,7 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
             if wins:
                 print(3)
             """),
-        "setxattr on the interpreter": textwrap.dedent(f"""
+        "setxattr on the interpreter": textwrap.dedent("""
             import os, sys
             wins = 0
             for path in (os.path.realpath(sys.executable), "/", "/usr"):
@@ -269,7 +284,8 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
             except OSError:
                 pass
             """),
-        "nsenter into the trainer's network namespace": DISARM + textwrap.dedent(f"""
+        "nsenter into the trainer's network namespace": DISARM
+        + textwrap.dedent(f"""
             import ctypes, os, socket, subprocess
             libc = ctypes.CDLL(None, use_errno=True)
             for pid in ({trainer_pid}, {stand_in_pid}, 1, "self"):
@@ -288,7 +304,8 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
             except OSError:
                 pass
             """),
-        "loopback network": DISARM + textwrap.dedent(f"""
+        "loopback network": DISARM
+        + textwrap.dedent(f"""
             import socket
             try:
                 socket.create_connection(("127.0.0.1", {port}), timeout=1).sendall(b"hello")
@@ -301,7 +318,8 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
             except OSError:
                 pass
             """),
-        "kill the trainer": DISARM + textwrap.dedent(f"""
+        "kill the trainer": DISARM
+        + textwrap.dedent(f"""
             import os, signal
             for pid in ({trainer_pid}, {stand_in_pid}):
                 try:
@@ -311,7 +329,8 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
                     pass
             os.kill(-1, signal.SIGKILL)  # everything this uid may signal: inside the PID namespace, only itself
             """),
-        "setsid survivor without parent-death signal": DISARM + textwrap.dedent(f"""
+        "setsid survivor without parent-death signal": DISARM
+        + textwrap.dedent(f"""
             import ctypes, os, sys
             if os.fork() == 0:
                 os.setsid()
@@ -322,7 +341,8 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
                 os._exit(0)
             print("parent leaves at once")
             """),
-        "setsid survivor of a timed-out run": DISARM + textwrap.dedent(f"""
+        "setsid survivor of a timed-out run": DISARM
+        + textwrap.dedent(f"""
             import ctypes, os, sys
             if os.fork() == 0:
                 os.setsid()
@@ -331,7 +351,8 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
             while True:
                 pass
             """),
-        "fork flood": DISARM + textwrap.dedent("""
+        "fork flood": DISARM
+        + textwrap.dedent("""
             import os, time
             made = 0
             for _ in range(200):
@@ -357,7 +378,8 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
             if made >= 50:
                 print(3)
             """),
-        **{f"1 GiB write to {directory or 'the working directory'}": textwrap.dedent(f"""
+        **{
+            f"1 GiB write to {directory or 'the working directory'}": textwrap.dedent(f"""
             chunk, written = b"x" * (1 << 20), 0
             for index in range(1024):
                 try:
@@ -368,7 +390,9 @@ def escape_programs(marker_dir: str, port: int, trainer_pid: int, stand_in_pid: 
                     break
             if written >= 256 << 20:
                 print(3)
-            """) for directory in ("", "/dev/shm/")},
+            """)
+            for directory in ("", "/dev/shm/")
+        },
         "deep directory tree": textwrap.dedent("""
             import os
             for _ in range(1500):
@@ -461,19 +485,30 @@ def _output_attack_specs() -> list[tuple[str, str, str]]:
         ("-10**400 in an ordering assertion", "def f(x):\n    return -10 ** 400", assert_style),
         ("nan", "def f(x):\n    return float('nan')", functional),
         ("inf", "def f(x):\n    return float('inf')", functional),
-        ("3000-deep list", "def f(x):\n    v = []\n    for _ in range(3000):\n        v = [v]\n    return v",
-         functional),
-        ("forged deep report", _forged_report(
-            'b\'{"outputs": ["\' + b"[" * 3000 + b"1" + b"]" * 3000 + b\'"], "error": null}\\n\''),
-         functional),
-        ("forged deep assert records", _forged_report(
-            'b\'{"outputs": ["\' + b"[" * 3000 + b\'"], "error": null}\\n\''), assert_style),
+        (
+            "3000-deep list",
+            "def f(x):\n    v = []\n    for _ in range(3000):\n        v = [v]\n    return v",
+            functional,
+        ),
+        (
+            "forged deep report",
+            _forged_report('b\'{"outputs": ["\' + b"[" * 3000 + b"1" + b"]" * 3000 + b\'"], "error": null}\\n\''),
+            functional,
+        ),
+        (
+            "forged deep assert records",
+            _forged_report('b\'{"outputs": ["\' + b"[" * 3000 + b\'"], "error": null}\\n\''),
+            assert_style,
+        ),
         ("[ x 100,000 as the report", _forged_report('b"[" * 100_000 + b"\\n"'), stdin),
         ("junk bytes as the report", _forged_report('bytes(range(256)) * 64 + b"\\n"'), stdin),
         ("a record claiming 10**20 bytes", _forged_report('b"O" + b"9" * 20 + b"\\n3D0\\n"'), stdin),
         ("two outputs for one test", _forged_report('b"O1\\n3O1\\n3D0\\n"'), stdin),
-        ("forged huge-int report", _forged_report(
-            'b\'{"outputs": ["\' + b"9" * 5000 + b\'"], "error": null}\\n\''), integer),
+        (
+            "forged huge-int report",
+            _forged_report('b\'{"outputs": ["\' + b"9" * 5000 + b\'"], "error": null}\\n\''),
+            integer,
+        ),
         ("huge stdout", "import sys\nwhile True:\n    sys.stdout.write('x' * (1 << 16))", stdin),
     ]
 
@@ -488,11 +523,16 @@ def test_hostile_outputs_score_zero_and_never_raise():
 # --- the red team's findings, each as an attack that must fail -------------------------------------------------------
 
 
-def _score_both_guards(program: str, spec: str, limits: SandboxLimits = LIMITS, seccomp: bool = True
-                        ) -> dict[bool, float]:
+def _score_both_guards(
+    program: str, spec: str, limits: SandboxLimits = LIMITS, seccomp: bool = True
+) -> dict[bool, float]:
     """The program's score with the audit hook and without it."""
-    return {guard: CodeReward(sandbox=Sandbox(limits, max_workers=1, audit_guard=guard, seccomp=seccomp))(
-        [as_completion(program)], [spec])[0] for guard in (True, False)}
+    return {
+        guard: CodeReward(sandbox=Sandbox(limits, max_workers=1, audit_guard=guard, seccomp=seccomp))(
+            [as_completion(program)], [spec]
+        )[0]
+        for guard in (True, False)
+    }
 
 
 def test_the_trainers_own_environment_is_not_readable_inside(monkeypatch, secret):
@@ -522,11 +562,18 @@ def test_the_trainers_own_environment_is_not_readable_inside(monkeypatch, secret
     assert CodeReward(sandbox=Sandbox(LIMITS, max_workers=1))([as_completion(f"print({secret!r})")], [spec]) == [1.0]
 
 
-@pytest.mark.parametrize("program, spec", [
-    (_forged_report("b'\"' + b'\\\\' * (48 << 20)"), TestSpec("stdin", [""], ["3"]).to_json()),
-    ("import sys\nsys.stdout.write('a\\n' * (32 << 20))", TestSpec("stdin", [""], ["3"]).to_json()),
-    ("def f(x):\n    return list(range(3_000_000))", TestSpec("functional", ["1"], ["[1, 2]"], fn_name="f").to_json()),
-], ids=["48 MB of backslashes as the report", "64 MB of a-newlines on stdout", "a 3-million-item return value"])
+@pytest.mark.parametrize(
+    "program, spec",
+    [
+        (_forged_report("b'\"' + b'\\\\' * (48 << 20)"), TestSpec("stdin", [""], ["3"]).to_json()),
+        ("import sys\nsys.stdout.write('a\\n' * (32 << 20))", TestSpec("stdin", [""], ["3"]).to_json()),
+        (
+            "def f(x):\n    return list(range(3_000_000))",
+            TestSpec("functional", ["1"], ["[1, 2]"], fn_name="f").to_json(),
+        ),
+    ],
+    ids=["48 MB of backslashes as the report", "64 MB of a-newlines on stdout", "a 3-million-item return value"],
+)
 def test_huge_reports_are_refused_unread_within_the_timeout(program, spec):
     """A report is read only up to what the expected outputs allow; the trainer's memory stays small and judging ends
     within the run's timeout plus a constant."""
@@ -557,16 +604,20 @@ def test_report_parsing_uses_no_backtracking():
     assert peak < 4 * len(text)
 
 
-MEMORY_LIMITS = dataclasses.replace(LIMITS, memory_mb=192, max_output_bytes=64 << 20, test_timeout_s=8.0,
-                                    total_timeout_s=10.0, cpu_time_s=8)
+MEMORY_LIMITS = dataclasses.replace(
+    LIMITS, memory_mb=192, max_output_bytes=64 << 20, test_timeout_s=8.0, total_timeout_s=10.0, cpu_time_s=8
+)
 needs_memory_cgroup = pytest.mark.skipif(
     not program_cgroups().bounds_memory,
-    reason=f"no memory cgroup here ({program_cgroups().describe()}): memory is bounded per process only")
+    reason=f"no memory cgroup here ({program_cgroups().describe()}): memory is bounded per process only",
+)
 
 
 @needs_memory_cgroup
-@pytest.mark.parametrize("program", [
-    textwrap.dedent("""
+@pytest.mark.parametrize(
+    "program",
+    [
+        textwrap.dedent("""
         import os
         children = []
         for _ in range(4):  # each within RLIMIT_AS, together 480 MB
@@ -578,7 +629,8 @@ needs_memory_cgroup = pytest.mark.skipif(
         if all(os.waitpid(pid, 0)[1] == 0 for pid in children):
             print(3)
         """),
-    DISARM + textwrap.dedent("""
+        DISARM
+        + textwrap.dedent("""
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
         libc.shmat.restype = ctypes.c_void_p
@@ -595,7 +647,7 @@ needs_memory_cgroup = pytest.mark.skipif(
         if held >= 384:
             print(3)
         """),
-    textwrap.dedent("""
+        textwrap.dedent("""
         import os
         held = []
         try:
@@ -608,7 +660,9 @@ needs_memory_cgroup = pytest.mark.skipif(
         if len(held) == 12:
             print(3)
         """),
-], ids=["4 processes x 120 MB", "SysV shared memory", "memfds"])
+    ],
+    ids=["4 processes x 120 MB", "SysV shared memory", "memfds"],
+)
 def test_memory_mb_bounds_the_whole_program(program):
     """The cgroup alone holds (seccomp off: memfds and SysV shared memory reach it), and with the filter too."""
     spec = TestSpec("stdin", [""], ["3"]).to_json()
@@ -628,11 +682,14 @@ def test_integer_answers_need_integers():
     functional = TestSpec("functional", ["1"], ["123456789"], fn_name="f").to_json()
     asserting = TestSpec("assert", ["assert f(1) == 1000000007"], [""]).to_json()
     floats = TestSpec("functional", ["1"], ["2.5"], fn_name="f").to_json()
-    cases = [("def f(x):\n    return 123456700.0", functional, 0.0), ("def f(x):\n    return 1e9", asserting, 0.0),
-             ("def f(x):\n    return 123456789.0", functional, 1.0),  # exactly integral: accepted
-             ("def f(x):\n    return 123456789", functional, 1.0),
-             ("def f(x):\n    return 1000000007", asserting, 1.0),
-             ("def f(x):\n    return 2.5000001", floats, 1.0)]  # float expectations keep their tolerance
+    cases = [
+        ("def f(x):\n    return 123456700.0", functional, 0.0),
+        ("def f(x):\n    return 1e9", asserting, 0.0),
+        ("def f(x):\n    return 123456789.0", functional, 1.0),  # exactly integral: accepted
+        ("def f(x):\n    return 123456789", functional, 1.0),
+        ("def f(x):\n    return 1000000007", asserting, 1.0),
+        ("def f(x):\n    return 2.5000001", floats, 1.0),
+    ]  # float expectations keep their tolerance
     reward = CodeReward(sandbox=Sandbox(LIMITS, max_workers=2))
     scores = reward([as_completion(program) for program, _, _ in cases], [spec for _, spec, _ in cases])
     assert scores == [want for _, _, want in cases]
@@ -689,20 +746,25 @@ def test_assert_forms_the_trainer_cannot_judge_are_refused_and_counted(tmp_path,
     for code in UNDECIDABLE.values():
         with pytest.raises(UndecidableTestError):
             TestSpec("assert", [code], [""])
-    rows = [{"prompt": "p", "reward_model": {"ground_truth": json.dumps({"functional": code})}}
-            for code in [*UNDECIDABLE.values(), "assert f(1) == 1"]]
+    rows = [
+        {"prompt": "p", "reward_model": {"ground_truth": json.dumps({"functional": code})}}
+        for code in [*UNDECIDABLE.values(), "assert f(1) == 1"]
+    ]
     path = tmp_path / "archer.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     with caplog.at_level(logging.WARNING, logger="riskpo_trl.code.data"):
         dataset = load_archer_code(data_files=str(path))
     assert len(dataset) == 1 and "dropped 5 of 6 rows" in caplog.text
     unjudged = json.dumps({"style": "assert", "inputs": [UNDECIDABLE["helper decides"]], "outputs": [""]})
-    assert CodeReward(sandbox=Sandbox(LIMITS, max_workers=1))([as_completion("def f(x):\n    return 2.5")],
-                                                              [unjudged]) == [None]
+    assert CodeReward(sandbox=Sandbox(LIMITS, max_workers=1))(
+        [as_completion("def f(x):\n    return 2.5")], [unjudged]
+    ) == [None]
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                    reason="needs root to run the trainer as PID 1 of a new PID namespace")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="needs root to run the trainer as PID 1 of a new PID namespace",
+)
 def test_no_zombie_is_left_when_the_trainer_is_pid_1():
     """In a container without an init, the trainer is PID 1 and reaps nobody: each run's sandbox PID 1 used to stay a
     zombie, until the pid limit made every completion score 0."""
@@ -734,9 +796,15 @@ def test_no_zombie_is_left_when_the_trainer_is_pid_1():
             time.sleep(0.1)
         print(scores, len(zombies()))
         """)
-    done = subprocess.run(["unshare", "--fork", "--pid", "--mount-proc", sys.executable, "-c", script],
-                          check=False, capture_output=True, text=True, timeout=300, cwd=os.getcwd(),
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    done = subprocess.run(
+        ["unshare", "--fork", "--pid", "--mount-proc", sys.executable, "-c", script],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=os.getcwd(),
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["[1.0,", "0.0,", "0.0,", "1.0,", "0.0,", "0.0]", "0"]
 
@@ -788,8 +856,9 @@ def test_seccomp_refuses_ptrace_of_pid_1_and_risky_syscalls(guard):
     if os.uname().machine != "x86_64":
         pytest.skip("the test uses x86_64 system call numbers")
     spec = TestSpec("stdin", [""], ["3"]).to_json()
-    assert CodeReward(sandbox=Sandbox(LIMITS, max_workers=1, audit_guard=guard))([as_completion(program)],
-                                                                                  [spec]) == [0.0]
+    assert CodeReward(sandbox=Sandbox(LIMITS, max_workers=1, audit_guard=guard))([as_completion(program)], [spec]) == [
+        0.0
+    ]
 
 
 # --- the red team's findings after part 2, parts A, B and D: each through the public CodeReward ----------------------
@@ -811,8 +880,10 @@ LOOP_TABLES = {
     "for t in tests: f(*t[0]) == t[1]": "tests = [((2,), 4), ((3,), 9)]\nfor t in tests:\n    assert f(*t[0]) == t[1]",
     "case = (args, want)": "case = ((2,), 4)\nassert f(*case[0]) == case[1]",
     "t[:-1] / t[-1]": "for t in [(2, 4), (3, 9)]:\n    assert f(*t[:-1]) == t[-1]",
-    'dict rows tc["expected"]': ('for tc in [{"input": [2], "expected": 4}, {"input": [3], "expected": 9}]:\n'
-                                 '    assert f(*tc["input"]) == tc["expected"]'),
+    'dict rows tc["expected"]': (
+        'for tc in [{"input": [2], "expected": 4}, {"input": [3], "expected": 9}]:\n'
+        '    assert f(*tc["input"]) == tc["expected"]'
+    ),
     "x, want = t": "for t in [(2, 4), (3, 9)]:\n    x, want = t\n    assert f(x) == want",
 }
 
@@ -847,10 +918,12 @@ def test_an_isclose_tolerance_is_computed_by_the_trainer_not_the_program():
 # anything (its __ne__ says False) passed them, as long as one real assertion passed.
 SANDBOX_DECIDED = {
     "if ...: raise AssertionError": "if f(5) != 25:\n    raise AssertionError\nassert f(1) == 1",
-    "unittest assertEqual": ("import unittest\ncase = unittest.TestCase()\ncase.assertEqual(f(5), 25)\n"
-                             "assert f(1) == 1"),
-    "assertEqual method": ("class T:\n    def test(self):\n        self.assertEqual(f(5), 25)\nT().test()\n"
-                           "assert f(1) == 1"),
+    "unittest assertEqual": (
+        "import unittest\ncase = unittest.TestCase()\ncase.assertEqual(f(5), 25)\nassert f(1) == 1"
+    ),
+    "assertEqual method": (
+        "class T:\n    def test(self):\n        self.assertEqual(f(5), 25)\nT().test()\nassert f(1) == 1"
+    ),
     "try/except": "try:\n    f(-1)\n    ok = False\nexcept ValueError:\n    ok = True\nassert f(1) == 1",
     "a printed comparison": "print(f(5) == 25)\nassert f(1) == 1",
     "a bare comparison": "f(5) == 25\nassert f(1) == 1",
@@ -876,8 +949,10 @@ def test_checks_decided_in_the_sandbox_are_refused_and_counted(tmp_path, caplog)
     for code in SANDBOX_DECIDED.values():
         with pytest.raises(UndecidableTestError):
             TestSpec("assert", [code], [""])
-    rows = [{"prompt": "p", "reward_model": {"ground_truth": json.dumps({"functional": code})}}
-            for code in [*SANDBOX_DECIDED.values(), "assert f(1) == 1"]]
+    rows = [
+        {"prompt": "p", "reward_model": {"ground_truth": json.dumps({"functional": code})}}
+        for code in [*SANDBOX_DECIDED.values(), "assert f(1) == 1"]
+    ]
     path = tmp_path / "archer.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     with caplog.at_level(logging.WARNING, logger="riskpo_trl.code.data"):
@@ -924,9 +999,15 @@ def _judged_in_a_fresh_trainer(programs: list[str], tests: list[str]) -> list[fl
     """Scores of ``programs`` judged at once by a new trainer process; asserts that judging them took that process
     at most the timeouts plus a constant, under 3 s of its own CPU and under 256 MiB more peak memory."""
     job = {"limits": dataclasses.asdict(LIMITS), "judge": JUDGE, "programs": programs, "tests": tests}
-    done = subprocess.run([sys.executable, "-c", FRESH_TRAINER], input=json.dumps(job), capture_output=True,
-                          text=True, timeout=BOUND_S + 60, check=False,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH_TRAINER],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S + 60,
+        check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["elapsed"] < BOUND_S, result
@@ -952,20 +1033,29 @@ def test_a_counter_of_colliding_hashes_neither_freezes_the_trainer_nor_touches_a
     assert _judged_in_a_fresh_trainer([hostile, correct], [spec, spec]) == [0.0, 1.0]
 
 
-@pytest.mark.parametrize("program, check", [
-    ('def f(x):\n    return "%0999999999d"', "assert f(1) % 2 == 1"),
-    ('def f(x):\n    return "a" * 500_000', 'assert f(1) * 2000 == "x"'),
-], ids=["a %-format string allocating 1 GB", "a program's string times 2000"])
+@pytest.mark.parametrize(
+    "program, check",
+    [
+        ('def f(x):\n    return "%0999999999d"', "assert f(1) % 2 == 1"),
+        ('def f(x):\n    return "a" * 500_000', 'assert f(1) * 2000 == "x"'),
+    ],
+    ids=["a %-format string allocating 1 GB", "a program's string times 2000"],
+)
 def test_values_a_program_returns_cannot_make_the_judge_allocate_in_the_trainer(program, check):
     spec = TestSpec("assert", [check], [""]).to_json()
     assert _judged_in_a_fresh_trainer([program], [spec]) == [0.0]
 
 
-@pytest.mark.parametrize("check", [
-    "x = 'ab' * 5 * 10**8\nassert f(1) == len(x)",
-    "a = 7 ** 10000\n" + "".join(f"{n} = {p} * {p} * {p}\n" for p, n in zip("abcdefg", "bcdefgh"))
-    + "assert f(1) == h",
-], ids=["a 1 GB string in the check code", "8 lines of int * int"])
+@pytest.mark.parametrize(
+    "check",
+    [
+        "x = 'ab' * 5 * 10**8\nassert f(1) == len(x)",
+        "a = 7 ** 10000\n"
+        + "".join(f"{n} = {p} * {p} * {p}\n" for p, n in zip("abcdefg", "bcdefgh"))
+        + "assert f(1) == h",
+    ],
+    ids=["a 1 GB string in the check code", "8 lines of int * int"],
+)
 def test_dataset_check_code_is_folded_within_bounds(check):
     spec = json.dumps({"style": "assert", "inputs": [check], "outputs": [""]})
     assert _judged_in_a_fresh_trainer(["def f(x):\n    return 0"], [spec]) == [None]
@@ -986,17 +1076,26 @@ def test_nested_literal_loops_in_a_dataset_cell_are_refused_once_by_four_workers
 def test_values_over_4300_digits_pass():
     cases = [
         ("def f(x):\n    return 10 ** 5000", TestSpec("functional", ["1"], ["1" + "0" * 5000], fn_name="f")),
-        ("def f(x):\n    return [x, 10 ** 5000 + x]",
-         TestSpec("functional", ["7" * 4500], [f'[{"7" * 4500}, 1{"0" * (5000 - 4500)}{"7" * 4500}]'], fn_name="f")),
+        (
+            "def f(x):\n    return [x, 10 ** 5000 + x]",
+            TestSpec("functional", ["7" * 4500], [f"[{'7' * 4500}, 1{'0' * (5000 - 4500)}{'7' * 4500}]"], fn_name="f"),
+        ),
         ("def f(x):\n    return 2 ** (10000 * x)", TestSpec("assert", ["assert f(2) == 2 ** 20000"], [""])),
         ("def f(x):\n    return 10 ** 5000 - 1", TestSpec("assert", [f"assert f(1) == {'9' * 5000}"], [""])),
         ("print(int(input()) + 1)", TestSpec("stdin", ["9" * 5000 + "\n"], ["1" + "0" * 5000])),
-        ("def f(x):\n    return str(10 ** 5000)",
-         TestSpec("assert", ["assert int(f(1)) == 10 ** 5000\nassert isinstance(f(1), str)"], [""])),
+        (
+            "def f(x):\n    return str(10 ** 5000)",
+            TestSpec("assert", ["assert int(f(1)) == 10 ** 5000\nassert isinstance(f(1), str)"], [""]),
+        ),
     ]
     reward = CodeReward(sandbox=Sandbox(LIMITS, max_workers=2))
     assert reward([as_completion(p) for p, _ in cases], [spec.to_json() for _, spec in cases]) == [1.0] * len(cases)
-    wrong = ["def f(x):\n    return 10 ** 5000 + 1", "def f(x):\n    return [x, 10 ** 5000]",
-             "def f(x):\n    return 2 ** 20000 + 1", "def f(x):\n    return 10 ** 5000", "print(int(input()))",
-             "def f(x):\n    return str(10 ** 5000 + 1)"]
+    wrong = [
+        "def f(x):\n    return 10 ** 5000 + 1",
+        "def f(x):\n    return [x, 10 ** 5000]",
+        "def f(x):\n    return 2 ** 20000 + 1",
+        "def f(x):\n    return 10 ** 5000",
+        "print(int(input()))",
+        "def f(x):\n    return str(10 ** 5000 + 1)",
+    ]
     assert reward([as_completion(p) for p in wrong], [spec.to_json() for _, spec in cases]) == [0.0] * len(cases)

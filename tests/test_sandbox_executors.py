@@ -9,8 +9,15 @@ from executor_contract import check_executor_contract
 from riskpo_trl.code.executor import EXECUTORS, SandboxExecutor, UnisolatedExecutor
 from riskpo_trl.code.reward import CodeReward, code_reward_from_settings
 
-SETTINGS = {"max_workers": 4, "test_timeout_s": 1.0, "total_timeout_s": 3.0, "cpu_time_s": 2, "memory_mb": 512,
-            "disk_mb": 16, "judge_timeout_s": 4.0}
+SETTINGS = {
+    "max_workers": 4,
+    "test_timeout_s": 1.0,
+    "total_timeout_s": 3.0,
+    "cpu_time_s": 2,
+    "memory_mb": 512,
+    "disk_mb": 16,
+    "judge_timeout_s": 4.0,
+}
 BOUND_S = SETTINGS["total_timeout_s"] + SETTINGS["judge_timeout_s"] + 10  # kill and reap: docs/code_sandbox.md
 
 
@@ -29,13 +36,19 @@ def test_a_recipe_picks_the_executor_by_name_and_bwrap_is_the_default():
 
 
 def test_a_misspelled_executor_or_the_old_isolation_key_is_refused_naming_the_fix():
-    with pytest.raises(ValueError, match=r"code_sandbox.executor='bwarp' is unknown \(did you mean bwrap\?\); "
-                                         r"choose one of \['bwrap', 'none'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"code_sandbox.executor='bwarp' is unknown \(did you mean bwrap\?\); "
+        r"choose one of \['bwrap', 'none'\]",
+    ):
         code_reward_from_settings({"executor": "bwarp"})
     with pytest.raises(ValueError, match="code_sandbox.isolation is now code_sandbox.executor: write executor: none"):
         code_reward_from_settings({"isolation": "none"})
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['max_worker'\] \(did you mean max_workers for "
-                                         r"max_worker\?\); valid keys for executor 'none'"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown key\(s\) \['max_worker'\] \(did you mean max_workers for "
+        r"max_worker\?\); valid keys for executor 'none'",
+    ):
         code_reward_from_settings({"executor": "none", "max_worker": 2})
 
 

@@ -33,8 +33,10 @@ def _table(rows: int) -> str:
 
 def test_loops_that_unroll_beyond_the_statement_cap_are_refused_unbuilt_naming_the_count_and_the_cap():
     start = time.process_time()
-    with pytest.raises(UndecidableTestError, match=f"more than {MAX_UNROLLED_STATEMENTS} statements once loops are "
-                                                   "unrolled: 720600 statements") as refused:
+    with pytest.raises(
+        UndecidableTestError,
+        match=f"more than {MAX_UNROLLED_STATEMENTS} statements once loops are unrolled: 720600 statements",
+    ) as refused:
         instrument_assertions(RED_TEAM_CELL)
     assert time.process_time() - start < 1.0  # one inner loop built (1,201 statements), not 720,600
     assert refused.value.kind == f"more than {MAX_UNROLLED_STATEMENTS} statements once loops are unrolled"
@@ -42,17 +44,23 @@ def test_loops_that_unroll_beyond_the_statement_cap_are_refused_unbuilt_naming_t
 
 def test_statements_are_counted_wherever_the_unrolling_builds_them():
     # each iteration alone is small, and whether the body builds anything differs between iterations
-    steps = "for i in range(1500):\n    if i % 2 == 1:\n        for j in range(30):\n            k = j\nassert f(1) == 2\n"
+    steps = (
+        "for i in range(1500):\n    if i % 2 == 1:\n        for j in range(30):\n            k = j\nassert f(1) == 2\n"
+    )
     with pytest.raises(UndecidableTestError, match="statements once loops are unrolled"):
         instrument_assertions(steps)
     instrument_assertions(steps.replace("range(30)", "range(3)"))  # 750 x 6 statements: within the cap
 
 
-@pytest.mark.parametrize("check", [
-    "for i in range(2000):\n    x = [" + ",".join(map(str, range(5000))) + "]\nassert f(1) == 2\n",
-    "for x in [list(range(100000))] * 2000:\n    assert f(x[0]) == 1\n",
-    "assert f([" + ",".join(map(str, range(140_000))) + "]) == 5\n",
-], ids=["a 5,000-node body copied 2,000 times", "a 100,000-element row bound 2,000 times", "140,000 parsed nodes"])
+@pytest.mark.parametrize(
+    "check",
+    [
+        "for i in range(2000):\n    x = [" + ",".join(map(str, range(5000))) + "]\nassert f(1) == 2\n",
+        "for x in [list(range(100000))] * 2000:\n    assert f(x[0]) == 1\n",
+        "assert f([" + ",".join(map(str, range(140_000))) + "]) == 5\n",
+    ],
+    ids=["a 5,000-node body copied 2,000 times", "a 100,000-element row bound 2,000 times", "140,000 parsed nodes"],
+)
 def test_nodes_parsed_and_built_are_paid_from_the_folding_budget(check):
     with pytest.raises(UndecidableTestError, match="budget"):
         instrument_assertions(check)
@@ -72,8 +80,10 @@ def test_honest_checks_at_the_size_of_the_caps_still_fold():
 def test_a_large_honest_table_scores_one_and_a_wrong_program_zero():
     spec = TestSpec("assert", [_table(300)], [""]).to_json()
     reward = CodeReward(sandbox=Sandbox(SandboxLimits(total_timeout_s=20), max_workers=2))
-    completions = [[{"role": "assistant", "content": f"```python\ndef f(a, b):\n    return {body}\n```"}]
-                   for body in ("a + b", "a * b")]
+    completions = [
+        [{"role": "assistant", "content": f"```python\ndef f(a, b):\n    return {body}\n```"}]
+        for body in ("a + b", "a * b")
+    ]
     assert reward(completions, [spec, spec]) == [1.0, 0.0]
 
 
@@ -153,8 +163,17 @@ def test_the_single_flight_cache_remembers_refusals_but_not_other_failures():
 def test_dataset_folding_benchmark_runs_tiny(tmp_path):
     from benchmarks import dataset_folding
 
-    payload = dataset_folding.main(["--runs", "1", "--cells", "red team: 600 x 600 loops of pass",
-                                    "honest: a 2,000-row loop table", "--out", str(tmp_path)])
+    payload = dataset_folding.main(
+        [
+            "--runs",
+            "1",
+            "--cells",
+            "red team: 600 x 600 loops of pass",
+            "honest: a 2,000-row loop table",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     cells = payload["cells"]
     assert cells["red team: 600 x 600 loops of pass"]["outcome"].startswith("refused: more than 20000 statements")
     assert cells["honest: a 2,000-row loop table"]["outcome"] == "folded: 2000 probes"

@@ -33,8 +33,16 @@ from riskpo_trl.code.testspec import TestSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_INIT = ROOT / "riskpo_trl" / "__init__.py"
-LIMITS = SandboxLimits(test_timeout_s=4.0, total_timeout_s=8.0, cpu_time_s=6, memory_mb=512,
-                       max_output_bytes=1 << 20, disk_mb=16, max_processes=20, max_files=2000)
+LIMITS = SandboxLimits(
+    test_timeout_s=4.0,
+    total_timeout_s=8.0,
+    cpu_time_s=6,
+    memory_mb=512,
+    max_output_bytes=1 << 20,
+    disk_mb=16,
+    max_processes=20,
+    max_files=2000,
+)
 WIN = TestSpec("stdin", [""], ["3"]).to_json()  # a program prints 3 only when its attack worked
 
 # The runner's deny tables are globals of its module, reachable through the call stack: emptying them turns the audit
@@ -155,8 +163,9 @@ def test_honest_programs_keep_pipes_processes_and_fcntl_flags():
         flags = fcntl.fcntl(r, fcntl.F_GETFL) & os.O_NONBLOCK == os.O_NONBLOCK
         print(int(os.read(r, 1)) + queue.get() + sum(values) - 2 if flags else 0)
         """
-    assert CodeReward(sandbox=Sandbox(LIMITS, max_workers=1))([as_completion(textwrap.dedent(program))],
-                                                              [TestSpec("stdin", [""], ["3"]).to_json()]) == [1.0]
+    assert CodeReward(sandbox=Sandbox(LIMITS, max_workers=1))(
+        [as_completion(textwrap.dedent(program))], [TestSpec("stdin", [""], ["3"]).to_json()]
+    ) == [1.0]
 
 
 # --- watching files: inotify, fanotify, dnotify ---------------------------------------------------------------------
@@ -271,15 +280,25 @@ HONEST_CPU_WORK = """
     """
 
 
-@pytest.mark.skipif(not program_cgroups().bounds_cpu,
-                    reason=f"no cpu cgroup here ({program_cgroups().describe()}): CPU time is shared per process")
+@pytest.mark.skipif(
+    not program_cgroups().bounds_cpu,
+    reason=f"no cpu cgroup here ({program_cgroups().describe()}): CPU time is shared per process",
+)
 def test_sixteen_busy_setsid_children_cannot_make_a_correct_neighbour_time_out():
     """A hostile completion forks 16 busy children (each in its own session) while a correct one, scored in the same
     batch, needs about 0.6 s of CPU within a 5.5 s test timeout. Shared per process, the correct one would get a
     seventeenth or less of the CPU that is free (on 2 cores, 5 s and more of wall clock: it times out); with a CPU cap
     and fair sharing per run it gets as much as the hostile one, and passes every time."""
-    limits = SandboxLimits(test_timeout_s=5.5, total_timeout_s=7.0, cpu_time_s=8, memory_mb=512,
-                           max_output_bytes=1 << 20, disk_mb=16, max_processes=20, max_files=2000)
+    limits = SandboxLimits(
+        test_timeout_s=5.5,
+        total_timeout_s=7.0,
+        cpu_time_s=8,
+        memory_mb=512,
+        max_output_bytes=1 << 20,
+        disk_mb=16,
+        max_processes=20,
+        max_files=2000,
+    )
     reward = CodeReward(sandbox=Sandbox(limits, max_workers=2))
     spec = TestSpec("stdin", [""], [str(sum(i & 7 for i in range(9_000_000)))]).to_json()
     completions = [as_completion(textwrap.dedent(CPU_HOG)), as_completion(textwrap.dedent(HONEST_CPU_WORK))]
@@ -340,8 +359,10 @@ def test_start_up_warns_once_when_the_cpu_controller_is_missing(monkeypatch, cap
     from riskpo_trl.code import sandbox as sandbox_module
 
     real = program_cgroups()
-    without_cpu = cgroups.CgroupSupport(hierarchies={k: v for k, v in real.hierarchies.items() if k != "cpu"},
-                                        missing={"cpu": "no cgroup v1 cpu hierarchy is mounted"})
+    without_cpu = cgroups.CgroupSupport(
+        hierarchies={k: v for k, v in real.hierarchies.items() if k != "cpu"},
+        missing={"cpu": "no cgroup v1 cpu hierarchy is mounted"},
+    )
     monkeypatch.setattr(sandbox_module, "program_cgroups", lambda: without_cpu)
     sandbox_module.detect_isolation.cache_clear()
     try:
@@ -359,20 +380,43 @@ def test_start_up_warns_once_when_the_cpu_controller_is_missing(monkeypatch, cap
 # --- stdout: LiveCodeBench's semantics ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("observed", "expected"), [
-    ("0.50\n", "0.5"), ("3.0000000000", "3.0"), ("1e3", "1000"), ("-0", "0"), ("1 2\n3", "1  2 \r\n3\n\n"),
-    ("Case #1: 0.50", "Case #1: 0.5"), ("nan", "nan"), ("Yes\n", "Yes"), ("", "\n"), ("a\n\nb", "a\n \nb"),
-    ("inf", "Infinity"), ("10", "1_0"),
-])
+@pytest.mark.parametrize(
+    ("observed", "expected"),
+    [
+        ("0.50\n", "0.5"),
+        ("3.0000000000", "3.0"),
+        ("1e3", "1000"),
+        ("-0", "0"),
+        ("1 2\n3", "1  2 \r\n3\n\n"),
+        ("Case #1: 0.50", "Case #1: 0.5"),
+        ("nan", "nan"),
+        ("Yes\n", "Yes"),
+        ("", "\n"),
+        ("a\n\nb", "a\n \nb"),
+        ("inf", "Infinity"),
+        ("10", "1_0"),
+    ],
+)
 def test_stdout_that_matches(observed, expected):
     assert stdout_matches(observed, expected)
 
 
-@pytest.mark.parametrize(("observed", "expected"), [
-    ("0.5000001", "0.5"), ("1 2", "1 2 3"), ("1\n2", "1 2"), ("a\n\nb", "a\nb"), ("yes", "Yes"), ("nan", "NaN"),
-    ("0x10", "16"), ("1.", "1.0.0"), ("3", ""), ("sNaN", "snan"),
-    ("1e99999999999999999999", "1e99999999999999999999x"),  # an exponent too large for Decimal: not a number
-])
+@pytest.mark.parametrize(
+    ("observed", "expected"),
+    [
+        ("0.5000001", "0.5"),
+        ("1 2", "1 2 3"),
+        ("1\n2", "1 2"),
+        ("a\n\nb", "a\nb"),
+        ("yes", "Yes"),
+        ("nan", "NaN"),
+        ("0x10", "16"),
+        ("1.", "1.0.0"),
+        ("3", ""),
+        ("sNaN", "snan"),
+        ("1e99999999999999999999", "1e99999999999999999999x"),  # an exponent too large for Decimal: not a number
+    ],
+)
 def test_stdout_that_does_not_match(observed, expected):
     assert not stdout_matches(observed, expected)
 
@@ -392,6 +436,7 @@ def test_numbers_printed_differently_score_one_through_the_reward():
 def test_comparing_is_linear_in_the_output():
     """Work grows with the output, not faster: 16 x the output costs well under 64 x the time (quadratic: 256 x).
     Medians of 3, side by side, on numbers that differ in form (so every token is parsed)."""
+
     def seconds(lines: int) -> float:
         observed, expected = "\n".join(["0.50 1e3"] * lines), "\n".join(["0.5 1000"] * lines)
         runs = []
@@ -421,9 +466,7 @@ def _work_mounts(pid: int) -> list[str]:
 
 @ROOT_ONLY
 def test_each_run_gets_a_capped_working_directory_that_is_gone_afterwards():
-    from riskpo_trl.code.sandbox import _find_bwrap, _launcher
-
-    from riskpo_trl.code.sandbox import detect_isolation
+    from riskpo_trl.code.sandbox import _find_bwrap, _launcher, detect_isolation
 
     detect_isolation()
     holder = _launcher(_find_bwrap())._holder
@@ -516,8 +559,9 @@ def test_sandboxes_made_ready_ahead_are_freed_with_their_sandbox():
     del sandbox, ready
     gc.collect()
     deadline = time.monotonic() + 10
-    while (os.path.exists(f"/proc/{pid}") or len(_work_mounts(holder.pid)) > mounts_before) \
-            and time.monotonic() < deadline:
+    while (
+        os.path.exists(f"/proc/{pid}") or len(_work_mounts(holder.pid)) > mounts_before
+    ) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not os.path.exists(f"/proc/{pid}")
     assert len(_work_mounts(holder.pid)) == mounts_before
@@ -589,12 +633,23 @@ def _identity_of(process) -> dict:
     out = process.communicate(timeout=30)[0].decode()
     status = dict(line.split(":", 1) for line in out.splitlines() if ":" in line and not line.startswith("ns "))
     namespaces = dict(line.split()[1:3] for line in out.splitlines() if line.startswith("ns "))
-    return {"uid": status["Uid"].split(), "gid": status["Gid"].split(), "groups": status["Groups"].split(),
-            "caps": status["CapEff"].strip(), **namespaces}
+    return {
+        "uid": status["Uid"].split(),
+        "gid": status["Gid"].split(),
+        "groups": status["Groups"].split(),
+        "caps": status["CapEff"].strip(),
+        **namespaces,
+    }
 
 
-IDENTITY = ["/bin/sh", "-c", ("grep -E '^(Uid|Gid|Groups|CapEff):' /proc/self/status; "
-                             "for n in mnt net; do echo ns $n $(readlink /proc/self/ns/$n); done")]
+IDENTITY = [
+    "/bin/sh",
+    "-c",
+    (
+        "grep -E '^(Uid|Gid|Groups|CapEff):' /proc/self/status; "
+        "for n in mnt net; do echo ns $n $(readlink /proc/self/ns/$n); done"
+    ),
+]
 
 
 @ROOT_ONLY
@@ -686,9 +741,17 @@ PRIVATE_TMPDIR_TRAINER = textwrap.dedent("""
 def _run_with_a_private_tmpdir(tmpdir: str, python: str, user: int | None = None) -> dict:
     """What a trainer started with ``TMPDIR=tmpdir`` reports (as ``user`` when given); it must exit cleanly."""
     environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TMPDIR": tmpdir, "HOME": tmpdir}
-    done = subprocess.run([python, "-c", PRIVATE_TMPDIR_TRAINER, str(ROOT)], capture_output=True, text=True,
-                          timeout=300, env=environment, cwd="/", user=user, group=user,
-                          extra_groups=[] if user is not None else None)
+    done = subprocess.run(
+        [python, "-c", PRIVATE_TMPDIR_TRAINER, str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
+        cwd="/",
+        user=user,
+        group=user,
+        extra_groups=[] if user is not None else None,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -711,8 +774,17 @@ def _python_for(uid: int) -> str | None:
     None. The code layer needs the standard library only."""
     for candidate in (os.path.realpath(sys.executable), shutil.which("python3", path="/usr/bin:/bin")):
         try:
-            if candidate and subprocess.run([candidate, "-c", "import sys; assert sys.version_info >= (3, 10)"],
-                                            user=uid, group=uid, extra_groups=[], capture_output=True).returncode == 0:
+            if (
+                candidate
+                and subprocess.run(
+                    [candidate, "-c", "import sys; assert sys.version_info >= (3, 10)"],
+                    user=uid,
+                    group=uid,
+                    extra_groups=[],
+                    capture_output=True,
+                ).returncode
+                == 0
+            ):
                 return candidate
         except OSError:  # not executable by uid
             continue
@@ -725,13 +797,27 @@ def test_a_private_tmpdir_without_root_scores_an_honest_program_and_leaves_nothi
     needs another uid to enter it; the sandbox still works and nothing is left there."""
     nobody = 65534
     python = _python_for(nobody)
-    readable = subprocess.run(["/bin/sh", "-c", f"test -r '{PACKAGE_INIT}'"], user=nobody, group=nobody,
-                              extra_groups=[]).returncode == 0
-    namespaces = subprocess.run([shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--unshare-all", "true"],
-                                user=nobody, group=nobody, extra_groups=[], capture_output=True).returncode == 0
+    readable = (
+        subprocess.run(
+            ["/bin/sh", "-c", f"test -r '{PACKAGE_INIT}'"], user=nobody, group=nobody, extra_groups=[]
+        ).returncode
+        == 0
+    )
+    namespaces = (
+        subprocess.run(
+            [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--unshare-all", "true"],
+            user=nobody,
+            group=nobody,
+            extra_groups=[],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
     if python is None or not readable or not namespaces:
-        pytest.skip(f"user nobody cannot run this test here (an interpreter: {python}, the package readable: "
-                    f"{readable}, unprivileged user namespaces: {namespaces})")
+        pytest.skip(
+            f"user nobody cannot run this test here (an interpreter: {python}, the package readable: "
+            f"{readable}, unprivileged user namespaces: {namespaces})"
+        )
     tmpdir = tempfile.mkdtemp(prefix="riskpo-private-tmpdir-", dir="/tmp")
     os.chown(tmpdir, nobody, nobody)
     try:

@@ -8,17 +8,28 @@ import math
 import os
 
 import pytest
+from helpers import contains_digit_reward, make_prompt_dataset
 from peft import LoraConfig
 
 from riskpo_trl.trainer.registry import TRAINERS, get_trainer_classes
 from riskpo_trl.trainer.resumed_schedule import ResumedScheduleCallback
 from riskpo_trl.trainer.shared import SharedTrainerMixin
 
-from helpers import contains_digit_reward, make_prompt_dataset
-
-SETTINGS = dict(max_steps=1, num_generations=2, per_device_train_batch_size=8, gradient_accumulation_steps=1,
-                steps_per_generation=1, max_completion_length=8, report_to="none", use_cpu=True, bf16=False,
-                save_strategy="no", gradient_checkpointing=False, logging_steps=1, seed=3)
+SETTINGS = dict(
+    max_steps=1,
+    num_generations=2,
+    per_device_train_batch_size=8,
+    gradient_accumulation_steps=1,
+    steps_per_generation=1,
+    max_completion_length=8,
+    report_to="none",
+    use_cpu=True,
+    bf16=False,
+    save_strategy="no",
+    gradient_checkpointing=False,
+    logging_steps=1,
+    seed=3,
+)
 
 
 def nan_for_first_completions(completions, **kwargs):
@@ -31,8 +42,13 @@ def build(name: str, output_dir, model, **kwargs):
     config_class, trainer_class = get_trainer_classes(name)
     risk = {"bundle_size": 2} if name == "riskpo" else {}
     args = config_class(output_dir=str(output_dir), **SETTINGS, **risk)
-    return trainer_class(model, reward_funcs=kwargs.pop("reward_funcs", contains_digit_reward), args=args,
-                         train_dataset=make_prompt_dataset(8), **kwargs)
+    return trainer_class(
+        model,
+        reward_funcs=kwargs.pop("reward_funcs", contains_digit_reward),
+        args=args,
+        train_dataset=make_prompt_dataset(8),
+        **kwargs,
+    )
 
 
 def test_the_registry_builds_every_trainer_on_the_shared_layer_with_one_rewards_override():
@@ -40,8 +56,11 @@ def test_the_registry_builds_every_trainer_on_the_shared_layer_with_one_rewards_
         _, trainer_class = get_trainer_classes(name)
         assert issubclass(trainer_class, SharedTrainerMixin), name
         assert get_trainer_classes(name)[1] is trainer_class  # the same class on every call
-        overriding = [cls for cls in trainer_class.__mro__
-                      if "_calculate_rewards" in vars(cls) and cls.__module__.startswith("riskpo_trl")]
+        overriding = [
+            cls
+            for cls in trainer_class.__mro__
+            if "_calculate_rewards" in vars(cls) and cls.__module__.startswith("riskpo_trl")
+        ]
         assert overriding == [SharedTrainerMixin], name
         assert trainer_class.create_model_card is SharedTrainerMixin.create_model_card
 
@@ -49,8 +68,11 @@ def test_the_registry_builds_every_trainer_on_the_shared_layer_with_one_rewards_
 @pytest.mark.parametrize("name", list(TRAINERS))
 def test_the_start_up_checks_apply_to_every_trainer(name, tiny_model_dir, tmp_path):
     trainer_class = get_trainer_classes(name)[1].__name__
-    with pytest.raises(TypeError, match=rf"{trainer_class} got an unexpected keyword argument 'train_datset' "
-                                        r"\(did you mean train_dataset\?\)"):
+    with pytest.raises(
+        TypeError,
+        match=rf"{trainer_class} got an unexpected keyword argument 'train_datset' "
+        r"\(did you mean train_dataset\?\)",
+    ):
         build(name, tmp_path, tiny_model_dir, train_datset=make_prompt_dataset(8))
     with pytest.raises(FileNotFoundError, match="no-such-model"):
         build(name, tmp_path, str(tmp_path / "no-such-model"))
@@ -62,8 +84,13 @@ def test_the_shared_fixes_apply_to_every_trainer(name, tiny_model_dir, tmp_path,
     training step reaches a batch observer with the gathered rewards and names the reward function returning NaN."""
     monkeypatch.chdir(os.path.dirname(tiny_model_dir))
     lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
-    trainer = build(name, tmp_path, os.path.basename(tiny_model_dir), peft_config=lora,
-                    reward_funcs=[contains_digit_reward, nan_for_first_completions])
+    trainer = build(
+        name,
+        tmp_path,
+        os.path.basename(tiny_model_dir),
+        peft_config=lora,
+        reward_funcs=[contains_digit_reward, nan_for_first_completions],
+    )
     assert trainer.model.peft_config["default"].base_model_name_or_path == tiny_model_dir
     assert any(isinstance(callback, ResumedScheduleCallback) for callback in trainer.callback_handler.callbacks)
 
@@ -84,3 +111,15 @@ def test_without_args_riskpo_takes_its_configs_defaults(tiny_model_dir, tmp_path
     trainer = trainer_class(tiny_model_dir, reward_funcs=contains_digit_reward, train_dataset=make_prompt_dataset(20))
     assert type(trainer.args) is config_class and trainer.risk_estimator.bundle_size == 5
     assert trainer.args.output_dir == f"{os.path.basename(tiny_model_dir)}-RiskPO"
+
+
+def test_the_token_mean_acts_where_its_field_is_riskpo_only():
+    """verl's token mean reads RiskPOConfig's loss_token_mean_sequences, so it is RiskPOTrainer's, not the shared
+    layer's (where it could never act for a baseline, whose config lacks the field)."""
+    from riskpo_trl.trainer.token_mean import TokenMeanLossMixin
+
+    assert not issubclass(SharedTrainerMixin, TokenMeanLossMixin)
+    for name in TRAINERS:
+        config_class, trainer_class = get_trainer_classes(name)
+        has_field = "loss_token_mean_sequences" in config_class.__dataclass_fields__
+        assert issubclass(trainer_class, TokenMeanLossMixin) == has_field, name

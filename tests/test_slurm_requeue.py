@@ -79,12 +79,33 @@ def stubs(tmp_path: Path) -> Path:
 
 
 def start_job(tmp_path: Path, worker: str) -> subprocess.Popen:
-    env = {**os.environ, "PATH": f"{stubs(tmp_path)}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "4242",
-           "STUB_WORKER": worker, "STUB_STARTED": str(tmp_path / "started"), "TMPDIR": str(tmp_path)}
+    env = {
+        **os.environ,
+        "PATH": f"{stubs(tmp_path)}{os.pathsep}{os.environ['PATH']}",
+        "SLURM_JOB_ID": "4242",
+        "STUB_WORKER": worker,
+        "STUB_STARTED": str(tmp_path / "started"),
+        "TMPDIR": str(tmp_path),
+    }
     return subprocess.Popen(
-        ["bash", str(SLURM), "--nodelist", "n1 n2", "--config", str(RECIPE), "--model", "m",
-         "--accelerate-config", str(ROOT / "recipes/accelerate_configs/zero3.yaml")],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            "bash",
+            str(SLURM),
+            "--nodelist",
+            "n1 n2",
+            "--config",
+            str(RECIPE),
+            "--model",
+            "m",
+            "--accelerate-config",
+            str(ROOT / "recipes/accelerate_configs/zero3.yaml"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def wait_until_training(tmp_path: Path, job: subprocess.Popen) -> None:
@@ -141,14 +162,45 @@ def test_the_real_training_step_stops_on_the_forwarded_signal_and_the_requeued_j
     tiny recipe, on this machine."""
     (tmp_path / "started").touch()  # the real training process does not write it
     output_dir = tmp_path / "run"
-    command = ["bash", str(SLURM), "--nodelist", "localhost localhost", "--config", str(TINY_RECIPE), "--model", "m",
-               "--accelerate-config", str(ROOT / "recipes/accelerate_configs/cpu_2proc.yaml"), "--gpus-per-node", "2",
-               "--main-port", str(free_port()), "--",
-               "--model_name_or_path", tiny_model_dir, "--output_dir", str(output_dir),
-               "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"), "--max_completion_length", "8",
-               "--steps_per_generation", "4", "--max_steps", "12", "--save_steps", "100"]
-    env = {**os.environ, "PATH": f"{stubs(tmp_path)}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "4242",
-           "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    command = [
+        "bash",
+        str(SLURM),
+        "--nodelist",
+        "localhost localhost",
+        "--config",
+        str(TINY_RECIPE),
+        "--model",
+        "m",
+        "--accelerate-config",
+        str(ROOT / "recipes/accelerate_configs/cpu_2proc.yaml"),
+        "--gpus-per-node",
+        "2",
+        "--main-port",
+        str(free_port()),
+        "--",
+        "--model_name_or_path",
+        tiny_model_dir,
+        "--output_dir",
+        str(output_dir),
+        "--dataset_files",
+        str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+        "--max_completion_length",
+        "8",
+        "--steps_per_generation",
+        "4",
+        "--max_steps",
+        "12",
+        "--save_steps",
+        "100",
+    ]
+    env = {
+        **os.environ,
+        "PATH": f"{stubs(tmp_path)}{os.pathsep}{os.environ['PATH']}",
+        "SLURM_JOB_ID": "4242",
+        "TMPDIR": str(tmp_path),
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+    }
     bin_dir = tmp_path / "bin"
     (bin_dir / "accelerate").unlink()  # the real launcher
     job = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

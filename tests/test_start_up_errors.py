@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import contains_digit_reward, make_prompt_dataset
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.scripts import eval as eval_script
 from riskpo_trl.scripts import plot, train
-
-from helpers import contains_digit_reward, make_prompt_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
@@ -37,11 +36,13 @@ def write_recipe(tmp_path: Path, text: str) -> Path:
 
 @pytest.mark.parametrize(
     ("field", "expected"),
-    [("max_steps: 6.5", "max_steps: expected an integer, got 6.5"),
-     ("bundle_size: five", "bundle_size: expected an integer, got 'five'"),
-     ("use_cpu: maybe", "use_cpu: expected true or false, got 'maybe'"),
-     ("learning_rate: fast", "learning_rate: expected a number, got 'fast'"),
-     ("risk_profile: safest", "risk_profile: expected one of ['mvar', 'rvar', 'risk_seeking'], got 'safest'")],
+    [
+        ("max_steps: 6.5", "max_steps: expected an integer, got 6.5"),
+        ("bundle_size: five", "bundle_size: expected an integer, got 'five'"),
+        ("use_cpu: maybe", "use_cpu: expected true or false, got 'maybe'"),
+        ("learning_rate: fast", "learning_rate: expected a number, got 'fast'"),
+        ("risk_profile: safest", "risk_profile: expected one of ['mvar', 'rvar', 'risk_seeking'], got 'safest'"),
+    ],
 )
 def test_a_bad_recipe_value_names_the_file_and_field(tmp_path, capsys, field, expected):
     recipe = write_recipe(tmp_path, field + "\n")
@@ -86,21 +87,44 @@ def test_debug_shows_the_traceback(tmp_path):
 def test_an_empty_dataset_file_is_named(tmp_path, capsys):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
-    line = run_cli(train.cli, ["--config", str(TINY_RECIPE), "--model_name_or_path", str(tmp_path / "tiny"),
-                               "--output_dir", str(tmp_path / "run"), "--dataset_files", str(empty)], capsys)
+    line = run_cli(
+        train.cli,
+        [
+            "--config",
+            str(TINY_RECIPE),
+            "--model_name_or_path",
+            str(tmp_path / "tiny"),
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--dataset_files",
+            str(empty),
+        ],
+        capsys,
+    )
     assert f"Dataset file {empty} is empty" in line
     assert not (tmp_path / "run" / "README.md").exists()
 
 
 def test_a_crash_during_training_keeps_its_traceback(tmp_path, monkeypatch):
     """Only start-up mistakes become one line: an error raised by training itself propagates."""
+
     def crash(self, *args, **kwargs):
         raise ValueError("a bug inside training")
 
     monkeypatch.setattr(RiskPOTrainer, "train", crash)
     with pytest.raises(ValueError, match="a bug inside training"):
-        train.cli(["--config", str(TINY_RECIPE), "--model_name_or_path", str(tmp_path / "tiny"),
-                   "--output_dir", str(tmp_path / "run"), "--dataset_files", str(TINY_DATA)])
+        train.cli(
+            [
+                "--config",
+                str(TINY_RECIPE),
+                "--model_name_or_path",
+                str(tmp_path / "tiny"),
+                "--output_dir",
+                str(tmp_path / "run"),
+                "--dataset_files",
+                str(TINY_DATA),
+            ]
+        )
 
 
 def test_eval_and_plot_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
@@ -113,11 +137,20 @@ def test_eval_and_plot_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
 def test_python_api_suggests_the_closest_field_for_a_misspelled_keyword(tmp_path):
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'bundel_size' \(did you mean bundle_size\?\)"):
         RiskPOConfig(output_dir=str(tmp_path), bundel_size=2)
-    args = RiskPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=4,
-                        gradient_accumulation_steps=1, bundle_size=2)
+    args = RiskPOConfig(
+        output_dir=str(tmp_path),
+        num_generations=2,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=1,
+        bundle_size=2,
+    )
     with pytest.raises(TypeError, match=r"'train_datset' \(did you mean train_dataset\?\)"):
-        RiskPOTrainer(str(tmp_path / "no-model"), reward_funcs=contains_digit_reward, args=args,
-                      train_datset=make_prompt_dataset())
+        RiskPOTrainer(
+            str(tmp_path / "no-model"),
+            reward_funcs=contains_digit_reward,
+            args=args,
+            train_datset=make_prompt_dataset(),
+        )
 
 
 def test_misspelled_names_get_the_closest_valid_one():
@@ -127,17 +160,26 @@ def test_misspelled_names_get_the_closest_valid_one():
     from riskpo_trl.evaluation.config import EvalConfig
     from riskpo_trl.rewards.registry import get_reward_funcs
 
-    with pytest.raises(ValueError, match=r"\['math_verfy'\] \(did you mean math_verify for math_verfy\?\); valid"):
+    with pytest.raises(
+        ValueError, match=r"reward_funcs='math_verfy' is unknown \(did you mean math_verify\?\); choose"
+    ):
         get_reward_funcs(["boxed_format", "math_verfy"])
-    with pytest.raises(ValueError, match=r"Unknown benchmark 'math5000' \(did you mean math500\?\); choose"):
+    with pytest.raises(ValueError, match=r"benchmark='math5000' is unknown \(did you mean math500\?\); choose"):
         load_benchmark("math5000")
-    with pytest.raises(ValueError, match=r"\['aime2S'\] \(did you mean aime25 for aime2S\?\); choose"):
+    with pytest.raises(ValueError, match=r"benchmark='aime2S' is unknown \(did you mean aime25\?\); choose"):
         check_benchmark_names(EvalConfig(model="a-model", benchmarks=["aime2S"]))
     with pytest.raises(ValueError, match=r"release='release_v55' is unknown \(did you mean release_v5\?\)"):
         load_livecodebench(release="release_v55")
     # nothing close: no guess
-    with pytest.raises(ValueError, match=r"\['zzz'\]; valid names"):
+    with pytest.raises(ValueError, match=r"reward_funcs='zzz' is unknown; choose"):
         get_reward_funcs(["zzz"])
+    # several: one message naming each, with the hint for each close one
+    with pytest.raises(
+        ValueError,
+        match=r"reward_funcs \['zzz', 'boxed_formt'\] are unknown \(did you mean "
+        r"boxed_format for boxed_formt\?\); choose one of \['math_verify'",
+    ):
+        get_reward_funcs(["zzz", "math_verify", "boxed_formt"])
 
 
 def test_trls_reward_names_get_ours(tmp_path, capsys):
@@ -145,9 +187,12 @@ def test_trls_reward_names_get_ours(tmp_path, capsys):
 
     from riskpo_trl.rewards.registry import REWARD_FUNCS, TRL_REWARD_NAMES
 
-    line = run_cli(train.cli, ["--config", str(TINY_RECIPE), "--output_dir", str(tmp_path / "run"),
-                               "--reward_funcs", "accuracy_reward"], capsys)
-    assert "['accuracy_reward'] (did you mean trl_accuracy for accuracy_reward?); valid names are" in line
+    line = run_cli(
+        train.cli,
+        ["--config", str(TINY_RECIPE), "--output_dir", str(tmp_path / "run"), "--reward_funcs", "accuracy_reward"],
+        capsys,
+    )
+    assert "reward_funcs='accuracy_reward' is unknown (did you mean trl_accuracy?); choose one of" in line
     assert not (tmp_path / "run").exists()
     # each TRL name offered is the very function registered under our name
     for trl_name, ours in TRL_REWARD_NAMES.items():

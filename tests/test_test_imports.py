@@ -75,8 +75,11 @@ def imports(path: Path) -> list[tuple[str, int, bool]]:
 
     def visit(node: ast.AST, in_function: bool, marked: bool) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            marked = (marked or (relative, node.name) in VLLM_ONLY_HELPERS
-                      or any(is_vllm_real(decorator) for decorator in node.decorator_list))
+            marked = (
+                marked
+                or (relative, node.name) in VLLM_ONLY_HELPERS
+                or any(is_vllm_real(decorator) for decorator in node.decorator_list)
+            )
             in_function = in_function or not isinstance(node, ast.ClassDef)
         if isinstance(node, ast.Import):
             found.extend((alias.name.split(".")[0], node.lineno, in_function and marked) for alias in node.names)
@@ -91,11 +94,7 @@ def imports(path: Path) -> list[tuple[str, int, bool]]:
 
 def is_local(name: str) -> bool:
     """This repository's own code: riskpo_trl, benchmarks, ... (pytest puts the root on sys.path) or a test helper."""
-    return (
-        (ROOT / name / "__init__.py").exists()
-        or (ROOT / f"{name}.py").exists()
-        or any(TESTS.rglob(f"{name}.py"))
-    )
+    return (ROOT / name / "__init__.py").exists() or (ROOT / f"{name}.py").exists() or any(TESTS.rglob(f"{name}.py"))
 
 
 def test_every_test_import_is_installed_by_the_dev_extra():
@@ -130,8 +129,9 @@ def test_the_check_sees_module_level_and_vllm_real_imports(tmp_path):
     )
     assert imports(sample) == [("pytest", 1, False), ("requests", 2, False), ("aiohttp", 6, True), ("vllm", 9, False)]
     marked_module = tmp_path / "test_marked.py"
-    marked_module.write_text("import pytest\nimport requests\npytestmark = pytest.mark.vllm_real\n"
-                             "def test_c():\n    import requests\n")
+    marked_module.write_text(
+        "import pytest\nimport requests\npytestmark = pytest.mark.vllm_real\ndef test_c():\n    import requests\n"
+    )
     assert imports(marked_module) == [("pytest", 1, False), ("requests", 2, False), ("requests", 5, True)]
 
 

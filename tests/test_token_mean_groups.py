@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import contains_digit_reward, make_prompt_dataset
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.scripts import train
 from riskpo_trl.trainer.token_mean import token_mean_group_scales
-
-from helpers import contains_digit_reward, make_prompt_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 DAPO_RECIPE = ROOT / "recipes/DeepSeek-R1-Distill-Qwen-1.5B/riskpo_authors/config_dapo_math.yaml"
@@ -102,21 +101,38 @@ class MicroBatchesTheLossSees:
             self.seen.append({key: self.batch[key][rows] for key in self.KEYS})
 
 
-def train_on_a_made_up_batch(model_dir, output_dir, *, per_device, accumulation, steps_per_generation,
-                             token_mean_sequences):
+def train_on_a_made_up_batch(
+    model_dir, output_dir, *, per_device, accumulation, steps_per_generation, token_mean_sequences
+):
     """Two optimizer steps (learning rate 0) of TRL's real training loop on one generation batch of made-up
     completions of mixed lengths (different on each process), put in place of the generated one by a batch observer;
     returns the model, the gradients before each optimizer step, the micro-batches the loss saw, and the trainer."""
     args = RiskPOConfig(
-        output_dir=str(output_dir), report_to="none", use_cpu=True, bf16=False, gradient_checkpointing=False,
-        num_generations=8, bundle_size=1, per_device_train_batch_size=per_device,
-        gradient_accumulation_steps=accumulation, steps_per_generation=steps_per_generation, max_steps=2,
-        learning_rate=0.0, max_grad_norm=0.0, temperature=1.0, importance_sampling_level="token", loss_type="bnpo",
-        delta=None, loss_token_mean_sequences=token_mean_sequences, save_strategy="no", logging_steps=1,
+        output_dir=str(output_dir),
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        num_generations=8,
+        bundle_size=1,
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=accumulation,
+        steps_per_generation=steps_per_generation,
+        max_steps=2,
+        learning_rate=0.0,
+        max_grad_norm=0.0,
+        temperature=1.0,
+        importance_sampling_level="token",
+        loss_type="bnpo",
+        delta=None,
+        loss_token_mean_sequences=token_mean_sequences,
+        save_strategy="no",
+        logging_steps=1,
         max_completion_length=4,  # the generated batch is replaced: keep its generation short
     )
-    trainer = RiskPOTrainer(model_dir, reward_funcs=contains_digit_reward, args=args,
-                            train_dataset=make_prompt_dataset(num_prompts=64))
+    trainer = RiskPOTrainer(
+        model_dir, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset(num_prompts=64)
+    )
     generator = torch.Generator().manual_seed(1 + trainer.accelerator.process_index)
     count, vocab, width = per_device * steps_per_generation, trainer.model.config.vocab_size, 12
     lengths = mixed_lengths(count, width, generator)
@@ -149,8 +165,10 @@ def verl_gradients(model, micro_batches: list[dict], group_micro_batches: int) -
     consecutive micro-batches, averaged over groups."""
     losses = []
     for start in range(0, len(micro_batches), group_micro_batches):
-        group = {key: torch.cat([mb[key] for mb in micro_batches[start : start + group_micro_batches]])
-                 for key in micro_batches[0]}
+        group = {
+            key: torch.cat([mb[key] for mb in micro_batches[start : start + group_micro_batches]])
+            for key in micro_batches[0]
+        }
         input_ids = torch.cat([group["prompt_ids"], group["completion_ids"]], dim=1)
         width = group["completion_ids"].shape[1]
         logits = model(input_ids=input_ids).logits[:, -width - 1 : -1]
@@ -182,13 +200,22 @@ def test_trl_training_loop_with_loss_token_mean_sequences_matches_verls_gradient
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_groups_spanning_two_processes_give_verls_gradient(tiny_model_dir, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "OMP_NUM_THREADS": "1",
+    }
     command = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--config_file", str(ROOT / "recipes" / "accelerate_configs" / "cpu_2proc.yaml"),
-        "--main_process_port", "0",  # a free port: other runs may hold the config's
-        str(ROOT / "tests" / "scripts" / "distributed_token_mean.py"), str(tmp_path), tiny_model_dir,
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / "recipes" / "accelerate_configs" / "cpu_2proc.yaml"),
+        "--main_process_port",
+        "0",  # a free port: other runs may hold the config's
+        str(ROOT / "tests" / "scripts" / "distributed_token_mean.py"),
+        str(tmp_path),
+        tiny_model_dir,
     ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
@@ -209,8 +236,13 @@ def test_scales_weigh_every_group_alike_when_the_last_is_short():
     counts = torch.tensor([[10.0, 20.0, 30.0, 40.0], [5.0, 5.0, 5.0, 5.0]])  # 2 processes, 2 steps of 2 micro-steps
     # groups of 3 micro-batches: a step's 4 micro-batches are (10, 5, 20 | 5) and (30, 5, 40 | 5)
     scales = token_mean_group_scales(counts, gradient_accumulation_steps=2, micro_batches_per_group=3)
-    assert torch.allclose(scales, torch.tensor([[2 * 10 / 35, 2 * 20 / 35, 2 * 30 / 75, 2 * 40 / 75],
-                                                [2 * 5 / 35, 2.0, 2 * 5 / 75, 2.0]], dtype=torch.float64))
+    assert torch.allclose(
+        scales,
+        torch.tensor(
+            [[2 * 10 / 35, 2 * 20 / 35, 2 * 30 / 75, 2 * 40 / 75], [2 * 5 / 35, 2.0, 2 * 5 / 75, 2.0]],
+            dtype=torch.float64,
+        ),
+    )
     assert torch.equal(token_mean_group_scales(counts, 2, 1), torch.ones_like(counts, dtype=torch.float64))
     assert torch.equal(token_mean_group_scales(torch.zeros(1, 2), 2, 2), torch.zeros(1, 2, dtype=torch.float64))
 
@@ -224,9 +256,18 @@ def test_scales_weigh_every_group_alike_when_the_last_is_short():
     ],
 )
 def test_loss_token_mean_sequences_is_checked_when_the_config_is_built(tmp_path, fields, error):
-    base = {"output_dir": str(tmp_path), "loss_type": "bnpo", "loss_token_mean_sequences": 64,
-            "per_device_train_batch_size": 8, "gradient_accumulation_steps": 8, "steps_per_generation": 16,
-            "num_generations": 8, "bundle_size": 1, "use_cpu": True, "save_strategy": "no"}
+    base = {
+        "output_dir": str(tmp_path),
+        "loss_type": "bnpo",
+        "loss_token_mean_sequences": 64,
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 8,
+        "steps_per_generation": 16,
+        "num_generations": 8,
+        "bundle_size": 1,
+        "use_cpu": True,
+        "save_strategy": "no",
+    }
     with pytest.raises(ValueError, match=error):
         RiskPOConfig(**{**base, **fields})
     with pytest.warns(UserWarning, match="holds 32 sequences.*its last group holds 32"):

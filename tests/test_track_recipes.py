@@ -12,7 +12,6 @@ from riskpo_trl.code import CodeReward, SandboxLimits
 from riskpo_trl.data import BENCHMARKS, TRAIN_DATASETS
 from riskpo_trl.multimodal import geometry_accuracy_reward
 from riskpo_trl.rewards import get_reward_funcs
-
 from riskpo_trl.scripts import train
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,6 @@ from transformers import AutoProcessor
 
 from riskpo_trl.code import CodeReward, code_reward_from_settings
 from riskpo_trl.data import load_benchmark, load_train_dataset
-
 from riskpo_trl.scripts import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,12 +21,40 @@ CODE_RECIPE = ROOT / "recipes/DeepSeek-R1-Distill-Qwen-1.5B/riskpo/config_archer
 GEOMETRY_RECIPE = ROOT / "recipes/Qwen2.5-VL-3B-Instruct/riskpo/config_geometry3k.yaml"
 # The paper recipes, shrunk to one CPU step: no vLLM server, no wandb, no bf16, 5 prompts x 2 completions.
 CPU_OVERRIDES = [
-    "--use_vllm", "false", "--report_to", "none", "--use_cpu", "true", "--bf16", "false", "--dtype", "float32",
-    "--gradient_checkpointing", "false", "--num_generations", "2", "--per_device_train_batch_size", "10",
-    "--gradient_accumulation_steps", "1", "--steps_per_generation", "1", "--max_completion_length", "8",
-    "--max_steps", "1", "--warmup_steps", "0", "--save_strategy", "no", "--log_completions", "false",
+    "--use_vllm",
+    "false",
+    "--report_to",
+    "none",
+    "--use_cpu",
+    "true",
+    "--bf16",
+    "false",
+    "--dtype",
+    "float32",
+    "--gradient_checkpointing",
+    "false",
+    "--num_generations",
+    "2",
+    "--per_device_train_batch_size",
+    "10",
+    "--gradient_accumulation_steps",
+    "1",
+    "--steps_per_generation",
+    "1",
+    "--max_completion_length",
+    "8",
+    "--max_steps",
+    "1",
+    "--warmup_steps",
+    "0",
+    "--save_strategy",
+    "no",
+    "--log_completions",
+    "false",
 ]
 TINY_ARCHER_CODE = ROOT / "examples/data/tiny_archer_code.jsonl"
+
+
 def archer_rows(count: int) -> list[dict]:
     """Rows in ArcherCodeR's verl schema: chat prompt, reward_model.ground_truth as JSON (stdin or check code)."""
     rows = []
@@ -36,12 +63,15 @@ def archer_rows(count: int) -> list[dict]:
             ground_truth = {"inputs": [f"{i}\n", f"{i + 1}\n"], "outputs": [f"{2 * i}\n", f"{2 * i + 2}\n"]}
         else:
             ground_truth = {"functional": "assert double(3) == 6\n"}
-        rows.append({
-            "data_source": "codeforces", "ability": "code",
-            "prompt": [{"role": "user", "content": f"Read n and print 2n. ({i})"}],
-            "reward_model": {"style": "rule", "ground_truth": json.dumps(ground_truth)},
-            "extra_info": {"index": i},
-        })
+        rows.append(
+            {
+                "data_source": "codeforces",
+                "ability": "code",
+                "prompt": [{"role": "user", "content": f"Read n and print 2n. ({i})"}],
+                "reward_model": {"style": "rule", "ground_truth": json.dumps(ground_truth)},
+                "extra_info": {"index": i},
+            }
+        )
     return rows
 
 
@@ -85,11 +115,22 @@ def test_bundled_tiny_archer_code_rows_are_solvable():
 @pytest.mark.parametrize(
     ("name", "load", "expected_call"),
     [
-        ("archer_code", load_train_dataset,
-         (("wizardII/ArcherCodeR-Dataset",), {"data_files": {"train": "train/archercoder-1.5b-train.json"},
-                                             "split": "train"})),
-        ("livecodebench_v5", load_benchmark,
-         (("wizardII/ArcherCodeR-Dataset",), {"data_files": {"test": "test/livecodebench_v5.json"}, "split": "test"})),
+        (
+            "archer_code",
+            load_train_dataset,
+            (
+                ("wizardII/ArcherCodeR-Dataset",),
+                {"data_files": {"train": "train/archercoder-1.5b-train.json"}, "split": "train"},
+            ),
+        ),
+        (
+            "livecodebench_v5",
+            load_benchmark,
+            (
+                ("wizardII/ArcherCodeR-Dataset",),
+                {"data_files": {"test": "test/livecodebench_v5.json"}, "split": "test"},
+            ),
+        ),
         ("geometry3k", load_train_dataset, (("hiyouga/geometry3k",), {"split": "train"})),
         ("geometry3k_test", load_benchmark, (("hiyouga/geometry3k",), {"split": "test"})),
     ],
@@ -97,8 +138,11 @@ def test_bundled_tiny_archer_code_rows_are_solvable():
 def test_track_names_read_the_papers_hub_files(monkeypatch, tmp_path, name, load, expected_call):
     """Offline: the Hub call each name makes, answered with local rows in that dataset's schema."""
     calls = []
-    rows = (datasets.load_dataset("parquet", data_files=str(geometry3k_parquet(tmp_path / "g.parquet", 1)),
-                                  split="train") if "geometry" in name else Dataset.from_list(archer_rows(1)))
+    rows = (
+        datasets.load_dataset("parquet", data_files=str(geometry3k_parquet(tmp_path / "g.parquet", 1)), split="train")
+        if "geometry" in name
+        else Dataset.from_list(archer_rows(1))
+    )
 
     def fake_load_dataset(*args, **kwargs):
         calls.append((args, kwargs))
@@ -116,9 +160,16 @@ def test_track_names_read_the_papers_hub_files(monkeypatch, tmp_path, name, load
 def test_code_recipe_trains_through_the_script_with_the_sandboxed_reward(tmp_path):
     trainer = run(
         CODE_RECIPE,
-        "--model_name_or_path", str(tmp_path / "tiny-model"), "--build_tiny_model", "true",
-        "--dataset_files", str(TINY_ARCHER_CODE), "--output_dir", str(tmp_path / "run"),
-        "--code_sandbox", json.dumps({"max_workers": 2, "test_timeout_s": 2, "total_timeout_s": 5}),
+        "--model_name_or_path",
+        str(tmp_path / "tiny-model"),
+        "--build_tiny_model",
+        "true",
+        "--dataset_files",
+        str(TINY_ARCHER_CODE),
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--code_sandbox",
+        json.dumps({"max_workers": 2, "test_timeout_s": 2, "total_timeout_s": 5}),
     )
     assert type(trainer).__name__ == "RiskPOTrainer" and trainer.state.global_step == 1
     [reward] = trainer.reward_funcs
@@ -138,8 +189,14 @@ def test_geometry3k_recipe_trains_a_tiny_vlm_through_the_script(tmp_path):
     data = geometry3k_parquet(tmp_path / "geometry3k.parquet", 10)
     trainer = run(
         GEOMETRY_RECIPE,
-        "--model_name_or_path", str(tmp_path / "tiny-vlm"), "--build_tiny_vlm", "true",
-        "--dataset_files", str(data), "--output_dir", str(tmp_path / "run"),
+        "--model_name_or_path",
+        str(tmp_path / "tiny-vlm"),
+        "--build_tiny_vlm",
+        "true",
+        "--dataset_files",
+        str(data),
+        "--output_dir",
+        str(tmp_path / "run"),
     )
     # The recipe's wiring: the VLM built and loaded with its processor, the Geometry3K rows with their images, the
     # geometry reward. (That images reach the gradient is tested on the trainer, in test_multimodal.py.)

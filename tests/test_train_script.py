@@ -18,11 +18,16 @@ TINY_GRPO_RECIPE = ROOT / "recipes/tiny/grpo/config_tiny_arithmetic.yaml"
 def run(tmp_path: Path, *overrides: str, recipe: Path = TINY_RECIPE):
     args = train.parse_args(
         [
-            "--config", str(recipe),
-            "--model_name_or_path", str(tmp_path / "tiny-model"),
-            "--output_dir", str(tmp_path / "run"),
-            "--dataset_files", str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
-            "--max_completion_length", "8",
+            "--config",
+            str(recipe),
+            "--model_name_or_path",
+            str(tmp_path / "tiny-model"),
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--dataset_files",
+            str(ROOT / "examples/data/tiny_arithmetic.jsonl"),
+            "--max_completion_length",
+            "8",
             *overrides,
         ]
     )
@@ -69,8 +74,9 @@ def test_output_reloads_with_its_card(resumed_run):
 
 @pytest.mark.slow
 def test_grpo_baseline_trains_through_the_same_script(tmp_path):
-    trainer = run(tmp_path, "--loss_type", "dr_grpo", "--max_steps", "1", "--save_strategy", "no",
-                  recipe=TINY_GRPO_RECIPE)
+    trainer = run(
+        tmp_path, "--loss_type", "dr_grpo", "--max_steps", "1", "--save_strategy", "no", recipe=TINY_GRPO_RECIPE
+    )
     assert type(trainer).__name__ == "GRPOTrainer"
     assert trainer.args.loss_type == "dr_grpo" and not hasattr(trainer.args, "bundle_size")
     assert trainer.state.global_step == 1
@@ -101,11 +107,28 @@ def test_prompt_template_reaches_the_training_and_the_evaluation_set(monkeypatch
 
     monkeypatch.setattr(data, "load_train_dataset", training_set)
     monkeypatch.setattr(data, "load_benchmark", benchmark)
-    args = train.parse_args([
-        "--config", str(TINY_RECIPE), "--model_name_or_path", str(tmp_path / "model"), "--build_tiny_model", "true",
-        "--output_dir", str(tmp_path / "run"), "--prompt_template", "authors", "--eval_benchmark", "gsm8k",
-        "--eval_strategy", "steps", "--eval_steps", "1", "--per_device_eval_batch_size", "20",
-    ])
+    args = train.parse_args(
+        [
+            "--config",
+            str(TINY_RECIPE),
+            "--model_name_or_path",
+            str(tmp_path / "model"),
+            "--build_tiny_model",
+            "true",
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--prompt_template",
+            "authors",
+            "--eval_benchmark",
+            "gsm8k",
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            "1",
+            "--per_device_eval_batch_size",
+            "20",
+        ]
+    )
     with pytest.raises(_DatasetsLoaded):
         train.build_trainer(*args)
     assert asked == {"train": "authors", "eval": "authors"}
@@ -116,22 +139,50 @@ def test_baselines_built_by_the_script_never_sample_a_vlms_image_token(trainer_n
     """Generating without vLLM, a sampled image token mismatches the image features. RiskPOTrainer suppresses it,
     and TRL 1.16 does so for its own trainers; the script makes every baseline do so on older TRL too."""
     from datasets import Dataset
+    from helpers import geometry3k_rows
 
     from riskpo_trl import data
     from riskpo_trl.multimodal import build_tiny_vlm, geometry3k_to_riskpo
-
-    from helpers import geometry3k_rows
 
     build_tiny_vlm(tmp_path / "tiny-vlm")
     rows = Dataset.from_list([geometry3k_to_riskpo(row) for row in geometry3k_rows(8)])
     monkeypatch.setattr(data, "load_train_dataset", lambda *args, **kwargs: rows)
     recipe = ROOT / f"recipes/Qwen2.5-Math-1.5B-Instruct/{trainer_name}/config_math_gsm8k.yaml"
-    args = train.parse_args([
-        "--config", str(recipe), "--model_name_or_path", str(tmp_path / "tiny-vlm"), "--output_dir",
-        str(tmp_path / "run"), "--use_vllm", "false", "--use_cpu", "true", "--bf16", "false", "--dtype", "float32",
-        "--gradient_checkpointing", "false", "--report_to", "none", "--eval_strategy", "no", "--num_generations", "2",
-        "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1", "--steps_per_generation", "1",
-        "--max_completion_length", "8", "--reward_funcs", "geometry_accuracy",
-    ])
+    args = train.parse_args(
+        [
+            "--config",
+            str(recipe),
+            "--model_name_or_path",
+            str(tmp_path / "tiny-vlm"),
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--use_vllm",
+            "false",
+            "--use_cpu",
+            "true",
+            "--bf16",
+            "false",
+            "--dtype",
+            "float32",
+            "--gradient_checkpointing",
+            "false",
+            "--report_to",
+            "none",
+            "--eval_strategy",
+            "no",
+            "--num_generations",
+            "2",
+            "--per_device_train_batch_size",
+            "8",
+            "--gradient_accumulation_steps",
+            "1",
+            "--steps_per_generation",
+            "1",
+            "--max_completion_length",
+            "8",
+            "--reward_funcs",
+            "geometry_accuracy",
+        ]
+    )
     trainer = train.build_trainer(*args)
     assert trainer.generation_kwargs["suppress_tokens"] == [trainer.model.config.image_token_id]

@@ -9,6 +9,7 @@ import os
 import pandas as pd
 import pytest
 import torch
+from helpers import contains_digit_reward, make_prompt_dataset
 from transformers import TrainerCallback
 
 from riskpo_trl import (
@@ -22,17 +23,28 @@ from riskpo_trl import (
 )
 from riskpo_trl.trainer.riskpo_trainer import RISK_STATE_FILE
 
-from helpers import contains_digit_reward, make_prompt_dataset
-
-RISK_METRICS = ["risk/q_alpha", "risk/q_beta", "risk/bundle_score_mean", "risk/mvar", "risk/frac_unscorable",
-                "risk/frac_zero_advantage"]
+RISK_METRICS = [
+    "risk/q_alpha",
+    "risk/q_beta",
+    "risk/bundle_score_mean",
+    "risk/mvar",
+    "risk/frac_unscorable",
+    "risk/frac_zero_advantage",
+]
 
 
 def tiny_config(output_dir, **overrides) -> RiskPOConfig:
     """A short run: one generation batch per optimizer step (the paper's 4 updates per batch is tested apart)."""
     settings = dict(
-        output_dir=str(output_dir), max_steps=3, max_completion_length=16, logging_steps=1, report_to="none",
-        save_strategy="no", learning_rate=1e-3, gradient_checkpointing=False, seed=7,
+        output_dir=str(output_dir),
+        max_steps=3,
+        max_completion_length=16,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        learning_rate=1e-3,
+        gradient_checkpointing=False,
+        seed=7,
     )
     settings.update(overrides)
     settings.setdefault("steps_per_generation", settings.get("gradient_accumulation_steps", 5))
@@ -63,8 +75,12 @@ class RecordBatches(TrainerCallback):
 def make_trainer(tiny_model_dir, args, reward=contains_digit_reward, dataset=None, **kwargs) -> RiskPOTrainer:
     recorder = RecordBatches()
     trainer = RiskPOTrainer(
-        tiny_model_dir, reward_funcs=reward, args=args, train_dataset=dataset or make_prompt_dataset(),
-        callbacks=[recorder], **kwargs,
+        tiny_model_dir,
+        reward_funcs=reward,
+        args=args,
+        train_dataset=dataset or make_prompt_dataset(),
+        callbacks=[recorder],
+        **kwargs,
     )
     recorder.trainer = trainer
     trainer.add_batch_observer(recorder.observe)
@@ -137,8 +153,12 @@ def test_leave_one_out_baseline_reaches_the_loss_and_the_logs(tiny_model_dir, tm
 @pytest.mark.slow
 def test_default_config_trains_on_one_process_with_four_updates_per_generation_batch(tiny_model_dir, tmp_path):
     args = RiskPOConfig(output_dir=str(tmp_path), num_train_epochs=1, max_completion_length=32)
-    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=contains_digit_reward, args=args,
-                            train_dataset=make_prompt_dataset(num_prompts=20))
+    trainer = RiskPOTrainer(
+        tiny_model_dir,
+        reward_funcs=contains_digit_reward,
+        args=args,
+        train_dataset=make_prompt_dataset(num_prompts=20),
+    )
     trainer.train()
     # 20 prompts = one generation batch (4 x 5 micro-batches of 10 completions), taken in 4 optimizer steps
     assert trainer.state.global_step == 4
@@ -148,10 +168,14 @@ def test_default_config_trains_on_one_process_with_four_updates_per_generation_b
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides",
-    [{"risk_profile": "risk_seeking", "advantage_baseline": "none"}, {"quantile_source": "batch"}, {"bundle_size": 1},
-     {"quantile_source": "group", "advantage_scaling": "authors_code", "risk_omega": 1.5},
-     {"risk_profile": "rvar", "risk_alpha": 0.0}, {"num_generations": 4, "bundle_size": 2,
-                                                    "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}],
+    [
+        {"risk_profile": "risk_seeking", "advantage_baseline": "none"},
+        {"quantile_source": "batch"},
+        {"bundle_size": 1},
+        {"quantile_source": "group", "advantage_scaling": "authors_code", "risk_omega": 1.5},
+        {"risk_profile": "rvar", "risk_alpha": 0.0},
+        {"num_generations": 4, "bundle_size": 2, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1},
+    ],
 )
 def test_profiles_and_layouts_train(tiny_model_dir, tmp_path, overrides):
     trainer = make_trainer(tiny_model_dir, tiny_config(tmp_path, max_steps=2, **overrides))
@@ -168,8 +192,9 @@ def test_profiles_and_layouts_train(tiny_model_dir, tmp_path, overrides):
         if overrides.get("advantage_scaling") == "authors_code":
             q = group_quantiles(batch.bundle_scores, 10, [0.2, 0.8])
             assert torch.equal(batch.q_alpha, q[:, 0]) and torch.equal(batch.q_beta, q[:, 1])
-            expected = authors_code_mvar_advantage(batch.bundle_scores.double(), q[:, 0], q[:, 1], 1.5, alpha=0.2,
-                                                   beta=0.8, num_generations=10)
+            expected = authors_code_mvar_advantage(
+                batch.bundle_scores.double(), q[:, 0], q[:, 1], 1.5, alpha=0.2, beta=0.8, num_generations=10
+            )
             assert torch.allclose(output["advantages"], expected[batch.bundle_ids].float())
         if overrides.get("bundle_size") == 1:
             assert batch.bundle_scores.numel() == output["advantages"].numel()
@@ -258,10 +283,12 @@ def test_rejects_a_plain_grpo_config(tiny_model_dir, tmp_path):
     from trl import GRPOConfig
 
     with pytest.raises(TypeError, match="RiskPOConfig"):
-        RiskPOTrainer(tiny_model_dir, reward_funcs=contains_digit_reward,
-                      args=GRPOConfig(output_dir=str(tmp_path), bf16=False, num_generations=2,
-                                      per_device_train_batch_size=2),
-                      train_dataset=make_prompt_dataset())
+        RiskPOTrainer(
+            tiny_model_dir,
+            reward_funcs=contains_digit_reward,
+            args=GRPOConfig(output_dir=str(tmp_path), bf16=False, num_generations=2, per_device_train_batch_size=2),
+            train_dataset=make_prompt_dataset(),
+        )
 
 
 def test_dataset_columns_are_checked_before_the_model_loads(tmp_path):
@@ -273,15 +300,25 @@ def test_dataset_columns_are_checked_before_the_model_loads(tmp_path):
     no_prompt = Dataset.from_list([{"question": "1 + 1", "solution": "2"}] * 5)
     # The model path does not exist: the dataset error must come first, before anything is loaded.
     with pytest.raises(ValueError, match=r"training dataset has no 'prompt' column \(its columns: \['question', "):
-        RiskPOTrainer(str(tmp_path / "no-model"), reward_funcs=contains_digit_reward, args=args,
-                      train_dataset=no_prompt)
+        RiskPOTrainer(
+            str(tmp_path / "no-model"), reward_funcs=contains_digit_reward, args=args, train_dataset=no_prompt
+        )
     no_solution = make_prompt_dataset().remove_columns("solution")
     with pytest.raises(ValueError, match=r"math_verify_reward reads the column\(s\) \['solution'\]"):
-        RiskPOTrainer(str(tmp_path / "no-model"), reward_funcs=[contains_digit_reward, math_verify_reward],
-                      args=args, train_dataset=no_solution)
+        RiskPOTrainer(
+            str(tmp_path / "no-model"),
+            reward_funcs=[contains_digit_reward, math_verify_reward],
+            args=args,
+            train_dataset=no_solution,
+        )
     with pytest.raises(ValueError, match=r"evaluation \(held_out\) dataset has no 'prompt' column"):
-        RiskPOTrainer(str(tmp_path / "no-model"), reward_funcs=contains_digit_reward, args=args,
-                      train_dataset=make_prompt_dataset(), eval_dataset={"held_out": no_prompt})
+        RiskPOTrainer(
+            str(tmp_path / "no-model"),
+            reward_funcs=contains_digit_reward,
+            args=args,
+            train_dataset=make_prompt_dataset(),
+            eval_dataset={"held_out": no_prompt},
+        )
 
 
 def never_scorable_reward(completions, **kwargs):
@@ -290,8 +327,12 @@ def never_scorable_reward(completions, **kwargs):
 
 @pytest.mark.slow
 def test_a_run_whose_rewards_never_score_stops_with_an_error(tiny_model_dir, tmp_path):
-    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=never_scorable_reward, train_dataset=make_prompt_dataset(),
-                            args=tiny_config(tmp_path, max_steps=5, max_unscorable_batches=2))
+    trainer = RiskPOTrainer(
+        tiny_model_dir,
+        reward_funcs=never_scorable_reward,
+        train_dataset=make_prompt_dataset(),
+        args=tiny_config(tmp_path, max_steps=5, max_unscorable_batches=2),
+    )
     with pytest.raises(RuntimeError, match="No completion could be scored in the last 2 training batches"):
         trainer.train()
     assert trainer.state.global_step == 1  # stopped while preparing the second batch

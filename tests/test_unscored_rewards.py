@@ -7,11 +7,10 @@ import logging
 import math
 
 import pytest
+from helpers import contains_digit_reward, make_prompt_dataset
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.trainer.unscored_rewards import UnscoredCounts, count_unscored
-
-from helpers import contains_digit_reward, make_prompt_dataset
 
 
 def nan_for_small_answers(completions, solution, **kwargs):
@@ -30,10 +29,23 @@ async def async_none(completions, **kwargs):
 
 
 def config(tmp_path, **overrides) -> RiskPOConfig:
-    settings = dict(output_dir=str(tmp_path), max_steps=1, num_generations=2, per_device_train_batch_size=8,
-                    gradient_accumulation_steps=1, steps_per_generation=1, bundle_size=2, max_completion_length=8,
-                    report_to="none", use_cpu=True, bf16=False, save_strategy="no", gradient_checkpointing=False,
-                    logging_steps=1, seed=3)
+    settings = dict(
+        output_dir=str(tmp_path),
+        max_steps=1,
+        num_generations=2,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        bundle_size=2,
+        max_completion_length=8,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        gradient_checkpointing=False,
+        logging_steps=1,
+        seed=3,
+    )
     return RiskPOConfig(**{**settings, **overrides})
 
 
@@ -45,8 +57,9 @@ def test_counts_tell_none_from_nan():
 
 @pytest.mark.slow
 def test_partial_nan_is_named_with_its_function_and_count(tiny_model_dir, tmp_path, caplog):
-    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=nan_for_small_answers, args=config(tmp_path),
-                            train_dataset=make_prompt_dataset(4))
+    trainer = RiskPOTrainer(
+        tiny_model_dir, reward_funcs=nan_for_small_answers, args=config(tmp_path), train_dataset=make_prompt_dataset(4)
+    )
     batches = []
     trainer.add_batch_observer(batches.append)
     with caplog.at_level(logging.WARNING):
@@ -61,9 +74,12 @@ def test_partial_nan_is_named_with_its_function_and_count(tiny_model_dir, tmp_pa
 
 @pytest.mark.slow
 def test_all_nan_stops_naming_nan_and_none_per_function(tiny_model_dir, tmp_path, caplog):
-    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=[always_nan, async_none],
-                            train_dataset=make_prompt_dataset(4),
-                            args=config(tmp_path, max_steps=3, max_unscorable_batches=1))
+    trainer = RiskPOTrainer(
+        tiny_model_dir,
+        reward_funcs=[always_nan, async_none],
+        train_dataset=make_prompt_dataset(4),
+        args=config(tmp_path, max_steps=3, max_unscorable_batches=1),
+    )
     with pytest.raises(RuntimeError) as error, caplog.at_level(logging.WARNING):
         trainer.train()
     assert "(last batch on this process: always_nan: 8 NaN; async_none: 8 None)" in str(error.value)
@@ -78,10 +94,17 @@ def mean_digit_reward(completions, **kwargs):
 
 
 def test_a_reward_returning_a_float_is_named_with_what_it_must_return(tiny_model_dir, tmp_path):
-    trainer = RiskPOTrainer(tiny_model_dir, reward_funcs=[contains_digit_reward, mean_digit_reward],
-                            args=config(tmp_path), train_dataset=make_prompt_dataset(4))
-    with pytest.raises(TypeError, match=r"^Reward function mean_digit_reward returned float '[0-9.]+'; it must return "
-                       r"a list with one float \(or None\) per completion \(8 here\)\.$"):
+    trainer = RiskPOTrainer(
+        tiny_model_dir,
+        reward_funcs=[contains_digit_reward, mean_digit_reward],
+        args=config(tmp_path),
+        train_dataset=make_prompt_dataset(4),
+    )
+    with pytest.raises(
+        TypeError,
+        match=r"^Reward function mean_digit_reward returned float '[0-9.]+'; it must return "
+        r"a list with one float \(or None\) per completion \(8 here\)\.$",
+    ):
         trainer.train()
 
 

@@ -12,17 +12,21 @@ import datasets
 import pytest
 import yaml
 from datasets import Dataset, DatasetDict
+from test_start_up_errors import run_cli  # the single 'error:' line, exit code 2, no traceback
 
 from riskpo_trl.data import load_train_dataset
 from riskpo_trl.scripts import train
 
-from test_start_up_errors import run_cli  # the single 'error:' line, exit code 2, no traceback
-
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
 
-ROWS = [{"prompt": [{"role": "user", "content": f"What is {a} + {b}? Put the answer in \\boxed{{}}."}],
-         "solution": str(a + b)} for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]]
+ROWS = [
+    {
+        "prompt": [{"role": "user", "content": f"What is {a} + {b}? Put the answer in \\boxed{{}}."}],
+        "solution": str(a + b),
+    }
+    for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]
+]
 TEXT_ROWS = [{"prompt": row["prompt"][0]["content"], "solution": row["solution"]} for row in ROWS]
 
 
@@ -44,11 +48,23 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 def train_on(tmp_path: Path, tiny_model_dir: str, *dataset_options: str) -> Path:
     """Two optimizer steps of riskpo-train on the dataset the options name; returns the output directory."""
     output_dir = tmp_path / "run"
-    train.cli([
-        "--config", str(recipe_without_data(tmp_path)), "--model_name_or_path", tiny_model_dir,
-        "--output_dir", str(output_dir), "--max_steps", "2", "--save_strategy", "no", "--max_completion_length", "8",
-        *dataset_options,
-    ])
+    train.cli(
+        [
+            "--config",
+            str(recipe_without_data(tmp_path)),
+            "--model_name_or_path",
+            tiny_model_dir,
+            "--output_dir",
+            str(output_dir),
+            "--max_steps",
+            "2",
+            "--save_strategy",
+            "no",
+            "--max_completion_length",
+            "8",
+            *dataset_options,
+        ]
+    )
     return output_dir
 
 
@@ -89,8 +105,11 @@ def make_folder_of_files(tmp_path: Path) -> list[str]:
     return ["--dataset_name", str(directory)]
 
 
-@pytest.mark.parametrize("make", [make_csv, make_parquet, make_saved_dataset_dict, make_folder_of_files],
-                         ids=["csv", "parquet", "save_to_disk", "folder"])
+@pytest.mark.parametrize(
+    "make",
+    [make_csv, make_parquet, make_saved_dataset_dict, make_folder_of_files],
+    ids=["csv", "parquet", "save_to_disk", "folder"],
+)
 def test_other_formats_and_local_directories_train(tmp_path, tiny_model_dir, make):
     options = make(tmp_path)
     output_dir = train_on(tmp_path, tiny_model_dir, *options)
@@ -105,8 +124,13 @@ def cache_as_hub_dataset(cache_dir: Path, repo_id: str, rows_file: Path) -> None
     from datasets.packaged_modules.json.json import Json
 
     namespace, name = repo_id.split("/")
-    builder = Json(cache_dir=str(cache_dir), dataset_name=f"{namespace}___{name}", hash="0" * 40,
-                   config_id="default", data_files={"train": str(rows_file)})
+    builder = Json(
+        cache_dir=str(cache_dir),
+        dataset_name=f"{namespace}___{name}",
+        hash="0" * 40,
+        config_id="default",
+        data_files={"train": str(rows_file)},
+    )
     builder.download_and_prepare()
     prepared = Path(builder.cache_dir)
     (prepared / f"{namespace}___{name}-train.arrow").rename(prepared / f"{name}-train.arrow")
@@ -153,31 +177,51 @@ def test_a_hub_id_missing_offline_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 def run_cli_error(options: list[str], tmp_path: Path, capsys, model_dir: str) -> str:
-    return run_cli(train.cli, ["--config", str(recipe_without_data(tmp_path)), "--output_dir", str(tmp_path / "run"),
-                               "--model_name_or_path", model_dir, *options], capsys)
+    return run_cli(
+        train.cli,
+        [
+            "--config",
+            str(recipe_without_data(tmp_path)),
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--model_name_or_path",
+            model_dir,
+            *options,
+        ],
+        capsys,
+    )
 
 
 def test_rows_without_a_prompt_or_a_rewards_column_are_one_line(tmp_path, tiny_model_dir, capsys):
-    no_prompt = write_jsonl(tmp_path / "questions.jsonl", [{"question": r["prompt"][0]["content"],
-                                                           "solution": r["solution"]} for r in ROWS])
-    line = run_cli_error(["--dataset_name", "json", "--dataset_files", str(no_prompt)], tmp_path, capsys,
-                         tiny_model_dir)
+    no_prompt = write_jsonl(
+        tmp_path / "questions.jsonl",
+        [{"question": r["prompt"][0]["content"], "solution": r["solution"]} for r in ROWS],
+    )
+    line = run_cli_error(
+        ["--dataset_name", "json", "--dataset_files", str(no_prompt)], tmp_path, capsys, tiny_model_dir
+    )
     assert "The training dataset has no 'prompt' column (its columns: ['question', 'solution'])" in line
     no_solution = write_jsonl(tmp_path / "prompts.jsonl", [{"prompt": r["prompt"]} for r in ROWS])
-    line = run_cli_error(["--dataset_name", "json", "--dataset_files", str(no_solution)], tmp_path, capsys,
-                         tiny_model_dir)
+    line = run_cli_error(
+        ["--dataset_name", "json", "--dataset_files", str(no_solution)], tmp_path, capsys, tiny_model_dir
+    )
     assert "reads the column(s) ['solution'], which the training dataset lacks" in line
 
 
-@pytest.mark.parametrize(("options", "expected"), [
-    (["--dataset_name", "json"], "dataset_name='json' reads local json files: give them with dataset_files"),
-    (["--dataset_name", "json", "--dataset_files", "nowhere.jsonl"], "Dataset file nowhere.jsonl: no such file."),
-    (["--dataset_name", "./no-such-dir"], "dataset_name='./no-such-dir': no such directory"),
-    (["--dataset_name", "dapo_mat"], "dataset_name='dapo_mat' is unknown (did you mean dapo_math?)"),
-    (["--dataset_name", "gsm8k", "--dataset_config", "main"], "dataset_config applies to a Hub id or a local"),
-    (["--dataset_name", "someone/x", "--prompt_template", "authors"], "prompt_template='authors' applies to the "
-                                                                      "registered datasets"),
-])
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (["--dataset_name", "json"], "dataset_name='json' reads local json files: give them with dataset_files"),
+        (["--dataset_name", "json", "--dataset_files", "nowhere.jsonl"], "Dataset file nowhere.jsonl: no such file."),
+        (["--dataset_name", "./no-such-dir"], "dataset_name='./no-such-dir': no such directory"),
+        (["--dataset_name", "dapo_mat"], "dataset_name='dapo_mat' is unknown (did you mean dapo_math?)"),
+        (["--dataset_name", "gsm8k", "--dataset_config", "main"], "dataset_config applies to a Hub id or a local"),
+        (
+            ["--dataset_name", "someone/x", "--prompt_template", "authors"],
+            "prompt_template='authors' applies to the registered datasets",
+        ),
+    ],
+)
 def test_dataset_mistakes_are_one_line_before_anything_loads(tmp_path, capsys, options, expected):
     model_dir = str(tmp_path / "never-built")
     line = run_cli_error(options, tmp_path, capsys, model_dir)
@@ -193,8 +237,15 @@ def test_a_recipe_names_a_json_dataset_relative_to_its_repository(tmp_path, tiny
     (repository / "data").mkdir()
     write_jsonl(repository / "data" / "rows.jsonl", ROWS)
     recipe = yaml.safe_load(TINY_RECIPE.read_text())
-    recipe.update(dataset_name="json", dataset_files=["data/rows.jsonl"], model_name_or_path=tiny_model_dir,
-                  output_dir="outputs/mine", max_steps=2, save_strategy="no", max_completion_length=8)
+    recipe.update(
+        dataset_name="json",
+        dataset_files=["data/rows.jsonl"],
+        model_name_or_path=tiny_model_dir,
+        output_dir="outputs/mine",
+        max_steps=2,
+        save_strategy="no",
+        max_completion_length=8,
+    )
     recipe_path = repository / "recipes" / "mine" / "config.yaml"
     recipe_path.write_text(yaml.safe_dump(recipe))
     elsewhere = tmp_path / "elsewhere"

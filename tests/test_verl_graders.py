@@ -5,6 +5,7 @@ math_dapo.py, not from a run)."""
 from __future__ import annotations
 
 import pytest
+from helpers import make_prompt_dataset
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.rewards import (
@@ -22,8 +23,6 @@ from riskpo_trl.rewards.verl_graders import (
     math_equiv_score,
     minerva_normalise,
 )
-
-from helpers import make_prompt_dataset
 
 # (completion, gold, verl's GSM8K strict score, math-verify's)
 GSM8K_CASES = [
@@ -105,7 +104,9 @@ def test_minerva_normalisation():
 
 def test_rewards_are_registered_and_read_messages():
     assert {name: REWARD_FUNCS[name] for name in ("verl_gsm8k", "verl_math", "verl_math_dapo", "verl_by_source")} == {
-        "verl_gsm8k": verl_gsm8k_reward, "verl_math": verl_math_reward, "verl_math_dapo": verl_math_dapo_reward,
+        "verl_gsm8k": verl_gsm8k_reward,
+        "verl_math": verl_math_reward,
+        "verl_math_dapo": verl_math_dapo_reward,
         "verl_by_source": verl_by_source_reward,
     }
     completions = [[{"role": "assistant", "content": r"\boxed{72}"}], [{"role": "assistant", "content": "#### 72"}]]
@@ -130,8 +131,10 @@ def test_trainer_refuses_a_dataset_whose_source_verl_by_source_cannot_grade(tiny
     with pytest.raises(ValueError, match="reads the column.*data_source"):
         RiskPOTrainer(tiny_model_dir, reward_funcs=verl_by_source_reward, args=args, train_dataset=dataset)
     unknown = dataset.add_column("data_source", ["openai/gsm8k"] * 4 + ["my/dataset"])
-    with pytest.raises(ValueError, match="training dataset does not fit the reward function verl_by_source_reward.*"
-                                         "data_source='my/dataset'"):
+    with pytest.raises(
+        ValueError,
+        match="training dataset does not fit the reward function verl_by_source_reward.*data_source='my/dataset'",
+    ):
         RiskPOTrainer(tiny_model_dir, reward_funcs=verl_by_source_reward, args=args, train_dataset=unknown)
 
 

@@ -47,18 +47,37 @@ def trained_qkv(trainer, layer: int = 0) -> torch.Tensor:
     return torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]).detach()
 
 
-@pytest.mark.skipif(PACKS_BF16, reason="vLLM packs bfloat16 weights for oneDNN on this CPU (AVX512-BF16/AMX), so "
-                    "TRL's colocate weight sync fails there (docs/scale_out.md)")
+@pytest.mark.skipif(
+    PACKS_BF16,
+    reason="vLLM packs bfloat16 weights for oneDNN on this CPU (AVX512-BF16/AMX), so "
+    "TRL's colocate weight sync fails there (docs/scale_out.md)",
+)
 def test_colocate_training_pushes_each_step_s_weights_into_vllm(tmp_path, plain_process_after):
     model_dir = tmp_path / "tiny"
     build_tiny_model(model_dir, **VLLM_CPU_SIZES)
-    args = RiskPOConfig(output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=8,
-                        num_generations=4, bundle_size=2, gradient_accumulation_steps=1, steps_per_generation=1,
-                        max_completion_length=16, learning_rate=1e-2, logging_steps=1, report_to="none",
-                        save_strategy="no", use_cpu=True, bf16=False, seed=7, use_vllm=True, vllm_mode="colocate",
-                        vllm_max_model_length=128)
-    trainer = RiskPOTrainer(str(model_dir), reward_funcs=contains_digit_reward, args=args,
-                            train_dataset=make_prompt_dataset())
+    args = RiskPOConfig(
+        output_dir=str(tmp_path / "run"),
+        max_steps=2,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        bundle_size=2,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        max_completion_length=16,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        seed=7,
+        use_vllm=True,
+        vllm_mode="colocate",
+        vllm_max_model_length=128,
+    )
+    trainer = RiskPOTrainer(
+        str(model_dir), reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset()
+    )
     initial = vllm_qkv(trainer)
     assert initial.dtype == torch.bfloat16 and initial.numel() > 0  # vLLM's default dtype on CPU, plain weights
     torch.testing.assert_close(initial, trained_qkv(trainer).to(torch.bfloat16), rtol=0, atol=0)

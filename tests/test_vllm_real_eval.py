@@ -47,8 +47,11 @@ def model_dir(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("tiny-vllm")
     model, tokenizer = build_tiny_model(path, **VLLM_CPU_SIZES, initializer_range=0.2)
     greedy = [
-        model.generate(**tokenizer(prompt, return_tensors="pt", add_special_tokens=False), do_sample=False,
-                       max_new_tokens=GREEDY_TOKENS)[0].tolist()
+        model.generate(
+            **tokenizer(prompt, return_tensors="pt", add_special_tokens=False),
+            do_sample=False,
+            max_new_tokens=GREEDY_TOKENS,
+        )[0].tolist()
         for prompt in toy_prompts(tokenizer)
     ]
     stop_id = next(ids[-GREEDY_TOKENS // 2] for ids in greedy if tokenizer.eos_token_id not in ids)
@@ -96,8 +99,11 @@ def engine(model_dir):
 @pytest.fixture(scope="module")
 def sampled_run(engine, model_dir, tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp("sampled-in-process")
-    evaluate(EvalConfig(model=model_dir, dataset_files=[TOY_ROWS], output_dir=str(out), **SAMPLED), backend=engine,
-             progress=False)
+    evaluate(
+        EvalConfig(model=model_dir, dataset_files=[TOY_ROWS], output_dir=str(out), **SAMPLED),
+        backend=engine,
+        progress=False,
+    )
     return read_samples(out)
 
 
@@ -108,14 +114,28 @@ def read_samples(output_dir) -> list[dict]:
 
 def riskpo_eval(model_dir: str, output_dir: Path, env: dict[str, str] | None = None, **settings) -> list[dict]:
     """``riskpo-eval --backend vllm`` in a fresh interpreter, as a user runs it."""
-    args = [sys.executable, "-m", "riskpo_trl.scripts.eval", "--model", model_dir, "--backend", "vllm",
-            "--dataset_files", TOY_ROWS, "--dtype", "float32", "--output_dir", str(output_dir)]
+    args = [
+        sys.executable,
+        "-m",
+        "riskpo_trl.scripts.eval",
+        "--model",
+        model_dir,
+        "--backend",
+        "vllm",
+        "--dataset_files",
+        TOY_ROWS,
+        "--dtype",
+        "float32",
+        "--output_dir",
+        str(output_dir),
+    ]
     for name, value in settings.items():
         if isinstance(value, dict):
             value = json.dumps(value)
         args += [f"--{name}", *map(str, value if isinstance(value, list) else [value])]
-    result = subprocess.run(args, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True,
-                            timeout=900)
+    result = subprocess.run(
+        args, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=900
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     for name in (SAMPLES_FILE, RESULTS_FILE, TABLE_FILE):
         assert (output_dir / name).is_file(), f"riskpo-eval wrote no {name}"
@@ -130,8 +150,15 @@ def completions(records: list[dict]) -> list[list[str]]:
 
 
 def test_greedy_completions_equal_the_transformers_backend(engine, sampled_run, model_dir, tmp_path):
-    config = EvalConfig(model=model_dir, dataset_files=[TOY_ROWS], num_samples=1, temperature=0.0,
-                        max_new_tokens=GREEDY_TOKENS, dtype="float32", output_dir=str(tmp_path / "vllm"))
+    config = EvalConfig(
+        model=model_dir,
+        dataset_files=[TOY_ROWS],
+        num_samples=1,
+        temperature=0.0,
+        max_new_tokens=GREEDY_TOKENS,
+        dtype="float32",
+        output_dir=str(tmp_path / "vllm"),
+    )
     by_vllm = read_samples_of(evaluate(config, backend=engine, progress=False), config)
     config.output_dir, config.backend = str(tmp_path / "transformers"), "transformers"
     by_transformers = read_samples_of(evaluate(config, progress=False), config)

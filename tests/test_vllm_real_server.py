@@ -1,11 +1,15 @@
 """Server mode for real: the launcher's `trl vllm-serve` on vLLM's CPU build, with this package's gloo weight sync,
-and training against it.
+and training against it; and the faults the sync's checks must catch.
 
-One server for the module (it takes minutes to start on 2 shared cores). Its command line is the one
-examples/launch/launch_single_node.sh prints with --dry-run and the CPU server's --vllm-args (the SLURM script serves
-with the same command less those), with only the device setting (CUDA_VISIBLE_DEVICES) dropped; the training
-commands come from the same dry run. The server runs in float32, so its log-probs equal the trained model's up to
-LOGPROB_TOLERANCE.
+Three servers, started together once for the module (each takes minutes on 2 shared cores):
+- the launcher's CPU server: its command line is the one examples/launch/launch_single_node.sh prints with --dry-run
+  and the CPU server's --vllm-args (the SLURM script serves with the same command less those), with the device
+  setting (CUDA_VISIBLE_DEVICES) dropped and one argument added: ``--worker-extension-cls`` names the engine's
+  extension with a fault switch (tests/vllm_faults.py). It runs in float32, so its log-probs equal the trained
+  model's up to LOGPROB_TOLERANCE;
+- the same less ``--dtype float32`` (vLLM's CPU default, bfloat16), eager: a server the trainers must refuse, and the
+  stand-in for a restarted server (another server process answering at the trainer's address);
+- a plain TRL server (the launcher's command without --vllm-args: NCCL weight transfer), eager.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ import shlex
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -29,9 +35,13 @@ pytestmark = pytest.mark.vllm_real
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "examples/launch/launch_single_node.sh"
 SLURM = ROOT / "examples/launch/slurm_riskpo.sh"
-RECIPES = {"riskpo": "recipes/tiny/riskpo/config_tiny_arithmetic.yaml",
-           "grpo": "recipes/tiny/grpo/config_tiny_arithmetic.yaml"}
+RECIPES = {
+    "riskpo": "recipes/tiny/riskpo/config_tiny_arithmetic.yaml",
+    "grpo": "recipes/tiny/grpo/config_tiny_arithmetic.yaml",
+}
 START_TIMEOUT = 900  # seconds; vLLM's start-up is minutes on a loaded 2-core machine
+FAULT_EXTENSION = ("--worker-extension-cls", "vllm_faults.FaultInjectionExtension")
+BF16_ARGS = tuple(arg for arg in SERVER_ARGS if arg not in ("--dtype", "float32"))
 STEPS = 3
 # float32 on both sides; the same weights give log-probs within ~1e-5 here, one optimizer step moves them by ~1e-2.
 LOGPROB_TOLERANCE = 1e-4
@@ -46,25 +56,58 @@ def free_port() -> int:
 
 
 def dry_run(script: Path, recipe: str, *args: str) -> dict[str, list[str]]:
-    result = subprocess.run(["bash", str(script), "--dry-run", "--config", recipe, "--accelerate-config",
-                             "recipes/accelerate_configs/cpu_single.yaml", *args],
-                            cwd=ROOT, capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [
+            "bash",
+            str(script),
+            "--dry-run",
+            "--config",
+            recipe,
+            "--accelerate-config",
+            "recipes/accelerate_configs/cpu_single.yaml",
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     lines = dict(line.split(": ", 1) for line in result.stdout.splitlines() if ": " in line)
     return {name: shlex.split(lines[name]) for name in ("vllm", "train")}
 
 
-def launcher_commands(recipe: str, model_dir: str, port: int, *extra: str) -> dict[str, list[str]]:
-    """The two commands launch_single_node.sh would run for a CPU server, without the device setting."""
-    commands = dry_run(LAUNCHER, recipe, "--vllm-gpus", "0", "--train-gpus", "1", "--port", str(port), "--model",
-                       model_dir, "--vllm-args", shlex.join(SERVER_ARGS), "--", *extra)
+def launcher_commands(
+    recipe: str, model_dir: str, port: int, *extra: str, vllm_args: tuple[str, ...] = SERVER_ARGS
+) -> dict[str, list[str]]:
+    """The two commands launch_single_node.sh would run for a server with ``vllm_args``, without the device
+    setting."""
+    commands = dry_run(
+        LAUNCHER,
+        recipe,
+        "--vllm-gpus",
+        "0",
+        "--train-gpus",
+        "1",
+        "--port",
+        str(port),
+        "--model",
+        model_dir,
+        "--vllm-args",
+        shlex.join(vllm_args),
+        "--",
+        *extra,
+    )
     for name, command in commands.items():
         assert command[0] == "env" and command[1].startswith("CUDA_VISIBLE_DEVICES="), command
         commands[name] = command[2:]
-    assert commands["vllm"][-len(SERVER_ARGS):] == list(SERVER_ARGS)
+    if not vllm_args:
+        return commands
+    assert commands["vllm"][-len(vllm_args) :] == list(vllm_args)
     # The SLURM script serves with the same command less --vllm-args (one GPU per node here: the same sizes).
-    slurm = dry_run(SLURM, recipe, "--gpus-per-node", "1", "--nodelist", "n1 n2", "--port", str(port), "--model",
-                    model_dir)
-    assert slurm["vllm"] == commands["vllm"][:-len(SERVER_ARGS)]
+    slurm = dry_run(
+        SLURM, recipe, "--gpus-per-node", "1", "--nodelist", "n1 n2", "--port", str(port), "--model", model_dir
+    )
+    assert slurm["vllm"] == commands["vllm"][: -len(vllm_args)]
     return commands
 
 
@@ -75,36 +118,97 @@ def model_dir(tmp_path_factory) -> str:
     return str(path)
 
 
+TRAIN_ARGS = (
+    "--use_vllm",
+    "true",
+    "--vllm_server_timeout",
+    "60",
+    "--max_steps",
+    str(STEPS),
+    "--save_steps",
+    "1",
+    "--learning_rate",
+    "1e-3",
+)
+
+
 @pytest.fixture(scope="module")
-def server(model_dir, tmp_path_factory):
-    """The launcher's CPU `trl vllm-serve`, healthy; yields its base URL and the launcher's training command for each
-    recipe (finished by `train_command`)."""
-    port = free_port()
-    train_args = ("--use_vllm", "true", "--vllm_server_timeout", "60",
-                  "--max_steps", str(STEPS), "--save_steps", "1", "--learning_rate", "1e-3")
-    commands = {name: launcher_commands(recipe, model_dir, port, *train_args) for name, recipe in RECIPES.items()}
-    serve = commands["riskpo"]["vllm"]
-    assert serve[:2] == ["trl", "vllm-serve"] and commands["grpo"]["vllm"] == serve
-    log_path = tmp_path_factory.mktemp("server-log") / "vllm-serve.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(serve, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base_url = f"http://127.0.0.1:{port}"
+def launched(model_dir, tmp_path_factory):
+    """The module's three servers, started at once (see the module docstring); the fixtures below wait for theirs.
+    Yields name -> {"url", "train" (the launcher's training command per recipe), "process", "log", "command"}."""
+    specs = {
+        "cpu": (SERVER_ARGS, FAULT_EXTENSION),
+        "bf16": (BF16_ARGS, ("--enforce-eager",)),
+        "plain": ((), ("--enforce-eager",)),
+    }
+    servers = {}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while not healthy(base_url):
-            if process.poll() is not None:
-                pytest.fail(f"`{shlex.join(serve)}` exited ({process.returncode}):\n" + log_path.read_text()[-4000:])
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM server not healthy after {START_TIMEOUT}s:\n" + log_path.read_text()[-4000:])
-            time.sleep(2)
-        yield {"url": base_url, "train": {name: c["train"] for name, c in commands.items()}, "log": log_path}
+        for name, (vllm_args, added) in specs.items():
+            port = free_port()
+            commands = {
+                recipe: launcher_commands(path, model_dir, port, *TRAIN_ARGS, vllm_args=vllm_args)
+                for recipe, path in RECIPES.items()
+            }
+            serve = [*commands["riskpo"]["vllm"], *added]
+            assert serve[:2] == ["trl", "vllm-serve"] and commands["grpo"]["vllm"] == commands["riskpo"]["vllm"]
+            log_path = tmp_path_factory.mktemp(f"server-{name}") / "vllm-serve.log"
+            with log_path.open("w") as log:
+                process = subprocess.Popen(
+                    serve, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
+            servers[name] = {
+                "url": f"http://127.0.0.1:{port}",
+                "process": process,
+                "log": log_path,
+                "command": serve,
+                "train": {recipe: c["train"] for recipe, c in commands.items()},
+            }
+        yield servers
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        for entry in servers.values():
+            stop(entry["process"])
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def wait_healthy(entry: dict) -> dict:
+    deadline = time.monotonic() + START_TIMEOUT
+    while not healthy(entry["url"]):
+        if entry["process"].poll() is not None:
+            pytest.fail(
+                f"`{shlex.join(entry['command'])}` exited ({entry['process'].returncode}):\n"
+                + entry["log"].read_text()[-4000:]
+            )
+        if time.monotonic() > deadline:
+            pytest.fail(f"vLLM server not healthy after {START_TIMEOUT}s:\n" + entry["log"].read_text()[-4000:])
+        time.sleep(2)
+    return entry
+
+
+@pytest.fixture(scope="module")
+def server(launched):
+    """The launcher's CPU server (float32, this package's engine), healthy."""
+    return wait_healthy(launched["cpu"])
+
+
+@pytest.fixture(scope="module")
+def bf16_server(launched):
+    return wait_healthy(launched["bf16"])
+
+
+@pytest.fixture(scope="module")
+def plain_server(launched):
+    return wait_healthy(launched["plain"])
 
 
 def healthy(base_url: str) -> bool:
@@ -174,8 +278,15 @@ def test_launcher_server_answers_health_models_and_generate(server, model_dir):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": f"What is {i} + 1?"}], tokenize=True,
-                                             add_generation_prompt=True, return_dict=False) for i in range(3)]
+    prompts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"What is {i} + 1?"}],
+            tokenize=True,
+            add_generation_prompt=True,
+            return_dict=False,
+        )
+        for i in range(3)
+    ]
     # Token-id prompts, as the trainer sends them, with its sampling settings.
     out = client.generate(prompts, n=4, temperature=1.0, max_tokens=16, logprobs=0)
     assert out["prompt_ids"] == prompts
@@ -186,7 +297,8 @@ def test_launcher_server_answers_health_models_and_generate(server, model_dir):
 
 
 def test_launcher_training_command_trains_riskpo_in_server_mode_and_the_server_ends_with_its_weights(
-        server, model_dir, tmp_path):
+    server, model_dir, tmp_path
+):
     """The launcher's training command (accelerate, `--vllm_mode server`) trains STEPS steps and syncs its weights
     before each generation batch after the first; the server then holds the weights of step STEPS - 1 (the last
     sync), which differ from the initial ones."""
@@ -195,23 +307,38 @@ def test_launcher_training_command_trains_riskpo_in_server_mode_and_the_server_e
 
 
 def test_the_grpo_baseline_trains_in_server_mode_through_the_same_sync(server, model_dir, tmp_path):
-    """GRPO, through the training script's hook for the baselines. The tiny model earns no reward, so GRPO's
-    advantages are 0 and its weights stay as they start: it starts from another random model than the one served, so
-    that the sync shows (the server ends with that model's weights)."""
+    """GRPO, through the training script's hook for the baselines, run in this process (the command's interpreter
+    start-up is most of a run here; RiskPO's run above goes through accelerate). The tiny model earns no reward, so
+    GRPO's advantages are 0 and its weights stay as they start: it starts from another random model than the one
+    served, so that the sync shows (the server ends with that model's weights)."""
     start = tmp_path / "start"
     build_tiny_model(start, **VLLM_CPU_SIZES, initializer_range=0.2, seed=1)
-    served = train_in_server_mode(server, "grpo", tmp_path / "run", start)
+    served = train_in_server_mode(server, "grpo", tmp_path / "run", start, in_process=True)
     assert largest_gap(served, model_logprobs(model_dir, sequences(model_dir))) > 100 * LOGPROB_TOLERANCE
 
 
-def train_in_server_mode(server, trainer: str, output_dir: Path, start) -> list[torch.Tensor]:
-    """Run the launcher's training command from the model ``start``; check that it trained STEPS steps and that the
-    server holds the weights of the last sync (the checkpoint of step STEPS - 1); return the server's log-probs."""
+def train_in_server_mode(
+    server, trainer: str, output_dir: Path, start, in_process: bool = False
+) -> list[torch.Tensor]:
+    """Run the launcher's training command from the model ``start`` (``in_process``: its training script, in this
+    process); check that it trained STEPS steps and that the server holds the weights of the last sync (the
+    checkpoint of step STEPS - 1); return the server's log-probs."""
     command = [*train_command(server, trainer, output_dir), "--model_name_or_path", str(start)]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-4000:]
-    assert f"[step {STEPS}/{STEPS}]" in output
+    if in_process:
+        from helpers import release_in_process_vllm
+
+        from riskpo_trl.scripts.train import cli
+
+        try:
+            cli(command[command.index("riskpo_trl.scripts.train") + 1 :])
+        finally:
+            release_in_process_vllm()
+    else:
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, output[-4000:]
+        assert f"[step {STEPS}/{STEPS}]" in output
+    assert (output_dir / f"checkpoint-{STEPS}").is_dir()
 
     seqs = sequences(str(start))
     served = server_logprobs(plain_client(server), seqs)
@@ -219,40 +346,243 @@ def train_in_server_mode(server, trainer: str, output_dir: Path, start) -> list[
     return served
 
 
-def test_a_sync_lands_tied_head_included_and_a_sync_that_moves_nothing_fails_loudly(server, model_dir):
-    """The trainers' client on its own: a sync that changes only the (tied) embedding lands, LM head included (vLLM's
-    CPU build computes the head from a packed copy, which the engine packs again when the update finishes); then a
-    sync whose transfer moves nothing is caught by the check after the update."""
-    from transformers import AutoModelForCausalLM
+def gloo_client(server, group_port: int | None = None):
+    """The trainers' client for ``server``, its weight sync set up."""
     from trl.generation.vllm_client import VLLMClient
 
-    from riskpo_trl.weight_sync.client import WeightSyncError, open_client
+    from riskpo_trl.weight_sync.client import open_client
 
-    client = open_client(VLLMClient, False, base_url=server["url"], group_port=free_port(), connection_timeout=60)
+    client = open_client(
+        VLLMClient, False, base_url=server["url"], group_port=group_port or free_port(), connection_timeout=60
+    )
     assert type(client).__name__ == "GlooVLLMClient"
     client.init_communicator(device="cpu")
+    return client
+
+
+def load_model(model_dir: str):
+    from transformers import AutoModelForCausalLM
+
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     assert model.lm_head.weight is model.model.embed_tokens.weight
-    seqs = sequences(model_dir)
-    before = model_logprobs(model, seqs)
-    metadata = [(name, "float32", list(param.shape)) for name, param in model.named_parameters()]
+    return model
 
-    def sync():
+
+def sync(client, model, suppressed: bool = False) -> None:
+    """What TRL's sync_weights does with the trainer's model; ``suppressed``: the transfer reports success and sends
+    nothing (the server's update starts and finishes without a tensor)."""
+    metadata = [(name, "float32", list(param.shape)) for name, param in model.named_parameters()]
+    if suppressed:
+        client._transfer = lambda update_info, named_params: [None for _ in named_params]
+    try:
         client.update_named_params(metadata, ((name, param.data) for name, param in model.named_parameters()))
         client.reset_prefix_cache()
+    finally:
+        client.__dict__.pop("_transfer", None)
 
-    torch.manual_seed(0)
-    with torch.no_grad():
-        model.model.embed_tokens.weight.add_(0.1 * torch.randn_like(model.model.embed_tokens.weight))
-    sync()
-    changed = model_logprobs(model, seqs)
-    assert largest_gap(changed, before) > 100 * LOGPROB_TOLERANCE
-    assert largest_gap(server_logprobs(client, seqs), changed) < LOGPROB_TOLERANCE
 
+def assert_probe(client, model, passes: bool) -> None:
+    from riskpo_trl.weight_sync.client import WeightSyncError
+    from riskpo_trl.weight_sync.probe import check_probe, model_logprobs, probe_tokens
+
+    token_ids = probe_tokens(model.config.vocab_size)
+    if passes:
+        check_probe(client, token_ids, model_logprobs(model, token_ids))
+    else:
+        with pytest.raises(WeightSyncError, match="largest gap"):
+            check_probe(client, token_ids, model_logprobs(model, token_ids))
+
+
+def change_linear(model, generator):
+    for name, param in model.named_parameters():
+        if name.endswith("_proj.weight"):
+            param.add_(0.05 * torch.randn(param.shape, generator=generator))
+
+
+def change_embedding(model, generator):
+    model.model.embed_tokens.weight.add_(0.1 * torch.randn(model.model.embed_tokens.weight.shape, generator=generator))
+
+
+def change_norm(model, generator):
+    model.model.norm.weight.mul_(1.5)
+
+
+def merge_lora(model, generator, rank: int = 4):
+    """What merging a LoRA adapter of q_proj and v_proj does: a low-rank product added to those weights only."""
+    for layer in model.model.layers:
+        for projection in (layer.self_attn.q_proj, layer.self_attn.v_proj):
+            out_features, in_features = projection.weight.shape
+            down = 0.3 * torch.randn(rank, in_features, generator=generator)
+            up = 0.3 * torch.randn(out_features, rank, generator=generator)
+            projection.weight.add_(up @ down)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (
+            change_linear,
+            r"model\.layers\.0\.self_attn\.qkv_proj\.weight on worker 0 "
+            r"\(as model\.layers\.0\.self_attn\.q_proj",
+        ),
+        (change_embedding, r"model\.embed_tokens\.weight on worker 0 \(as model\.embed_tokens\.weight\)"),
+        (change_norm, r"model\.norm\.weight on worker 0 \(as model\.norm\.weight\)"),
+        (merge_lora, r"qkv_proj\.weight on worker 0 \(as model\.layers\.0\.self_attn\.q_proj\.weight\)"),
+    ],
+    ids=["linear", "embedding", "norm", "lora-merge"],
+)
+def test_an_update_of_each_kind_lands_and_one_whose_transfer_is_suppressed_raises_naming_it(
+    server, model_dir, change, named
+):
+    """Each kind of update changes only its own parameters; with the transfer suppressed, the check after the update
+    names the first stale one (in the server's layout: fused, padded), and the probe sees the gap; sent for real, the
+    update lands and both checks pass."""
+    from riskpo_trl.weight_sync.client import WeightSyncError
+
+    client = gloo_client(server)
+    model = load_model(model_dir)
+    sync(client, model)  # the server starts from this test's model, whatever the last test left
     with torch.no_grad():
-        model.model.norm.weight.mul_(1.5)
-    client._transfer = lambda update_info, named_params: [None for _ in named_params]  # reports success, sends nothing
-    with pytest.raises(WeightSyncError, match="holds other values than the trainer sent"):
-        sync()
-    # The server kept the weights of the last sync that landed.
-    assert largest_gap(server_logprobs(client, seqs), changed) < LOGPROB_TOLERANCE
+        change(model, torch.Generator().manual_seed(0))
+    with pytest.raises(WeightSyncError, match=named):
+        sync(client, model, suppressed=True)
+    assert_probe(client, model, passes=False)
+    sync(client, model)
+    assert_probe(client, model, passes=True)
+    assert (
+        largest_gap(server_logprobs(client, sequences(model_dir)), model_logprobs(model, sequences(model_dir)))
+        < LOGPROB_TOLERANCE
+    )
+
+
+def test_a_tied_lm_head_the_engine_leaves_stale_is_caught(server, model_dir):
+    """With the engine's re-pack of the tied LM head switched off, an update of the embedding lands in the embedding
+    and not in the head that generation multiplies with: the check names the head, and the probe sees the gap."""
+    from riskpo_trl.weight_sync.client import WeightSyncError
+
+    client = gloo_client(server)
+    model = load_model(model_dir)
+    sync(client, model)
+    with torch.no_grad():
+        change_embedding(model, torch.Generator().manual_seed(1))
+    client.control("POST", "/collective_rpc", json={"method": "riskpo_test_skip_tied_repack", "args": ["true"]})
+    try:
+        with pytest.raises(
+            WeightSyncError,
+            match=r"1 problems\): lm_head\.weight on worker 0 \(as "
+            r"model\.embed_tokens\.weight\): checksum",
+        ):
+            sync(client, model)
+        assert_probe(client, model, passes=False)
+    finally:
+        client.control("POST", "/collective_rpc", json={"method": "riskpo_test_skip_tied_repack", "args": ["false"]})
+    sync(client, model)
+    assert_probe(client, model, passes=True)
+
+
+def test_a_replaced_server_is_caught_before_generation_and_before_a_sync_naming_the_step(
+    server, bf16_server, model_dir
+):
+    """The trainer's address answered by another server process (as after a restart on the same port): generation
+    and the next sync raise before anything reaches training; through the trainers' sync hook the error names the
+    server and the step. A server that no longer answers fails the sync the same way."""
+    from riskpo_trl.weight_sync.client import WeightSyncError
+    from riskpo_trl.weight_sync.probe import check_weight_syncs
+
+    client = gloo_client(server)
+    model = load_model(model_dir)
+    generation = SimpleNamespace(
+        mode="server", vllm_client=client, model=model, sync_weights=lambda: sync(client, model)
+    )
+    trainer = SimpleNamespace(
+        vllm_generation=generation, accelerator=SimpleNamespace(num_processes=1), state=SimpleNamespace(global_step=5)
+    )
+    check_weight_syncs(trainer)
+    generation.sync_weights()  # checked, probe included
+    assert client.generate([[1, 2, 3]], max_tokens=2)["completion_ids"]
+
+    client.base_url = bf16_server["url"]  # another process at the same address
+    with pytest.raises(WeightSyncError, match="Before generation: .* restarted or replaced"):
+        client.generate([[1, 2, 3]], max_tokens=2)
+    trainer.state.global_step = 6
+    with pytest.raises(
+        WeightSyncError,
+        match=rf"Weight sync to {bf16_server['url']} before the generation at step 6: "
+        "Before the weight sync: .* restarted or replaced",
+    ):
+        generation.sync_weights()
+    client.base_url = f"http://127.0.0.1:{free_port()}"  # nothing answers there
+    with pytest.raises(
+        WeightSyncError,
+        match=r"at step 6: Before the weight sync: The vLLM server at .* did not "
+        r"answer /collective_rpc",
+    ):
+        generation.sync_weights()
+
+
+def test_an_occupied_group_port_fails_at_once_naming_it_and_leaves_the_server_usable(server):
+    """The trainer opens the group's port before it asks the server to join, so a port held by another process
+    fails there (the server is never asked) instead of hanging both."""
+    from riskpo_trl.weight_sync.client import ServerRefusedError
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        outcome = {}
+
+        def set_up():
+            try:
+                gloo_client(server, group_port=port)
+            except Exception as error:  # reported below
+                outcome["error"] = error
+
+        setting_up = threading.Thread(target=set_up, daemon=True)
+        setting_up.start()
+        setting_up.join(120)  # a hang fails the test instead of the job
+        assert not setting_up.is_alive(), "the set-up hangs on an occupied port"
+    assert isinstance(outcome.get("error"), ServerRefusedError), outcome
+    assert f"weight-sync group port {port}" in str(outcome["error"]) and "--vllm_group_port" in str(outcome["error"])
+    gloo_client(server)  # the server was not left waiting
+
+
+def one_error_line(command: list[str], tmp_path: Path, capsys) -> tuple[str, list[str]]:
+    """Run the training script of a launcher's training command in this process (its interpreter start-up is most of
+    a run here; the launcher's ``accelerate launch --quiet`` adds no line of its own, tested with --dry-run), for a
+    start-up that must fail; return its one ``error:`` line and all its stderr lines."""
+    from helpers import release_in_process_vllm
+
+    from riskpo_trl.scripts.train import cli
+
+    argv = command[command.index("riskpo_trl.scripts.train") + 1 :]
+    capsys.readouterr()
+    try:
+        with pytest.raises(SystemExit) as stopped:  # any other exception would be a traceback
+            cli([*argv, "--output_dir", str(tmp_path / "run"), "--vllm_group_port", str(free_port())])
+    finally:
+        release_in_process_vllm()
+    assert stopped.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    errors = [line for line in lines if "error:" in line]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("riskpo-train: error: ")
+    return errors[0], lines
+
+
+def test_a_bf16_server_is_refused_at_start_up_with_the_flag_to_add(bf16_server, tmp_path, capsys):
+    line, _ = one_error_line(bf16_server["train"]["riskpo"], tmp_path, capsys)
+    assert "runs in bfloat16 and the model trains in float32" in line and "--dtype float32" in line
+
+
+def test_a_plain_trl_server_is_refused_with_one_error_line(plain_server, tmp_path, capsys):
+    line, _ = one_error_line(plain_server["train"]["riskpo"], tmp_path, capsys)
+    assert "'nccl' engine, which needs CUDA" in line and "--vllm-args" in line
+
+
+def test_a_wrong_server_port_prints_a_waiting_line_first_and_fails_naming_the_address(server, tmp_path, capsys):
+    port = free_port()
+    command = [*server["train"]["riskpo"], "--vllm_server_port", str(port), "--vllm_server_timeout", "4"]
+    line, lines = one_error_line(command, tmp_path, capsys)
+    assert f"can't be reached at http://127.0.0.1:{port} after 4.0 seconds" in line, line
+    waiting = f"Waiting up to 4 s for the vLLM server at http://127.0.0.1:{port} (vllm_server_timeout) ..."
+    assert waiting in lines and lines.index(waiting) < lines.index(line)

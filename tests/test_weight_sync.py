@@ -60,6 +60,23 @@ def test_the_gloo_group_carries_tensors_from_the_trainer_to_a_worker():
     assert not errors and torch.equal(received, sent)
 
 
+def test_a_group_whose_peer_never_joins_or_never_receives_fails_instead_of_hanging():
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(RuntimeError, match="timeout"):  # the server's workers never join
+        open_group("127.0.0.1", port, 0, 2, timeout_s=1)
+    groups = {}
+    joining = threading.Thread(target=lambda: groups.setdefault(1, open_group("127.0.0.1", port, 1, 2, 60)))
+    joining.start()
+    trainer = open_group("127.0.0.1", port, 0, 2, timeout_s=60)
+    joining.join(60)
+    with pytest.raises(RuntimeError, match="Timed out"):  # joined, but nothing receives
+        broadcast_from_trainer(trainer, torch.ones(3), timeout_s=1)
+
+
 class FakeTRLClient:
     """Stands in for TRL's VLLMClient: answers /server_info with a given weight-transfer config."""
 
@@ -80,6 +97,7 @@ def gloo_marker(monkeypatch):
             self.kwargs = kwargs
 
     monkeypatch.setattr(sync_client, "gloo_client_class", lambda: GlooMarker)
+    monkeypatch.setattr(sync_client, "announce_wait", lambda *args, **kwargs: None)  # no server to ask
     return GlooMarker
 
 
@@ -95,7 +113,7 @@ def test_other_servers_get_trl_s_client_on_cuda(gloo_marker, backend):
 
 
 def test_a_cuda_only_backend_is_refused_on_a_trainer_without_cuda_naming_the_launcher_s_fix(gloo_marker):
-    with pytest.raises(RuntimeError, match="'nccl' engine, which needs CUDA") as error:
+    with pytest.raises(sync_client.ServerRefusedError, match="'nccl' engine, which needs CUDA") as error:
         sync_client.open_client(FakeTRLClient, False, "nccl")
     assert "--vllm-args" in str(error.value) and " ".join(SERVER_ARGS) in str(error.value)
     # A server without weight transfer, or without its development endpoints: TRL's client reports it.
@@ -135,36 +153,92 @@ def test_while_a_trainer_is_built_trl_opens_its_server_client_through_open_clien
     assert module.VLLMClient is original
 
 
-@pytest.mark.skipif(not TRL_1_16, reason="TRL 1.16's server client")
-def test_an_update_the_server_does_not_hold_fails_loudly():
-    client_class = sync_client.gloo_client_class()
-    assert issubclass(client_class, compat.trl_vllm_client_class())
-    client = client_class.__new__(client_class)  # no server: only the check after an update
-    client.base_url = "http://server:8000"
+def held(name, tensor, held_as=None):
+    return {
+        "name": name,
+        "held_as": held_as or name,
+        "dtype": "float32",
+        "shape": list(tensor.shape),
+        "checksum": checksum(tensor),
+    }
+
+
+def test_compare_held_names_every_way_a_server_can_differ_from_what_was_sent():
     norm, embed = torch.randn(8), torch.randn(16, 8)
-    server = {"model.norm.weight": norm, "model.embed_tokens.weight": embed}
-    client._server_checksums = lambda names: [{name: {"checksum": checksum(server[name])} for name in names}]
-    sent = {"model.norm.weight": checksum(norm), "model.embed_tokens.weight": checksum(embed)}
-    client._verify(sent)  # the server holds what was sent
+    sent = {"model.norm.weight": ([8], checksum(norm)), "model.embed_tokens.weight": ([16, 8], checksum(embed))}
+    server = [
+        held("model.norm.weight", norm),
+        held("model.embed_tokens.weight", embed),
+        held("model.embed_tokens.weight", embed, held_as="lm_head.weight"),
+    ]
+    assert sync_client.compare_held(sent, [server]) == []
 
-    server["model.norm.weight"] = norm - 0.01  # it kept the previous weights
-    with pytest.raises(sync_client.WeightSyncError, match="1 of 2 checked parameters.*model.norm.weight"):
-        client._verify(sent)
-    with pytest.raises(sync_client.WeightSyncError, match="cannot be verified"):
-        client._verify({})
+    stale_head = held("model.embed_tokens.weight", embed - 0.01, held_as="lm_head.weight")
+    [problem] = sync_client.compare_held(sent, [server[:2] + [stale_head]])
+    assert problem.startswith("lm_head.weight on worker 0 (as model.embed_tokens.weight): checksum")
+    [problem] = sync_client.compare_held(sent, [server[1:]])
+    assert problem == "model.norm.weight: worker 0 holds nothing under this name"
+    unsent = held(
+        "model.layers.0.mlp.gate_proj.weight", torch.ones(2, 2), held_as="model.layers.0.mlp.gate_up_proj.weight"
+    )
+    [problem] = sync_client.compare_held(sent, [server + [unsent]])
+    assert "gate_up_proj.weight on worker 0 (as model.layers.0.mlp.gate_proj.weight): no tensor" in problem
+    [problem] = sync_client.compare_held(sent, [server[:2] + [{**server[2], "checksum": None}]])
+    assert "empty, and cannot be read back" in problem
+    [problem] = sync_client.compare_held(sent, [server[:2] + [{**server[2], "shape": [32, 8]}]])
+    assert "shape [32, 8], sent [16, 8]" in problem
+    assert len(sync_client.compare_held(sent, [server, server[1:]])) == 1  # every worker is checked
 
 
-@pytest.mark.skipif(not TRL_1_16, reason="TRL 1.16's server client")
-def test_the_gloo_client_records_checksums_in_the_server_s_dtype_for_what_it_can_check():
-    client_class = sync_client.gloo_client_class()
-    client = client_class.__new__(client_class)
-    client._checkable = {"model.norm.weight": ("bfloat16", [4])}
-    client._sent_checksums = {}
-    tensors = [("model.norm.weight", torch.tensor([1.0001, 2.0, 3.0, 4.0])), ("model.layers.0.mlp.up.weight",
-                                                                              torch.ones(2, 2))]
-    sent = list(client._recorded(iter(tensors)))
-    assert [name for name, _ in sent] == [name for name, _ in tensors]
-    assert client._sent_checksums == {"model.norm.weight": checksum(tensors[0][1].to(torch.bfloat16))}
+class ProbedServer:
+    base_url, server_dtype = "http://server:8000", "float32"
+
+    def __init__(self, logprobs):
+        self.logprobs = logprobs
+
+    def probe_logprobs(self, token_ids):
+        return self.logprobs
+
+
+def test_the_probe_passes_the_same_log_probs_and_names_the_gap_of_others():
+    from riskpo_trl.weight_sync.probe import PROBE_TOLERANCE, check_probe
+
+    reference = [-1.0, -2.0, -3.0]
+    check_probe(ProbedServer([-1.0, -2.0 + PROBE_TOLERANCE["float32"] / 2, -3.0]), [1, 2, 3, 4], reference)
+    with pytest.raises(sync_client.WeightSyncError, match="largest gap 0.5 nats, tolerance 0.001 for float32"):
+        check_probe(ProbedServer([-1.0, -2.5, -3.0]), [1, 2, 3, 4], reference)
+    with pytest.raises(sync_client.WeightSyncError, match="largest gap nan"):
+        check_probe(ProbedServer([-1.0, float("nan"), -3.0]), [1, 2, 3, 4], reference)
+
+
+def test_a_server_of_another_dtype_than_the_model_is_refused_naming_the_flag():
+    from riskpo_trl.weight_sync.probe import dtype_refusal
+
+    model = torch.nn.Linear(2, 2)
+    assert dtype_refusal(ProbedServer([]), model) is None
+    server = ProbedServer([])
+    server.server_dtype = "bfloat16"
+    assert "runs in bfloat16 and the model trains in float32" in dtype_refusal(server, model)
+    assert "--dtype float32" in dtype_refusal(server, model)
+
+
+def test_probe_tokens_are_fixed_and_inside_the_vocabulary():
+    from riskpo_trl.weight_sync.probe import PROBE_LENGTH, probe_tokens
+
+    assert probe_tokens(100) == probe_tokens(100) and len(probe_tokens(100)) == PROBE_LENGTH
+    assert all(0 <= token < 100 for token in probe_tokens(100)) and len(set(probe_tokens(100))) > 1
+
+
+def test_a_server_that_does_not_answer_gets_a_waiting_line_at_once(capsys):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    sync_client.announce_wait(base_url=f"http://127.0.0.1:{port}", connection_timeout=240)
+    assert capsys.readouterr().err == (
+        f"Waiting up to 240 s for the vLLM server at http://127.0.0.1:{port} (vllm_server_timeout) ...\n"
+    )
 
 
 def test_a_vllm_without_the_weight_transfer_api_gets_one_error_naming_what_is_missing(monkeypatch):
@@ -179,11 +253,19 @@ def test_trl_s_client_has_what_the_gloo_client_builds_on():
 
     client_class = compat.trl_vllm_client_class()
     assert compat.trl_vllm_generation_module().VLLMClient is client_class
-    for name in ("_post", "_start_weight_update", "_finish_weight_update", "get_server_info", "get_world_size",
-                 "init_communicator", "reset_prefix_cache", "close_communicator", "weight_update"):
+    for name in (
+        "_post",
+        "_start_weight_update",
+        "_finish_weight_update",
+        "get_server_info",
+        "get_world_size",
+        "init_communicator",
+        "reset_prefix_cache",
+        "close_communicator",
+        "weight_update",
+    ):
         assert callable(getattr(client_class, name)), name
-    assert list(inspect.signature(client_class.update_named_params).parameters) == [
-        "self", "metadata", "named_params"]
+    assert list(inspect.signature(client_class.update_named_params).parameters) == ["self", "metadata", "named_params"]
     init = inspect.getsource(client_class.__init__)
     assert "self._updating_weights = False" in init and "self.session = " in init and "self.group_port" in init
     # VLLMGeneration syncs through update_named_params and builds its client as VLLMClient(base_url=..., ...).

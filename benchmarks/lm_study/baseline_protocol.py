@@ -20,7 +20,6 @@ smoke size they are built and run here.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 import datasets
 import torch
 
-from benchmarks._common import RESULTS_DIR
+from benchmarks._common import RESULTS_DIR, json_exists, read_json
 
 from .config import BaselineProtocol, ExactProtocol
 from .exact_protocol import Job, evaluate_start, run_job, run_path, start_dirs
@@ -68,14 +67,18 @@ def folder_for(protocol: BaselineProtocol, out: Path, reference: Path, start: st
     return reference if known else out
 
 
-def job(protocol: BaselineProtocol, out: Path, reference: Path, start: str, method: str, lr: float,
-        seed: int) -> BaselineJob:
+def job(
+    protocol: BaselineProtocol, out: Path, reference: Path, start: str, method: str, lr: float, seed: int
+) -> BaselineJob:
     return BaselineJob(start, method, lr, seed, folder_for(protocol, out, reference, start, method, lr))
 
 
 def grid_jobs(protocol: BaselineProtocol, out: Path, reference: Path) -> list[BaselineJob]:
-    return [job(protocol, out, reference, start, protocol.method, lr, protocol.grid_seed)
-            for start in protocol.exact.starts for lr in protocol.learning_rates]
+    return [
+        job(protocol, out, reference, start, protocol.method, lr, protocol.grid_seed)
+        for start in protocol.exact.starts
+        for lr in protocol.learning_rates
+    ]
 
 
 def grid_scores(protocol: BaselineProtocol, out: Path, reference: Path, start: str) -> dict[float, float | None]:
@@ -83,7 +86,7 @@ def grid_scores(protocol: BaselineProtocol, out: Path, reference: Path, start: s
     scores: dict[float, float | None] = {}
     for lr in protocol.learning_rates:
         path = job(protocol, out, reference, start, protocol.method, lr, protocol.grid_seed).path(protocol.exact)
-        scores[lr] = json.loads(path.read_text())["tracked"][-1]["score"] if path.exists() else None
+        scores[lr] = read_json(path)["tracked"][-1]["score"] if json_exists(path) else None
     return scores
 
 
@@ -101,14 +104,32 @@ def planned_jobs(protocol: BaselineProtocol, out: Path, reference: Path) -> list
     exact = protocol.exact
     jobs = grid_jobs(protocol, out, reference)
     chosen = {start: chosen_lr(protocol, out, reference, start) for start in exact.starts}
-    jobs += [job(protocol, out, reference, start, protocol.method, chosen[start], seed)
-             for seed in exact.seeds if seed != protocol.grid_seed
-             for start in exact.starts if chosen[start] is not None]
+    jobs += [
+        job(protocol, out, reference, start, protocol.method, chosen[start], seed)
+        for seed in exact.seeds
+        if seed != protocol.grid_seed
+        for start in exact.starts
+        if chosen[start] is not None
+    ]
     if chosen[protocol.control_start] is not None:
-        jobs += [job(protocol, out, reference, protocol.control_start, protocol.control_method,
-                     chosen[protocol.control_start], seed) for seed in exact.seeds]
-    jobs += [job(protocol, out, reference, start, method, exact.lr(start, method), seed)
-             for start in exact.starts for seed in exact.seeds for method in protocol.references]
+        jobs += [
+            job(
+                protocol,
+                out,
+                reference,
+                protocol.control_start,
+                protocol.control_method,
+                chosen[protocol.control_start],
+                seed,
+            )
+            for seed in exact.seeds
+        ]
+    jobs += [
+        job(protocol, out, reference, start, method, exact.lr(start, method), seed)
+        for start in exact.starts
+        for seed in exact.seeds
+        for method in protocol.references
+    ]
     unique: dict[Path, BaselineJob] = {}
     for j in jobs:
         unique.setdefault(j.path(exact), j)
@@ -116,7 +137,7 @@ def planned_jobs(protocol: BaselineProtocol, out: Path, reference: Path) -> list
 
 
 def pending_jobs(protocol: BaselineProtocol, out: Path, reference: Path) -> list[BaselineJob]:
-    return [j for j in planned_jobs(protocol, out, reference) if not j.path(protocol.exact).exists()]
+    return [j for j in planned_jobs(protocol, out, reference) if not json_exists(j.path(protocol.exact))]
 
 
 def _run_job(args) -> str:
@@ -146,7 +167,7 @@ def run_all(protocol: BaselineProtocol, out: Path, reference: Path, dirs: dict[s
                 line = pool.apply(_run_job, ((j, protocol, dirs[j.start]),))
         print("[baseline]", line, flush=True)
         log.append(line)
-        if not j.path(protocol.exact).exists():
+        if not json_exists(j.path(protocol.exact)):
             failed.add(j.path(protocol.exact))
 
 
@@ -155,14 +176,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="Trivial sizes for the test suite; numbers mean nothing.")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="Output folder (default benchmarks/results/lm_baseline, or lm_baseline-smoke with "
-                             "--smoke).")
-    parser.add_argument("--reference", type=Path, default=None,
-                        help="The exact protocol's folder, whose starts' evaluations and runs are reused (default "
-                             "benchmarks/results/lm_exact; with --smoke, the output folder).")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="1: each run in a fresh process with one torch thread; 0: in this process.")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="Output folder (default benchmarks/results/lm_baseline, or lm_baseline-smoke with --smoke).",
+    )
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        default=None,
+        help="The exact protocol's folder, whose starts' evaluations and runs are reused (default "
+        "benchmarks/results/lm_exact; with --smoke, the output folder).",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="1: each run in a fresh process with one torch thread; 0: in this process.",
+    )
     parser.add_argument("--report-only", action="store_true", help="Only the report, from the cached runs.")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)

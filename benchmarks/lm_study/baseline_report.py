@@ -8,7 +8,6 @@ they need have finished.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from dataclasses import replace
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks._common import json_exists, read_json
 
 from .baseline_protocol import chosen_lr, grid_scores, job, planned_jobs
 from .config import BASELINE_CLAIMS, BASELINE_DEFAULT_RULE, EXACT_VERDICT_RULE, METHOD_LABELS, BaselineProtocol
@@ -33,7 +34,7 @@ RULE_CONDITIONS = (
 
 
 def load(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text()) if path.exists() else None
+    return read_json(path) if json_exists(path) else None
 
 
 def study_runs(protocol: BaselineProtocol, out: Path, reference: Path, start: str) -> tuple[dict[str, list], dict]:
@@ -45,8 +46,11 @@ def study_runs(protocol: BaselineProtocol, out: Path, reference: Path, start: st
     runs: dict[str, list] = {}
     for method in protocol.references:
         rates[method] = exact.lr(start, method)
-    for name, method in [(protocol.method, protocol.method), *((m, m) for m in protocol.references),
-                         ("grpo_equal_lr", protocol.control_method)]:
+    for name, method in [
+        (protocol.method, protocol.method),
+        *((m, m) for m in protocol.references),
+        ("grpo_equal_lr", protocol.control_method),
+    ]:
         if rates[name] is None:
             runs[name] = []
             continue
@@ -59,8 +63,11 @@ def study_runs(protocol: BaselineProtocol, out: Path, reference: Path, start: st
 
 def loo_runs(protocol: BaselineProtocol, out: Path, reference: Path, start: str) -> list[dict[str, Any]]:
     """Every finished ``loo`` run from ``start``, grid included (the collapse condition counts them all)."""
-    paths = {j.path(protocol.exact) for j in planned_jobs(protocol, out, reference)
-             if j.start == start and j.method == protocol.method}
+    paths = {
+        j.path(protocol.exact)
+        for j in planned_jobs(protocol, out, reference)
+        if j.start == start and j.method == protocol.method
+    }
     return [r for r in (load(p) for p in sorted(paths)) if r is not None]
 
 
@@ -70,10 +77,21 @@ def coverage_rows(protocol: BaselineProtocol, runs: list[dict], start_eval: dict
     start64 = float(pass_at_k(probs_matrix([start_eval["val_p"]], buckets), 64).mean())
     rows = []
     for r in runs:
-        ratios = [(e["generation_batch"], float(pass_at_k(probs_matrix([e["val_p"]], buckets), 64).mean())
-                   / max(start64, 1e-300)) for e in r["tracked"]]
-        rows.append({"lr": r["lr"], "seed": r["seed"], "lowest": min(x for _, x in ratios),
-                     "collapsed_at": next((b for b, x in ratios if x < protocol.coverage_collapse_fraction), None)})
+        ratios = [
+            (
+                e["generation_batch"],
+                float(pass_at_k(probs_matrix([e["val_p"]], buckets), 64).mean()) / max(start64, 1e-300),
+            )
+            for e in r["tracked"]
+        ]
+        rows.append(
+            {
+                "lr": r["lr"],
+                "seed": r["seed"],
+                "lowest": min(x for _, x in ratios),
+                "collapsed_at": next((b for b, x in ratios if x < protocol.coverage_collapse_fraction), None),
+            }
+        )
     return rows
 
 
@@ -91,8 +109,12 @@ def start_section(protocol: BaselineProtocol, out: Path, reference: Path, start:
     scores = grid_scores(protocol, out, reference, start)
     lr = rates[protocol.method]
     payload["grid"] = {f"{k:g}": v for k, v in scores.items()}
-    lines += [f"### Learning rate for `loo` (seed {protocol.grid_seed}): final exact validation criterion", "",
-              "| lr | mean of validation Pass@1 and Pass@16 |", "|---|---|"]
+    lines += [
+        f"### Learning rate for `loo` (seed {protocol.grid_seed}): final exact validation criterion",
+        "",
+        "| lr | mean of validation Pass@1 and Pass@16 |",
+        "|---|---|",
+    ]
     for rate, score in scores.items():
         mark = " (chosen)" if rate == lr else ""
         lines.append(f"| {rate:g}{mark} | " + ("not finished" if score is None else f"{score:.4f}") + " |")
@@ -101,9 +123,12 @@ def start_section(protocol: BaselineProtocol, out: Path, reference: Path, start:
     # Pass@k levels.
     kwargs = {"resamples": exact.bootstrap_resamples, "seed": exact.bootstrap_seed}
     ks = list(exact.table_ks)
-    lines += ["### Exact test Pass@k (final weights): mean over seeds, 95% two-level bootstrap CI", "",
-              "| method (lr, seeds) | " + " | ".join(f"Pass@{k}" for k in ks) + " | test entropy / start |",
-              "|---|" + "---|" * (len(ks) + 1)]
+    lines += [
+        "### Exact test Pass@k (final weights): mean over seeds, 95% two-level bootstrap CI",
+        "",
+        "| method (lr, seeds) | " + " | ".join(f"Pass@{k}" for k in ks) + " | test entropy / start |",
+        "|---|" + "---|" * (len(ks) + 1),
+    ]
     start_p = probs_matrix([start_eval["test_p"]], buckets)
     lines.append("| start | " + " | ".join(f"{pass_at_k(start_p, k).mean():.3f}" for k in ks) + " | 1 |")
     payload["pass_at_k"] = {}
@@ -114,17 +139,26 @@ def start_section(protocol: BaselineProtocol, out: Path, reference: Path, start:
         cells = [two_level_bootstrap(pass_at_k(p, k), **kwargs) for k in ks]
         ratio = np.mean([r["test_entropy"]["all"] / start_eval["test_entropy"]["all"] for r in method_runs])
         payload["pass_at_k"][name] = {k: c.as_dict() for k, c in zip(ks, cells)}
-        lines.append(f"| {LABELS[name]} ({rates[name]:g}, {len(method_runs)}) | "
-                     + " | ".join(fmt_level(c) for c in cells) + f" | {ratio:.2f} |")
+        lines.append(
+            f"| {LABELS[name]} ({rates[name]:g}, {len(method_runs)}) | "
+            + " | ".join(fmt_level(c) for c in cells)
+            + f" | {ratio:.2f} |"
+        )
     lines.append("")
 
     # Verdict rows.
     rows = []
     for claim in BASELINE_CLAIMS:
         if claim.b == "grpo_equal_lr" and start != protocol.control_start and not runs["grpo_equal_lr"]:
-            rows.append({"claim": claim.label, "start": start, "seeds": {},
-                         "verdict": f"not in the protocol from this start (GRPO's runs here use lr "
-                                    f"{exact.lr(start, protocol.control_method):g})"})
+            rows.append(
+                {
+                    "claim": claim.label,
+                    "start": start,
+                    "seeds": {},
+                    "verdict": f"not in the protocol from this start (GRPO's runs here use lr "
+                    f"{exact.lr(start, protocol.control_method):g})",
+                }
+            )
             continue
         rows.append(claim_row(exact, claim, start, runs, start_eval, buckets))
     payload["claims"] = rows
@@ -134,26 +168,36 @@ def start_section(protocol: BaselineProtocol, out: Path, reference: Path, start:
     every_loo = loo_runs(protocol, out, reference, start)
     coverage = coverage_rows(protocol, every_loo, start_eval, buckets)
     payload["coverage"] = coverage
-    lines += ["### Coverage of every `loo` run (a collapse: tracked validation Pass@64 below "
-              f"{protocol.coverage_collapse_fraction:g} of the start's)", "",
-              "| lr | seed | lowest validation Pass@64 / start | below the line at generation batch |",
-              "|---|---|---|---|"]
+    lines += [
+        "### Coverage of every `loo` run (a collapse: tracked validation Pass@64 below "
+        f"{protocol.coverage_collapse_fraction:g} of the start's)",
+        "",
+        "| lr | seed | lowest validation Pass@64 / start | below the line at generation batch |",
+        "|---|---|---|---|",
+    ]
     for row in coverage:
-        lines.append(f"| {row['lr']:g} | {row['seed']} | {row['lowest']:.2f} | "
-                     f"{row['collapsed_at'] if row['collapsed_at'] is not None else 'never'} |")
+        lines.append(
+            f"| {row['lr']:g} | {row['seed']} | {row['lowest']:.2f} | "
+            f"{row['collapsed_at'] if row['collapsed_at'] is not None else 'never'} |"
+        )
     lines.append("")
 
     # Runs and load.
     lines += ["### Runs", "", "| run | train min | mean load |", "|---|---|---|"]
     for r in every_loo + [r for r in runs["grpo_equal_lr"] if r["lr"] != exact.lr(start, "grpo")]:
-        lines.append(f"| {r['method']} lr {r['lr']:g} seed {r['seed']} | {r['train_seconds'] / 60:.1f} | "
-                     f"{r['load_average']['mean']:.1f} |")
+        lines.append(
+            f"| {r['method']} lr {r['lr']:g} seed {r['seed']} | {r['train_seconds'] / 60:.1f} | "
+            f"{r['load_average']['mean']:.1f} |"
+        )
     lines.append("")
 
     expected_loo = len(protocol.learning_rates) + len(exact.seeds) - (protocol.grid_seed in exact.seeds)
-    payload["complete"] = (lr is not None and len(every_loo) == expected_loo
-                           and all(len(runs[m]) == len(exact.seeds) for m in (protocol.method, *protocol.references))
-                           and (start != protocol.control_start or len(runs["grpo_equal_lr"]) == len(exact.seeds)))
+    payload["complete"] = (
+        lr is not None
+        and len(every_loo) == expected_loo
+        and all(len(runs[m]) == len(exact.seeds) for m in (protocol.method, *protocol.references))
+        and (start != protocol.control_start or len(runs["grpo_equal_lr"]) == len(exact.seeds))
+    )
     return payload, lines
 
 
@@ -171,8 +215,11 @@ def default_decision(protocol: BaselineProtocol, starts: dict[str, dict]) -> dic
                 failed.append(f"{start} start: '{label}' must be {needed}; it is {verdict}")
         collapsed = [row for row in section["coverage"] if row["collapsed_at"] is not None]
         if collapsed:
-            failed.append(f"{start} start: {len(collapsed)} loo run(s) collapsed ("
-                          + ", ".join(f"lr {r['lr']:g} seed {r['seed']}" for r in collapsed) + ")")
+            failed.append(
+                f"{start} start: {len(collapsed)} loo run(s) collapsed ("
+                + ", ".join(f"lr {r['lr']:g} seed {r['seed']}" for r in collapsed)
+                + ")"
+            )
     return {"default": "none" if failed else "loo", "failed": failed}
 
 
@@ -184,8 +231,15 @@ def baseline_figure(protocol: BaselineProtocol, out: Path, reference: Path) -> s
     evals = {s: load(reference / s / "start_eval.json") for s in protocol.exact.starts}
     evals = {s: e for s, e in evals.items() if e is not None}
     runs = {s: {m: study_runs(protocol, out, reference, s)[0][m] for m in methods} for s in evals}
-    return figure(replace(protocol.exact, methods=methods), out, runs, evals, buckets_of(protocol.exact),
-                  against_grpo=(protocol.method, "riskpo", "riskpo_authors"), name="lm_baseline_pass_at_k.png")
+    return figure(
+        replace(protocol.exact, methods=methods),
+        out,
+        runs,
+        evals,
+        buckets_of(protocol.exact),
+        against_grpo=(protocol.method, "riskpo", "riskpo_authors"),
+        name="lm_baseline_pass_at_k.png",
+    )
 
 
 def report(protocol: BaselineProtocol, out: Path, reference: Path) -> dict[str, Any]:
@@ -197,29 +251,46 @@ def report(protocol: BaselineProtocol, out: Path, reference: Path) -> dict[str, 
         body += lines
     figure_name = baseline_figure(protocol, out, reference)
     if figure_name:
-        body = [f"![Exact test Pass@k against k, and the gap to GRPO (at its own lr) with its band]({figure_name})",
-                ""] + body
+        body = [
+            f"![Exact test Pass@k against k, and the gap to GRPO (at its own lr) with its band]({figure_name})",
+            "",
+        ] + body
     planned = planned_jobs(protocol, out, reference)
-    done = sum(j.path(protocol.exact).exists() for j in planned)
+    done = sum(json_exists(j.path(protocol.exact)) for j in planned)
     decision = default_decision(protocol, starts)
     if decision["default"] == "pending":
         verdict_line = f"**Default: pending** ({decision['note']}); it stays `advantage_baseline='none'` until then."
     elif decision["failed"]:
-        verdict_line = ("**Default: stays `advantage_baseline='none'`.** Failed conditions: "
-                        + "; ".join(decision["failed"]) + ".")
+        verdict_line = (
+            "**Default: stays `advantage_baseline='none'`.** Failed conditions: " + "; ".join(decision["failed"]) + "."
+        )
     else:
         verdict_line = "**Default: `advantage_baseline='loo'`**: every condition of the rule holds from both starts."
     header = [
-        "# Tiny-LM study: the leave-one-out baseline (`benchmarks/lm_study/baseline_protocol.py`)", "",
+        "# Tiny-LM study: the leave-one-out baseline (`benchmarks/lm_study/baseline_protocol.py`)",
+        "",
         f"**{done} of {len(planned)} runs named so far are finished** (the learning-rate grid decides the rest; the "
         "references are the exact protocol's cached runs). Every number comes from finished runs only; rows say how "
-        "many seeds they rest on.", "",
-        f"Verdict rule: {EXACT_VERDICT_RULE}", "", f"Default rule: {BASELINE_DEFAULT_RULE}", "", verdict_line, "",
+        "many seeds they rest on.",
+        "",
+        f"Verdict rule: {EXACT_VERDICT_RULE}",
+        "",
+        f"Default rule: {BASELINE_DEFAULT_RULE}",
+        "",
+        verdict_line,
+        "",
         f"Bootstrap: {protocol.exact.bootstrap_resamples} resamples, seed {protocol.exact.bootstrap_seed}. Machine: "
-        f"{platform.machine()}, {os.cpu_count()} logical cores (shared).", "",
+        f"{platform.machine()}, {os.cpu_count()} logical cores (shared).",
+        "",
     ]
-    payload = {"protocol": repr(protocol), "runs_finished": done, "runs_named": len(planned), "starts": starts,
-               "default": decision, "figure": figure_name}
+    payload = {
+        "protocol": repr(protocol),
+        "runs_finished": done,
+        "runs_named": len(planned),
+        "starts": starts,
+        "default": decision,
+        "figure": figure_name,
+    }
     write_report(out, "lm_baseline", header + body, payload)
     return payload
 
@@ -231,7 +302,8 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "lm_baseline", help="The study's output folder.")
-    parser.add_argument("--reference", type=Path, default=RESULTS_DIR / "lm_exact",
-                        help="The exact protocol's folder.")
+    parser.add_argument(
+        "--reference", type=Path, default=RESULTS_DIR / "lm_exact", help="The exact protocol's folder."
+    )
     cli = parser.parse_args()
     report(BaselineProtocol(), cli.out, cli.reference)

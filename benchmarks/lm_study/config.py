@@ -142,8 +142,9 @@ class LongProtocol:
         """Trivial sizes for the test suite: seconds per run, numbers mean nothing."""
         return replace(
             self,
-            lm=replace(self.lm.scaled_down(), learning_rates=(1e-4, 3e-4), generation_batches=2, eval_samples=4,
-                       ks=(1, 2, 4)),
+            lm=replace(
+                self.lm.scaled_down(), learning_rates=(1e-4, 3e-4), generation_batches=2, eval_samples=4, ks=(1, 2, 4)
+            ),
             seeds_moderate=(0,),
             eval_every=1,
             track_samples=4,

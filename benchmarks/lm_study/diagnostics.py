@@ -33,8 +33,17 @@ def advantage_for(method: str, rewards: torch.Tensor, cfg: LMConfig, tracker, ge
     else:
         q_alpha, q_beta = tracker.update(bundles[0]).tolist()
         omega, profile = 0.5, ("risk_seeking" if method == "risk_seeking" else "mvar")
-    return riskpo_advantages(rewards, num_generations=g, bundle_size=cfg.bundle_size, q_alpha=q_alpha, q_beta=q_beta,
-                             omega=omega, risk_profile=profile, bundles=bundles, **extra).advantages
+    return riskpo_advantages(
+        rewards,
+        num_generations=g,
+        bundle_size=cfg.bundle_size,
+        q_alpha=q_alpha,
+        q_beta=q_beta,
+        omega=omega,
+        risk_profile=profile,
+        bundles=bundles,
+        **extra,
+    ).advantages
 
 
 def _answer_loglik_gradient(model, tokenizer, batch, params, temperature: float) -> torch.Tensor:
@@ -77,8 +86,12 @@ def gradient_diagnostics(cfg: LMConfig, out_dir: Path, methods: list[str], num_b
     model = AutoModelForCausalLM.from_pretrained(sft_dir)
     model.generation_config.top_k = None
     backend = TransformersBackend(model, tokenizer, batch_size=64)
-    settings = SamplingSettings(num_samples=cfg.num_generations, temperature=cfg.temperature, top_p=1.0,
-                                max_new_tokens=cfg.max_completion_length)
+    settings = SamplingSettings(
+        num_samples=cfg.num_generations,
+        temperature=cfg.temperature,
+        top_p=1.0,
+        max_new_tokens=cfg.max_completion_length,
+    )
     splits = make_splits(cfg)
     pool = [(d, a, b) for d, pairs in splits.train.items() for a, b in pairs]
     rng = random.Random(99)
@@ -145,7 +158,10 @@ def gradient_diagnostics(cfg: LMConfig, out_dir: Path, methods: list[str], num_b
             ).item(),
             "mean_batch_cosine_with_answer_loglik": torch.nn.functional.cosine_similarity(
                 g, torch.stack(truth_grads), dim=1
-            ).nan_to_num(0.0).mean().item(),
+            )
+            .nan_to_num(0.0)
+            .mean()
+            .item(),
             "fraction_positive_advantage": signs[m]["positive"] / max(1, signs[m]["total"]),
             "fraction_negative_advantage": signs[m]["negative"] / max(1, signs[m]["total"]),
             "abs_advantage_share_by_bucket": {b: v / total for b, v in mass[m].items()},

@@ -79,12 +79,24 @@ def evaluate_tracked(
                 bucket_entropy = bucket_tokens = 0.0
                 for start in range(0, len(pairs), batch_prompts):
                     chunk = pairs[start : start + batch_prompts]
-                    enc = tokenizer([prompt_of(a, b) for a, b in chunk], return_tensors="pt", padding=True,
-                                    add_special_tokens=False)
+                    enc = tokenizer(
+                        [prompt_of(a, b) for a, b in chunk],
+                        return_tensors="pt",
+                        padding=True,
+                        add_special_tokens=False,
+                    )
                     gen = model.generate(
-                        **enc, do_sample=True, temperature=temperature, top_k=None, top_p=1.0,
-                        max_new_tokens=max_new_tokens, num_return_sequences=num_samples, output_scores=True,
-                        return_dict_in_generate=True, pad_token_id=pad, eos_token_id=eos,
+                        **enc,
+                        do_sample=True,
+                        temperature=temperature,
+                        top_k=None,
+                        top_p=1.0,
+                        max_new_tokens=max_new_tokens,
+                        num_return_sequences=num_samples,
+                        output_scores=True,
+                        return_dict_in_generate=True,
+                        pad_token_id=pad,
+                        eos_token_id=eos,
                     )
                     new = gen.sequences[:, enc["input_ids"].shape[1] :]
                     # A position counts until (and including) the first EOS.
@@ -109,8 +121,10 @@ def evaluate_tracked(
     finally:
         tokenizer.padding_side = padding_side
         model.train(was_training)
-    out["all"] = {**counts_to_pass_at_ks(all_counts, num_samples, ks),
-                  "entropy": total_entropy / max(total_tokens, 1.0)}
+    out["all"] = {
+        **counts_to_pass_at_ks(all_counts, num_samples, ks),
+        "entropy": total_entropy / max(total_tokens, 1.0),
+    }
     return out
 
 

@@ -69,13 +69,18 @@ def success_probabilities(
         model.train(was_training)
 
 
-def problem_probabilities(model, tokenizer, problems: dict[int, list[Problem]], *, temperature: float,
-                          max_completion_length: int) -> dict[str, list[float]]:
+def problem_probabilities(
+    model, tokenizer, problems: dict[int, list[Problem]], *, temperature: float, max_completion_length: int
+) -> dict[str, list[float]]:
     """Per bucket (``"<d>digit"``), each problem's exact success probability, in split order."""
     return {
         f"{d}digit": success_probabilities(
-            model, tokenizer, [prompt_of(a, b) for a, b in pairs], [str(a + b) for a, b in pairs],
-            temperature=temperature, max_completion_length=max_completion_length,
+            model,
+            tokenizer,
+            [prompt_of(a, b) for a, b in pairs],
+            [str(a + b) for a, b in pairs],
+            temperature=temperature,
+            max_completion_length=max_completion_length,
         )
         for d, pairs in problems.items()
     }
@@ -94,8 +99,17 @@ def pass_at_k_curve(p: Sequence[float], ks: Sequence[int]) -> dict[str, float]:
 
 
 @torch.no_grad()
-def sampled_acceptances(model, tokenizer, prompts: Sequence[str], targets: Sequence[str], *, num_samples: int,
-                        temperature: float, max_completion_length: int, seed: int) -> dict[str, list[int]]:
+def sampled_acceptances(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    targets: Sequence[str],
+    *,
+    num_samples: int,
+    temperature: float,
+    max_completion_length: int,
+    seed: int,
+) -> dict[str, list[int]]:
     """The sampling check: for each prompt, how many of ``num_samples`` completions sampled as in training (no top-k,
     no top-p) the strict grader accepts, and how many the old text grader accepts. The global random state is
     restored afterwards."""
@@ -111,15 +125,26 @@ def sampled_acceptances(model, tokenizer, prompts: Sequence[str], targets: Seque
             torch.manual_seed(seed)
             for prompt, target in zip(prompts, targets):
                 enc = tokenizer([prompt], return_tensors="pt", add_special_tokens=False)
-                gen = model.generate(**enc, do_sample=True, temperature=temperature, top_k=None, top_p=1.0,
-                                     max_new_tokens=max_completion_length, num_return_sequences=num_samples,
-                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+                gen = model.generate(
+                    **enc,
+                    do_sample=True,
+                    temperature=temperature,
+                    top_k=None,
+                    top_p=1.0,
+                    max_new_tokens=max_completion_length,
+                    num_return_sequences=num_samples,
+                    pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=tokenizer.eos_token_id,
+                )
                 new = gen[:, enc["input_ids"].shape[1] :].tolist()
-                ids = [row[: row.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in row else row
-                       for row in new]
+                ids = [
+                    row[: row.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in row else row
+                    for row in new
+                ]
                 texts = tokenizer.batch_decode(new, skip_special_tokens=True)
-                counts["strict"].append(int(sum(strict([""] * num_samples, [target] * num_samples,
-                                                       completion_ids=ids))))
+                counts["strict"].append(
+                    int(sum(strict([""] * num_samples, [target] * num_samples, completion_ids=ids)))
+                )
                 counts["text"].append(int(sum(exact_match_reward(texts, [target] * num_samples))))
     finally:
         tokenizer.padding_side = padding_side

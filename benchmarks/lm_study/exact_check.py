@@ -27,8 +27,13 @@ def binomial_two_sided_p(k: int, n: int, p: float) -> float:
         return 1.0 if k == n else 0.0
 
     def log_pmf(i: int) -> float:
-        return math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p) + (
-            n - i) * math.log1p(-p)
+        return (
+            math.lgamma(n + 1)
+            - math.lgamma(i + 1)
+            - math.lgamma(n - i + 1)
+            + i * math.log(p)
+            + (n - i) * math.log1p(-p)
+        )
 
     observed = log_pmf(k)
     return min(1.0, sum(math.exp(log_pmf(i)) for i in range(n + 1) if log_pmf(i) <= observed + 1e-9))
@@ -43,14 +48,35 @@ def check_start(protocol: ExactProtocol, start_dir: Path, per_bucket: int, sampl
     splits = make_splits(cfg)
     pairs = [(d, a, b) for d, ps in splits.test.items() for a, b in ps[:per_bucket]]
     prompts, targets = [prompt_of(a, b) for _, a, b in pairs], [str(a + b) for _, a, b in pairs]
-    exact = success_probabilities(model, tokenizer, prompts, targets, temperature=cfg.temperature,
-                                  max_completion_length=cfg.max_completion_length)
-    counts = sampled_acceptances(model, tokenizer, prompts, targets, num_samples=samples,
-                                 temperature=cfg.temperature, max_completion_length=cfg.max_completion_length,
-                                 seed=seed)
-    rows = [{"bucket": d, "problem": prompt, "exact_p": p, "strict": k, "text": t,
-             "binomial_p_value": binomial_two_sided_p(k, samples, p)}
-            for (d, _, _), prompt, p, k, t in zip(pairs, prompts, exact, counts["strict"], counts["text"])]
+    exact = success_probabilities(
+        model,
+        tokenizer,
+        prompts,
+        targets,
+        temperature=cfg.temperature,
+        max_completion_length=cfg.max_completion_length,
+    )
+    counts = sampled_acceptances(
+        model,
+        tokenizer,
+        prompts,
+        targets,
+        num_samples=samples,
+        temperature=cfg.temperature,
+        max_completion_length=cfg.max_completion_length,
+        seed=seed,
+    )
+    rows = [
+        {
+            "bucket": d,
+            "problem": prompt,
+            "exact_p": p,
+            "strict": k,
+            "text": t,
+            "binomial_p_value": binomial_two_sided_p(k, samples, p),
+        }
+        for (d, _, _), prompt, p, k, t in zip(pairs, prompts, exact, counts["strict"], counts["text"])
+    ]
     return {
         "samples_per_problem": samples,
         "seed": seed,
@@ -72,19 +98,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     protocol = ExactProtocol()
-    result = {start: check_start(protocol, checked_start(STARTS_DIR / start), args.per_bucket, args.samples,
-                                 seed=i) for i, start in enumerate(("low", "moderate"))}
+    result = {
+        start: check_start(protocol, checked_start(STARTS_DIR / start), args.per_bucket, args.samples, seed=i)
+        for i, start in enumerate(("low", "moderate"))
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "exact_check.json").write_text(json.dumps(result, indent=1) + "\n")
-    lines = ["# Exact evaluation against sampling (committed starts)", "",
-             f"First {args.per_bucket} test problems per bucket, {args.samples} sampled completions each (temperature "
-             f"{protocol.lm.temperature}, whole vocabulary, as in training). A two-sided exact binomial test of the "
-             "sampled count against the exact probability, per problem.", "",
-             "| start | problems | smallest binomial p-value | mean exact p | mean sampled rate | "
-             "sampled completions the text grader accepts and the strict one does not |", "|---|---|---|---|---|---|"]
+    lines = [
+        "# Exact evaluation against sampling (committed starts)",
+        "",
+        f"First {args.per_bucket} test problems per bucket, {args.samples} sampled completions each (temperature "
+        f"{protocol.lm.temperature}, whole vocabulary, as in training). A two-sided exact binomial test of the "
+        "sampled count against the exact probability, per problem.",
+        "",
+        "| start | problems | smallest binomial p-value | mean exact p | mean sampled rate | "
+        "sampled completions the text grader accepts and the strict one does not |",
+        "|---|---|---|---|---|---|",
+    ]
     for start, r in result.items():
-        lines.append(f"| {start} | {len(r['problems'])} | {r['min_p_value']:.3f} | {r['mean_exact_p']:.4f} | "
-                     f"{r['mean_sampled_rate']:.4f} | {r['text_only_accepted_share']:.5f} |")
+        lines.append(
+            f"| {start} | {len(r['problems'])} | {r['min_p_value']:.3f} | {r['mean_exact_p']:.4f} | "
+            f"{r['mean_sampled_rate']:.4f} | {r['text_only_accepted_share']:.5f} |"
+        )
     (args.out / "exact_check.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return result

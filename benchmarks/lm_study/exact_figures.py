@@ -12,9 +12,15 @@ from .exact import pass_at_k
 from .stats import two_level_bootstrap
 
 
-def figure(protocol: ExactProtocol, out: Path, runs_by_start: dict, start_evals: dict, buckets: list[str],
-           against_grpo: tuple[str, ...] = ("riskpo", "gspo", "riskpo_authors"),
-           name: str = "lm_exact_pass_at_k.png") -> str | None:
+def figure(
+    protocol: ExactProtocol,
+    out: Path,
+    runs_by_start: dict,
+    start_evals: dict,
+    buckets: list[str],
+    against_grpo: tuple[str, ...] = ("riskpo", "gspo", "riskpo_authors"),
+    name: str = "lm_exact_pass_at_k.png",
+) -> str | None:
     """Write ``out/<name>``: Pass@k of every method in ``runs_by_start`` (one colour each, in ``protocol.methods``
     order), and each of ``against_grpo`` minus GRPO; return its name, or None when no run has finished."""
     from .exact_report import probs_matrix
@@ -41,8 +47,12 @@ def figure(protocol: ExactProtocol, out: Path, runs_by_start: dict, start_evals:
             if not method_runs:
                 continue
             p = probs_matrix([r["test_p"] for r in method_runs], buckets)
-            top.plot(ks, [pass_at_k(p, k).mean() for k in ks], color=colors[method],
-                     label=f"{METHOD_LABELS[method]} ({len(method_runs)})")
+            top.plot(
+                ks,
+                [pass_at_k(p, k).mean() for k in ks],
+                color=colors[method],
+                label=f"{METHOD_LABELS[method]} ({len(method_runs)})",
+            )
         top.set(xscale="log", xlabel="k", ylabel="exact test Pass@k (mean over seeds)", title=f"{start} start")
         top.legend(fontsize=8)
         for method in against_grpo:
@@ -50,15 +60,27 @@ def figure(protocol: ExactProtocol, out: Path, runs_by_start: dict, start_evals:
                 continue
             a = probs_matrix([r["test_p"] for r in runs[method]], buckets)
             b = probs_matrix([r["test_p"] for r in runs["grpo"]], buckets)
-            cells = [two_level_bootstrap(pass_at_k(a, k), pass_at_k(b, k), resamples=2000,
-                                         seed=protocol.bootstrap_seed) for k in band_ks]
-            bottom.plot(band_ks, [c.estimate for c in cells], marker="o", color=colors[method],
-                        label=f"{METHOD_LABELS[method]} minus GRPO")
-            bottom.fill_between(band_ks, [c.low for c in cells], [c.high for c in cells], alpha=0.2,
-                                color=colors[method])
+            cells = [
+                two_level_bootstrap(pass_at_k(a, k), pass_at_k(b, k), resamples=2000, seed=protocol.bootstrap_seed)
+                for k in band_ks
+            ]
+            bottom.plot(
+                band_ks,
+                [c.estimate for c in cells],
+                marker="o",
+                color=colors[method],
+                label=f"{METHOD_LABELS[method]} minus GRPO",
+            )
+            bottom.fill_between(
+                band_ks, [c.low for c in cells], [c.high for c in cells], alpha=0.2, color=colors[method]
+            )
         bottom.axhline(0, color="k", lw=0.8)
-        bottom.set(xscale="log", xlabel="k", ylabel="difference of exact test Pass@k",
-                   title="gap to GRPO, 95% two-level bootstrap band (2,000 resamples)")
+        bottom.set(
+            xscale="log",
+            xlabel="k",
+            ylabel="difference of exact test Pass@k",
+            title="gap to GRPO, 95% two-level bootstrap band (2,000 resamples)",
+        )
         if bottom.get_legend_handles_labels()[0]:
             bottom.legend(fontsize=8)
     fig.tight_layout()

@@ -17,7 +17,6 @@ with seed 1, ...; then the same from the low start.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import multiprocessing
 import os
@@ -29,7 +28,7 @@ from typing import Any
 import datasets
 import torch
 
-from benchmarks._common import RESULTS_DIR
+from benchmarks._common import RESULTS_DIR, json_exists, read_json
 
 from .config import ExactProtocol, LMConfig, run_eval_seed
 from .evaluation import evaluate_tracked
@@ -37,6 +36,7 @@ from .exact import pass_at_k, problem_probabilities
 from .run import build_trainer, run_name, training_curves, write_json
 from .starts import STARTS_DIR, WEIGHTS, build_starts, checked_start, sha256_of
 from .task import StrictExactMatch, make_splits
+
 
 @dataclass(frozen=True)
 class Job:
@@ -53,8 +53,9 @@ class Job:
 
 def job_order(protocol: ExactProtocol) -> list[Job]:
     """Per start, seed by seed, every method: whatever has finished forms paired comparisons."""
-    return [Job(start, method, seed) for start in protocol.starts for seed in protocol.seeds
-            for method in protocol.methods]
+    return [
+        Job(start, method, seed) for start in protocol.starts for seed in protocol.seeds for method in protocol.methods
+    ]
 
 
 def run_path(protocol: ExactProtocol, out: Path, job: Job) -> Path:
@@ -62,15 +63,24 @@ def run_path(protocol: ExactProtocol, out: Path, job: Job) -> Path:
 
 
 def exact_probs(model, tokenizer, problems, cfg: LMConfig) -> dict[str, list[float]]:
-    return problem_probabilities(model, tokenizer, problems, temperature=cfg.temperature,
-                                 max_completion_length=cfg.max_completion_length)
+    return problem_probabilities(
+        model, tokenizer, problems, temperature=cfg.temperature, max_completion_length=cfg.max_completion_length
+    )
 
 
 def sampled_entropy(model, tokenizer, problems, cfg: LMConfig, samples: int, seed: int) -> dict[str, float]:
     """The sampling policy's token entropy per bucket and overall (see ``evaluate_tracked``), from ``samples``
     completions per problem drawn with ``seed``: the one sampled quantity of the evaluation."""
-    result = evaluate_tracked(model, tokenizer, problems, num_samples=samples, ks=(1,), temperature=cfg.temperature,
-                              max_new_tokens=cfg.max_completion_length, seed=seed)
+    result = evaluate_tracked(
+        model,
+        tokenizer,
+        problems,
+        num_samples=samples,
+        ks=(1,),
+        temperature=cfg.temperature,
+        max_new_tokens=cfg.max_completion_length,
+        seed=seed,
+    )
     return {bucket: r["entropy"] for bucket, r in result.items()}
 
 
@@ -83,8 +93,8 @@ def selection_score(probs: dict[str, list[float]]) -> float:
 def evaluate_start(protocol: ExactProtocol, start: str, start_dir: Path, out: Path) -> dict[str, Any]:
     """The start's exact validation and test probabilities and sampled entropies, cached in ``out/<start>``."""
     path = out / start / "start_eval.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    if json_exists(path):
+        return read_json(path)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     cfg = protocol.lm
@@ -113,16 +123,24 @@ def run_exact(protocol: ExactProtocol, job: Job, start_dir: Path, out: Path) -> 
     far are kept in memory. At the end: the exact test probabilities of the final weights (the primary result) and of
     the best validation checkpoint where that is earlier, and the sampled test entropy."""
     path = run_path(protocol, out, job)
-    if path.exists():
-        return json.loads(path.read_text())
+    if json_exists(path):
+        return read_json(path)
     from transformers import TrainerCallback
 
     cfg = protocol.lm
     lr = protocol.lr(job.start, job.method)
     eval_seed = run_eval_seed(job.start, job.method, job.seed)
-    trainer = build_trainer(job.method, lr, job.seed, cfg, start_dir, out / job.start / "models" / job.name(protocol),
-                            train_buckets=protocol.train_buckets(job.start), grader_for=StrictExactMatch,
-                            gradient_checkpointing=False)
+    trainer = build_trainer(
+        job.method,
+        lr,
+        job.seed,
+        cfg,
+        start_dir,
+        out / job.start / "models" / job.name(protocol),
+        train_buckets=protocol.train_buckets(job.start),
+        grader_for=StrictExactMatch,
+        gradient_checkpointing=False,
+    )
     tokenizer = trainer.processing_class
     splits = make_splits(cfg)
     tracked: list[dict[str, Any]] = []
@@ -142,10 +160,15 @@ def run_exact(protocol: ExactProtocol, job: Job, start_dir: Path, out: Path) -> 
             tracked.append({"generation_batch": batch, "score": score, "val_p": probs, "entropy": entropy})
             loads.append(os.getloadavg()[0])
             if score > best["score"]:
-                best.update(score=score, generation_batch=batch,
-                            state={k: v.detach().clone() for k, v in model.state_dict().items()})
-            print(f"[exact] {job.key(protocol)} batch {batch}: val criterion {score:.4f}, "
-                  f"entropy {entropy['all']:.3f}", flush=True)
+                best.update(
+                    score=score,
+                    generation_batch=batch,
+                    state={k: v.detach().clone() for k, v in model.state_dict().items()},
+                )
+            print(
+                f"[exact] {job.key(protocol)} batch {batch}: val criterion {score:.4f}, entropy {entropy['all']:.3f}",
+                flush=True,
+            )
 
     trainer.add_callback(TrackValidation())
     started = time.perf_counter()
@@ -168,8 +191,9 @@ def run_exact(protocol: ExactProtocol, job: Job, start_dir: Path, out: Path) -> 
         "batch_signals": getattr(trainer, "batch_signal_history", []),
         "tracked": tracked,
         "test_p": exact_probs(model, tokenizer, splits.test, cfg),
-        "test_entropy": sampled_entropy(model, tokenizer, splits.test, cfg, protocol.entropy_samples,
-                                        eval_seed + final_batch + 1),
+        "test_entropy": sampled_entropy(
+            model, tokenizer, splits.test, cfg, protocol.entropy_samples, eval_seed + final_batch + 1
+        ),
         "best_val_generation_batch": best["generation_batch"],
     }
     if best["state"] is not None and best["generation_batch"] != final_batch:
@@ -211,7 +235,7 @@ def run_all(protocol: ExactProtocol, out: Path, dirs: dict[str, Path], workers: 
     """Every uncached run in :func:`job_order`, ``workers`` at a time in fresh processes (0: in this process)."""
     for start, start_dir in dirs.items():
         evaluate_start(protocol, start, start_dir, out)
-    jobs = [j for j in job_order(protocol) if not run_path(protocol, out, j).exists()]
+    jobs = [j for j in job_order(protocol) if not json_exists(run_path(protocol, out, j))]
     print(f"[exact] {len(jobs)} runs to go", flush=True)
     if workers == 0:
         return [run_job(j, protocol, dirs[j.start], out) for j in jobs]
@@ -230,10 +254,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="Trivial sizes for the test suite; numbers mean nothing.")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="Output folder (default benchmarks/results/lm_exact, or lm_exact-smoke with --smoke).")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="Runs at a time, each in a fresh process with one torch thread (0: in this process).")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="Output folder (default benchmarks/results/lm_exact, or lm_exact-smoke with --smoke).",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="Runs at a time, each in a fresh process with one torch thread (0: in this process).",
+    )
     parser.add_argument("--report-only", action="store_true", help="Only the report, from the cached runs.")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)

@@ -74,8 +74,15 @@ class FrontierDifference:
         return asdict(self)
 
 
-def frontier_difference(variant: list[np.ndarray], reference: list[np.ndarray], levels, *, resamples: int = 10_000,
-                        seed: int = 0, level: float = 0.95) -> FrontierDifference:
+def frontier_difference(
+    variant: list[np.ndarray],
+    reference: list[np.ndarray],
+    levels,
+    *,
+    resamples: int = 10_000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> FrontierDifference:
     """``variant`` and ``reference``: each a method's arms, (seeds, levels, problems) values at ``levels`` (NaN where
     a seed never reaches a level), on the same problems. Each replicate draws one set of problems (shared by every
     arm: the pairing), and each arm's seeds independently; takes each method's envelope over its arms per level,
@@ -94,7 +101,7 @@ def frontier_difference(variant: list[np.ndarray], reference: list[np.ndarray], 
 
     def difference(problem_weights, seed_weights):
         v = envelope(variant, problem_weights, seed_weights[: len(variant)])
-        r = envelope(reference, problem_weights, seed_weights[len(variant):])
+        r = envelope(reference, problem_weights, seed_weights[len(variant) :])
         return (v - r).mean(axis=1)
 
     uniform = [np.full((1, a.shape[0]), 1 / a.shape[0]) for a in arms]

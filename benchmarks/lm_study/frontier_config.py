@@ -82,8 +82,10 @@ class FrontierProtocol:
     # exact and baseline runs before any new run: from just above the start's test Pass@1 (moderate 0.128, low
     # 0.088) to below the lowest final test Pass@1 of any cached seed at these rates (loo at 1e-5: moderate 0.146,
     # low 0.108) and below the validation peak gain of the paper's advantage at 3e-5, the arm that moves least.
-    pass1_intervals: tuple[tuple[str, tuple[float, float]], ...] = (("moderate", (0.130, 0.142)),
-                                                                    ("low", (0.090, 0.102)))
+    pass1_intervals: tuple[tuple[str, tuple[float, float]], ...] = (
+        ("moderate", (0.130, 0.142)),
+        ("low", (0.090, 0.102)),
+    )
     pass1_step: float = 0.001
     primary_k: int = 64
     secondary_k: int = 1024
@@ -97,8 +99,11 @@ class FrontierProtocol:
     def checkpoints(self) -> tuple[int, ...]:
         """The generation batches evaluated after the start (checkpoint 0)."""
         last = self.exact.lm.generation_batches
-        batches = {b for b in range(1, last + 1)
-                   if (b <= self.dense_until and b % self.dense_every == 0) or b % self.sparse_every == 0}
+        batches = {
+            b
+            for b in range(1, last + 1)
+            if (b <= self.dense_until and b % self.dense_every == 0) or b % self.sparse_every == 0
+        }
         return tuple(sorted(batches | {last}))
 
     def pass1_levels(self, start: str) -> tuple[float, ...]:
@@ -111,6 +116,17 @@ class FrontierProtocol:
 
     def scaled_down(self) -> FrontierProtocol:
         """Trivial sizes for the test suite: seconds per run, numbers mean nothing."""
-        return replace(self, exact=self.exact.scaled_down(), grid_rates=(1e-5, 1e-4), seeds=(5,), dense_every=1,
-                       dense_until=1, sparse_every=1, pass1_intervals=(("moderate", (0.0, 1.0)), ("low", (0.0, 1.0))),
-                       pass1_step=0.25, primary_k=4, secondary_k=16, bootstrap_resamples=200)
+        return replace(
+            self,
+            exact=self.exact.scaled_down(),
+            grid_rates=(1e-5, 1e-4),
+            seeds=(5,),
+            dense_every=1,
+            dense_until=1,
+            sparse_every=1,
+            pass1_intervals=(("moderate", (0.0, 1.0)), ("low", (0.0, 1.0))),
+            pass1_step=0.25,
+            primary_k=4,
+            secondary_k=16,
+            bootstrap_resamples=200,
+        )

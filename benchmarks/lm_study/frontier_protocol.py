@@ -17,7 +17,6 @@ seed 6, and so on. The starts, their evaluations (checkpoint 0) and the reused g
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import platform
@@ -29,7 +28,7 @@ from typing import Any
 import datasets
 import torch
 
-from benchmarks._common import RESULTS_DIR
+from benchmarks._common import RESULTS_DIR, json_exists, read_json
 
 from .config import run_eval_seed
 from .exact_protocol import evaluate_start, exact_probs, sampled_entropy, selection_score, start_dirs
@@ -68,15 +67,16 @@ def reused_grid_path(protocol: FrontierProtocol, reference: Path, start: str, me
     if method not in exact.methods or exact.lr(start, method) != lr or protocol.grid_seed not in exact.seeds:
         return None
     path = reference / start / "runs" / f"{run_name(method, lr, protocol.grid_seed)}.json"
-    return path if path.exists() else None
+    return path if json_exists(path) else None
 
 
-def grid_score(protocol: FrontierProtocol, out: Path, reference: Path, start: str, method: str,
-               lr: float) -> float | None:
+def grid_score(
+    protocol: FrontierProtocol, out: Path, reference: Path, start: str, method: str, lr: float
+) -> float | None:
     """The final exact validation criterion of the grid's seed-0 run (None: not finished)."""
     reused = reused_grid_path(protocol, reference, start, method, lr)
     if reused is not None:
-        return json.loads(reused.read_text())["tracked"][-1]["score"]
+        return read_json(reused)["tracked"][-1]["score"]
     run = read_run(Job(start, method, lr, protocol.grid_seed).path(out))
     return run["checkpoints"][-1]["val_criterion"] if run else None
 
@@ -104,11 +104,17 @@ def planned_jobs(protocol: FrontierProtocol, out: Path, reference: Path) -> list
     """Every run the study needs that can be named now, in the order they run: the grid runs not reused; then seed
     by seed, every arm from every start."""
     starts = protocol.exact.starts
-    jobs = [Job(start, method, lr, protocol.grid_seed) for start in starts for method in protocol.ruled_methods
-            for lr in protocol.grid_rates if reused_grid_path(protocol, reference, start, method, lr) is None]
+    jobs = [
+        Job(start, method, lr, protocol.grid_seed)
+        for start in starts
+        for method in protocol.ruled_methods
+        for lr in protocol.grid_rates
+        if reused_grid_path(protocol, reference, start, method, lr) is None
+    ]
     named = {start: arms(protocol, out, reference, start) for start in starts}
-    jobs += [Job(start, method, lr, seed) for seed in protocol.seeds for start in starts
-             for method, lr in named[start]]
+    jobs += [
+        Job(start, method, lr, seed) for seed in protocol.seeds for start in starts for method, lr in named[start]
+    ]
     return list(dict.fromkeys(jobs))
 
 
@@ -131,8 +137,17 @@ def run_frontier(protocol: FrontierProtocol, job: Job, start_dir: Path, out: Pat
     exact, cfg = protocol.exact, protocol.exact.lm
     eval_seed = run_eval_seed(job.start, job.method, job.seed)
     train_buckets = exact.train_buckets(job.start)
-    trainer = build_trainer(job.method, job.lr, job.seed, cfg, start_dir, out / job.start / "models" / job.name,
-                            train_buckets=train_buckets, grader_for=StrictExactMatch, gradient_checkpointing=False)
+    trainer = build_trainer(
+        job.method,
+        job.lr,
+        job.seed,
+        cfg,
+        start_dir,
+        out / job.start / "models" / job.name,
+        train_buckets=train_buckets,
+        grader_for=StrictExactMatch,
+        gradient_checkpointing=False,
+    )
     tokenizer = trainer.processing_class
     splits = make_splits(cfg)
     checkpoints = set(protocol.checkpoints())
@@ -149,12 +164,17 @@ def run_frontier(protocol: FrontierProtocol, job: Job, start_dir: Path, out: Pat
             test_p = exact_probs(model, tokenizer, splits.test, cfg)
             entropy = sampled_entropy(model, tokenizer, splits.val, cfg, exact.entropy_samples, eval_seed + batch)
             model.train()
-            entries.append({"generation_batch": batch, "val_criterion": selection_score(val_p),
-                            "val_entropy": entropy, "val_p": rounded(val_p, digits),
-                            "test_p": rounded(test_p, digits)})
+            entries.append(
+                {
+                    "generation_batch": batch,
+                    "val_criterion": selection_score(val_p),
+                    "val_entropy": entropy,
+                    "val_p": rounded(val_p, digits),
+                    "test_p": rounded(test_p, digits),
+                }
+            )
             loads.append(os.getloadavg()[0])
-            print(f"[frontier] {job.key} batch {batch}: val criterion {entries[-1]['val_criterion']:.4f}",
-                  flush=True)
+            print(f"[frontier] {job.key} batch {batch}: val criterion {entries[-1]['val_criterion']:.4f}", flush=True)
 
     trainer.add_callback(TrackCheckpoints())
     started = time.perf_counter()
@@ -171,19 +191,31 @@ def run_frontier(protocol: FrontierProtocol, job: Job, start_dir: Path, out: Pat
         "seed": job.seed,
         "eval_seed": eval_seed,
         "settings": {
-            "generation_batches": cfg.generation_batches, "updates_per_generation": cfg.updates_per_generation,
-            "prompts_per_generation": cfg.prompts_per_generation, "num_generations": cfg.num_generations,
-            "bundle_size": cfg.bundle_size, "temperature": cfg.temperature,
-            "max_completion_length": cfg.max_completion_length, "train_buckets": list(train_buckets or []) or None,
-            "checkpoints": sorted(checkpoints), "entropy_samples": exact.entropy_samples, "stored_digits": digits,
+            "generation_batches": cfg.generation_batches,
+            "updates_per_generation": cfg.updates_per_generation,
+            "prompts_per_generation": cfg.prompts_per_generation,
+            "num_generations": cfg.num_generations,
+            "bundle_size": cfg.bundle_size,
+            "temperature": cfg.temperature,
+            "max_completion_length": cfg.max_completion_length,
+            "train_buckets": list(train_buckets or []) or None,
+            "checkpoints": sorted(checkpoints),
+            "entropy_samples": exact.entropy_samples,
+            "stored_digits": digits,
         },
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
-                     "python": platform.python_version(), "machine": platform.machine()},
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "trl": trl.__version__,
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+        },
         "train_seconds": seconds,
         "load_average": {"mean": sum(loads) / len(loads), "max": max(loads), "samples": len(loads)},
         "checkpoints": entries,
-        "test_entropy": sampled_entropy(model, tokenizer, splits.test, cfg, exact.entropy_samples,
-                                        eval_seed + final_batch + 1),
+        "test_entropy": sampled_entropy(
+            model, tokenizer, splits.test, cfg, exact.entropy_samples, eval_seed + final_batch + 1
+        ),
         "reward": [round(sum(b) / len(b), 4) for b in trainer.reward_funcs[0].batches],
     }
     write_run(path, result)
@@ -238,14 +270,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="Trivial sizes for the test suite; numbers mean nothing.")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="Output folder (default benchmarks/results/lm_frontier, or lm_frontier-smoke with "
-                             "--smoke).")
-    parser.add_argument("--reference", type=Path, default=None,
-                        help="The exact protocol's folder: its starts' evaluations and reused grid runs (default "
-                             "benchmarks/results/lm_exact; with --smoke, the output folder).")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="1: each run in a fresh process with one torch thread; 0: in this process.")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="Output folder (default benchmarks/results/lm_frontier, or lm_frontier-smoke with --smoke).",
+    )
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        default=None,
+        help="The exact protocol's folder: its starts' evaluations and reused grid runs (default "
+        "benchmarks/results/lm_exact; with --smoke, the output folder).",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="1: each run in a fresh process with one torch thread; 0: in this process.",
+    )
     parser.add_argument("--report-only", action="store_true", help="Only the report, from the cached runs.")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)

@@ -7,13 +7,14 @@ points (descriptive), and the figure. Rows say how many seeds they rest on; rows
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks._common import json_exists, read_json
 
 from .config import METHOD_LABELS
 from .exact import pass_at_k
@@ -63,38 +64,53 @@ def seeds_label(runs_by_arm: dict[tuple[str, float], list], method: str) -> str:
 
 def start_section(protocol: FrontierProtocol, out: Path, reference: Path, start: str) -> tuple[dict, list[str]]:
     path = reference / start / "start_eval.json"
-    if not path.exists():
+    if not json_exists(path):
         return {"start": start, "complete": False}, [f"## Start `{start}`", "", "Not evaluated yet.", ""]
-    start_eval = json.loads(path.read_text())
+    start_eval = read_json(path)
     buckets = buckets_of(protocol)
     start_p = probs_matrix([start_eval["test_p"]], buckets)
     levels = protocol.pass1_levels(start)
-    lines = [f"## Start `{start}`", "",
-             (f"Start: exact test Pass@1 {start_p.mean():.4f}. Pre-registered Pass@1 interval: "
-             f"[{levels[0]:.3f}, {levels[-1]:.3f}], {len(levels)} levels."), ""]
+    lines = [
+        f"## Start `{start}`",
+        "",
+        (
+            f"Start: exact test Pass@1 {start_p.mean():.4f}. Pre-registered Pass@1 interval: "
+            f"[{levels[0]:.3f}, {levels[-1]:.3f}], {len(levels)} levels."
+        ),
+        "",
+    ]
     payload: dict[str, Any] = {"start": start, "start_pass1": float(start_p.mean()), "levels": list(levels)}
 
     # The grid and the choice (validation only).
-    lines += [("### Learning rate of the paper's and the authors' advantage (seed "
-              f"{protocol.grid_seed}, final exact validation criterion)"), "",
-              "| method | " + " | ".join(f"{lr:g}" for lr in protocol.grid_rates) + " | chosen |",
-              "|---|" + "---|" * (len(protocol.grid_rates) + 1)]
+    lines += [
+        (
+            "### Learning rate of the paper's and the authors' advantage (seed "
+            f"{protocol.grid_seed}, final exact validation criterion)"
+        ),
+        "",
+        "| method | " + " | ".join(f"{lr:g}" for lr in protocol.grid_rates) + " | chosen |",
+        "|---|" + "---|" * (len(protocol.grid_rates) + 1),
+    ]
     payload["grid"] = {}
     for method in protocol.ruled_methods:
         scores = {lr: grid_score(protocol, out, reference, start, method, lr) for lr in protocol.grid_rates}
         lr = chosen_lr(protocol, out, reference, start, method)
         payload["grid"][method] = {"scores": {f"{r:g}": s for r, s in scores.items()}, "chosen": lr}
-        lines.append(f"| {METHOD_LABELS[method]} | "
-                     + " | ".join("not finished" if s is None else f"{s:.4f}" for s in scores.values())
-                     + f" | {'pending' if lr is None else f'{lr:g}'} |")
+        lines.append(
+            f"| {METHOD_LABELS[method]} | "
+            + " | ".join("not finished" if s is None else f"{s:.4f}" for s in scores.values())
+            + f" | {'pending' if lr is None else f'{lr:g}'} |"
+        )
     lines.append("")
 
     named = arms(protocol, out, reference, start)
     runs_by_arm = {arm: arm_runs(protocol, out, start, *arm) for arm in named}
     methods = [m for m in protocol.methods() if any(runs for (am, _), runs in runs_by_arm.items() if am == m)]
     kwargs = {"resamples": protocol.bootstrap_resamples, "seed": protocol.bootstrap_seed}
-    values = {k: {arm: arm_values(runs, start_eval, buckets, k, levels) for arm, runs in runs_by_arm.items() if runs}
-              for k in (protocol.primary_k, protocol.secondary_k)}
+    values = {
+        k: {arm: arm_values(runs, start_eval, buckets, k, levels) for arm, runs in runs_by_arm.items() if runs}
+        for k in (protocol.primary_k, protocol.secondary_k)
+    }
 
     # The frontier table: each method's envelope of seed means over its rates, per level.
     payload["frontier"] = {}
@@ -103,20 +119,30 @@ def start_section(protocol: FrontierProtocol, out: Path, reference: Path, start:
     for k, by_arm in values.items():
         if not methods:
             break
-        lines += [(f"### Frontier: exact test Pass@{k} at matched test Pass@1 (seed mean; a method's best rate per "
-                  "level; '-': no rate of it reaches the level with every seed)"), "",
-                  "| Pass@1 | " + " | ".join(f"{METHOD_LABELS[m]} ({seeds_label(runs_by_arm, m)})"
-                                            for m in methods) + " |",
-                  "|---|" + "---|" * len(methods)]
+        lines += [
+            (
+                f"### Frontier: exact test Pass@{k} at matched test Pass@1 (seed mean; a method's best rate per "
+                "level; '-': no rate of it reaches the level with every seed)"
+            ),
+            "",
+            "| Pass@1 | " + " | ".join(f"{METHOD_LABELS[m]} ({seeds_label(runs_by_arm, m)})" for m in methods) + " |",
+            "|---|" + "---|" * len(methods),
+        ]
         table = {}
         for m in methods:
-            arm_means = [np.where(arm_reaches(v), np.nan_to_num(v).mean(axis=(0, 2)), -np.inf)
-                         for (am, _), v in by_arm.items() if am == m]
+            arm_means = [
+                np.where(arm_reaches(v), np.nan_to_num(v).mean(axis=(0, 2)), -np.inf)
+                for (am, _), v in by_arm.items()
+                if am == m
+            ]
             best = np.max(arm_means, axis=0)
             table[m] = [None if not np.isfinite(x) else float(x) for x in best]
         for i, level in enumerate(levels):
-            lines.append(f"| {level:.3f} | " + " | ".join("-" if table[m][i] is None else f"{table[m][i]:.4f}"
-                                                          for m in methods) + " |")
+            lines.append(
+                f"| {level:.3f} | "
+                + " | ".join("-" if table[m][i] is None else f"{table[m][i]:.4f}" for m in methods)
+                + " |"
+            )
         payload["frontier"][k] = table
         lines.append("")
 
@@ -126,9 +152,14 @@ def start_section(protocol: FrontierProtocol, out: Path, reference: Path, start:
         for k, role in ((protocol.primary_k, "primary"), (protocol.secondary_k, "secondary")):
             var = [v for arm, v in values[k].items() if arm[0] == variant]
             ref = [v for arm, v in values[k].items() if arm[0] == protocol.reference]
-            row: dict[str, Any] = {"variant": variant, "k": k, "role": role,
-                                   "seeds": {f"{m} {lr:g}": len(r) for (m, lr), r in runs_by_arm.items()
-                                             if m in (variant, protocol.reference)}}
+            row: dict[str, Any] = {
+                "variant": variant,
+                "k": k,
+                "role": role,
+                "seeds": {
+                    f"{m} {lr:g}": len(r) for (m, lr), r in runs_by_arm.items() if m in (variant, protocol.reference)
+                },
+            }
             if not var or not ref:
                 row["verdict"] = "pending: no finished run"
                 rows.append(row)
@@ -138,36 +169,55 @@ def start_section(protocol: FrontierProtocol, out: Path, reference: Path, start:
             by_rule = margin_verdict(diff.low, diff.high, protocol.margin)
             expected_arms = 2 if variant in dict(protocol.fixed_arms) else 1
             counts = list(row["seeds"].values())
-            complete = (len(counts) == expected_arms + len(dict(protocol.fixed_arms)[protocol.reference])
-                        and all(n == len(protocol.seeds) for n in counts))
+            complete = len(counts) == expected_arms + len(dict(protocol.fixed_arms)[protocol.reference]) and all(
+                n == len(protocol.seeds) for n in counts
+            )
             row["complete"] = complete
-            row["verdict"] = by_rule if complete else (
-                f"interim ({min(counts)}-{max(counts)} of {len(protocol.seeds)} seeds per arm): {by_rule} so far")
+            row["verdict"] = (
+                by_rule
+                if complete
+                else (
+                    f"interim ({min(counts)}-{max(counts)} of {len(protocol.seeds)} seeds per arm): {by_rule} so far"
+                )
+            )
             rows.append(row)
     payload["verdicts"] = rows
-    lines += [(f"### Verdicts: variant minus {METHOD_LABELS[protocol.reference]}, mean over the matched Pass@1 levels "
-              f"(margin ±{protocol.margin:g})"), "",
-              "| variant | outcome | seeds per arm | levels used | difference [95% two-level CI] | verdict |",
-              "|---|---|---|---|---|---|"]
+    lines += [
+        (
+            f"### Verdicts: variant minus {METHOD_LABELS[protocol.reference]}, mean over the matched Pass@1 levels "
+            f"(margin ±{protocol.margin:g})"
+        ),
+        "",
+        "| variant | outcome | seeds per arm | levels used | difference [95% two-level CI] | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
     for row in rows:
         seeds = ", ".join(f"{a}: {n}" for a, n in row["seeds"].items()) or "-"
         d = row.get("difference")
         if not d or d["estimate"] is None:
-            lines.append(f"| {METHOD_LABELS[row['variant']]} | Pass@{row['k']} ({row['role']}) | {seeds} | - | - | "
-                         f"{row['verdict']} |")
+            lines.append(
+                f"| {METHOD_LABELS[row['variant']]} | Pass@{row['k']} ({row['role']}) | {seeds} | - | - | "
+                f"{row['verdict']} |"
+            )
             continue
         used = d["levels"]
         clipped = "" if len(used) == len(levels) else " (clipped)"
-        lines.append(f"| {METHOD_LABELS[row['variant']]} | Pass@{row['k']} ({row['role']}) | {seeds} | "
-                     f"[{used[0]:.3f}, {used[-1]:.3f}]{clipped} | {d['estimate']:+.4f} [{d['low']:+.4f}, "
-                     f"{d['high']:+.4f}] | {row['verdict']} |")
+        lines.append(
+            f"| {METHOD_LABELS[row['variant']]} | Pass@{row['k']} ({row['role']}) | {seeds} | "
+            f"[{used[0]:.3f}, {used[-1]:.3f}]{clipped} | {d['estimate']:+.4f} [{d['low']:+.4f}, "
+            f"{d['high']:+.4f}] | {row['verdict']} |"
+        )
     lines.append("")
 
     # End points, descriptive.
     ks = (1, protocol.primary_k, protocol.secondary_k)
-    lines += ["### End points (final weights; descriptive only): seed mean of exact test Pass@k", "",
-              "| arm (seeds) | " + " | ".join(f"Pass@{k}" for k in ks) + " |", "|---|" + "---|" * len(ks),
-              "| start | " + " | ".join(f"{pass_at_k(start_p, k).mean():.4f}" for k in ks) + " |"]
+    lines += [
+        "### End points (final weights; descriptive only): seed mean of exact test Pass@k",
+        "",
+        "| arm (seeds) | " + " | ".join(f"Pass@{k}" for k in ks) + " |",
+        "|---|" + "---|" * len(ks),
+        "| start | " + " | ".join(f"{pass_at_k(start_p, k).mean():.4f}" for k in ks) + " |",
+    ]
     payload["end_points"] = {}
     for (m, lr), runs in runs_by_arm.items():
         if not runs:
@@ -178,11 +228,21 @@ def start_section(protocol: FrontierProtocol, out: Path, reference: Path, start:
         lines.append(f"| {METHOD_LABELS[m]} at {lr:g} ({len(runs)}) | " + " | ".join(f"{c:.4f}" for c in cells) + " |")
     lines.append("")
 
-    payload["reached"] = {k: {m: bool(method_reaches([v for (am, _), v in by_arm.items() if am == m]).all())
-                              for m in methods} for k, by_arm in values.items()}
+    payload["reached"] = {
+        k: {m: bool(method_reaches([v for (am, _), v in by_arm.items() if am == m]).all()) for m in methods}
+        for k, by_arm in values.items()
+    }
     payload["complete"] = all(row.get("complete") for row in rows)
-    payload["runs"] = [{"arm": f"{m} {lr:g}", "seed": r["seed"], "train_minutes": r["train_seconds"] / 60,
-                        "mean_load": r["load_average"]["mean"]} for (m, lr), runs in runs_by_arm.items() for r in runs]
+    payload["runs"] = [
+        {
+            "arm": f"{m} {lr:g}",
+            "seed": r["seed"],
+            "train_minutes": r["train_seconds"] / 60,
+            "mean_load": r["load_average"]["mean"],
+        }
+        for (m, lr), runs in runs_by_arm.items()
+        for r in runs
+    ]
     return payload, lines
 
 
@@ -190,8 +250,11 @@ def frontier_figure(protocol: FrontierProtocol, out: Path, reference: Path) -> s
     """Pass@``primary_k`` and Pass@``secondary_k`` against Pass@1, a line per arm (seed mean where every seed reaches
     the level), both starts; the pre-registered interval shaded."""
     evals = {s: reference / s / "start_eval.json" for s in protocol.exact.starts}
-    starts = [s for s, p in evals.items() if p.exists()
-              and any(arm_runs(protocol, out, s, *arm) for arm in arms(protocol, out, reference, s))]
+    starts = [
+        s
+        for s, p in evals.items()
+        if json_exists(p) and any(arm_runs(protocol, out, s, *arm) for arm in arms(protocol, out, reference, s))
+    ]
     if not starts:
         return None
     import matplotlib
@@ -205,7 +268,7 @@ def frontier_figure(protocol: FrontierProtocol, out: Path, reference: Path) -> s
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colors = {m: cycle[i % len(cycle)] for i, m in enumerate(protocol.methods())}
     for col, start in enumerate(starts):
-        start_eval = json.loads(evals[start].read_text())
+        start_eval = read_json(evals[start])
         start_p = probs_matrix([start_eval["test_p"]], buckets)
         named = arms(protocol, out, reference, start)
         rates = sorted({lr for _, lr in named})
@@ -222,10 +285,18 @@ def frontier_figure(protocol: FrontierProtocol, out: Path, reference: Path) -> s
                 grid = np.linspace(start_p.mean(), peak, 60)
                 v = arm_values(runs, start_eval, buckets, k, grid)
                 style = ["-", "--", ":"][rates.index(lr) % 3]
-                ax.plot(grid, np.nanmean(v, axis=(0, 2)), style, color=colors[method],
-                        label=f"{METHOD_LABELS[method]} at {lr:g} ({len(runs)} seeds)")
-            ax.set(xlabel="exact test Pass@1 (mean over test problems)", ylabel=f"exact test Pass@{k}",
-                   title=f"{start} start: Pass@{k} at matched Pass@1")
+                ax.plot(
+                    grid,
+                    np.nanmean(v, axis=(0, 2)),
+                    style,
+                    color=colors[method],
+                    label=f"{METHOD_LABELS[method]} at {lr:g} ({len(runs)} seeds)",
+                )
+            ax.set(
+                xlabel="exact test Pass@1 (mean over test problems)",
+                ylabel=f"exact test Pass@{k}",
+                title=f"{start} start: Pass@{k} at matched Pass@1",
+            )
             ax.legend(fontsize=7)
     fig.tight_layout()
     name = f"{NAME}.png"
@@ -243,23 +314,47 @@ def report(protocol: FrontierProtocol, out: Path, reference: Path) -> dict[str, 
         body += lines
     figure_name = frontier_figure(protocol, out, reference)
     if figure_name:
-        body = [(f"![Exact test Pass@{protocol.primary_k} and Pass@{protocol.secondary_k} against Pass@1, a line per "
-                f"arm]({figure_name})"), ""] + body
+        body = [
+            (
+                f"![Exact test Pass@{protocol.primary_k} and Pass@{protocol.secondary_k} against Pass@1, a line per "
+                f"arm]({figure_name})"
+            ),
+            "",
+        ] + body
     planned = planned_jobs(protocol, out, reference)
     done = sum(j.path(out).exists() for j in planned)
     complete = all(s.get("complete") for s in starts.values())
     header = [
-        "# Tiny-LM study: the Pass@1-Pass@k frontier (`benchmarks/lm_study/frontier_protocol.py`)", "",
+        "# Tiny-LM study: the Pass@1-Pass@k frontier (`benchmarks/lm_study/frontier_protocol.py`)",
+        "",
         f"**{done} of {len(planned)} runs named so far are finished**"
         + ("." if complete else "; every verdict below is interim.")
-        + " Every number comes from finished runs only; rows say how many seeds they rest on.", "",
-        f"Learning rates: {FRONTIER_RATE_RULE}", "", f"Frontier: {FRONTIER_DEFINITION}", "",
-        f"Outcomes: {FRONTIER_OUTCOMES}", "", f"Verdict rule: {FRONTIER_VERDICT_RULE}", "", FRONTIER_DEFAULT_NOTE, "",
-        (f"Bootstrap: {protocol.bootstrap_resamples} resamples, seed {protocol.bootstrap_seed}. Machine: "
-        f"{platform.machine()}, {os.cpu_count()} logical cores (shared)."), "",
+        + " Every number comes from finished runs only; rows say how many seeds they rest on.",
+        "",
+        f"Learning rates: {FRONTIER_RATE_RULE}",
+        "",
+        f"Frontier: {FRONTIER_DEFINITION}",
+        "",
+        f"Outcomes: {FRONTIER_OUTCOMES}",
+        "",
+        f"Verdict rule: {FRONTIER_VERDICT_RULE}",
+        "",
+        FRONTIER_DEFAULT_NOTE,
+        "",
+        (
+            f"Bootstrap: {protocol.bootstrap_resamples} resamples, seed {protocol.bootstrap_seed}. Machine: "
+            f"{platform.machine()}, {os.cpu_count()} logical cores (shared)."
+        ),
+        "",
     ]
-    payload = {"protocol": repr(protocol), "runs_finished": done, "runs_named": len(planned), "complete": complete,
-               "starts": starts, "figure": figure_name}
+    payload = {
+        "protocol": repr(protocol),
+        "runs_finished": done,
+        "runs_named": len(planned),
+        "complete": complete,
+        "starts": starts,
+        "figure": figure_name,
+    }
     write_report(out, NAME, header + body, payload)
     return payload
 
@@ -271,7 +366,8 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / NAME, help="The study's output folder.")
-    parser.add_argument("--reference", type=Path, default=RESULTS_DIR / "lm_exact",
-                        help="The exact protocol's folder.")
+    parser.add_argument(
+        "--reference", type=Path, default=RESULTS_DIR / "lm_exact", help="The exact protocol's folder."
+    )
     cli = parser.parse_args()
     report(FrontierProtocol(), cli.out, cli.reference)

@@ -34,9 +34,14 @@ def plot_entropy(protocol: LongProtocol, inputs: FigureInputs, out: Path) -> Pat
                     continue
                 x, mean, std = _tracked(rs, bucket, "entropy")
                 x, mean, std = [0, *x], [start_eval["val"][bucket]["entropy"], *mean], [0.0, *std]
-                line, = ax.plot(x, mean, label=f"{METHOD_LABELS[m]} (lr {rs[0]['lr']:g}, {len(rs)} seeds)")
-                ax.fill_between(x, [a - b for a, b in zip(mean, std)], [a + b for a, b in zip(mean, std)],
-                                color=line.get_color(), alpha=0.15)
+                (line,) = ax.plot(x, mean, label=f"{METHOD_LABELS[m]} (lr {rs[0]['lr']:g}, {len(rs)} seeds)")
+                ax.fill_between(
+                    x,
+                    [a - b for a, b in zip(mean, std)],
+                    [a + b for a, b in zip(mean, std)],
+                    color=line.get_color(),
+                    alpha=0.15,
+                )
             ax.set_title(f"{start} start, validation {bucket}", fontsize=9)
             ax.set_xlabel("updates")
         axes[row][0].set_ylabel("token entropy of the sampler")
@@ -56,8 +61,9 @@ def plot_trajectories(protocol: LongProtocol, inputs: FigureInputs, out: Path) -
                 continue
             _, p1, _ = _tracked(rs, "all", "pass@1")
             _, cover, _ = _tracked(rs, "all", top)
-            line, = ax.plot([origin["pass@1"], *p1], [origin[top], *cover], marker=".", markersize=3,
-                            label=METHOD_LABELS[m])
+            (line,) = ax.plot(
+                [origin["pass@1"], *p1], [origin[top], *cover], marker=".", markersize=3, label=METHOD_LABELS[m]
+            )
             ax.plot([p1[-1]], [cover[-1]], "o", color=line.get_color())  # where it ends
         ax.set_xlabel("validation Pass@1 (all buckets)")
         ax.set_ylabel(f"validation Pass@{protocol.track_samples}")
@@ -71,8 +77,9 @@ def plot_pass_at_k(protocol: LongProtocol, inputs: FigureInputs, out: Path) -> P
 
     plt = headless_pyplot()
     ks = [k for k in protocol.lm.ks if k <= protocol.lm.eval_samples]
-    fig, axes = plt.subplots(len(inputs), len(PANELS), figsize=(3.6 * len(PANELS), 3.0 * len(inputs)), squeeze=False,
-                             sharey="row")
+    fig, axes = plt.subplots(
+        len(inputs), len(PANELS), figsize=(3.6 * len(PANELS), 3.0 * len(inputs)), squeeze=False, sharey="row"
+    )
     for row, (start, (start_eval, by_method)) in enumerate(inputs.items()):
         for ax, bucket in zip(axes[row], PANELS):
             ax.plot(ks, [start_eval["test"][bucket][f"pass@{k}"] for k in ks], "k--", label="start")
@@ -80,9 +87,14 @@ def plot_pass_at_k(protocol: LongProtocol, inputs: FigureInputs, out: Path) -> P
                 if not rs:
                     continue
                 values = np.array([[r["test"][bucket][f"pass@{k}"] for k in ks] for r in rs])
-                line, = ax.plot(ks, values.mean(0), label=METHOD_LABELS[m])
-                ax.fill_between(ks, values.mean(0) - values.std(0), values.mean(0) + values.std(0),
-                                color=line.get_color(), alpha=0.15)
+                (line,) = ax.plot(ks, values.mean(0), label=METHOD_LABELS[m])
+                ax.fill_between(
+                    ks,
+                    values.mean(0) - values.std(0),
+                    values.mean(0) + values.std(0),
+                    color=line.get_color(),
+                    alpha=0.15,
+                )
             ax.set_xscale("log", base=2)
             ax.set_title(f"{start} start, test {bucket}", fontsize=9)
             ax.set_xlabel("k")
@@ -95,5 +107,8 @@ def plot_all(protocol: LongProtocol, inputs: FigureInputs, out: Path) -> list[Pa
     inputs = {s: v for s, v in inputs.items() if v[1]}
     if not inputs:
         return []
-    return [plot_entropy(protocol, inputs, out), plot_trajectories(protocol, inputs, out),
-            plot_pass_at_k(protocol, inputs, out)]
+    return [
+        plot_entropy(protocol, inputs, out),
+        plot_trajectories(protocol, inputs, out),
+        plot_pass_at_k(protocol, inputs, out),
+    ]

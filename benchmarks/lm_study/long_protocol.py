@@ -34,7 +34,7 @@ from typing import Any
 import datasets
 import torch
 
-from benchmarks._common import RESULTS_DIR
+from benchmarks._common import RESULTS_DIR, json_exists
 
 from .config import LongProtocol
 from .run import evaluate_start, run_long_rl, run_name, select_lrs
@@ -63,9 +63,11 @@ def sft_stage_config(protocol: LongProtocol):
 
 def start_ready(protocol: LongProtocol, out: Path, start: str) -> bool:
     d = out / start
-    return (d / "sft_summary.json").exists() and (d / "models" / "sft" / "config.json").exists() and (
-        d / "start_eval.json"
-    ).exists()
+    return (
+        (d / "sft_summary.json").exists()
+        and (d / "models" / "sft" / "config.json").exists()
+        and (d / "start_eval.json").exists()
+    )
 
 
 def seeds_of(protocol: LongProtocol, start: str) -> tuple[int, ...]:
@@ -73,7 +75,7 @@ def seeds_of(protocol: LongProtocol, start: str) -> tuple[int, ...]:
 
 
 def run_cached(out: Path, job: Job) -> bool:
-    return (out / job.start / "runs" / f"{run_name(job.method, job.lr, job.seed)}.json").exists()
+    return json_exists(out / job.start / "runs" / f"{run_name(job.method, job.lr, job.seed)}.json")
 
 
 def pending_jobs(protocol: LongProtocol, out: Path, starts: list[str], methods: list[str]) -> list[Job]:
@@ -95,7 +97,9 @@ def pending_jobs(protocol: LongProtocol, out: Path, starts: list[str], methods: 
             jobs += [j for j in grid if not run_cached(out, j)]
             chosen = select_lrs(cfg, out / start, group)
             jobs += [
-                j for m, lr in chosen.items() for s in seeds_of(protocol, start)
+                j
+                for m, lr in chosen.items()
+                for s in seeds_of(protocol, start)
                 if not run_cached(out, j := Job("rl", start, m, lr, s))
             ]
     return jobs
@@ -113,16 +117,27 @@ def run_job(job: Job, protocol: LongProtocol, out: Path) -> str:
                 run_sft(sft_stage_config(protocol), out / "low")
             else:
                 continue_sft(
-                    sft_stage_config(protocol), out / "low" / "models" / "sft", out / job.start,
-                    bucket=protocol.moderate_bucket, target_pass1=protocol.moderate_target_pass1,
-                    check_every=protocol.moderate_check_every, check_samples=protocol.moderate_check_samples,
+                    sft_stage_config(protocol),
+                    out / "low" / "models" / "sft",
+                    out / job.start,
+                    bucket=protocol.moderate_bucket,
+                    target_pass1=protocol.moderate_target_pass1,
+                    check_every=protocol.moderate_check_every,
+                    check_samples=protocol.moderate_check_samples,
                     max_steps=protocol.moderate_max_steps,
                 )
             evaluate_start(cfg, out / job.start, protocol.track_samples)
         else:
-            run_long_rl(job.method, job.lr, job.seed, cfg, out / job.start, eval_every=protocol.eval_every,
-                        track_samples=protocol.track_samples,
-                        train_buckets=protocol.moderate_rl_buckets if job.start == "moderate" else None)
+            run_long_rl(
+                job.method,
+                job.lr,
+                job.seed,
+                cfg,
+                out / job.start,
+                eval_every=protocol.eval_every,
+                track_samples=protocol.track_samples,
+                train_buckets=protocol.moderate_rl_buckets if job.start == "moderate" else None,
+            )
         return f"{job.key}: ok ({(time.perf_counter() - started) / 60:.1f} min)"
     except Exception as error:  # one failed job must not take the others down; it is rerun next time
         import traceback
@@ -166,15 +181,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="Trivial sizes for the test suite; numbers mean nothing.")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="Output folder (default benchmarks/results/lm_long, or lm_long-smoke with --smoke). "
-                             "Models go to <out>/<start>/models, which git ignores.")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="Output folder (default benchmarks/results/lm_long, or lm_long-smoke with --smoke). "
+        "Models go to <out>/<start>/models, which git ignores.",
+    )
     parser.add_argument("--workers", type=int, default=2, help="Jobs at a time, one torch thread each.")
     parser.add_argument("--starts", nargs="+", choices=LongProtocol().starts, default=list(LongProtocol().starts))
     protocol = LongProtocol()
     methods = [*protocol.core_methods, *protocol.optional_methods]
-    parser.add_argument("--methods", nargs="+", choices=methods, default=methods,
-                        help="Methods to run (optional ones run after every core run).")
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        choices=methods,
+        default=methods,
+        help="Methods to run (optional ones run after every core run).",
+    )
     parser.add_argument("--report-only", action="store_true", help="Only tables and figures from finished runs.")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)

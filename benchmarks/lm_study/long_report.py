@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine_info, mean_std, write_results
+from benchmarks._common import json_exists, json_files, machine_info, mean_std, read_json, write_results
 
 from .config import LONG_SELECTION_CRITERION, METHOD_LABELS, LongProtocol
 from .run import run_name, select_lrs, selection_k
@@ -48,7 +48,7 @@ def run_time(run: dict[str, Any]) -> str:
 
 
 def load_long_runs(out: Path, start: str) -> dict[str, dict[str, Any]]:
-    return {p.stem: json.loads(p.read_text()) for p in sorted((out / start / "runs").glob("*.json"))}
+    return {p.stem: read_json(p) for p in json_files(out / start / "runs")}
 
 
 def _fmt(values: list[float], digits: int = 3) -> str:
@@ -58,8 +58,9 @@ def _fmt(values: list[float], digits: int = 3) -> str:
     return f"{mean:.{digits}f} ± {std:.{digits}f}" if len(values) > 1 else f"{mean:.{digits}f}"
 
 
-def chosen_runs(protocol: LongProtocol, out: Path, start: str, methods: list[str],
-                runs: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def chosen_runs(
+    protocol: LongProtocol, out: Path, start: str, methods: list[str], runs: dict[str, dict[str, Any]]
+) -> dict[str, list[dict[str, Any]]]:
     """Per method with a complete grid, the finished runs at its chosen learning rate (one per seed)."""
     seeds = protocol.lm.test_seeds if start == "low" else protocol.seeds_moderate
     chosen = select_lrs(protocol.lm, out / start, methods)
@@ -103,8 +104,9 @@ def guard_alarm(series: list[float | None], direction: str, threshold: float, pa
     return None
 
 
-def guard_table(all_runs: dict[str, dict[str, dict[str, Any]]], start_evals: dict[str, Any],
-                protocol: LongProtocol) -> list[dict[str, Any]]:
+def guard_table(
+    all_runs: dict[str, dict[str, dict[str, Any]]], start_evals: dict[str, Any], protocol: LongProtocol
+) -> list[dict[str, Any]]:
     """For every candidate (signal, threshold): over every finished run of both starts, how many coverage collapses
     (see :func:`collapse_batch`) it announced before they happened (and by how many
     batches), how many it missed, and which runs that never collapsed it alarmed on."""
@@ -131,9 +133,18 @@ def guard_table(all_runs: dict[str, dict[str, dict[str, Any]]], start_evals: dic
                         leads.append(collapsed - alarm)
                     else:
                         missed.append(f"{start}/{run_key}")
-            rows.append({"signal": name, "rule": f"{direction} {threshold:g}", "post_hoc": post_hoc,
-                         "caught": caught, "missed": missed, "false_alarms": false_alarms, "quiet_healthy": quiet,
-                         "median_lead_batches": statistics.median(leads) if leads else None})
+            rows.append(
+                {
+                    "signal": name,
+                    "rule": f"{direction} {threshold:g}",
+                    "post_hoc": post_hoc,
+                    "caught": caught,
+                    "missed": missed,
+                    "false_alarms": false_alarms,
+                    "quiet_healthy": quiet,
+                    "median_lead_batches": statistics.median(leads) if leads else None,
+                }
+            )
     return rows
 
 
@@ -150,16 +161,27 @@ def _by_method(run_keys: list[str]) -> str:
 
 
 def guard_lines(guard: list[dict[str, Any]], title: str) -> list[str]:
-    lines = [title, "",
-             f"Every finished run of both starts; a rule fires when the signal stays past its threshold for "
-             f"{GUARD_PATIENCE} training batches in a row. Signals marked * were added post hoc.", "",
-             "| signal | rule | collapses caught (before they happen) | missed | false alarms | healthy runs left "
-             "quiet | median lead (batches) |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        title,
+        "",
+        f"Every finished run of both starts; a rule fires when the signal stays past its threshold for "
+        f"{GUARD_PATIENCE} training batches in a row. Signals marked * were added post hoc.",
+        "",
+        "| signal | rule | collapses caught (before they happen) | missed | false alarms | healthy runs left "
+        "quiet | median lead (batches) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for row in guard:
         lead = row["median_lead_batches"]
-        cells = [row["signal"] + ("*" if row["post_hoc"] else ""), row["rule"], _by_method(row["caught"]),
-                 _by_method(row["missed"]), _by_method(row["false_alarms"]), str(row["quiet_healthy"]),
-                 "-" if lead is None else str(lead)]
+        cells = [
+            row["signal"] + ("*" if row["post_hoc"] else ""),
+            row["rule"],
+            _by_method(row["caught"]),
+            _by_method(row["missed"]),
+            _by_method(row["false_alarms"]),
+            str(row["quiet_healthy"]),
+            "-" if lead is None else str(lead),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -167,13 +189,18 @@ def guard_lines(guard: list[dict[str, Any]], title: str) -> list[str]:
 # --- the verdicts ----------------------------------------------------------------------------------------------------
 
 
-def equal_pass1_bins(runs: list[dict[str, Any]], other: list[dict[str, Any]], top: str,
-                     width: float = 0.02) -> list[dict[str, Any]]:
+def equal_pass1_bins(
+    runs: list[dict[str, Any]], other: list[dict[str, Any]], top: str, width: float = 0.02
+) -> list[dict[str, Any]]:
     """Every tracked validation point of two methods (all learning rates and seeds), binned by Pass@1: in each bin both
     methods reach, the mean token entropy and Pass@``top`` of each."""
+
     def points(rs):
-        return [(e["val"]["all"]["pass@1"], e["val"]["all"]["entropy"], e["val"]["all"][top])
-                for r in rs for e in r["tracked"]]
+        return [
+            (e["val"]["all"]["pass@1"], e["val"]["all"]["entropy"], e["val"]["all"][top])
+            for r in rs
+            for e in r["tracked"]
+        ]
 
     bins: dict[int, tuple[list, list]] = {}
     for side, pts in enumerate((points(runs), points(other))):
@@ -182,9 +209,14 @@ def equal_pass1_bins(runs: list[dict[str, Any]], other: list[dict[str, Any]], to
     rows = []
     for b, (a, o) in sorted(bins.items()):
         if a and o:
-            rows.append({"pass@1": f"[{b * width:.2f}, {(b + 1) * width:.2f})", "n": (len(a), len(o)),
-                         "entropy": (statistics.fmean(x[0] for x in a), statistics.fmean(x[0] for x in o)),
-                         top: (statistics.fmean(x[1] for x in a), statistics.fmean(x[1] for x in o))})
+            rows.append(
+                {
+                    "pass@1": f"[{b * width:.2f}, {(b + 1) * width:.2f})",
+                    "n": (len(a), len(o)),
+                    "entropy": (statistics.fmean(x[0] for x in a), statistics.fmean(x[0] for x in o)),
+                    top: (statistics.fmean(x[1] for x in a), statistics.fmean(x[1] for x in o)),
+                }
+            )
     return rows
 
 
@@ -196,8 +228,12 @@ def solved_sets(runs: list[dict[str, Any]], every_seed: bool) -> set[tuple[str, 
     return set.intersection(*sets) if every_seed else set.union(*sets)
 
 
-def verdict_numbers(protocol: LongProtocol, start_eval: dict[str, Any], by_method: dict[str, list[dict[str, Any]]],
-                    all_runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def verdict_numbers(
+    protocol: LongProtocol,
+    start_eval: dict[str, Any],
+    by_method: dict[str, list[dict[str, Any]]],
+    all_runs: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
     top = f"pass@{protocol.lm.eval_samples}"
     track_top = f"pass@{protocol.track_samples}"
     out: dict[str, Any] = {"entropy": {}, "coverage": {}, "gap_by_k": {}, "equal_pass1": {}, "solved": {}}
@@ -220,18 +256,25 @@ def verdict_numbers(protocol: LongProtocol, start_eval: dict[str, Any], by_metho
             continue
         key = f"{a} vs {b}"
         out["gap_by_k"][key] = {
-            k: [statistics.fmean(r["test"]["all"][f"pass@{k}"] for r in by_method[a])
-                - statistics.fmean(r["test"]["all"][f"pass@{k}"] for r in by_method[b])]
-            for k in SHOWN_KS if k <= protocol.lm.eval_samples
+            k: [
+                statistics.fmean(r["test"]["all"][f"pass@{k}"] for r in by_method[a])
+                - statistics.fmean(r["test"]["all"][f"pass@{k}"] for r in by_method[b])
+            ]
+            for k in SHOWN_KS
+            if k <= protocol.lm.eval_samples
         }
         same = [r for r in all_runs.values() if r["method"] == a]
         ref = [r for r in all_runs.values() if r["method"] == b]
         out["equal_pass1"][key] = equal_pass1_bins(same, ref, track_top)
         out["solved"][key] = {
-            "any_seed": {"only_" + a: len(solved_sets(by_method[a], False) - solved_sets(by_method[b], False)),
-                         "only_" + b: len(solved_sets(by_method[b], False) - solved_sets(by_method[a], False))},
-            "every_seed": {"only_" + a: len(solved_sets(by_method[a], True) - solved_sets(by_method[b], False)),
-                           "only_" + b: len(solved_sets(by_method[b], True) - solved_sets(by_method[a], False))},
+            "any_seed": {
+                "only_" + a: len(solved_sets(by_method[a], False) - solved_sets(by_method[b], False)),
+                "only_" + b: len(solved_sets(by_method[b], False) - solved_sets(by_method[a], False)),
+            },
+            "every_seed": {
+                "only_" + a: len(solved_sets(by_method[a], True) - solved_sets(by_method[b], False)),
+                "only_" + b: len(solved_sets(by_method[b], True) - solved_sets(by_method[a], False)),
+            },
         }
     return out
 
@@ -239,9 +282,16 @@ def verdict_numbers(protocol: LongProtocol, start_eval: dict[str, Any], by_metho
 # --- markdown --------------------------------------------------------------------------------------------------------
 
 
-def _start_section(protocol: LongProtocol, start: str, sft: dict[str, Any], start_eval: dict[str, Any],
-                   runs: dict[str, dict[str, Any]], by_method: dict[str, list[dict[str, Any]]],
-                   verdicts: dict[str, Any], methods: list[str]) -> list[str]:
+def _start_section(
+    protocol: LongProtocol,
+    start: str,
+    sft: dict[str, Any],
+    start_eval: dict[str, Any],
+    runs: dict[str, dict[str, Any]],
+    by_method: dict[str, list[dict[str, Any]]],
+    verdicts: dict[str, Any],
+    methods: list[str],
+) -> list[str]:
     cfg = protocol.lm
     top = f"pass@{cfg.eval_samples}"
     track_top = f"pass@{protocol.track_samples}"
@@ -249,22 +299,35 @@ def _start_section(protocol: LongProtocol, start: str, sft: dict[str, Any], star
     if start == "low":
         origin = f"the short protocol's SFT start ({sft['steps']} SFT steps)"
     else:
-        origin = (f"the low start's SFT continued for {sft['extra_steps']} more steps; rule: {sft['rule']}; target "
-                  f"{'reached' if sft['reached_target'] else 'NOT reached'}; RL prompts from the "
-                  f"{', '.join(f'{d}-digit' for d in protocol.moderate_rl_buckets)} bucket only")
-    lines = [f"## Start `{start}`: {origin}", "",
-             "| split | " + " | ".join(f"{b} Pass@1 | {b} Pass@{cfg.eval_samples} | {b} entropy"
-                                       for b in (*BUCKETS, "all")) + " |",
-             "|---" * (3 * len(BUCKETS) + 4) + "|"]
+        origin = (
+            f"the low start's SFT continued for {sft['extra_steps']} more steps; rule: {sft['rule']}; target "
+            f"{'reached' if sft['reached_target'] else 'NOT reached'}; RL prompts from the "
+            f"{', '.join(f'{d}-digit' for d in protocol.moderate_rl_buckets)} bucket only"
+        )
+    lines = [
+        f"## Start `{start}`: {origin}",
+        "",
+        "| split | "
+        + " | ".join(f"{b} Pass@1 | {b} Pass@{cfg.eval_samples} | {b} entropy" for b in (*BUCKETS, "all"))
+        + " |",
+        "|---" * (3 * len(BUCKETS) + 4) + "|",
+    ]
     for split in ("val", "test"):
-        cells = [f"{start_eval[split][b]['pass@1']:.3f} | {start_eval[split][b][top]:.3f} | "
-                 f"{start_eval[split][b]['entropy']:.3f}" for b in (*BUCKETS, "all")]
+        cells = [
+            f"{start_eval[split][b]['pass@1']:.3f} | {start_eval[split][b][top]:.3f} | "
+            f"{start_eval[split][b]['entropy']:.3f}"
+            for b in (*BUCKETS, "all")
+        ]
         lines.append(f"| {split} | " + " | ".join(cells) + " |")
     chosen = {m: rs[0]["lr"] for m, rs in by_method.items() if rs}
-    lines += ["", "### The learning-rate grid (seed %d; selection: %s)" % (cfg.grid_seed, LONG_SELECTION_CRITERION),
-              "",
-              "| method | lr | val Pass@1 | val Pass@16 | criterion | chosen | best val batch | entropy / start | "
-              "coverage collapse at | entropy collapse at | train min (mean load) |", "|---" * 11 + "|"]
+    lines += [
+        "",
+        f"### The learning-rate grid (seed {cfg.grid_seed}; selection: {LONG_SELECTION_CRITERION})",
+        "",
+        "| method | lr | val Pass@1 | val Pass@16 | criterion | chosen | best val batch | entropy / start | "
+        "coverage collapse at | entropy collapse at | train min (mean load) |",
+        "|---" * 11 + "|",
+    ]
     for m in methods:
         for lr in cfg.learning_rates:
             r = runs.get(run_name(m, lr, cfg.grid_seed))
@@ -278,65 +341,110 @@ def _start_section(protocol: LongProtocol, start: str, sft: dict[str, Any], star
                 f"{r['selection_score']:.3f} | {'yes' if chosen.get(m) == lr else ''} | "
                 f"{r['best_val_generation_batch']} | {val['entropy'] / start_eval['val']['all']['entropy']:.2f} | "
                 f"{collapse_batch(r, start_eval, protocol, 'coverage') or '-'} | "
-                f"{collapse_batch(r, start_eval, protocol, 'entropy') or '-'} | {run_time(r)} |")
-    lines += ["", "### Test at the chosen learning rate (mean ± std over seeds)", "",
-              "| method | lr | seeds | " + " | ".join(f"Pass@{k}" for k in shown) + " | val entropy (end) |",
-              "|---" * (len(shown) + 4) + "|",
-              "| start | | | " + " | ".join(f"{start_eval['test']['all'][f'pass@{k}']:.3f}" for k in shown)
-              + f" | {start_eval['val']['all']['entropy']:.3f} |"]
+                f"{collapse_batch(r, start_eval, protocol, 'entropy') or '-'} | {run_time(r)} |"
+            )
+    lines += [
+        "",
+        "### Test at the chosen learning rate (mean ± std over seeds)",
+        "",
+        "| method | lr | seeds | " + " | ".join(f"Pass@{k}" for k in shown) + " | val entropy (end) |",
+        "|---" * (len(shown) + 4) + "|",
+        "| start | | | "
+        + " | ".join(f"{start_eval['test']['all'][f'pass@{k}']:.3f}" for k in shown)
+        + f" | {start_eval['val']['all']['entropy']:.3f} |",
+    ]
     for m, rs in by_method.items():
         cells = [_fmt([r["test"]["all"][f"pass@{k}"] for r in rs]) for k in shown]
         ent = _fmt([r["tracked"][-1]["val"]["all"]["entropy"] for r in rs])
         lines.append(f"| {METHOD_LABELS[m]} | {rs[0]['lr']:g} | {len(rs)} | " + " | ".join(cells) + f" | {ent} |")
-    lines += ["", f"### Test per bucket: Pass@1 / Pass@{cfg.eval_samples} (chosen lr)", "",
-              "| method | " + " | ".join(f"{b} Pass@1 | {b} Pass@{cfg.eval_samples}" for b in BUCKETS) + " |",
-              "|---" * (2 * len(BUCKETS) + 1) + "|",
-              "| start | " + " | ".join(f"{start_eval['test'][b]['pass@1']:.3f} | {start_eval['test'][b][top]:.3f}"
-                                       for b in BUCKETS) + " |"]
+    lines += [
+        "",
+        f"### Test per bucket: Pass@1 / Pass@{cfg.eval_samples} (chosen lr)",
+        "",
+        "| method | " + " | ".join(f"{b} Pass@1 | {b} Pass@{cfg.eval_samples}" for b in BUCKETS) + " |",
+        "|---" * (2 * len(BUCKETS) + 1) + "|",
+        "| start | "
+        + " | ".join(f"{start_eval['test'][b]['pass@1']:.3f} | {start_eval['test'][b][top]:.3f}" for b in BUCKETS)
+        + " |",
+    ]
     for m, rs in by_method.items():
-        cells = [f"{_fmt([r['test'][b]['pass@1'] for r in rs])} | {_fmt([r['test'][b][top] for r in rs])}"
-                 for b in BUCKETS]
+        cells = [
+            f"{_fmt([r['test'][b]['pass@1'] for r in rs])} | {_fmt([r['test'][b][top] for r in rs])}" for b in BUCKETS
+        ]
         lines.append(f"| {METHOD_LABELS[m]} | " + " | ".join(cells) + " |")
     best_rows = [(m, r) for m, rs in by_method.items() for r in rs if "best_val_test" in r]
     if best_rows:
-        lines += ["", "### The best validation checkpoint, where it is not the last", "",
-                  f"| method | seed | best at batch | test Pass@1 (best / last) | test Pass@{cfg.eval_samples} "
-                  "(best / last) |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "### The best validation checkpoint, where it is not the last",
+            "",
+            f"| method | seed | best at batch | test Pass@1 (best / last) | test Pass@{cfg.eval_samples} "
+            "(best / last) |",
+            "|---|---|---|---|---|",
+        ]
         for m, r in best_rows:
-            lines.append(f"| {METHOD_LABELS[m]} | {r['seed']} | {r['best_val_generation_batch']} | "
-                         f"{r['best_val_test']['all']['pass@1']:.3f} / {r['test']['all']['pass@1']:.3f} | "
-                         f"{r['best_val_test']['all'][top]:.3f} / {r['test']['all'][top]:.3f} |")
-    lines += ["", "### Verdict numbers", "",
-              "Entropy (validation, all buckets) relative to the start; collapses counted over seeds at the chosen "
-              "lr:",
-              "", "| method | final / start | min along training / start | entropy collapses | coverage collapses "
-              f"| test Pass@{cfg.eval_samples} - start: " + " / ".join((*BUCKETS, "all")) + " |",
-              "|---|---|---|---|---|---|"]
+            lines.append(
+                f"| {METHOD_LABELS[m]} | {r['seed']} | {r['best_val_generation_batch']} | "
+                f"{r['best_val_test']['all']['pass@1']:.3f} / {r['test']['all']['pass@1']:.3f} | "
+                f"{r['best_val_test']['all'][top]:.3f} / {r['test']['all'][top]:.3f} |"
+            )
+    lines += [
+        "",
+        "### Verdict numbers",
+        "",
+        "Entropy (validation, all buckets) relative to the start; collapses counted over seeds at the chosen lr:",
+        "",
+        "| method | final / start | min along training / start | entropy collapses | coverage collapses "
+        f"| test Pass@{cfg.eval_samples} - start: " + " / ".join((*BUCKETS, "all")) + " |",
+        "|---|---|---|---|---|---|",
+    ]
     for m, e in verdicts["entropy"].items():
         cover = " / ".join(_fmt(verdicts["coverage"][m][b]) for b in (*BUCKETS, "all"))
-        lines.append(f"| {METHOD_LABELS[m]} | {_fmt(e['final_over_start'], 2)} | {_fmt(e['min_over_start'], 2)} | "
-                     f"{e['entropy_collapses']}/{e['seeds']} | {e['coverage_collapses']}/{e['seeds']} | {cover} |")
+        lines.append(
+            f"| {METHOD_LABELS[m]} | {_fmt(e['final_over_start'], 2)} | {_fmt(e['min_over_start'], 2)} | "
+            f"{e['entropy_collapses']}/{e['seeds']} | {e['coverage_collapses']}/{e['seeds']} | {cover} |"
+        )
     if verdicts["gap_by_k"]:
         ks = list(next(iter(verdicts["gap_by_k"].values())))
-        lines += ["", "Test Pass@k difference of the seed means (does the gap widen with k?):", "",
-                  "| comparison | " + " | ".join(f"k={k}" for k in ks) + " |", "|---" * (len(ks) + 1) + "|"]
+        lines += [
+            "",
+            "Test Pass@k difference of the seed means (does the gap widen with k?):",
+            "",
+            "| comparison | " + " | ".join(f"k={k}" for k in ks) + " |",
+            "|---" * (len(ks) + 1) + "|",
+        ]
         for key, gaps in verdicts["gap_by_k"].items():
             lines.append(f"| {key} | " + " | ".join(f"{gaps[k][0]:+.3f}" for k in ks) + " |")
-        lines += ["", "Test problems solved (at least one of 64 samples right) by one method and never by the other "
-                  "(any seed: union over seeds; every seed: solved in all of the first method's seeds, none of the "
-                  "other's):", "", "| comparison | any seed | every seed |", "|---|---|---|"]
+        lines += [
+            "",
+            "Test problems solved (at least one of 64 samples right) by one method and never by the other "
+            "(any seed: union over seeds; every seed: solved in all of the first method's seeds, none of the "
+            "other's):",
+            "",
+            "| comparison | any seed | every seed |",
+            "|---|---|---|",
+        ]
         for key, counts in verdicts["solved"].items():
-            lines.append(f"| {key} | " + " | ".join(", ".join(f"{k} {v}" for k, v in counts[x].items())
-                                                     for x in ("any_seed", "every_seed")) + " |")
-        lines += ["", f"At equal validation Pass@1 (every tracked point of every lr and seed, bins of 0.02): entropy "
-                  f"and Pass@{protocol.track_samples}, first method / second:", "",
-                  f"| comparison | Pass@1 bin | points | entropy | Pass@{protocol.track_samples} |",
-                  "|---|---|---|---|---|"]
+            lines.append(
+                f"| {key} | "
+                + " | ".join(", ".join(f"{k} {v}" for k, v in counts[x].items()) for x in ("any_seed", "every_seed"))
+                + " |"
+            )
+        lines += [
+            "",
+            f"At equal validation Pass@1 (every tracked point of every lr and seed, bins of 0.02): entropy "
+            f"and Pass@{protocol.track_samples}, first method / second:",
+            "",
+            f"| comparison | Pass@1 bin | points | entropy | Pass@{protocol.track_samples} |",
+            "|---|---|---|---|---|",
+        ]
         for key, rows in verdicts["equal_pass1"].items():
             for row in rows:
-                lines.append(f"| {key} | {row['pass@1']} | {row['n'][0]} / {row['n'][1]} | "
-                             f"{row['entropy'][0]:.3f} / {row['entropy'][1]:.3f} | "
-                             f"{row[track_top][0]:.3f} / {row[track_top][1]:.3f} |")
+                lines.append(
+                    f"| {key} | {row['pass@1']} | {row['n'][0]} / {row['n'][1]} | "
+                    f"{row['entropy'][0]:.3f} / {row['entropy'][1]:.3f} | "
+                    f"{row[track_top][0]:.3f} / {row[track_top][1]:.3f} |"
+                )
     return lines
 
 
@@ -344,22 +452,26 @@ def report(protocol: LongProtocol, out: Path, starts: list[str], methods: list[s
     from .long_figures import plot_all
 
     machine = machine_info()
-    lines = ["# Long-horizon tiny-LM study", "",
-             f"{protocol.lm.generation_batches} generation batches x {protocol.lm.prompts_per_generation} prompts x "
-             f"{protocol.lm.num_generations} completions, {protocol.lm.updates_per_generation} updates each; lr grid "
-             f"{list(protocol.lm.learning_rates)} at seed {protocol.lm.grid_seed}; validation tracked every "
-             f"{protocol.eval_every} batches ({protocol.track_samples} samples per problem); test at the end with "
-             f"{protocol.lm.eval_samples} samples per problem. Collapse: coverage = validation Pass@"
-             f"{protocol.track_samples} below {protocol.coverage_collapse_fraction:g} x the start's; entropy = "
-             f"validation token entropy below {protocol.entropy_collapse_fraction:g} x the start's.", ""]
+    lines = [
+        "# Long-horizon tiny-LM study",
+        "",
+        f"{protocol.lm.generation_batches} generation batches x {protocol.lm.prompts_per_generation} prompts x "
+        f"{protocol.lm.num_generations} completions, {protocol.lm.updates_per_generation} updates each; lr grid "
+        f"{list(protocol.lm.learning_rates)} at seed {protocol.lm.grid_seed}; validation tracked every "
+        f"{protocol.eval_every} batches ({protocol.track_samples} samples per problem); test at the end with "
+        f"{protocol.lm.eval_samples} samples per problem. Collapse: coverage = validation Pass@"
+        f"{protocol.track_samples} below {protocol.coverage_collapse_fraction:g} x the start's; entropy = "
+        f"validation token entropy below {protocol.entropy_collapse_fraction:g} x the start's.",
+        "",
+    ]
     payload: dict[str, Any] = {"protocol": asdict(protocol), "machine": machine, "wall_seconds": wall, "starts": {}}
     all_runs, start_evals, figure_inputs = {}, {}, {}
     for start in starts:
         eval_path, sft_path = out / start / "start_eval.json", out / start / "sft_summary.json"
-        if not eval_path.exists() or not sft_path.exists():
+        if not json_exists(eval_path) or not sft_path.exists():
             lines += [f"## Start `{start}`: not ready yet", ""]
             continue
-        start_eval, sft = json.loads(eval_path.read_text()), json.loads(sft_path.read_text())
+        start_eval, sft = read_json(eval_path), json.loads(sft_path.read_text())
         runs = load_long_runs(out, start)
         by_method = chosen_runs(protocol, out, start, methods, runs)
         verdicts = verdict_numbers(protocol, start_eval, by_method, runs)
@@ -367,16 +479,21 @@ def report(protocol: LongProtocol, out: Path, starts: list[str], methods: list[s
         all_runs[start], start_evals[start] = runs, start_eval
         figure_inputs[start] = (start_eval, by_method)
         payload["starts"][start] = {
-            "finished": sorted(runs), "chosen_lr": {m: rs[0]["lr"] for m, rs in by_method.items() if rs},
-            "seeds": {m: [r["seed"] for r in rs] for m, rs in by_method.items()}, "verdicts": verdicts,
+            "finished": sorted(runs),
+            "chosen_lr": {m: rs[0]["lr"] for m, rs in by_method.items() if rs},
+            "seeds": {m: [r["seed"] for r in rs] for m, rs in by_method.items()},
+            "verdicts": verdicts,
             "train_minutes": {n: r["train_seconds"] / 60 for n, r in runs.items()},
         }
     guard = guard_table(all_runs, start_evals, protocol)
     payload["guard_candidates"] = guard
     lines += guard_lines(guard, "## Which batch signal announces a coverage collapse?")
-    lines += ["", f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores shared with other jobs, load "
-              f"average at report time {machine.get('load_average_at_start')}, torch {machine['torch']}, trl "
-              f"{machine['trl']}."]
+    lines += [
+        "",
+        f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores shared with other jobs, load "
+        f"average at report time {machine.get('load_average_at_start')}, torch {machine['torch']}, trl "
+        f"{machine['trl']}.",
+    ]
     text = "\n".join(lines)
     write_results("lm_long", payload, text, out)
     plot_all(protocol, figure_inputs, out)

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from benchmarks._common import json_exists, read_json
 from riskpo_trl.risk import frac_prompts_all_failed, push_signals
 
 from .config import AUTHORS_FIELDS, METHODS, LMConfig
@@ -69,6 +70,7 @@ def with_covariance_probe(trainer_cls):
     within each prompt's group, averaged over prompts (Proposition 1's quantity), logged as ``probe/*``; (b) the
     :func:`batch_signals` and, for RiskPO, the quantiles used, kept in ``self.batch_signal_history``. Everything else
     is inherited."""
+
     class CovarianceProbe(trainer_cls):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
@@ -92,8 +94,9 @@ def with_covariance_probe(trainer_cls):
                 corr = torch.where(denom > 0, (lp_c * a_c).sum(1) / denom.clamp(min=1e-12), torch.zeros_like(denom))
                 self._metrics["train"]["probe/logprob_adv_cov"].append(cov.mean().item())
                 self._metrics["train"]["probe/logprob_adv_corr"].append(corr.mean().item())
-            signals = batch_signals(scored.rewards.float().cpu(), output["advantages"].float().cpu(),
-                                    self.num_generations)
+            signals = batch_signals(
+                scored.rewards.float().cpu(), output["advantages"].float().cpu(), self.num_generations
+            )
             if scored.risk is not None:
                 signals["q_alpha"] = float(torch.as_tensor(scored.risk.q_alpha).float().mean())
                 signals["q_beta"] = float(torch.as_tensor(scored.risk.q_beta).float().mean())
@@ -155,19 +158,31 @@ def run_name(method: str, lr: float, seed: int) -> str:
     return f"{method}-lr{lr:g}-seed{seed}"
 
 
-def build_trainer(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: Path, output_dir: Path,
-                  train_buckets: tuple[int, ...] | None = None, grader_for=None, **overrides):
+def build_trainer(
+    method: str,
+    lr: float,
+    seed: int,
+    cfg: LMConfig,
+    start_dir: Path,
+    output_dir: Path,
+    train_buckets: tuple[int, ...] | None = None,
+    grader_for=None,
+    **overrides,
+):
     """The probed trainer of ``method`` on the task's RL prompts (of ``train_buckets`` only, if given), from the SFT
     model in ``start_dir``; ``grader_for(tokenizer)`` gives the reward's grader (default: the text exact match)."""
     from datasets import Dataset
     from transformers import AutoTokenizer
+
     from riskpo_trl import RiskPOTrainer
     from riskpo_trl.trainer.registry import get_trainer_classes
 
     splits = make_splits(cfg)
     train_rows = [
         {"prompt": prompt_of(a, b), "answer": str(a + b)}
-        for d, pairs in splits.train.items() if train_buckets is None or d in train_buckets for a, b in pairs
+        for d, pairs in splits.train.items()
+        if train_buckets is None or d in train_buckets
+        for a, b in pairs
     ]
     args = rl_config(method, lr, seed, cfg, output_dir, **overrides)
     _, grpo_trainer = get_trainer_classes("grpo")  # TRL's GRPOTrainer with the package's shared layer
@@ -175,7 +190,10 @@ def build_trainer(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: P
     tokenizer = AutoTokenizer.from_pretrained(start_dir)
     recorder = RewardRecorder(grader_for(tokenizer)) if grader_for is not None else RewardRecorder()
     return trainer_cls(
-        model=str(start_dir), reward_funcs=recorder, args=args, train_dataset=Dataset.from_list(train_rows),
+        model=str(start_dir),
+        reward_funcs=recorder,
+        args=args,
+        train_dataset=Dataset.from_list(train_rows),
         processing_class=tokenizer,
     )
 
@@ -214,10 +232,11 @@ def run_rl(method: str, lr: float, seed: int, cfg: LMConfig, out_dir: Path) -> d
     """One run of the short protocol from ``out_dir``'s SFT start; writes ``runs/<name>.json`` (curves, validation
     and test Pass@k)."""
     path = out_dir / "runs" / f"{run_name(method, lr, seed)}.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    trainer = build_trainer(method, lr, seed, cfg, out_dir / "models" / "sft",
-                            out_dir / "models" / "rl" / run_name(method, lr, seed))
+    if json_exists(path):
+        return read_json(path)
+    trainer = build_trainer(
+        method, lr, seed, cfg, out_dir / "models" / "sft", out_dir / "models" / "rl" / run_name(method, lr, seed)
+    )
     splits = make_splits(cfg)
     start = time.perf_counter()
     trainer.train()
@@ -254,29 +273,48 @@ def selection_k(val: dict[str, Any]) -> str:
 
 
 def tracked_eval(model, tokenizer, problems, cfg: LMConfig, num_samples: int, seed: int) -> dict[str, Any]:
-    return evaluate_tracked(model, tokenizer, problems, num_samples=num_samples, ks=cfg.ks,
-                            temperature=cfg.temperature, max_new_tokens=cfg.max_completion_length, seed=seed)
+    return evaluate_tracked(
+        model,
+        tokenizer,
+        problems,
+        num_samples=num_samples,
+        ks=cfg.ks,
+        temperature=cfg.temperature,
+        max_new_tokens=cfg.max_completion_length,
+        seed=seed,
+    )
 
 
 def evaluate_start(cfg: LMConfig, start_dir: Path, track_samples: int) -> dict[str, Any]:
     """The start's row: validation as tracked along training, test as at the end of a run."""
     path = start_dir / "start_eval.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    if json_exists(path):
+        return read_json(path)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model_dir = start_dir / "models" / "sft"
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     splits = make_splits(cfg)
-    result = {"val": tracked_eval(model, tokenizer, splits.val, cfg, track_samples, cfg.eval_seed),
-              "test": tracked_eval(model, tokenizer, splits.test, cfg, cfg.eval_samples, cfg.eval_seed + 1)}
+    result = {
+        "val": tracked_eval(model, tokenizer, splits.val, cfg, track_samples, cfg.eval_seed),
+        "test": tracked_eval(model, tokenizer, splits.test, cfg, cfg.eval_samples, cfg.eval_seed + 1),
+    }
     write_json(path, result)
     return result
 
 
-def run_long_rl(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: Path, *, eval_every: int,
-                track_samples: int, train_buckets: tuple[int, ...] | None = None) -> dict[str, Any]:
+def run_long_rl(
+    method: str,
+    lr: float,
+    seed: int,
+    cfg: LMConfig,
+    start_dir: Path,
+    *,
+    eval_every: int,
+    track_samples: int,
+    train_buckets: tuple[int, ...] | None = None,
+) -> dict[str, Any]:
     """One run of the long protocol from ``start_dir``'s SFT model; writes ``start_dir/runs/<name>.json``.
 
     Every ``eval_every`` generation batches the validation split is evaluated (:func:`tracked_eval`, ``track_samples``
@@ -285,13 +323,20 @@ def run_long_rl(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: Pat
     and, when it was an earlier evaluation, for the best validation checkpoint too. Activation checkpointing is off
     (a speed setting: the tiny model needs no memory saving)."""
     path = start_dir / "runs" / f"{run_name(method, lr, seed)}.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    if json_exists(path):
+        return read_json(path)
     from transformers import TrainerCallback
 
-    trainer = build_trainer(method, lr, seed, cfg, start_dir / "models" / "sft",
-                            start_dir / "models" / "rl" / run_name(method, lr, seed), train_buckets=train_buckets,
-                            gradient_checkpointing=False)
+    trainer = build_trainer(
+        method,
+        lr,
+        seed,
+        cfg,
+        start_dir / "models" / "sft",
+        start_dir / "models" / "rl" / run_name(method, lr, seed),
+        train_buckets=train_buckets,
+        gradient_checkpointing=False,
+    )
     tokenizer = trainer.processing_class
     splits = make_splits(cfg)
     tracked: list[dict[str, Any]] = []
@@ -309,10 +354,16 @@ def run_long_rl(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: Pat
             tracked.append({"generation_batch": batch, "update": state.global_step, "score": score, "val": val})
             loads.append(os.getloadavg()[0])
             if score > best["score"]:
-                best.update(score=score, generation_batch=batch,
-                            state={k: v.detach().clone() for k, v in model.state_dict().items()})
-            print(f"[long] {run_name(method, lr, seed)} batch {batch}: val Pass@1 {val['all']['pass@1']:.3f}, "
-                  f"criterion {score:.3f}, entropy {val['all']['entropy']:.3f}", flush=True)
+                best.update(
+                    score=score,
+                    generation_batch=batch,
+                    state={k: v.detach().clone() for k, v in model.state_dict().items()},
+                )
+            print(
+                f"[long] {run_name(method, lr, seed)} batch {batch}: val Pass@1 {val['all']['pass@1']:.3f}, "
+                f"criterion {score:.3f}, entropy {val['all']['entropy']:.3f}",
+                flush=True,
+            )
 
     trainer.add_callback(TrackValidation())
     start = time.perf_counter()
@@ -336,8 +387,9 @@ def run_long_rl(method: str, lr: float, seed: int, cfg: LMConfig, start_dir: Pat
     }
     if best["state"] is not None and best["generation_batch"] != final_batch:
         trainer.model.load_state_dict(best["state"])
-        result["best_val_test"] = tracked_eval(trainer.model, tokenizer, splits.test, cfg, cfg.eval_samples,
-                                               cfg.eval_seed + 1)
+        result["best_val_test"] = tracked_eval(
+            trainer.model, tokenizer, splits.test, cfg, cfg.eval_samples, cfg.eval_seed + 1
+        )
     write_json(path, result)
     print(f"[long] {run_name(method, lr, seed)} from {start_dir.name}: {seconds / 60:.0f} min", flush=True)
     return result
@@ -350,8 +402,8 @@ def select_lrs(cfg: LMConfig, out_dir: Path, methods: list[str]) -> dict[str, fl
         scores = {}
         for lr in cfg.learning_rates:
             path = out_dir / "runs" / f"{run_name(method, lr, cfg.grid_seed)}.json"
-            if path.exists():
-                scores[lr] = json.loads(path.read_text())["selection_score"]
+            if json_exists(path):
+                scores[lr] = read_json(path)["selection_score"]
         if len(scores) == len(cfg.learning_rates):
             chosen[method] = max(sorted(scores), key=lambda lr: scores[lr])  # max keeps the first (smallest) on ties
     return chosen

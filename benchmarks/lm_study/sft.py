@@ -49,8 +49,13 @@ def run_sft(cfg: LMConfig, out_dir: Path) -> dict[str, Any]:
                 return
             val = evaluate(model, processing_class, splits.val, check_cfg)
             model.train()
-            entry = {"step": state.global_step, **{b: {k: v for k, v in r.items() if k in ("pass@1", "pass@16",
-                     f"pass@{check_cfg.ks[-1]}")} for b, r in val.items()}}
+            entry = {
+                "step": state.global_step,
+                **{
+                    b: {k: v for k, v in r.items() if k in ("pass@1", "pass@16", f"pass@{check_cfg.ks[-1]}")}
+                    for b, r in val.items()
+                },
+            }
             history.append(entry)
             print(f"[sft] step {state.global_step}: {entry}", flush=True)
             if val[f"{easy}digit"][f"pass@{check_cfg.ks[-1]}"] >= cfg.sft_target_easy_pass16:
@@ -59,16 +64,25 @@ def run_sft(cfg: LMConfig, out_dir: Path) -> dict[str, Any]:
     args = sft_args(cfg, out_dir / "models" / "sft_run", max_steps=cfg.sft_max_steps, seed=0)
     tokenizer = AutoTokenizer.from_pretrained(init_dir)
     trainer = SFTTrainer(
-        model=str(init_dir), args=args, train_dataset=train, processing_class=tokenizer,
+        model=str(init_dir),
+        args=args,
+        train_dataset=train,
+        processing_class=tokenizer,
         callbacks=[StopWhenEasySolved()],
     )
     start = time.perf_counter()
     trainer.train()
     trainer.save_model(str(sft_dir))
-    splits_eval = {"val": evaluate(trainer.model, tokenizer, splits.val, cfg),
-                   "test": evaluate(trainer.model, tokenizer, splits.test, cfg)}
-    summary = {"steps": trainer.state.global_step, "seconds": time.perf_counter() - start, "history": history,
-               **splits_eval}
+    splits_eval = {
+        "val": evaluate(trainer.model, tokenizer, splits.val, cfg),
+        "test": evaluate(trainer.model, tokenizer, splits.test, cfg),
+    }
+    summary = {
+        "steps": trainer.state.global_step,
+        "seconds": time.perf_counter() - start,
+        "history": history,
+        **splits_eval,
+    }
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"[sft] saved after {summary['steps']} steps; test {summary['test']}", flush=True)
     return summary
@@ -138,17 +152,25 @@ def continue_sft(
 
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     trainer = SFTTrainer(
-        model=str(base_dir), args=sft_args(cfg, out_dir / "models" / "sft_run", max_steps=max_steps, seed=1),
-        train_dataset=train, processing_class=tokenizer, callbacks=[StopAtTarget()],
+        model=str(base_dir),
+        args=sft_args(cfg, out_dir / "models" / "sft_run", max_steps=max_steps, seed=1),
+        train_dataset=train,
+        processing_class=tokenizer,
+        callbacks=[StopAtTarget()],
     )
     start = time.perf_counter()
     trainer.train()
     trainer.save_model(str(sft_dir))
     reached = bool(history) and history[-1][f"{bucket}digit"] >= target_pass1
-    summary = {"base": str(base_dir.name), "extra_steps": trainer.state.global_step, "reached_target": reached,
-               "rule": f"{bucket}digit validation Pass@1 >= {target_pass1} ({check_samples} samples), checked every "
-                       f"{check_every} steps, at most {max_steps} steps",
-               "seconds": time.perf_counter() - start, "history": history}
+    summary = {
+        "base": str(base_dir.name),
+        "extra_steps": trainer.state.global_step,
+        "reached_target": reached,
+        "rule": f"{bucket}digit validation Pass@1 >= {target_pass1} ({check_samples} samples), checked every "
+        f"{check_every} steps, at most {max_steps} steps",
+        "seconds": time.perf_counter() - start,
+        "history": history,
+    }
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"[sft-continue] saved after {summary['extra_steps']} more steps; target reached: {reached}", flush=True)
     return summary

@@ -78,17 +78,29 @@ def run_jobs(jobs: list[tuple], workers: int) -> list[str]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="Trivial sizes for the test suite; numbers mean nothing.")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="Output folder (default benchmarks/results/lm, or lm-smoke with --smoke). Models go to "
-                             "<out>/models, which git ignores.")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="Output folder (default benchmarks/results/lm, or lm-smoke with --smoke). Models go to "
+        "<out>/models, which git ignores.",
+    )
     parser.add_argument("--workers", type=int, default=2, help="Parallel RL runs, one torch thread each.")
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--report-only", action="store_true", help="Only tables and figures from finished runs.")
-    parser.add_argument("--extra-lrs", nargs="+", type=float, default=[],
-                        help="Add learning rates to the grid (a post hoc extension; use a separate --out so the "
-                             "pre-registered selection stays as it was).")
-    parser.add_argument("--skip-diagnostics", action="store_true",
-                        help="Do not measure the gradient noise of each advantage at the SFT start.")
+    parser.add_argument(
+        "--extra-lrs",
+        nargs="+",
+        type=float,
+        default=[],
+        help="Add learning rates to the grid (a post hoc extension; use a separate --out so the "
+        "pre-registered selection stays as it was).",
+    )
+    parser.add_argument(
+        "--skip-diagnostics",
+        action="store_true",
+        help="Do not measure the gradient noise of each advantage at the SFT start.",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     datasets.disable_progress_bars()
@@ -110,8 +122,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for line in run_jobs(seed_jobs, args.workers):
             print("[seeds]", line, flush=True)
         if not args.skip_diagnostics:
-            gradient_diagnostics(cfg, out, [m for m in methods if m != "gspo"],  # GSPO's advantage is GRPO's
-                                 num_batches=3 if args.smoke else 32)
+            gradient_diagnostics(
+                cfg,
+                out,
+                [m for m in methods if m != "gspo"],  # GSPO's advantage is GRPO's
+                num_batches=3 if args.smoke else 32,
+            )
     return report(cfg, out, methods, time.perf_counter() - start)
 
 

@@ -7,7 +7,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import headless_pyplot, machine_info, mean_std, save_figure, write_results
+from benchmarks._common import (
+    headless_pyplot,
+    json_exists,
+    machine_info,
+    mean_std,
+    read_json,
+    save_figure,
+    write_results,
+)
 
 from .config import METHOD_LABELS, SELECTION_CRITERION, LMConfig
 from .run import run_name, select_lrs
@@ -19,8 +27,8 @@ def load_runs(cfg: LMConfig, out_dir: Path, methods: list[str]) -> dict[str, dic
         for lr in cfg.learning_rates:
             for seed in sorted({cfg.grid_seed, *cfg.test_seeds}):
                 path = out_dir / "runs" / f"{run_name(method, lr, seed)}.json"
-                if path.exists():
-                    runs[run_name(method, lr, seed)] = json.loads(path.read_text())
+                if json_exists(path):
+                    runs[run_name(method, lr, seed)] = read_json(path)
     return runs
 
 
@@ -36,11 +44,18 @@ def summarize(cfg: LMConfig, out_dir: Path, methods: list[str]) -> dict[str, Any
     runs = load_runs(cfg, out_dir, methods)
     chosen = select_lrs(cfg, out_dir, methods)
     grid = {
-        name: {"method": r["method"], "lr": r["lr"], "seed": r["seed"], "selection_score": r["selection_score"],
-               "val_pass@1": r["val"]["all"]["pass@1"],
-               f"val_pass@{cfg.ks[-1]}": r["val"]["all"][f"pass@{cfg.ks[-1]}"],
-               "test_pass@1": r["test"]["all"]["pass@1"], "train_seconds": r["train_seconds"]}
-        for name, r in runs.items() if r["seed"] == cfg.grid_seed
+        name: {
+            "method": r["method"],
+            "lr": r["lr"],
+            "seed": r["seed"],
+            "selection_score": r["selection_score"],
+            "val_pass@1": r["val"]["all"]["pass@1"],
+            f"val_pass@{cfg.ks[-1]}": r["val"]["all"][f"pass@{cfg.ks[-1]}"],
+            "test_pass@1": r["test"]["all"]["pass@1"],
+            "train_seconds": r["train_seconds"],
+        }
+        for name, r in runs.items()
+        if r["seed"] == cfg.grid_seed
     }
     table: dict[str, Any] = {}
     buckets = ["all"] + [f"{d}digit" for d in cfg.digits]
@@ -62,9 +77,16 @@ def summarize(cfg: LMConfig, out_dir: Path, methods: list[str]) -> dict[str, Any
     return {"chosen_lr": chosen, "grid": grid, "methods": table, "runs": runs}
 
 
-def _markdown(cfg: LMConfig, sft: dict[str, Any], summary: dict[str, Any], methods: list[str],
-              missing: list[str], machine: dict[str, Any], wall: float | None,
-              diagnostics: dict[str, Any] | None = None) -> str:
+def _markdown(
+    cfg: LMConfig,
+    sft: dict[str, Any],
+    summary: dict[str, Any],
+    methods: list[str],
+    missing: list[str],
+    machine: dict[str, Any],
+    wall: float | None,
+    diagnostics: dict[str, Any] | None = None,
+) -> str:
     top = cfg.ks[-1]
     ks_shown = [k for k in (1, 2, 4, 8, 16) if k in cfg.ks]
     buckets = [f"{d}digit" for d in cfg.digits]
@@ -72,8 +94,10 @@ def _markdown(cfg: LMConfig, sft: dict[str, Any], summary: dict[str, Any], metho
         "# Tiny-LM study: mixed-length addition with a hard tail (CPU)",
         "",
         f"SFT start ({sft['steps']} SFT steps), test split: "
-        + "; ".join(f"{b}: Pass@1 {sft['test'][b]['pass@1']:.3f}, Pass@{top} {sft['test'][b][f'pass@{top}']:.3f}"
-                    for b in ["all", *buckets]),
+        + "; ".join(
+            f"{b}: Pass@1 {sft['test'][b]['pass@1']:.3f}, Pass@{top} {sft['test'][b][f'pass@{top}']:.3f}"
+            for b in ["all", *buckets]
+        ),
         f"RL: {cfg.generation_batches} generation batches x {cfg.prompts_per_generation} prompts x "
         f"{cfg.num_generations} completions, {cfg.updates_per_generation} updates per batch, temperature "
         f"{cfg.temperature}; lr grid {list(cfg.learning_rates)} at seed {cfg.grid_seed}, chosen by: "
@@ -81,51 +105,80 @@ def _markdown(cfg: LMConfig, sft: dict[str, Any], summary: dict[str, Any], metho
     ]
     if missing:
         lines += ["", "Not finished (rerun the command to resume): " + ", ".join(missing) + "."]
-    lines += ["", "## Test results at the chosen lr", "",
-              "| method | lr | " + " | ".join(f"Pass@{k}" for k in ks_shown)
-              + " | entropy (last 25%) | lower RVaR (last 25%) | corr(log pi, A) (mean) |",
-              "|---" * (len(ks_shown) + 5) + "|"]
+    lines += [
+        "",
+        "## Test results at the chosen lr",
+        "",
+        "| method | lr | "
+        + " | ".join(f"Pass@{k}" for k in ks_shown)
+        + " | entropy (last 25%) | lower RVaR (last 25%) | corr(log pi, A) (mean) |",
+        "|---" * (len(ks_shown) + 5) + "|",
+    ]
     for method, row in summary["methods"].items():
         cells = [f"{row[f'all/pass@{k}'][0]:.3f} ± {row[f'all/pass@{k}'][1]:.3f}" for k in ks_shown]
-        cells += [f"{row[key][0]:.3f} ± {row[key][1]:.3f}"
-                  for key in ("final_entropy", "final_lower_rvar", "mean_logprob_adv_corr")]
+        cells += [
+            f"{row[key][0]:.3f} ± {row[key][1]:.3f}"
+            for key in ("final_entropy", "final_lower_rvar", "mean_logprob_adv_corr")
+        ]
         lines.append(f"| {METHOD_LABELS[method]} | {row['lr']:g} | " + " | ".join(cells) + " |")
-    lines += ["", "## Test Pass@1 / Pass@16 per difficulty bucket", "",
-              "| method | " + " | ".join(f"{b} Pass@1 | {b} Pass@{top}" for b in buckets) + " |",
-              "|---" * (2 * len(buckets) + 1) + "|",
-              "| SFT start | " + " | ".join(f"{sft['test'][b]['pass@1']:.3f} | {sft['test'][b][f'pass@{top}']:.3f}"
-                                           for b in buckets) + " |"]
+    lines += [
+        "",
+        "## Test Pass@1 / Pass@16 per difficulty bucket",
+        "",
+        "| method | " + " | ".join(f"{b} Pass@1 | {b} Pass@{top}" for b in buckets) + " |",
+        "|---" * (2 * len(buckets) + 1) + "|",
+        "| SFT start | "
+        + " | ".join(f"{sft['test'][b]['pass@1']:.3f} | {sft['test'][b][f'pass@{top}']:.3f}" for b in buckets)
+        + " |",
+    ]
     for method, row in summary["methods"].items():
         cells = []
         for b in buckets:
-            cells += [f"{row[f'{b}/pass@1'][0]:.3f} ± {row[f'{b}/pass@1'][1]:.3f}",
-                      f"{row[f'{b}/pass@{top}'][0]:.3f} ± {row[f'{b}/pass@{top}'][1]:.3f}"]
+            cells += [
+                f"{row[f'{b}/pass@1'][0]:.3f} ± {row[f'{b}/pass@1'][1]:.3f}",
+                f"{row[f'{b}/pass@{top}'][0]:.3f} ± {row[f'{b}/pass@{top}'][1]:.3f}",
+            ]
         lines.append(f"| {METHOD_LABELS[method]} | " + " | ".join(cells) + " |")
-    lines += ["", "## The whole lr grid (seed %d; selection on validation)" % cfg.grid_seed, "",
-              f"| method | lr | val Pass@1 | val Pass@{top} | criterion | chosen | test Pass@1 | train s |",
-              "|---" * 8 + "|"]
+    lines += [
+        "",
+        f"## The whole lr grid (seed {cfg.grid_seed}; selection on validation)",
+        "",
+        f"| method | lr | val Pass@1 | val Pass@{top} | criterion | chosen | test Pass@1 | train s |",
+        "|---" * 8 + "|",
+    ]
     for name, g in sorted(summary["grid"].items(), key=lambda kv: (methods.index(kv[1]["method"]), kv[1]["lr"])):
         chosen = "yes" if summary["chosen_lr"].get(g["method"]) == g["lr"] else ""
-        lines.append(f"| {METHOD_LABELS[g['method']]} | {g['lr']:g} | {g['val_pass@1']:.3f} | "
-                     f"{g[f'val_pass@{top}']:.3f} | {g['selection_score']:.3f} | {chosen} | {g['test_pass@1']:.3f} | "
-                     f"{g['train_seconds']:.0f} |")
+        lines.append(
+            f"| {METHOD_LABELS[g['method']]} | {g['lr']:g} | {g['val_pass@1']:.3f} | "
+            f"{g[f'val_pass@{top}']:.3f} | {g['selection_score']:.3f} | {chosen} | {g['test_pass@1']:.3f} | "
+            f"{g['train_seconds']:.0f} |"
+        )
     if diagnostics:
-        lines += ["", f"## Gradient noise at the SFT start ({diagnostics['num_batches']} paired generation batches)",
-                  "",
-                  "| method | SNR of batch gradient | cos(mean gradient, GRPO's) | cos(mean gradient, grad log-lik of "
-                  "right answers) | mean batch cos with it | A > 0 / A < 0 | share of abs(A): " + " / ".join(buckets)
-                  + " |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"## Gradient noise at the SFT start ({diagnostics['num_batches']} paired generation batches)",
+            "",
+            "| method | SNR of batch gradient | cos(mean gradient, GRPO's) | cos(mean gradient, grad log-lik of "
+            "right answers) | mean batch cos with it | A > 0 / A < 0 | share of abs(A): " + " / ".join(buckets) + " |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for m, d in diagnostics["methods"].items():
             cos = d["cosine_of_mean_gradient_with_grpo"]
-            lines.append(f"| {METHOD_LABELS[m]} | {d['snr']:.4f} | {'' if cos is None else f'{cos:.3f}'} | "
-                         f"{d['cosine_of_mean_gradient_with_answer_loglik']:+.3f} | "
-                         f"{d['mean_batch_cosine_with_answer_loglik']:+.3f} | "
-                         f"{d['fraction_positive_advantage']:.2f} / "
-                         f"{d['fraction_negative_advantage']:.2f} | "
-                         + " / ".join(f"{d['abs_advantage_share_by_bucket'][b]:.2f}" for b in buckets) + " |")
-    lines += ["", f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores shared with other jobs, load "
-              f"average at report time {machine.get('load_average_at_start')}, torch {machine['torch']}, trl "
-              f"{machine['trl']}." + (f" Wall time of this invocation: {wall / 60:.1f} min." if wall else "")]
+            lines.append(
+                f"| {METHOD_LABELS[m]} | {d['snr']:.4f} | {'' if cos is None else f'{cos:.3f}'} | "
+                f"{d['cosine_of_mean_gradient_with_answer_loglik']:+.3f} | "
+                f"{d['mean_batch_cosine_with_answer_loglik']:+.3f} | "
+                f"{d['fraction_positive_advantage']:.2f} / "
+                f"{d['fraction_negative_advantage']:.2f} | "
+                + " / ".join(f"{d['abs_advantage_share_by_bucket'][b]:.2f}" for b in buckets)
+                + " |"
+            )
+    lines += [
+        "",
+        f"Machine: {machine['cpu']}, {machine['logical_cores']} logical cores shared with other jobs, load "
+        f"average at report time {machine.get('load_average_at_start')}, torch {machine['torch']}, trl "
+        f"{machine['trl']}." + (f" Wall time of this invocation: {wall / 60:.1f} min." if wall else ""),
+    ]
     return "\n".join(lines)
 
 
@@ -143,9 +196,12 @@ def plot(cfg: LMConfig, sft: dict[str, Any], summary: dict[str, Any], out_dir: P
     import numpy as np
 
     paths = []
-    keys = [("reward", "mean reward"), ("entropy", "token entropy"),
-            ("lower_rvar", f"lower-tail RVaR (alpha={cfg.risk_alpha}, B={cfg.bundle_size})"),
-            ("logprob_adv_corr", "corr(log pi, A) within groups")]
+    keys = [
+        ("reward", "mean reward"),
+        ("entropy", "token entropy"),
+        ("lower_rvar", f"lower-tail RVaR (alpha={cfg.risk_alpha}, B={cfg.bundle_size})"),
+        ("logprob_adv_corr", "corr(log pi, A) within groups"),
+    ]
     fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4))
     for method, row in summary["methods"].items():
         rs = [summary["runs"][run_name(method, row["lr"], s)] for s in row["seeds"]]
@@ -193,10 +249,16 @@ def report(cfg: LMConfig, out_dir: Path, methods: list[str], wall: float | None 
     diagnostics_path = out_dir / "gradient_diagnostics.json"
     diagnostics = json.loads(diagnostics_path.read_text()) if diagnostics_path.exists() else None
     text = _markdown(cfg, sft, summary, methods, missing, machine, wall, diagnostics)
-    payload = {"config": asdict(cfg), "selection_criterion": SELECTION_CRITERION, "machine": machine,
-               "wall_seconds": wall, "not_finished": missing, "sft": sft,
-               "gradient_diagnostics": diagnostics,
-               **{k: v for k, v in summary.items() if k != "runs"}}
+    payload = {
+        "config": asdict(cfg),
+        "selection_criterion": SELECTION_CRITERION,
+        "machine": machine,
+        "wall_seconds": wall,
+        "not_finished": missing,
+        "sft": sft,
+        "gradient_diagnostics": diagnostics,
+        **{k: v for k, v in summary.items() if k != "runs"},
+    }
     write_results("lm_study", payload, text, out_dir)
     if summary["methods"]:
         plot(cfg, sft, summary, out_dir)

@@ -96,8 +96,9 @@ def train_start(
     history: list[dict[str, Any]] = []
 
     def exact_val(model, tokenizer) -> dict[str, list[float]]:
-        return problem_probabilities(model, tokenizer, splits.val, temperature=cfg.temperature,
-                                     max_completion_length=cfg.max_completion_length)
+        return problem_probabilities(
+            model, tokenizer, splits.val, temperature=cfg.temperature, max_completion_length=cfg.max_completion_length
+        )
 
     class StopByRule(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
@@ -105,18 +106,26 @@ def train_start(
                 return
             probs = exact_val(model, processing_class)
             model.train()
-            entry = {"step": state.global_step,
-                     **{b: {"pass@1": float(pass_at_k(p, 1).mean()), "pass@16": float(pass_at_k(p, 16).mean())}
-                        for b, p in probs.items()}}
+            entry = {
+                "step": state.global_step,
+                **{
+                    b: {"pass@1": float(pass_at_k(p, 1).mean()), "pass@16": float(pass_at_k(p, 16).mean())}
+                    for b, p in probs.items()
+                },
+            }
             history.append(entry)
             print(f"[start] step {state.global_step}: {entry}", flush=True)
             if stop_rule(probs):
                 control.should_training_stop = True
 
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    trainer = SFTTrainer(model=str(base_dir), args=sft_args(cfg, out_dir.parent / "models" / f"{out_dir.name}_run",
-                                                              max_steps=max_steps, seed=seed),
-                         train_dataset=train, processing_class=tokenizer, callbacks=[StopByRule()])
+    trainer = SFTTrainer(
+        model=str(base_dir),
+        args=sft_args(cfg, out_dir.parent / "models" / f"{out_dir.name}_run", max_steps=max_steps, seed=seed),
+        train_dataset=train,
+        processing_class=tokenizer,
+        callbacks=[StopByRule()],
+    )
     started = time.perf_counter()
     trainer.train()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -133,9 +142,14 @@ def train_start(
         "history": history,
         "sha256": sha256_of(out_dir / WEIGHTS),
         "weights_digest": weights_digest(trainer.model),
-        "built_with": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
-                       "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
-                       "python": platform.python_version()},
+        "built_with": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "trl": trl.__version__,
+            "torch_threads": torch.get_num_threads(),
+            "machine": platform.machine(),
+            "python": platform.python_version(),
+        },
     }
     (out_dir / RECORD).write_text(json.dumps(record, indent=2) + "\n")
     return record
@@ -159,21 +173,41 @@ def build_starts(protocol, out: Path = STARTS_DIR) -> dict[str, dict[str, Any]]:
     low, moderate = out / "low", out / "moderate"
     if not (low / RECORD).exists():
         init = out / "models" / "init"  # git ignores models/
-        build_tiny_model(init, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
-                         num_kv_heads=cfg.num_kv_heads, intermediate_size=cfg.intermediate_size,
-                         max_position_embeddings=64, seed=0)
-        train_start(cfg, init, low, seed=0, max_steps=cfg.sft_max_steps, check_every=cfg.sft_eval_every,
-                    stop_rule=easy_pass16(cfg),
-                    rule_text=f"{min(cfg.digits)}digit validation exact Pass@16 >= {cfg.sft_target_easy_pass16}, "
-                              f"checked every {cfg.sft_eval_every} steps, at most {cfg.sft_max_steps} steps")
+        build_tiny_model(
+            init,
+            hidden_size=cfg.hidden_size,
+            num_layers=cfg.num_layers,
+            num_heads=cfg.num_heads,
+            num_kv_heads=cfg.num_kv_heads,
+            intermediate_size=cfg.intermediate_size,
+            max_position_embeddings=64,
+            seed=0,
+        )
+        train_start(
+            cfg,
+            init,
+            low,
+            seed=0,
+            max_steps=cfg.sft_max_steps,
+            check_every=cfg.sft_eval_every,
+            stop_rule=easy_pass16(cfg),
+            rule_text=f"{min(cfg.digits)}digit validation exact Pass@16 >= {cfg.sft_target_easy_pass16}, "
+            f"checked every {cfg.sft_eval_every} steps, at most {cfg.sft_max_steps} steps",
+        )
     records["low"] = json.loads((checked_start(low) / RECORD).read_text())
     if not (moderate / RECORD).exists():
-        train_start(cfg, low, moderate, seed=1, max_steps=protocol.moderate_max_steps,
-                    check_every=protocol.moderate_check_every,
-                    stop_rule=bucket_pass1(protocol.moderate_bucket, protocol.moderate_target_pass1),
-                    rule_text=f"{protocol.moderate_bucket}digit validation exact Pass@1 >= "
-                              f"{protocol.moderate_target_pass1}, checked every {protocol.moderate_check_every} "
-                              f"steps, at most {protocol.moderate_max_steps} more steps")
+        train_start(
+            cfg,
+            low,
+            moderate,
+            seed=1,
+            max_steps=protocol.moderate_max_steps,
+            check_every=protocol.moderate_check_every,
+            stop_rule=bucket_pass1(protocol.moderate_bucket, protocol.moderate_target_pass1),
+            rule_text=f"{protocol.moderate_bucket}digit validation exact Pass@1 >= "
+            f"{protocol.moderate_target_pass1}, checked every {protocol.moderate_check_every} "
+            f"steps, at most {protocol.moderate_max_steps} more steps",
+        )
     records["moderate"] = json.loads((checked_start(moderate) / RECORD).read_text())
     return records
 

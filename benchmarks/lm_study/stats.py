@@ -70,9 +70,13 @@ def two_level_bootstrap(a, b=None, *, resamples: int = 10_000, seed: int = 0, le
     replicates = (per_problem * problem_weights).sum(axis=1)
     low, high = _percentiles(replicates, level)
     return Interval(
-        estimate=float(a.mean() - b.mean()), low=low, high=high,
+        estimate=float(a.mean() - b.mean()),
+        low=low,
+        high=high,
         share_at_or_below_zero=float((replicates <= 0).mean()),
-        seeds=(a.shape[0], b.shape[0]), problems=problems, level=level,
+        seeds=(a.shape[0], b.shape[0]),
+        problems=problems,
+        level=level,
     )
 
 

@@ -7,11 +7,13 @@
 #       [-- extra training args]
 #
 # vLLM data parallel size = (number of vLLM GPUs) / tp. --vllm-args adds arguments to `trl vllm-serve` (split as a
-# shell would; a repeated option wins over the launcher's). --dry-run prints the two commands and exits.
+# shell would, a quoted value stays one argument; a repeated option wins over the launcher's). --dry-run prints the two
+# commands and exits. Training runs under `accelerate launch --quiet`: a start-up error of one training process is its
+# one `error:` line, without accelerate's traceback.
 # See docs/scale_out.md for the GPU split, ports, failure modes and the CPU server's --vllm-args.
 set -euo pipefail
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 die() { echo "error: $*" >&2; exit 2; }
 
 CONFIG="" ACCELERATE_CONFIG="recipes/accelerate_configs/zero3.yaml" VLLM_GPUS="0" TRAIN_GPUS="" TP=1 PORT=8000
@@ -57,15 +59,15 @@ if [[ -z "$MODEL" ]]; then
     || die "could not read model_name_or_path from '$CONFIG'; pass --model"
 fi
 
-SERVE_EXTRA=()
-if [[ -n "$VLLM_ARGS" ]]; then  # split like a shell, without running anything in it
-  split=$(python -c 'import shlex, sys; print(*shlex.split(sys.argv[1]), sep="\n")' "$VLLM_ARGS" 2> /dev/null) \
-    || die "--vllm-args: cannot split '$VLLM_ARGS' into arguments (unbalanced quotes?)"
-  mapfile -t SERVE_EXTRA <<< "$split"
-fi
+SERVE_EXTRA=()  # --vllm-args split like a shell, without running anything in it; words pass NUL-separated, so a
+                # quoted value with newlines stays one argument, and an empty or blank list adds none
+SPLIT_WORDS='import shlex, sys; sys.stdout.write("".join(word + "\0" for word in shlex.split(sys.argv[1])))'
+python -c "$SPLIT_WORDS" "$VLLM_ARGS" > /dev/null 2>&1 \
+  || die "--vllm-args: cannot split '$VLLM_ARGS' into arguments (unbalanced quotes?)"
+mapfile -d '' -t SERVE_EXTRA < <(python -c "$SPLIT_WORDS" "$VLLM_ARGS")
 SERVE_CMD=(env "CUDA_VISIBLE_DEVICES=$VLLM_GPUS" trl vllm-serve --model "$MODEL" --tensor_parallel_size "$TP"
            --data_parallel_size "$DP" --host 0.0.0.0 --port "$PORT" ${SERVE_EXTRA[@]+"${SERVE_EXTRA[@]}"})
-TRAIN_CMD=(env "CUDA_VISIBLE_DEVICES=$TRAIN_GPUS" accelerate launch --config_file "$ACCELERATE_CONFIG"
+TRAIN_CMD=(env "CUDA_VISIBLE_DEVICES=$TRAIN_GPUS" accelerate launch --quiet --config_file "$ACCELERATE_CONFIG"
            --num_processes "$NUM_TRAIN" -m riskpo_trl.scripts.train --config "$CONFIG"
            --vllm_mode server --vllm_server_host 127.0.0.1 --vllm_server_port "$PORT" ${EXTRA[@]+"${EXTRA[@]}"})
 

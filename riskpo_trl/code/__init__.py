@@ -4,26 +4,24 @@ A self-contained layer of the standard library only. The public names below are 
 process that needs one part (the judge process, which imports only its judging modules) loads nothing else.
 """
 
-from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING
 
-_HOMES = {
-    "Executor": "executor", "EXECUTORS": "executor", "SandboxExecutor": "executor", "UnisolatedExecutor": "executor",
-    "JudgeLimits": "judge", "Verdict": "judge",
-    "CodeReward": "reward", "code_reward": "reward", "code_reward_from_settings": "reward", "extract_code": "reward",
-    "Isolation": "sandbox", "Sandbox": "sandbox", "SandboxLimits": "sandbox", "SandboxUnavailableError": "sandbox",
-    "detect_isolation": "sandbox",
-    "TestSpec": "testspec",
+from ..lazy import lazy_names
+
+# Public names by home module; each loads on first use. The TYPE_CHECKING block names the same for tools.
+_EXPORTS = {
+    "executor": ("Executor", "EXECUTORS", "SandboxExecutor", "UnisolatedExecutor"),
+    "judge": ("JudgeLimits", "Verdict"),
+    "reward": ("CodeReward", "code_reward", "code_reward_from_settings", "extract_code"),
+    "sandbox": ("Isolation", "Sandbox", "SandboxLimits", "SandboxUnavailableError", "detect_isolation"),
+    "testspec": ("TestSpec",),
 }
 
-__all__ = sorted(_HOMES)
+if TYPE_CHECKING:
+    from .executor import EXECUTORS, Executor, SandboxExecutor, UnisolatedExecutor
+    from .judge import JudgeLimits, Verdict
+    from .reward import CodeReward, code_reward, code_reward_from_settings, extract_code
+    from .sandbox import Isolation, Sandbox, SandboxLimits, SandboxUnavailableError, detect_isolation
+    from .testspec import TestSpec
 
-
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(import_module(f".{_HOMES[name]}", __name__), name)
-    raise AttributeError(f"module 'riskpo_trl.code' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__, __all__ = lazy_names(__name__, _EXPORTS)

@@ -3,8 +3,14 @@
 Standard library only. It reads the spec (program, test inputs, limits) from stdin, lowers its own resource limits,
 installs an audit hook that refuses networking, process execution, ctypes, signals to other processes, tracers and
 writes outside the working directory and /dev/shm, then runs the program once per test and writes its report of
-*observed* values to the stdout it was started with (a pipe the parent reads with a size cap): one length-prefixed
-record per test output (``O<length>\n<bytes>``), an optional error (``E...``) and an end mark (``D0\n``).
+*observed* values to the stdout it was started with (a pipe the parent reads with a size cap): a start mark (``S0\n``)
+once the program is compiled, then one length-prefixed record per test output (``O<length>\n<bytes>``), each written
+as soon as its test ends, an optional error (``E...``) and an end mark (``D0\n``).
+
+There is no timer in here: the per-test deadline is the trainer's (`riskpo_trl.code.sandbox`). It reads the records
+as they arrive and kills the whole sandbox (its PID namespace) when a test's record is not complete within
+``test_timeout_s`` of the record before it (of the start mark, for the first test). So nothing the program does with
+signals or exceptions in here extends it.
 
 Nothing here decides whether a test passed, because the program runs in this interpreter and can rewrite all of it
 (this module, its report, the builtins). Expected outputs never enter this process: a judge process outside the
@@ -33,34 +39,70 @@ PROBE_NAME = "__riskpo_probe__"  # what instrumented assert code calls (see risk
 
 # os.fork is allowed (multiprocessing.Pool): the pids cgroup or RLIMIT_NPROC bounds it; executing programs is not.
 # os.kill is allowed for the runner's own children only (Pool.terminate), see `_own_child`.
-_DENIED_EVENTS = frozenset({
-    "socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.getaddrinfo",
-    "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen",
-    "os.killpg", "signal.pthread_kill", "ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function",
-    "sys.remote_exec", "os.setuid", "webbrowser.open",
-    # tracers and further hooks could watch or rewrite the test code's evaluation
-    "sys.settrace", "sys.setprofile", "sys.addaudithook",
-})
+_DENIED_EVENTS = frozenset(
+    {
+        "socket.__new__",
+        "socket.connect",
+        "socket.bind",
+        "socket.sendto",
+        "socket.getaddrinfo",
+        "os.forkpty",
+        "os.system",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "subprocess.Popen",
+        "os.killpg",
+        "signal.pthread_kill",
+        "ctypes.dlopen",
+        "ctypes.dlsym",
+        "ctypes.call_function",
+        "sys.remote_exec",
+        "os.setuid",
+        "webbrowser.open",
+        # tracers and further hooks could watch or rewrite the test code's evaluation
+        "sys.settrace",
+        "sys.setprofile",
+        "sys.addaudithook",
+    }
+)
 # Events that change the file named by their path argument(s): allowed inside the sandbox directory only. Paths given
 # as file descriptors are refused; paths relative to a directory fd (``dir_fd``) are resolved through /proc/self/fd.
 _PATH_ARGS = {  # event -> how many leading arguments are paths
-    "os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1, "os.truncate": 1,
-    "os.link": 2, "os.symlink": 2, "os.rename": 2, "shutil.copyfile": 2, "shutil.copymode": 2, "shutil.copystat": 2,
-    "shutil.copytree": 2, "shutil.rmtree": 1, "shutil.move": 2, "shutil.make_archive": 1, "shutil.chown": 1,
+    "os.remove": 1,
+    "os.rmdir": 1,
+    "os.mkdir": 1,
+    "os.chmod": 1,
+    "os.chown": 1,
+    "os.utime": 1,
+    "os.truncate": 1,
+    "os.link": 2,
+    "os.symlink": 2,
+    "os.rename": 2,
+    "shutil.copyfile": 2,
+    "shutil.copymode": 2,
+    "shutil.copystat": 2,
+    "shutil.copytree": 2,
+    "shutil.rmtree": 1,
+    "shutil.move": 2,
+    "shutil.make_archive": 1,
+    "shutil.chown": 1,
 }
 # The trailing dir_fd arguments of those events (os.remove(path, dir_fd), os.rename(src, dst, src_dir_fd, ...)).
-_DIR_FD_ARGS = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1,
-                "os.link": 2, "os.symlink": 1, "os.rename": 2, "shutil.rmtree": 1}
+_DIR_FD_ARGS = {
+    "os.remove": 1,
+    "os.rmdir": 1,
+    "os.mkdir": 1,
+    "os.chmod": 1,
+    "os.chown": 1,
+    "os.utime": 1,
+    "os.link": 2,
+    "os.symlink": 1,
+    "os.rename": 2,
+    "shutil.rmtree": 1,
+}
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 _DIR_FLAGS = os.O_DIRECTORY | getattr(os, "O_PATH", 0)
-
-
-class _TestTimeout(BaseException):
-    """Raised by the per-test timer; a BaseException so `except Exception` in the program does not swallow it."""
-
-
-def _on_timer(signum, frame):
-    raise _TestTimeout()
 
 
 def _set_limits(spec):
@@ -134,7 +176,7 @@ def _install_guard(root, shared_memory_dir=None):
                 raise PermissionError(f"sandbox: opening the directory {full} is not allowed")
         elif event in _PATH_ARGS:
             n_paths, n_dir_fds = _PATH_ARGS[event], _DIR_FD_ARGS.get(event, 0)
-            dir_fds = list(args[len(args) - n_dir_fds:]) if n_dir_fds else []
+            dir_fds = list(args[len(args) - n_dir_fds :]) if n_dir_fds else []
             dir_fds = [None] * (n_paths - len(dir_fds)) + dir_fds  # os.symlink: one dir_fd, for the link itself
             for arg, dir_fd in zip(args[:n_paths], dir_fds):
                 if isinstance(arg, int) or not isinstance(dir_fd, (int, type(None))):
@@ -220,7 +262,7 @@ def _program_module(name):
     return module
 
 
-def _run_one(code, style, fn_name, test_input, timeout_s, workdir):
+def _run_one(code, style, fn_name, test_input, workdir):
     """Run one test; return (observed output, error or None).
 
     style "stdin": the program reads ``test_input`` on stdin, its stdout is the output. "functional": the program
@@ -232,10 +274,9 @@ def _run_one(code, style, fn_name, test_input, timeout_s, workdir):
         f.write(test_input if style == "stdin" else "")
     _redirect(0, in_path, os.O_RDONLY)
     _redirect(1, out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    sys.stdin = open(0, "r", closefd=False)
+    sys.stdin = open(0, closefd=False)
     sys.stdout = open(1, "w", closefd=False)
     result, error, records = None, None, []
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
         namespace = _program_module("__main__" if style == "stdin" else "solution").__dict__
         _exec(_PRELUDE, namespace)
@@ -253,12 +294,8 @@ def _run_one(code, style, fn_name, test_input, timeout_s, workdir):
     except SystemExit as exc:  # a clean exit ends a stdin program; elsewhere it would skip the function or the check
         if style != "stdin" or exc.code not in (None, 0):
             error = f"SystemExit({exc.code!r})"
-    except _TestTimeout:
-        error = "timeout"
     except BaseException as exc:  # noqa: BLE001 - any failure of the program fails the test
         error = f"{type(exc).__name__}: {exc}"[:500]
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
     try:
         sys.stdout.flush()
     except BaseException as exc:  # noqa: BLE001 - e.g. output over RLIMIT_FSIZE
@@ -307,8 +344,11 @@ def encode_value(value, depth=0):
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, (bytes, bytearray)):
-        raw = bytes(bytes.__getitem__(value, slice(None)) if isinstance(value, bytes)
-                    else bytearray.__getitem__(value, slice(None)))
+        raw = bytes(
+            bytes.__getitem__(value, slice(None))
+            if isinstance(value, bytes)
+            else bytearray.__getitem__(value, slice(None))
+        )
         return {"__bytes__": raw.decode("latin-1")}
     if isinstance(value, (list, tuple)):
         iterate = list.__iter__ if isinstance(value, list) else tuple.__iter__
@@ -329,7 +369,7 @@ def _observe(leaf):
     whether that matters (Python would not have evaluated a sub-expression that ``or``/``and`` skip)."""
     try:
         return encode_value(leaf())
-    except Exception as exc:  # noqa: BLE001 - the timer, exit and interrupts still end the test
+    except Exception as exc:  # noqa: BLE001 - exit and interrupts still end the test
         return {"__raised__": type(exc).__name__[:100]}
 
 
@@ -345,27 +385,26 @@ def main():
     os.closerange(report.fileno() + 1, 1 << 16)
     workdir = os.getcwd()
     _set_limits(spec)
-    signal.signal(signal.SIGALRM, _on_timer)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
     if spec.get("audit_guard", True):
         _install_guard(workdir, spec.get("shared_memory_dir"))
-    outputs, error = [], None
+    error = None
     try:
         code = _compile(spec["source"], "<solution>", "exec")
     except (SyntaxError, ValueError) as exc:
         error = f"{type(exc).__name__}: {exc}"[:500]
     else:
+        _record(report, b"S", b"")  # the trainer starts the first test's clock here
+        report.flush()
         for test_input in spec["inputs"]:
             try:
-                output, error = _run_one(code, spec["style"], spec["fn_name"], test_input, spec["test_timeout_s"],
-                                         workdir)
+                output, error = _run_one(code, spec["style"], spec["fn_name"], test_input, workdir)
             except BaseException as exc:  # noqa: BLE001 - the program broke the runner's own plumbing
                 output, error = None, f"runner: {type(exc).__name__}: {exc}"[:500]
             if error is not None:
                 break  # a failed test fails the program; stop early
-            outputs.append(output)
-    for output in outputs:
-        _record(report, b"O", output.encode("utf-8", errors="surrogatepass"))
+            _record(report, b"O", output.encode("utf-8", errors="surrogatepass"))
+            report.flush()  # the trainer starts the next test's clock when this record is complete
     if error is not None:
         _record(report, b"E", error.encode("utf-8", errors="replace"))
     _record(report, b"D", b"")

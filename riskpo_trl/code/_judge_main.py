@@ -17,6 +17,8 @@ import socket
 import sys
 import time
 
+from .fdwait import poll_ms
+
 VERDICT_REASON_CHARS = 300
 HEADER_BYTES = 64
 
@@ -32,7 +34,7 @@ def _decide(data: bytes) -> bytes:
     try:
         newline = data.find(b"\n")
         spec = TestSpec.from_json(data[:newline].decode("utf-8", errors="surrogatepass"))
-        outputs, error = parse_report(data[newline + 1:], len(spec.inputs), spec.output_caps())
+        outputs, error = parse_report(data[newline + 1 :], len(spec.inputs), spec.output_caps())
         if error is not None:
             return _fail(error)
         failed = spec.first_failure(outputs)
@@ -80,10 +82,13 @@ def serve(sock_fd: int) -> None:
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     deadlines: dict[int, float] = {}  # judge pid -> when to kill it
+    poller = select.poll()
+    for fd in (channel.fileno(), wake_read):
+        poller.register(fd, select.POLLIN)
     while True:
         now = time.monotonic()
         timeout = max(0.0, min(deadlines.values()) - now) if deadlines else None
-        ready = select.select([channel, wake_read], [], [], timeout)[0]
+        ready = {fd for fd, _ in poller.poll(poll_ms(timeout))}
         if wake_read in ready:
             while True:
                 try:
@@ -92,7 +97,7 @@ def serve(sock_fd: int) -> None:
                 except BlockingIOError:
                     break
         _reap(deadlines)
-        if channel not in ready:
+        if channel.fileno() not in ready:
             continue
         try:
             header, fds, _, _ = socket.recv_fds(channel, HEADER_BYTES, 2)

@@ -28,8 +28,13 @@ class ReadyAhead(Generic[Ready]):
         usable: whether a ready item can still be used (for example, its process is still alive).
     """
 
-    def __init__(self, prepare: Callable[[int], Ready], discard: Callable[[Ready], None],
-                 usable: Callable[[Ready], bool], workers: int):
+    def __init__(
+        self,
+        prepare: Callable[[int], Ready],
+        discard: Callable[[Ready], None],
+        usable: Callable[[Ready], bool],
+        workers: int,
+    ):
         self._prepare, self._discard, self._usable = prepare, discard, usable
         self._workers = max(1, workers)
         self._lock = threading.Lock()

@@ -73,8 +73,20 @@ MAX_CHECK_CODE_CHARS = 1_000_000  # longer check code is refused unparsed
 NODE_COST = 150
 JUDGE_WORK_BUDGET = 50 * WORK_BUDGET  # per probe, in the judge process (whose CPU limit bounds it anyway)
 
-_STRUCTURE = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.UnaryOp, ast.BinOp, ast.BoolOp, ast.Compare,
-              ast.IfExp, ast.Subscript, ast.Slice)
+_STRUCTURE = (
+    ast.Constant,
+    ast.List,
+    ast.Tuple,
+    ast.Set,
+    ast.Dict,
+    ast.UnaryOp,
+    ast.BinOp,
+    ast.BoolOp,
+    ast.Compare,
+    ast.IfExp,
+    ast.Subscript,
+    ast.Slice,
+)
 
 
 class UndecidableTestError(ValueError):
@@ -97,8 +109,11 @@ def _prelude_names() -> frozenset[str]:
 def _harmless_import(node: ast.Import | ast.ImportFrom, alias: ast.alias) -> bool:
     if isinstance(node, ast.Import):
         return alias.name in ("math", "collections") and alias.asname is None
-    return (node.module in ("math", "collections") and alias.asname is None
-            and (alias.name in FUNCTIONS or alias.name in CONSTANT_NAMES))
+    return (
+        node.module in ("math", "collections")
+        and alias.asname is None
+        and (alias.name in FUNCTIONS or alias.name in CONSTANT_NAMES)
+    )
 
 
 def _root_name(node: ast.expr) -> str | None:
@@ -155,8 +170,14 @@ class InstrumentedCheck:
 class _Scope:
     """Names of one scope (the module, or a check function) as the split sees them."""
 
-    def __init__(self, body: list[ast.stmt], splitter: _Splitter, parent: _Scope | None = None,
-                 params: list[str] = (), program_params: set[str] = frozenset()):
+    def __init__(
+        self,
+        body: list[ast.stmt],
+        splitter: _Splitter,
+        parent: _Scope | None = None,
+        params: list[str] = (),
+        program_params: set[str] = frozenset(),
+    ):
         self.parent = parent
         self.splitter = splitter
         counts = collections.Counter(_stored_names(body) + list(params) * 2)
@@ -215,18 +236,29 @@ class _Splitter:
             elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 stored.update(_stored_names(node.body))
         # `import math` or `from math import isclose` keep the names meaning what this module evaluates
-        harmless = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
-                    for alias in node.names if _harmless_import(node, alias)}
+        harmless = {
+            alias.asname or alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            for alias in node.names
+            if _harmless_import(node, alias)
+        }
         self.bound_anywhere = {name for name in stored if not (name in harmless and stored[name] == 1)}
         known = self.bound_anywhere | set(dir(builtins)) | _prelude_names() | {BIG_INT}
-        self.program_refs = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)
-                             and isinstance(node.ctx, ast.Load) and node.id not in known}
+        self.program_refs = {
+            node.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in known
+        }
         parameters = {node.arg for node in ast.walk(tree) if isinstance(node, ast.arg)}
         self.passed_to_program = {  # names given to a call into the program (or to a parameter, maybe the program)
-            name.id for node in ast.walk(tree) if isinstance(node, ast.Call)
-            and _root_name(node.func) in self.program_refs | parameters
+            name.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and _root_name(node.func) in self.program_refs | parameters
             for argument in [*node.args, *(keyword.value for keyword in node.keywords)]
-            for name in ast.walk(argument) if isinstance(name, ast.Name)}
+            for name in ast.walk(argument)
+            if isinstance(name, ast.Name)
+        }
         self.probes: list[Probe] = []
         self.statements = 0  # statements built so far (`_built`)
         self.expected_names: set[str] = set()  # constants the trainer's side of an assertion reads
@@ -253,9 +285,11 @@ class _Splitter:
         if isinstance(node, ast.Attribute):
             return dotted_name(node) in CONSTANT_NAMES and node.value.id not in self.bound_anywhere
         if isinstance(node, ast.Call):
-            return (self._function(node.func, scope) is not None and not any(
-                isinstance(arg, (ast.Starred, ast.Lambda)) for arg in node.args) and all(
-                keyword.arg not in (None, "key") for keyword in node.keywords))
+            return (
+                self._function(node.func, scope) is not None
+                and not any(isinstance(arg, (ast.Starred, ast.Lambda)) for arg in node.args)
+                and all(keyword.arg not in (None, "key") for keyword in node.keywords)
+            )
         return False
 
     def split(self, node: ast.expr, scope: _Scope, leaves: list[ast.expr]) -> ast.expr:
@@ -271,15 +305,21 @@ class _Splitter:
         if isinstance(node, ast.Attribute):
             return ast.Constant(CONSTANT_NAMES[dotted_name(node)])
         if isinstance(node, ast.Call):
-            return ast.Call(node.func, [self.split(arg, scope, leaves) for arg in node.args],
-                            [ast.keyword(k.arg, self.split(k.value, scope, leaves)) for k in node.keywords])
+            return ast.Call(
+                node.func,
+                [self.split(arg, scope, leaves) for arg in node.args],
+                [ast.keyword(k.arg, self.split(k.value, scope, leaves)) for k in node.keywords],
+            )
         new = copy.copy(node)
         for field_name, value in ast.iter_fields(node):
             if isinstance(value, ast.expr) and not isinstance(value, ast.expr_context):
                 setattr(new, field_name, self.split(value, scope, leaves))
             elif isinstance(value, list):
-                setattr(new, field_name, [self.split(item, scope, leaves) if isinstance(item, ast.expr) else item
-                                          for item in value])
+                setattr(
+                    new,
+                    field_name,
+                    [self.split(item, scope, leaves) if isinstance(item, ast.expr) else item for item in value],
+                )
         return new
 
     def leaf_free(self, node: ast.expr, scope: _Scope) -> bool:
@@ -327,9 +367,12 @@ class _Splitter:
             operands = [node.left, *node.comparators]
             for op, left, right in zip(node.ops, operands, operands[1:]):
                 if isinstance(op, (ast.Is, ast.IsNot)) and not any(
-                        isinstance(side, ast.Constant) and side.value in (None, True, False) for side in (left, right)):
-                    raise UndecidableTestError("an identity test (`is`) with something other than None, True or False",
-                                               ast.unparse(node)[:120])
+                    isinstance(side, ast.Constant) and side.value in (None, True, False) for side in (left, right)
+                ):
+                    raise UndecidableTestError(
+                        "an identity test (`is`) with something other than None, True or False",
+                        ast.unparse(node)[:120],
+                    )
                 self._check_pair(left, right, scope)
             for operand in operands:
                 self._check_decidable(operand, scope, truth_context=False)
@@ -365,8 +408,9 @@ class _Splitter:
         self.split(left, scope, leaves)
         self.split(right, scope, leaves)
         if not all(self.program_derived(leaf, scope) for leaf in leaves):
-            raise UndecidableTestError("an expected value computed in the sandbox",
-                                       f"{ast.unparse(left)[:80]} vs {ast.unparse(right)[:80]}")
+            raise UndecidableTestError(
+                "an expected value computed in the sandbox", f"{ast.unparse(left)[:80]} vs {ast.unparse(right)[:80]}"
+            )
 
     # --- statements ----------------------------------------------------------------------------------------------
 
@@ -385,13 +429,15 @@ class _Splitter:
         leaves = [self.fold(leaf, scope) for leaf in leaves]
         for leaf in leaves:
             if _contains([leaf], (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)):
-                raise UndecidableTestError("a sub-expression that cannot be evaluated on its own",
-                                           ast.unparse(leaf)[:80])
+                raise UndecidableTestError(
+                    "a sub-expression that cannot be evaluated on its own", ast.unparse(leaf)[:80]
+                )
         self.probes.append(Probe(expression, len(leaves), ast.unparse(node)[:200]))
         if len(self.probes) > MAX_UNROLLED_ASSERTIONS:
             raise UndecidableTestError(f"more than {MAX_UNROLLED_ASSERTIONS} assertions once loops are unrolled")
-        thunks = ast.Tuple([ast.Lambda(ast.arguments([], [], None, [], [], None, []), leaf) for leaf in leaves],
-                           ast.Load())
+        thunks = ast.Tuple(
+            [ast.Lambda(ast.arguments([], [], None, [], [], None, []), leaf) for leaf in leaves], ast.Load()
+        )
         call = ast.Call(ast.Name(PROBE_NAME, ast.Load()), [ast.Constant(len(self.probes) - 1), thunks], [])
         return ast.copy_location(ast.Expr(call), node)
 
@@ -409,8 +455,11 @@ class _Splitter:
             return [self.assertion(node, scope)]
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             return self._assign(node, node.targets[0].id, scope)
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0],
-                                                                                     (ast.Tuple, ast.List)):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], (ast.Tuple, ast.List))
+        ):
             unpacked = self._unpack(node, node.targets[0], scope)
             if unpacked is not None:
                 return unpacked
@@ -427,10 +476,14 @@ class _Splitter:
         if _contains([node], ast.Assert):
             raise UndecidableTestError(
                 "an assertion on a path the trainer cannot know (only straight-line code, loops over literal tables "
-                "and ifs on known values are judged)", ast.unparse(node).splitlines()[0][:80])
+                "and ifs on known values are judged)",
+                ast.unparse(node).splitlines()[0][:80],
+            )
         if isinstance(node, ast.If):
-            raise UndecidableTestError("an if on values only the sandbox knows (whatever it does there, the program "
-                                       "decides)", ast.unparse(node.test)[:80])
+            raise UndecidableTestError(
+                "an if on values only the sandbox knows (whatever it does there, the program decides)",
+                ast.unparse(node.test)[:80],
+            )
         self._built(1)
         return [self.fold(node, scope)]
 
@@ -448,8 +501,11 @@ class _Splitter:
     def _unpack(self, node: ast.Assign, target: ast.Tuple | ast.List, scope: _Scope) -> list[ast.stmt] | None:
         """``x, want = t`` of a known ``t``: each name becomes a known value (so ``want`` stays out of the sandbox)."""
         names = [item.id for item in target.elts if isinstance(item, ast.Name)]
-        if len(names) != len(target.elts) or not set(names) <= scope.assigned_once or not self.leaf_free(
-                node.value, scope):
+        if (
+            len(names) != len(target.elts)
+            or not set(names) <= scope.assigned_once
+            or not self.leaf_free(node.value, scope)
+        ):
             return None
         try:
             values = list(self.evaluate_constant(node.value, scope))
@@ -471,7 +527,8 @@ class _Splitter:
         if not all(isinstance(target, ast.Name) for target in targets) or not self.leaf_free(node.iter, scope):
             return None
         if _contains(node.body, (ast.Break, ast.Continue)) or set(_stored_names(node.body)) & {
-                target.id for target in targets}:
+            target.id for target in targets
+        }:
             return None
         items = list(self.evaluate_constant(node.iter, scope))
         if len(items) > MAX_LOOP_ITERATIONS:
@@ -504,8 +561,11 @@ class _Splitter:
         params = [arg.arg for arg in node.args.posonlyargs + node.args.args]
         passed = dict(zip(params, call.args)) | {k.arg: k.value for k in call.keywords if k.arg}
         program = {name for name, value in passed.items() if self.program_derived(value, scope)}
-        everything = params + [arg.arg for arg in node.args.kwonlyargs] + [
-            arg.arg for arg in (node.args.vararg, node.args.kwarg) if arg is not None]
+        everything = (
+            params
+            + [arg.arg for arg in node.args.kwonlyargs]
+            + [arg.arg for arg in (node.args.vararg, node.args.kwarg) if arg is not None]
+        )
         inner = _Scope(node.body, self, scope, everything, program)
         new = copy.copy(node)
         new.body = self.block(node.body, inner, {}) or [ast.Pass()]
@@ -522,15 +582,19 @@ class _Splitter:
         try:
             return evaluate(self.split(node, scope, []), [])
         except EvaluationFailed as exc:
-            raise UndecidableTestError("a known value that cannot be evaluated",
-                                       f"{ast.unparse(node)[:80]}: {exc}") from exc
+            raise UndecidableTestError(
+                "a known value that cannot be evaluated", f"{ast.unparse(node)[:80]}: {exc}"
+            ) from exc
 
     def run(self) -> InstrumentedCheck:
         _refuse_checks_decided_in_the_sandbox(self.tree)
         functions = {}
         for statement in self.tree.body:  # check functions the top level calls in its straight line
-            if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) and isinstance(
-                    statement.value.func, ast.Name):
+            if (
+                isinstance(statement, ast.Expr)
+                and isinstance(statement.value, ast.Call)
+                and isinstance(statement.value.func, ast.Name)
+            ):
                 functions.setdefault(statement.value.func.id, statement.value)
         defined = {node.name for node in self.tree.body if isinstance(node, ast.FunctionDef)}
         functions = {name: call for name, call in functions.items() if name in defined}
@@ -540,21 +604,35 @@ class _Splitter:
         scope = _Scope(self.tree.body, self)
         scope.program.update(self.program_refs)
         body = _prune(self.block(self.tree.body, scope, functions), scope)
-        sandbox_reads = {node.id for statement in body for node in ast.walk(statement)
-                         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+        sandbox_reads = {
+            node.id
+            for statement in body
+            for node in ast.walk(statement)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+        }
         leaked = sorted((sandbox_reads & self.expected_names) - self.demoted)
         if leaked:  # a name an assertion compares with, bound where the program could read it
             raise UndecidableTestError("an expected value the sandbox would also hold", ", ".join(leaked)[:80])
         if not any(probe.n_leaves for probe in self.probes):
-            raise UndecidableTestError("check code with no assertion on the program's values: only the runner, which "
-                                       "the program controls, would say that it passed")
+            raise UndecidableTestError(
+                "check code with no assertion on the program's values: only the runner, which "
+                "the program controls, would say that it passed"
+            )
         return InstrumentedCheck(ast.unparse(ast.fix_missing_locations(ast.Module(body, []))), tuple(self.probes))
 
 
 _TOO_MANY_STATEMENTS = f"more than {MAX_UNROLLED_STATEMENTS} statements once loops are unrolled"
 _IMMUTABLE = (int, float, complex, str, bytes, bool, type(None))
-_NEW_SCOPES = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ListComp, ast.SetComp,
-               ast.DictComp, ast.GeneratorExp)
+_NEW_SCOPES = (
+    ast.Lambda,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+)
 # Unittest methods (``self.assertEqual``...), exits and checks that fail by raising: each would decide a verdict in
 # the sandbox, where the program decides what they see.
 _EXIT_CALLS = {"exit", "quit", "sys.exit", "os._exit", "os.abort", "os.kill", "unittest.main"}
@@ -586,8 +664,12 @@ class _Folder(ast.NodeTransformer):
         return node
 
     def visit_Subscript(self, node: ast.Subscript):
-        if isinstance(node.ctx, ast.Load) and isinstance(_root_name(node), str) and self.splitter.leaf_free(
-                node, self.scope) and self.scope.constant(_root_name(node))[0]:
+        if (
+            isinstance(node.ctx, ast.Load)
+            and isinstance(_root_name(node), str)
+            and self.splitter.leaf_free(node, self.scope)
+            and self.scope.constant(_root_name(node))[0]
+        ):
             return ast.copy_location(_literal_node(self.splitter.evaluate_constant(node, self.scope)), node)
         return self.generic_visit(node)
 
@@ -604,8 +686,9 @@ def _refuse_checks_decided_in_the_sandbox(tree: ast.Module) -> None:
         elif isinstance(node, ast.While):
             reason = "a while loop (whether and how often it runs is up to the program)"
         elif isinstance(node, (ast.Import, ast.ImportFrom)) and any(
-                (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0] == "unittest"
-                for alias in node.names):
+            (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0] == "unittest"
+            for alias in node.names
+        ):
             reason = "a unittest check (its assert methods run in the sandbox)"
         elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Compare):
             reason = "a comparison whose result nothing checks"
@@ -622,8 +705,9 @@ def _refuse_checks_decided_in_the_sandbox(tree: ast.Module) -> None:
 
 
 def _calls_in(tree: ast.AST, name: str) -> int:
-    return sum(isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)
-               for node in ast.walk(tree))
+    return sum(
+        isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load) for node in ast.walk(tree)
+    )
 
 
 def _literal_node(value) -> ast.expr:
@@ -673,15 +757,25 @@ def _spell_out_long_ints(code: str) -> str:
 def _prune(body: list[ast.stmt], scope: _Scope) -> list[ast.stmt]:
     """Drop the assignments of constants the sandbox never reads, so their values stay out of the sandbox. A mutable
     constant the sandbox does read (passed to the program, which may change it) is demoted by a second pass."""
-    read = {node.id for statement in body for node in ast.walk(statement)
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    read = {
+        node.id
+        for statement in body
+        for node in ast.walk(statement)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+    }
     kept = []
     for statement in body:
-        if (isinstance(statement, ast.Assign) and len(statement.targets) == 1
-                and isinstance(statement.targets[0], ast.Name)):
+        if (
+            isinstance(statement, ast.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+        ):
             name = statement.targets[0].id
-            if name not in read and (name in scope.constants or _is_literal_assignment(statement)
-                                     or getattr(statement, "riskpo_constant", False)):
+            if name not in read and (
+                name in scope.constants
+                or _is_literal_assignment(statement)
+                or getattr(statement, "riskpo_constant", False)
+            ):
                 continue
         kept.append(statement)
     return kept
@@ -704,8 +798,9 @@ def instrument_assertions(test_code: str) -> InstrumentedCheck:
     or that needs more than its budget (the message says which construct or limit).
     """
     if len(test_code) > MAX_CHECK_CODE_CHARS:
-        raise UndecidableTestError(f"check code of more than {MAX_CHECK_CODE_CHARS} characters",
-                                   f"{len(test_code)} characters")
+        raise UndecidableTestError(
+            f"check code of more than {MAX_CHECK_CODE_CHARS} characters", f"{len(test_code)} characters"
+        )
     try:
         tree = ast.parse(_spell_out_long_ints(test_code))
     except (SyntaxError, ValueError, RecursionError, MemoryError, tokenize.TokenError) as exc:
@@ -718,8 +813,11 @@ def instrument_assertions(test_code: str) -> InstrumentedCheck:
                 splitter = _Splitter(tree, demoted)
                 check = splitter.run()
                 sandbox = ast.parse(check.sandbox_code)
-                read = {node.id for node in ast.walk(sandbox)
-                        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+                read = {
+                    node.id
+                    for node in ast.walk(sandbox)
+                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+                }
                 newly = (read & splitter.mutable_constants) - demoted
                 if not newly:
                     return check
@@ -746,9 +844,15 @@ def assertions_pass(observed: str, check: InstrumentedCheck) -> bool:
     probes = check.probes
     reached = set()
     for record in records:
-        if not (isinstance(record, list) and len(record) == 2 and type(record[0]) is int
-                and 0 <= record[0] < len(probes) and isinstance(record[1], list)
-                and len(record[1]) == probes[record[0]].n_leaves and record[0] not in reached):
+        if not (
+            isinstance(record, list)
+            and len(record) == 2
+            and type(record[0]) is int
+            and 0 <= record[0] < len(probes)
+            and isinstance(record[1], list)
+            and len(record[1]) == probes[record[0]].n_leaves
+            and record[0] not in reached
+        ):
             return False
         try:
             with work_budget(JUDGE_WORK_BUDGET):

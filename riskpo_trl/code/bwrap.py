@@ -29,7 +29,6 @@ import itertools
 import json
 import os
 import re
-import select
 import shutil
 import stat
 import subprocess
@@ -40,6 +39,7 @@ import threading
 import time
 from pathlib import Path
 
+from .fdwait import readable
 from .spawner import Spawner
 
 SANDBOX_UID_BASE = 61000  # host uids per worker slot when running as root; no account needs to exist
@@ -48,8 +48,12 @@ WORKDIR = "/sandbox"  # the tmpfs working directory (also HOME and TMPDIR) insid
 SHM_DIR = "/dev/shm"  # POSIX shared memory and semaphores (multiprocessing); writable, capped like WORKDIR
 SHM_SHARE = 8  # without root, /dev/shm is its own tmpfs of 1/SHM_SHARE of disk_mb; the working directory the rest
 DEVICE_NODES = ("null", "zero", "full", "random", "urandom")
-DEVICE_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                ("stderr", "/proc/self/fd/2"))
+DEVICE_LINKS = (
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+)
 # What helper commands (mount, mkdir, ...) get as their environment; bwrap itself gets none at all.
 TOOL_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 STAGE_SERVER = Path(__file__).with_name("_stage_main.py").read_text()
@@ -96,7 +100,7 @@ def _symlinks_along(path: str, limit: int = 40) -> list[tuple[str, str]]:
             if os.path.islink(current):
                 target = os.readlink(current)
                 links.append((target, current))
-                pending.append(os.path.normpath(os.path.join(os.path.dirname(current), target, *parts[index + 1:])))
+                pending.append(os.path.normpath(os.path.join(os.path.dirname(current), target, *parts[index + 1 :])))
                 break
     return links
 
@@ -118,11 +122,13 @@ def interpreter_mounts() -> tuple[list[str], list[tuple[str, str]], list[str]]:
     """What this interpreter needs inside the sandbox: (directories to bind read-only, (target, link) symlinks to
     recreate, site-packages directories to hide under an empty tmpfs)."""
     executable = os.path.realpath(sys.executable)
-    stdlib = {os.path.realpath(sysconfig.get_path(name, vars={"base": sys.base_prefix,
-                                                              "platbase": sys.base_exec_prefix}))
-              for name in ("stdlib", "platstdlib")}
-    extensions = sorted(path for directory in stdlib
-                        for path in glob.glob(os.path.join(directory, "lib-dynload", "*.so")))
+    stdlib = {
+        os.path.realpath(sysconfig.get_path(name, vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix}))
+        for name in ("stdlib", "platstdlib")
+    }
+    extensions = sorted(
+        path for directory in stdlib for path in glob.glob(os.path.join(directory, "lib-dynload", "*.so"))
+    )
     libraries = _ldd_libraries([executable, *extensions])
     needed = {executable, *libraries}
     # the binary itself (not its directory: /usr/bin holds every tool), library directories, the standard library
@@ -139,9 +145,11 @@ def interpreter_mounts() -> tuple[list[str], list[tuple[str, str]], list[str]]:
     for target, link in links:
         if (target, link) not in unique_links and not any(_inside(link, bound) for bound in binds):
             unique_links.append((target, link))
-    site_dirs = {os.path.realpath(sysconfig.get_path(name, vars=vars_))
-                 for name in ("purelib", "platlib")
-                 for vars_ in ({}, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix})}
+    site_dirs = {
+        os.path.realpath(sysconfig.get_path(name, vars=vars_))
+        for name in ("purelib", "platlib")
+        for vars_ in ({}, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
+    }
     hidden = sorted(path for path in site_dirs if os.path.isdir(path) and any(_inside(path, b) for b in binds))
     return binds, unique_links, hidden
 
@@ -172,7 +180,8 @@ def stage_parent() -> str:
     raise SandboxUnavailableError(
         f"Running the code sandbox as root needs a temporary directory that other users can enter (the sandbox runs "
         f"as uid {SANDBOX_UID_BASE} + its slot): neither TMPDIR ({tempfile.gettempdir()}) nor any of {STAGE_PARENTS} "
-        f"is one. Point TMPDIR at a directory with mode 755 or 1777 all the way down.")
+        f"is one. Point TMPDIR at a directory with mode 755 or 1777 all the way down."
+    )
 
 
 class BwrapLauncher:
@@ -201,12 +210,15 @@ class BwrapLauncher:
             if self._tools[tool] is None:
                 raise SandboxUnavailableError(
                     f"Running the code sandbox as root needs util-linux's `{tool}` (to start bwrap as an unprivileged "
-                    "uid in a private mount namespace); install util-linux.")
+                    "uid in a private mount namespace); install util-linux."
+                )
         stage = tempfile.mkdtemp(prefix="riskpo-sandbox-stage-", dir=stage_parent())
         os.chmod(stage, 0o755)  # made 0700 under a random name (no one can have planted it), then opened to the uid
         self._stage = {path: f"{stage}/{index}" for index, path in enumerate(private)}
-        self._holder = _StageServer([self._tools["unshare"], "--mount", "--net", "--propagation", "private", "--"],
-                                    ["--stage", stage, *private])
+        self._holder = _StageServer(
+            [self._tools["unshare"], "--mount", "--net", "--propagation", "private", "--"],
+            ["--stage", stage, *private],
+        )
         self._servers = {os.getpid(): self._holder}
         self._spawners: dict[int, Spawner] = {}
         self.stage_dir = stage
@@ -221,8 +233,9 @@ class BwrapLauncher:
         with self._lock:
             server = self._servers.get(os.getpid())
             if server is None or not server.alive():
-                server = _StageServer([self._tools["nsenter"], f"--mount=/proc/{self._holder.pid}/ns/mnt", "--"],
-                                      ["--serve"])
+                server = _StageServer(
+                    [self._tools["nsenter"], f"--mount=/proc/{self._holder.pid}/ns/mnt", "--"], ["--serve"]
+                )
                 self._servers[os.getpid()] = server
             return server
 
@@ -243,8 +256,9 @@ class BwrapLauncher:
             return None
         with self._lock:
             path = f"{self.stage_dir}/work{os.getpid()}-{next(self._runs)}"  # unique also across forks
-        error = self._server().request(op="mount", path=path, size=disk_bytes, inodes=max_files,
-                                       uid=SANDBOX_UID_BASE + slot)
+        error = self._server().request(
+            op="mount", path=path, size=disk_bytes, inodes=max_files, uid=SANDBOX_UID_BASE + slot
+        )
         if error is not None:
             raise SandboxUnavailableError(f"Could not mount the sandbox's working directory: {error}")
         return path
@@ -254,8 +268,16 @@ class BwrapLauncher:
         if path is not None:
             self._server().request(op="umount", path=path)
 
-    def command(self, argv: list[str], slot: int, disk_bytes: int, args_fd: int, info_fd: int | None = None,
-                seccomp_fd: int | None = None, workdir: str | None = None) -> tuple[list[str], bytes]:
+    def command(
+        self,
+        argv: list[str],
+        slot: int,
+        disk_bytes: int,
+        args_fd: int,
+        info_fd: int | None = None,
+        seccomp_fd: int | None = None,
+        workdir: str | None = None,
+    ) -> tuple[list[str], bytes]:
         """(bwrap command, bwrap's options) that run ``argv`` in a new sandbox for worker ``slot``: start the command
         with `popen`.
 
@@ -272,11 +294,28 @@ class BwrapLauncher:
         options = ["--info-fd", str(info_fd)] if info_fd is not None else []
         options += ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
         shared_net = self._holder is not None and seccomp_fd is not None
-        options += (["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"] if shared_net
-                    else ["--unshare-all"])
-        options += ["--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-                    "--as-pid-1", "--cap-drop", "ALL", "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID),
-                    "--hostname", "sandbox", "--proc", "/proc"]
+        options += (
+            ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+            if shared_net
+            else ["--unshare-all"]
+        )
+        options += [
+            "--unshare-user",
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--as-pid-1",
+            "--cap-drop",
+            "ALL",
+            "--uid",
+            str(INSIDE_UID),
+            "--gid",
+            str(INSIDE_UID),
+            "--hostname",
+            "sandbox",
+            "--proc",
+            "/proc",
+        ]
         # /dev holds the basic nodes and the standard streams, as bwrap's --dev makes them, but no terminal (tty, pts,
         # ptmx): fewer mounts per run, and the root's final remount makes it read-only with the rest
         for node in DEVICE_NODES:
@@ -295,12 +334,38 @@ class BwrapLauncher:
             options += ["--bind", f"{workdir}/home", WORKDIR, "--bind", f"{workdir}/shm", SHM_DIR]
         else:
             shm_bytes = max(1 << 20, disk_bytes // SHM_SHARE)
-            options += ["--size", str(max(1 << 20, disk_bytes - shm_bytes)), "--tmpfs", WORKDIR,
-                        "--size", str(shm_bytes), "--tmpfs", SHM_DIR]
-        options += ["--remount-ro", "/", "--chdir", WORKDIR,
-                    "--clearenv", "--setenv", "HOME", WORKDIR, "--setenv", "TMPDIR", WORKDIR,
-                    "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
-                    "--setenv", "PYTHONIOENCODING", "utf-8"]
+            options += [
+                "--size",
+                str(max(1 << 20, disk_bytes - shm_bytes)),
+                "--tmpfs",
+                WORKDIR,
+                "--size",
+                str(shm_bytes),
+                "--tmpfs",
+                SHM_DIR,
+            ]
+        options += [
+            "--remount-ro",
+            "/",
+            "--chdir",
+            WORKDIR,
+            "--clearenv",
+            "--setenv",
+            "HOME",
+            WORKDIR,
+            "--setenv",
+            "TMPDIR",
+            WORKDIR,
+            "--setenv",
+            "PATH",
+            "/usr/bin:/bin",
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+            "--setenv",
+            "PYTHONIOENCODING",
+            "utf-8",
+        ]
         bwrap = [self.bwrap, "--args", str(args_fd), "--", *argv]
         return bwrap, b"\0".join(option.encode() for option in options) + b"\0"
 
@@ -314,9 +379,18 @@ class BwrapLauncher:
         spawner = self._spawner()
         if spawner is not None:
             return spawner.popen(uid, command, **popen_kwargs)
-        return subprocess.Popen([self._tools["nsenter"], f"--mount=/proc/{self._holder.pid}/ns/mnt",
-                                 f"--net=/proc/{self._holder.pid}/ns/net", f"--setuid={uid}", f"--setgid={uid}",
-                                 "--", *command], **popen_kwargs)
+        return subprocess.Popen(
+            [
+                self._tools["nsenter"],
+                f"--mount=/proc/{self._holder.pid}/ns/mnt",
+                f"--net=/proc/{self._holder.pid}/ns/net",
+                f"--setuid={uid}",
+                f"--setgid={uid}",
+                "--",
+                *command,
+            ],
+            **popen_kwargs,
+        )
 
     def close(self) -> None:
         """End the staging namespace (also at exit); the empty host directory it was mounted on is removed."""
@@ -328,8 +402,12 @@ class BwrapLauncher:
                 spawner.close()
         try:
             holder = self._holder
-            if self.stage_dir is not None and holder is not None and holder.owner == os.getpid() \
-                    and holder.process.poll() is not None:
+            if (
+                self.stage_dir is not None
+                and holder is not None
+                and holder.owner == os.getpid()
+                and holder.process.poll() is not None
+            ):
                 os.rmdir(self.stage_dir)  # only where the holder is ours and has ended: never under a live stage
         except OSError:
             pass
@@ -344,7 +422,13 @@ class _StageServer:
         self._lock = threading.Lock()
         self.process = subprocess.Popen(
             [*launcher, os.path.realpath(sys.executable), "-I", "-S", "-B", "-c", STAGE_SERVER, *arguments],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", env=TOOL_ENV, bufsize=0)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd="/",
+            env=TOOL_ENV,
+            bufsize=0,
+        )
         self.pid = self.process.pid
         reply = self._reply()
         self.start_error = reply.get("error")
@@ -365,8 +449,7 @@ class _StageServer:
         data, fd = b"", self.process.stdout.fileno()
         deadline = time.monotonic() + STAGE_TIMEOUT_S
         while not data.endswith(b"\n"):
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
+            if not readable(fd, deadline - time.monotonic()):
                 self.process.kill()
                 return {"error": f"the staging server did not answer within {STAGE_TIMEOUT_S:.0f} s"}
             chunk = os.read(fd, 4096)

@@ -105,7 +105,7 @@ def _own_cgroups(text: str) -> tuple[dict[str, str], str | None]:
 
 def _join(point: str, root: str, own: str) -> str:
     """The directory of cgroup ``own`` in a hierarchy mounted at ``point`` whose mount shows cgroup ``root``."""
-    relative = own[len(root):] if root != "/" and (own == root or own.startswith(root + "/")) else own
+    relative = own[len(root) :] if root != "/" and (own == root or own.startswith(root + "/")) else own
     return os.path.join(point, relative.lstrip("/"))
 
 
@@ -295,8 +295,14 @@ def _v2_parent_dir(point: str, root: str, own: str) -> tuple[str | None, tuple[s
         return None, (), f"the v2 hierarchy offers {sorted(available) or 'no controllers'}"
     if not set(REQUIRED_V2) <= enabled:
         if not in_root:
-            return None, (), ("the cgroup v2 parent of the trainer's cgroup does not delegate memory and pids "
-                              "(cgroup.subtree_control); see docs/code_sandbox.md")
+            return (
+                None,
+                (),
+                (
+                    "the cgroup v2 parent of the trainer's cgroup does not delegate memory and pids "
+                    "(cgroup.subtree_control); see docs/code_sandbox.md"
+                ),
+            )
         try:
             _write(os.path.join(directory, "cgroup.subtree_control"), "+memory +pids")
         except OSError as exc:
@@ -353,6 +359,7 @@ def detect(mountinfo_path: str = "/proc/self/mountinfo", cgroup_path: str = "/pr
         try:
             support.hierarchies[controller] = _Hierarchy(controller, 1, _make_parent(directory, 1, (controller,)))
         except OSError as exc:
-            support.missing[controller] = (f"{reason}; cannot create a cgroup v1 {controller} group in "
-                                           f"{directory}: {exc.strerror} (not root?)")
+            support.missing[controller] = (
+                f"{reason}; cannot create a cgroup v1 {controller} group in {directory}: {exc.strerror} (not root?)"
+            )
     return support

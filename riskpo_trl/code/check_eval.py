@@ -115,20 +115,56 @@ def _int(value) -> bool:
 
 # What is evaluated outside the sandbox when check code calls these names (and does not bind them).
 FUNCTIONS: dict[str, Any] = {
-    "abs": abs, "len": len, "sorted": sorted, "min": min, "max": max, "sum": sum, "round": _round, "int": _int_of,
-    "float": float, "str": _str_of, "bool": bool, "list": list, "tuple": tuple, "set": hashable_set,
-    "frozenset": hashable_set, "all": all, "any": any, "reversed": lambda items: list(reversed(items)),
-    "range": _bounded_range, "enumerate": lambda items, start=0: list(enumerate(items, start)),
-    "zip": lambda *items: list(zip(*items)), "Counter": collections.Counter, "isclose": math.isclose,
-    "math.isclose": math.isclose, "math.fabs": math.fabs, "math.floor": math.floor, "math.ceil": math.ceil,
-    "math.sqrt": math.sqrt, "collections.Counter": collections.Counter, "isinstance": _isinstance, "dict": dict,
-    "bytes": _bytes, "math.pow": math.pow, BIG_INT: int_from_decimal,
+    "abs": abs,
+    "len": len,
+    "sorted": sorted,
+    "min": min,
+    "max": max,
+    "sum": sum,
+    "round": _round,
+    "int": _int_of,
+    "float": float,
+    "str": _str_of,
+    "bool": bool,
+    "list": list,
+    "tuple": tuple,
+    "set": hashable_set,
+    "frozenset": hashable_set,
+    "all": all,
+    "any": any,
+    "reversed": lambda items: list(reversed(items)),
+    "range": _bounded_range,
+    "enumerate": lambda items, start=0: list(enumerate(items, start)),
+    "zip": lambda *items: list(zip(*items)),
+    "Counter": collections.Counter,
+    "isclose": math.isclose,
+    "math.isclose": math.isclose,
+    "math.fabs": math.fabs,
+    "math.floor": math.floor,
+    "math.ceil": math.ceil,
+    "math.sqrt": math.sqrt,
+    "collections.Counter": collections.Counter,
+    "isinstance": _isinstance,
+    "dict": dict,
+    "bytes": _bytes,
+    "math.pow": math.pow,
+    BIG_INT: int_from_decimal,
 }
 CONSTANT_NAMES = {"inf": math.inf, "nan": math.nan, "math.inf": math.inf, "math.nan": math.nan, "math.pi": math.pi}
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-           ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitAnd: operator.and_,
-           ast.BitOr: operator.or_, ast.BitXor: operator.xor}
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
+}
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
 _ORDER = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
 
@@ -140,7 +176,7 @@ def evaluate(node: ast.expr, leaves: list):
         return node.value
     if isinstance(node, ast.Name):
         if node.id.startswith(LEAF_PREFIX):
-            value = leaves[int(node.id[len(LEAF_PREFIX):])]
+            value = leaves[int(node.id[len(LEAF_PREFIX) :])]
             if isinstance(value, Raised):
                 raise EvaluationFailed(f"raised {value.exception}")
             return value
@@ -233,7 +269,7 @@ def _measure(value, colliders: list[int], limit: int) -> int:
             total += bits >> 6
             colliders[0] += bits > _HASH_MODULUS_BITS
         elif isinstance(item, float):
-            colliders[0] += math.isfinite(item) and abs(item) >= 2.0 ** _HASH_MODULUS_BITS
+            colliders[0] += math.isfinite(item) and abs(item) >= 2.0**_HASH_MODULUS_BITS
         elif isinstance(item, (str, bytes)):
             total += len(item)
         elif isinstance(item, dict):
@@ -283,11 +319,22 @@ def _binary(op: ast.operator, left, right):
         for sequence, count in ((left, right), (right, left)):
             if _length(sequence) is not None and _int(count) and _length(sequence) * max(count, 0) > _MAX_SIZE:
                 raise EvaluationFailed("repetition too large")
-    elif isinstance(op, ast.Pow) and _int(left) and _int(right) and right > 0 and abs(left) > 1 and (
-            right > _MAX_SIZE or left.bit_length() * right > _MAX_SIZE):
+    elif (
+        isinstance(op, ast.Pow)
+        and _int(left)
+        and _int(right)
+        and right > 0
+        and abs(left) > 1
+        and (right > _MAX_SIZE or left.bit_length() * right > _MAX_SIZE)
+    ):
         raise EvaluationFailed("power too large")
-    elif isinstance(op, ast.LShift) and _int(left) and _int(right) and left and (
-            right > _MAX_SIZE or left.bit_length() + right > _MAX_SIZE):
+    elif (
+        isinstance(op, ast.LShift)
+        and _int(left)
+        and _int(right)
+        and left
+        and (right > _MAX_SIZE or left.bit_length() + right > _MAX_SIZE)
+    ):
         raise EvaluationFailed("shift too large")
     elif isinstance(op, ast.Mod) and isinstance(left, (str, bytes)):
         raise EvaluationFailed("%-formatting is not evaluated")

@@ -48,8 +48,9 @@ logger = logging.getLogger(__name__)
 
 LIVECODEBENCH_ID = "livecodebench/code_generation_lite"
 ARCHER_CODE_ID = "wizardII/ArcherCodeR-Dataset"
-LIVECODEBENCH_RELEASE_FILES = {f"release_v{v}": ["test.jsonl"] + [f"test{i}.jsonl" for i in range(2, v + 1)]
-                               for v in range(1, 7)}
+LIVECODEBENCH_RELEASE_FILES = {
+    f"release_v{v}": ["test.jsonl"] + [f"test{i}.jsonl" for i in range(2, v + 1)] for v in range(1, 7)
+}
 
 STDIN_INSTRUCTION = (
     "Write a Python 3 program that reads the input from standard input and writes the answer to standard output. "
@@ -95,12 +96,14 @@ def livecodebench_tests_to_spec(cases: list[Mapping[str, Any]], fn_name: str | N
     style = styles.pop()
     if style == "functional" and not fn_name:
         raise ValueError("Functional LiveCodeBench tests need metadata.func_name (the Solution method to call).")
-    return TestSpec(style, [c["input"] for c in cases], [c["output"] for c in cases],
-                    fn_name if style == "functional" else None)
+    return TestSpec(
+        style, [c["input"] for c in cases], [c["output"] for c in cases], fn_name if style == "functional" else None
+    )
 
 
-def livecodebench_to_riskpo(row: Mapping[str, Any], allow_pickle: bool = False,
-                            include_private: bool = True) -> dict[str, Any]:
+def livecodebench_to_riskpo(
+    row: Mapping[str, Any], allow_pickle: bool = False, include_private: bool = True
+) -> dict[str, Any]:
     """Map a ``livecodebench/code_generation_lite`` row to ``prompt`` + ``tests`` (public, then private tests)."""
     metadata = row.get("metadata") or "{}"
     metadata = json.loads(metadata) if isinstance(metadata, str) else dict(metadata)
@@ -111,8 +114,9 @@ def livecodebench_to_riskpo(row: Mapping[str, Any], allow_pickle: bool = False,
     return {"prompt": code_prompt(row["question_content"], row.get("starter_code")), "tests": spec.to_json()}
 
 
-def load_livecodebench(release: str = "release_v5", start_date: str | None = None, end_date: str | None = None,
-                       allow_pickle: bool = False):
+def load_livecodebench(
+    release: str = "release_v5", start_date: str | None = None, end_date: str | None = None, allow_pickle: bool = False
+):
     """LiveCodeBench problems of a release (optionally a ``contest_date`` window, ISO dates) as prompt + tests.
 
     The paper evaluates on LiveCodeBench v5; a common choice is the 2024-08-01 .. 2025-02-01 window of release_v5.
@@ -120,15 +124,19 @@ def load_livecodebench(release: str = "release_v5", start_date: str | None = Non
     from datasets import load_dataset
 
     if release not in LIVECODEBENCH_RELEASE_FILES:
-        raise ValueError(f"release={release!r} is unknown{closest_name(release, LIVECODEBENCH_RELEASE_FILES)}; choose "
-                         f"one of {sorted(LIVECODEBENCH_RELEASE_FILES)}.")
+        raise ValueError(
+            f"release={release!r} is unknown{closest_name(release, LIVECODEBENCH_RELEASE_FILES)}; choose "
+            f"one of {sorted(LIVECODEBENCH_RELEASE_FILES)}."
+        )
     files = [f"hf://datasets/{LIVECODEBENCH_ID}/{name}" for name in LIVECODEBENCH_RELEASE_FILES[release]]
     dataset = load_dataset("json", data_files=files, split="train")
     if start_date or end_date:
         dataset = dataset.filter(lambda row: (start_date or "") <= row["contest_date"][:10] < (end_date or "9999"))
     keep = ["question_id", "platform", "difficulty", "contest_date"]
-    return dataset.map(lambda row: livecodebench_to_riskpo(row, allow_pickle),
-                       remove_columns=[c for c in dataset.column_names if c not in keep])
+    return dataset.map(
+        lambda row: livecodebench_to_riskpo(row, allow_pickle),
+        remove_columns=[c for c in dataset.column_names if c not in keep],
+    )
 
 
 # --- Archer --------------------------------------------------------------------------------------------------------
@@ -203,6 +211,12 @@ def drop_undecidable(dataset, to_riskpo: Callable[[Mapping[str, Any]], dict], lo
     dropped = len(dataset) - len(kept)
     if dropped:
         common = "; ".join(f"{count} x {reason}" for reason, count in reasons.most_common(3))
-        logger.warning("%s: dropped %d of %d rows whose assert-style tests the trainer cannot judge without trusting "
-                       "the program (%s). See docs/code_sandbox.md.", loader, dropped, len(dataset), common)
+        logger.warning(
+            "%s: dropped %d of %d rows whose assert-style tests the trainer cannot judge without trusting "
+            "the program (%s). See docs/code_sandbox.md.",
+            loader,
+            dropped,
+            len(dataset),
+            common,
+        )
     return kept

@@ -42,8 +42,9 @@ class Executor(Protocol):
         """Whether ``program`` passes every test of ``tests``."""
 
 
-@EXECUTORS.register("bwrap", help="each program in a fresh bubblewrap sandbox, its report judged in a separate "
-                                  "process (the default)")
+@EXECUTORS.register(
+    "bwrap", help="each program in a fresh bubblewrap sandbox, its report judged in a separate process (the default)"
+)
 class SandboxExecutor:
     """The default executor: this machine's `Sandbox` (bubblewrap unless built with ``isolation="none"``) runs the
     program on the test inputs; a judge process per completion decides the verdict from the run's report.
@@ -64,15 +65,20 @@ class SandboxExecutor:
         (``judge_timeout_s``, ``judge_cpu_time_s``, ``judge_memory_mb``)."""
         settings = dict(settings)
         max_workers = settings.pop("max_workers", None)
-        judge_settings = {key[len("judge_"):]: settings.pop(key) for key in list(settings) if key.startswith("judge_")}
+        judge_settings = {
+            key[len("judge_") :]: settings.pop(key) for key in list(settings) if key.startswith("judge_")
+        }
         limit_names = {field.name for field in fields(SandboxLimits)}
         judge_names = {field.name for field in fields(JudgeLimits)}
         unknown = sorted(set(settings) - limit_names) + sorted(
-            f"judge_{key}" for key in set(judge_settings) - judge_names)
+            f"judge_{key}" for key in set(judge_settings) - judge_names
+        )
         if unknown:
             valid = ["executor", "max_workers", *sorted(limit_names), *sorted(f"judge_{n}" for n in judge_names)]
-            raise ValueError(f"code_sandbox has unknown key(s) {unknown}{closest_names(unknown, valid)}; valid keys "
-                             f"for executor {cls.name()!r} are {valid}.")
+            raise ValueError(
+                f"code_sandbox has unknown key(s) {unknown}{closest_names(unknown, valid)}; valid keys "
+                f"for executor {cls.name()!r} are {valid}."
+            )
         sandbox = Sandbox(limits=SandboxLimits(**settings), max_workers=max_workers, isolation=cls.isolation)
         return cls(sandbox, JudgeLimits(**judge_settings))
 
@@ -88,15 +94,19 @@ class SandboxExecutor:
         return self.sandbox.check()
 
     def run(self, program: str, tests: TestSpec) -> Verdict:
-        report, error = self.sandbox.run_report(program, tests.sandbox_inputs(), tests.style, tests.fn_name,
-                                                output_caps=tests.output_caps())
+        report, error = self.sandbox.run_report(
+            program, tests.sandbox_inputs(), tests.style, tests.fn_name, output_caps=tests.output_caps()
+        )
         if error is not None:
             return Verdict(False, error[:300])
         return judge(tests.to_json(), report, self.judge_limits)
 
 
-@EXECUTORS.register("none", help="the same runner and judge WITHOUT OS isolation: trusted code only, for local "
-                                 "debugging; it warns on every batch")
+@EXECUTORS.register(
+    "none",
+    help="the same runner and judge WITHOUT OS isolation: trusted code only, for local "
+    "debugging; it warns on every batch",
+)
 class UnisolatedExecutor(SandboxExecutor):
     """`SandboxExecutor` with ``isolation="none"``: rlimits, a process-group kill and a temporary working directory,
     but no namespaces, no seccomp filter and the trainer's uid. For trusted code and tests only."""

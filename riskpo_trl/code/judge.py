@@ -18,7 +18,6 @@ that overruns, dies or writes anything else fails that one completion.
 from __future__ import annotations
 
 import os
-import select
 import socket
 import subprocess
 import sys
@@ -27,6 +26,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from .fdwait import readable
 
 MAX_VERDICT_BYTES = 512
 PASS, FAIL = b"P", b"F"
@@ -80,8 +81,13 @@ class _JudgeServer:
         try:
             self.process = subprocess.Popen(
                 [os.path.realpath(sys.executable), "-I", "-S", "-B", "-c", _BOOT, _PACKAGE_ROOT, str(theirs.fileno())],
-                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, cwd="/", env={"LANG": "C.UTF-8"})
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd="/",
+                env={"LANG": "C.UTF-8"},
+            )
         except BaseException:
             ours.close()
             raise
@@ -150,7 +156,7 @@ def _read_verdict(fd: int, deadline: float) -> bytes | None:
     data = b""
     while True:
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+        if remaining <= 0 or not readable(fd, remaining):
             return None
         chunk = os.read(fd, MAX_VERDICT_BYTES + 1 - len(data))
         if not chunk:

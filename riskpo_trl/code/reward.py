@@ -42,7 +42,7 @@ def parse_tests(tests) -> TestSpec | None:
             return TestSpec(**tests)
     except UndecidableTestError as exc:
         _warn_refused(str(exc))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         return None
     return None
 
@@ -55,15 +55,18 @@ def _parse_json_tests(tests: str) -> TestSpec | None:
         return TestSpec.from_json(tests)
     except UndecidableTestError as exc:
         _warn_refused(str(exc))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         pass
     return None
 
 
 @functools.cache
 def _warn_refused(reason: str) -> None:
-    logger.warning("Code reward: assert-style tests refused (%s); their completions are unscorable (None). The dataset "
-                   "loaders of riskpo_trl.code.data drop and count such rows.", reason)
+    logger.warning(
+        "Code reward: assert-style tests refused (%s); their completions are unscorable (None). The dataset "
+        "loaders of riskpo_trl.code.data drop and count such rows.",
+        reason,
+    )
 
 
 class CodeReward:
@@ -90,28 +93,55 @@ class CodeReward:
 
     __name__ = "code_reward"  # TRL logs reward functions by name
 
-    def __init__(self, limits: SandboxLimits | None = None, max_workers: int | None = None,
-                 sandbox: Sandbox | None = None, isolation: str | None = None,
-                 judge_limits: JudgeLimits | None = None, executor: Executor | None = None):
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        max_workers: int | None = None,
+        sandbox: Sandbox | None = None,
+        isolation: str | None = None,
+        judge_limits: JudgeLimits | None = None,
+        executor: Executor | None = None,
+    ):
         if executor is not None:
-            given = [name for name, value in (("limits", limits), ("max_workers", max_workers), ("sandbox", sandbox),
-                                              ("isolation", isolation), ("judge_limits", judge_limits))
-                     if value is not None]
+            given = [
+                name
+                for name, value in (
+                    ("limits", limits),
+                    ("max_workers", max_workers),
+                    ("sandbox", sandbox),
+                    ("isolation", isolation),
+                    ("judge_limits", judge_limits),
+                )
+                if value is not None
+            ]
             if given:
-                raise ValueError(f"CodeReward got executor= and {given}: those configure the default executor; "
-                                 "configure your executor itself instead.")
+                raise ValueError(
+                    f"CodeReward got executor= and {given}: those configure the default executor; "
+                    "configure your executor itself instead."
+                )
             if not isinstance(executor, Executor):
-                raise TypeError(f"executor must provide max_workers, check() and run(program, tests) "
-                                f"(riskpo_trl.code.executor.Executor); got {type(executor).__name__}.")
+                raise TypeError(
+                    f"executor must provide max_workers, check() and run(program, tests) "
+                    f"(riskpo_trl.code.executor.Executor); got {type(executor).__name__}."
+                )
         else:
-            executor = SandboxExecutor(sandbox or Sandbox(limits=limits, max_workers=max_workers,
-                                                          isolation=isolation), judge_limits)
+            executor = SandboxExecutor(
+                sandbox or Sandbox(limits=limits, max_workers=max_workers, isolation=isolation), judge_limits
+            )
         self.executor = executor
         self.sandbox = getattr(executor, "sandbox", None)  # the default executor's Sandbox (None for others)
         self._pool: ThreadPoolExecutor | None = None
 
     def score(self, completion, tests) -> float | None:
-        spec = parse_tests(tests)
+        try:
+            spec = parse_tests(tests)
+        except Exception as exc:  # noqa: BLE001 - one row's cell, however broken, never fails the batch
+            logger.warning(
+                "Code reward: parsing a tests cell raised %s: %s; that row is unscorable (None).",
+                type(exc).__name__,
+                str(exc)[:200],
+            )
+            return None
         if spec is None:
             return None
         try:
@@ -122,8 +152,11 @@ class CodeReward:
         except SandboxUnavailableError:
             raise  # the machine's fault, not the completion's: training must not go on rewarding 0.0 for everything
         except Exception as exc:  # noqa: BLE001 - whatever a program makes the run or the judging do scores 0.0
-            logger.warning("Code reward: running or judging a completion raised %s: %s; scoring it 0.0.",
-                           type(exc).__name__, str(exc)[:200])
+            logger.warning(
+                "Code reward: running or judging a completion raised %s: %s; scoring it 0.0.",
+                type(exc).__name__,
+                str(exc)[:200],
+            )
             return 0.0
 
     def __call__(self, completions, tests=None, **kwargs) -> list[float | None]:
@@ -145,8 +178,10 @@ def code_reward_from_settings(settings: Mapping[str, Any] | None = None) -> Code
     """
     settings = dict(settings or {})
     if "isolation" in settings:
-        raise ValueError(f"code_sandbox.isolation is now code_sandbox.executor: write executor: "
-                         f"{settings['isolation']} (one of {list(EXECUTORS)}).")
+        raise ValueError(
+            f"code_sandbox.isolation is now code_sandbox.executor: write executor: "
+            f"{settings['isolation']} (one of {list(EXECUTORS)})."
+        )
     name = settings.pop("executor", DEFAULT_EXECUTOR)
     reward = CodeReward(executor=EXECUTORS.get(name).from_settings(settings))
     reward.executor.check()  # fail at start-up, not at the first batch, when programs cannot run here

@@ -6,9 +6,10 @@ capabilities, an unprivileged uid (also on the host when the trainer runs as roo
 bytes (and, as root, in files) as the writable working directory, ``HOME``, ``TMPDIR`` and ``/dev/shm``. Where this
 process can make cgroups (`riskpo_trl.code.cgroups`: root, or a delegated cgroup), each run's memory and tasks are
 capped as a whole; elsewhere only per process, which the start-up log states. Inside, the runner
-(`riskpo_trl.code._harness`) adds resource limits (CPU, memory, file size, open files, processes), a per-test timer
-and, as defence in depth only, an audit hook. The whole sandbox (its PID namespace) is SIGKILLed when the run ends or
-its wall-clock cap passes, and its PID 1 is reaped here, not left to whoever reaps orphans.
+(`riskpo_trl.code._harness`) adds resource limits (CPU, memory, file size, open files, processes) and, as defence in
+depth only, an audit hook. The deadlines are kept here, outside the sandbox (`_read_report`): the whole sandbox (its
+PID namespace) is SIGKILLed when the run ends, when its wall-clock cap passes, or when a test's output is not reported
+within ``test_timeout_s`` of the one before; its PID 1 is reaped here, not left to whoever reaps orphans.
 
 Only observed outputs come back, through a pipe read up to a cap that the expected outputs set (`TestSpec.output_caps`)
 and parsed by length prefixes, without regular expressions. Expected outputs never enter the sandbox, so a program
@@ -39,7 +40,8 @@ from typing import IO
 from . import cgroups
 from .ahead import ReadyAhead
 from .bwrap import INSTALL_HINT, SHM_DIR, BwrapLauncher, SandboxUnavailableError
-from .report import TEST_STYLES, parse_report
+from .fdwait import poll_ms, readable
+from .report import HEADER_BYTES, TEST_STYLES, parse_report
 from .seccomp import denied_syscalls_filter
 
 logger = logging.getLogger(__name__)
@@ -49,6 +51,7 @@ ISOLATION_MODES = ("bwrap", "none")
 _PYTHON_FLAGS = ["-I", "-S", "-B"]  # isolated mode, no site-packages, no bytecode files
 REPORT_MARGIN = 64 * 1024  # report bytes besides the outputs: framing and the error message
 KILL_WAIT_S = 10.0  # how long PID 1 may take to die after SIGKILL (the kernel ends its namespace first)
+MALFORMED_REPORT = "malformed report from the sandbox"
 
 
 @dataclass(frozen=True)
@@ -86,12 +89,17 @@ class Isolation:
             return "NONE (trusted code only): rlimits, audit hook, process-group kill, scrubbed env, temp workdir"
         uid = "an unprivileged host uid per worker" if self.host_uid_dropped else "this user's uid"
         seccomp = "seccomp filter" if self.seccomp else "no seccomp filter (unknown architecture)"
-        namespaces = ("user/pid/ipc/uts/cgroup namespaces, one network namespace with no interface for all runs (the "
-                      "filter refuses sockets)" if self.host_uid_dropped and self.seccomp
-                      else "user/pid/net/ipc/uts/cgroup namespaces")
-        return (f"bubblewrap ({self.bwrap}): {namespaces}, no capabilities, {uid}, "
-                f"{seccomp}, read-only interpreter binds, tmpfs workdir, rlimits, audit hook, pid-namespace kill; "
-                f"{self.program_caps}")
+        namespaces = (
+            "user/pid/ipc/uts/cgroup namespaces, one network namespace with no interface for all runs (the "
+            "filter refuses sockets)"
+            if self.host_uid_dropped and self.seccomp
+            else "user/pid/net/ipc/uts/cgroup namespaces"
+        )
+        return (
+            f"bubblewrap ({self.bwrap}): {namespaces}, no capabilities, {uid}, "
+            f"{seccomp}, read-only interpreter binds, tmpfs workdir, rlimits, audit hook, pid-namespace kill; "
+            f"{self.program_caps}"
+        )
 
 
 @dataclass(frozen=True)
@@ -135,14 +143,18 @@ def fallback_statement(support: cgroups.CgroupSupport) -> str | None:
     """What a program may hold when a controller is missing, in plain words (None when all are there)."""
     parts = []
     if not support.bounds_memory:
-        parts.append("memory_mb bounds each process (RLIMIT_AS), not the program: a program can hold about "
-                     "(max_processes + 1) x memory_mb plus its files (disk_mb); memfds and SysV shared memory, which "
-                     "no rlimit counts, are refused by the seccomp filter")
+        parts.append(
+            "memory_mb bounds each process (RLIMIT_AS), not the program: a program can hold about "
+            "(max_processes + 1) x memory_mb plus its files (disk_mb); memfds and SysV shared memory, which "
+            "no rlimit counts, are refused by the seccomp filter"
+        )
     if not support.bounds_processes:
         parts.append("max_processes is enforced per sandbox uid by RLIMIT_NPROC only")
     if not support.bounds_cpu:
-        parts.append("CPU time is shared per process, not per run: a program with many busy processes can slow "
-                     "concurrent runs past their timeouts")
+        parts.append(
+            "CPU time is shared per process, not per run: a program with many busy processes can slow "
+            "concurrent runs past their timeouts"
+        )
     return "; ".join(parts) or None
 
 
@@ -169,13 +181,16 @@ def detect_isolation() -> Isolation:
     if start.process.returncode != 0:
         stderr = output.decode(errors="replace").strip()[-800:]
         raise SandboxUnavailableError(
-            f"bwrap cannot start a sandbox here (exit code {start.process.returncode}: {stderr!r}). {INSTALL_HINT}")
-    isolation = Isolation("bwrap", bwrap, host_uid_dropped=launcher.as_root, program_caps=support.describe(),
-                          seccomp=start.seccomp)
+            f"bwrap cannot start a sandbox here (exit code {start.process.returncode}: {stderr!r}). {INSTALL_HINT}"
+        )
+    isolation = Isolation(
+        "bwrap", bwrap, host_uid_dropped=launcher.as_root, program_caps=support.describe(), seccomp=start.seccomp
+    )
     fallback = fallback_statement(support)
     if fallback:
-        logger.warning("Code sandbox: %s. So %s. See docs/code_sandbox.md (threat model).",
-                       support.describe(), fallback)
+        logger.warning(
+            "Code sandbox: %s. So %s. See docs/code_sandbox.md (threat model).", support.describe(), fallback
+        )
     else:
         logger.info("Code sandbox: %s.", support.describe())
     return isolation
@@ -199,9 +214,19 @@ class _BwrapStart:
     ``hold``, when `release` is called (a context manager that closes every pipe end it made). ``process.stdout``
     carries the runner's report; ``info`` the read end of the pipe where bwrap writes the sandbox's PID 1."""
 
-    def __init__(self, launcher: BwrapLauncher, argv: list[str], slot: int, disk_bytes: int, workdir: str | None,
-                 cgroup: cgroups.RunCgroup | None, seccomp: bool, stdin=None, stderr=subprocess.DEVNULL,
-                 hold: bool = False):
+    def __init__(
+        self,
+        launcher: BwrapLauncher,
+        argv: list[str],
+        slot: int,
+        disk_bytes: int,
+        workdir: str | None,
+        cgroup: cgroups.RunCgroup | None,
+        seccomp: bool,
+        stdin=None,
+        stderr=subprocess.DEVNULL,
+        hold: bool = False,
+    ):
         self._fds: list[int] = []
         self.process: subprocess.Popen | None = None
         try:
@@ -212,8 +237,18 @@ class _BwrapStart:
             self.__exit__()
             raise
 
-    def _start(self, launcher: BwrapLauncher, argv: list[str], slot: int, disk_bytes: int, workdir: str | None,
-               cgroup: cgroups.RunCgroup | None, seccomp: bool, stdin, stderr) -> None:
+    def _start(
+        self,
+        launcher: BwrapLauncher,
+        argv: list[str],
+        slot: int,
+        disk_bytes: int,
+        workdir: str | None,
+        cgroup: cgroups.RunCgroup | None,
+        seccomp: bool,
+        stdin,
+        stderr,
+    ) -> None:
         args_read, args_write = self._pipe()
         self.info, info_write = self._pipe()
         seccomp_filter = denied_syscalls_filter() if seccomp else None
@@ -225,8 +260,9 @@ class _BwrapStart:
             self._close(seccomp_write)
         command, options = launcher.command(argv, slot, disk_bytes, args_read, info_write, seccomp_read, workdir)
         passed = tuple(fd for fd in (args_read, info_write, seccomp_read) if fd is not None)
-        self.process = launcher.popen(command, slot, stdin=stdin, stdout=subprocess.PIPE, stderr=stderr, cwd="/",
-                                      pass_fds=passed)
+        self.process = launcher.popen(
+            command, slot, stdin=stdin, stdout=subprocess.PIPE, stderr=stderr, cwd="/", pass_fds=passed
+        )
         for fd in passed:
             self._close(fd)  # bwrap holds them now; EOF on ``info`` once it has written the child pid
         self._args_write, self._options = args_write, options
@@ -303,8 +339,14 @@ class _Prepared:
         self.launcher.unmount_workdir(self.workdir)
 
 
-def _prepare_bwrap(launcher: BwrapLauncher, support: cgroups.CgroupSupport, limits: SandboxLimits, argv: list[str],
-                   seccomp: bool, slot: int) -> _Prepared:
+def _prepare_bwrap(
+    launcher: BwrapLauncher,
+    support: cgroups.CgroupSupport,
+    limits: SandboxLimits,
+    argv: list[str],
+    seccomp: bool,
+    slot: int,
+) -> _Prepared:
     """A sandbox for worker ``slot``, ready to run (`_Prepared`); raises `SandboxUnavailableError`."""
     workdir = launcher.mount_workdir(slot, limits.disk_mb << 20, limits.max_files)
     cgroup = spec_file = None
@@ -313,8 +355,9 @@ def _prepare_bwrap(launcher: BwrapLauncher, support: cgroups.CgroupSupport, limi
             cgroup = support.acquire(limits.memory_mb << 20, limits.max_processes + cgroups.EXTRA_TASKS)
         spec_file = tempfile.TemporaryFile()
         with open(f"/proc/self/fd/{spec_file.fileno()}", "rb") as stdin:  # read-only, its own offset at 0
-            start = _BwrapStart(launcher, argv, slot, limits.disk_mb << 20, workdir, cgroup, seccomp, stdin=stdin,
-                                hold=True)
+            start = _BwrapStart(
+                launcher, argv, slot, limits.disk_mb << 20, workdir, cgroup, seccomp, stdin=stdin, hold=True
+            )
         return _Prepared(launcher, support, workdir, cgroup, spec_file, start, os.getpid())
     except BaseException as exc:
         if spec_file is not None:
@@ -342,8 +385,14 @@ class Sandbox:
         seccomp: install the seccomp filter. False only to measure what it costs (benchmarks/sandbox_overhead.py).
     """
 
-    def __init__(self, limits: SandboxLimits | None = None, max_workers: int | None = None,
-                 isolation: str | Isolation | None = None, audit_guard: bool = True, seccomp: bool = True):
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        max_workers: int | None = None,
+        isolation: str | Isolation | None = None,
+        audit_guard: bool = True,
+        seccomp: bool = True,
+    ):
         self.limits = limits or SandboxLimits()
         self.max_workers = max_workers or default_max_workers()
         if isinstance(isolation, str):
@@ -369,8 +418,10 @@ class Sandbox:
         """Probe the isolation now (raises `SandboxUnavailableError` if bwrap does not work here); warn if none."""
         isolation = self.isolation
         if isolation.mode == "none":
-            logger.warning("Code sandbox runs with isolation='none': model-written programs run WITHOUT OS isolation "
-                           "(trusted code and tests only).")
+            logger.warning(
+                "Code sandbox runs with isolation='none': model-written programs run WITHOUT OS isolation "
+                "(trusted code and tests only)."
+            )
         return isolation
 
     def close(self) -> None:
@@ -381,8 +432,14 @@ class Sandbox:
         if ahead is not None:
             ahead.close()
 
-    def run(self, source: str, inputs: list[str], style: str = "stdin", fn_name: str | None = None,
-            output_caps: list[int] | None = None) -> ExecutionResult:
+    def run(
+        self,
+        source: str,
+        inputs: list[str],
+        style: str = "stdin",
+        fn_name: str | None = None,
+        output_caps: list[int] | None = None,
+    ) -> ExecutionResult:
         """Run ``source`` once per test input and return the observed outputs.
 
         ``style`` is "stdin" (input is stdin text), "functional" (input is newline-separated JSON arguments of
@@ -401,8 +458,14 @@ class Sandbox:
             outputs = []
         return ExecutionResult(outputs, error, time.monotonic() - start)
 
-    def run_report(self, source: str, inputs: list[str], style: str = "stdin", fn_name: str | None = None,
-                   output_caps: list[int] | None = None) -> tuple[bytes, str | None]:
+    def run_report(
+        self,
+        source: str,
+        inputs: list[str],
+        style: str = "stdin",
+        fn_name: str | None = None,
+        output_caps: list[int] | None = None,
+    ) -> tuple[bytes, str | None]:
         """Like `run`, but the runner's report unparsed: (report bytes, error or None). What the code reward hands to
         its judge process (`riskpo_trl.code.judge`), so that the trainer never decodes a program's output."""
         if style not in TEST_STYLES:
@@ -425,12 +488,27 @@ class Sandbox:
             limit = min(limit, sum(output_caps) + 32 * n_tests + REPORT_MARGIN)
         return limit
 
-    def _run(self, source: str, inputs: list[str], style: str, fn_name: str | None, slot: int,
-             isolation: Isolation, output_caps: list[int] | None) -> tuple[bytes, str | None]:
+    def _run(
+        self,
+        source: str,
+        inputs: list[str],
+        style: str,
+        fn_name: str | None,
+        slot: int,
+        isolation: Isolation,
+        output_caps: list[int] | None,
+    ) -> tuple[bytes, str | None]:
         support = program_cgroups() if isolation.mode == "bwrap" else cgroups.CgroupSupport()
-        spec = {"source": source, "inputs": inputs, "style": style, "fn_name": fn_name,
-                "audit_guard": self.audit_guard, "nproc_rlimit": not support.bounds_processes,
-                "shared_memory_dir": SHM_DIR if isolation.mode == "bwrap" else None, **asdict(self.limits)}
+        spec = {
+            "source": source,
+            "inputs": inputs,
+            "style": style,
+            "fn_name": fn_name,
+            "audit_guard": self.audit_guard,
+            "nproc_rlimit": not support.bounds_processes,
+            "shared_memory_dir": SHM_DIR if isolation.mode == "bwrap" else None,
+            **asdict(self.limits),
+        }
         # The spec (program and inputs, never expected outputs) arrives on stdin from an unnamed read-only file.
         encoded = json.dumps(spec).encode()
         if isolation.mode == "bwrap":
@@ -449,14 +527,27 @@ class Sandbox:
         """The sandboxes made ready ahead of their runs, one per slot (made on first use; freed with this object)."""
         with self._ahead_lock:
             if self._ahead is None:
-                prepare = functools.partial(_prepare_bwrap, _launcher(isolation.bwrap), support, self.limits,
-                                            self._argv(isolation), self.seccomp)
+                prepare = functools.partial(
+                    _prepare_bwrap,
+                    _launcher(isolation.bwrap),
+                    support,
+                    self.limits,
+                    self._argv(isolation),
+                    self.seccomp,
+                )
                 self._ahead = ReadyAhead(prepare, _Prepared.discard, _Prepared.usable, self.max_workers)
                 weakref.finalize(self, self._ahead.close)
             return self._ahead
 
-    def _run_bwrap(self, spec: bytes, slot: int, isolation: Isolation, support: cgroups.CgroupSupport, n_tests: int,
-                   output_caps: list[int] | None) -> tuple[bytes, str | None]:
+    def _run_bwrap(
+        self,
+        spec: bytes,
+        slot: int,
+        isolation: Isolation,
+        support: cgroups.CgroupSupport,
+        n_tests: int,
+        output_caps: list[int] | None,
+    ) -> tuple[bytes, str | None]:
         ahead = self._ready_ahead(isolation, support)
         prepared = ahead.take(slot)
         ahead.refill(slot)  # the slot's next sandbox gets ready while this one runs
@@ -479,13 +570,24 @@ class Sandbox:
 
     def _run_unisolated(self, stdin, n_tests: int, output_caps: list[int] | None) -> tuple[bytes, str | None]:
         workdir = tempfile.mkdtemp(prefix="riskpo-sandbox-")
-        environment = {"HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8",
-                       "PATH": "/usr/bin:/bin"}
+        environment = {
+            "HOME": workdir,
+            "TMPDIR": workdir,
+            "LANG": "C.UTF-8",
+            "PYTHONIOENCODING": "utf-8",
+            "PATH": "/usr/bin:/bin",
+        }
         deadline = time.monotonic() + self.limits.total_timeout_s
         try:
-            process = subprocess.Popen(self._argv(Isolation("none")), stdin=stdin, stdout=subprocess.PIPE,
-                                       stderr=subprocess.DEVNULL, cwd=workdir, env=environment,
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                self._argv(Isolation("none")),
+                stdin=stdin,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                cwd=workdir,
+                env=environment,
+                start_new_session=True,
+            )
             try:
                 return self._collect(process, n_tests, output_caps, deadline)
             finally:
@@ -498,10 +600,14 @@ class Sandbox:
         finally:
             remove_tree(workdir)
 
-    def _collect(self, process: subprocess.Popen, n_tests: int, output_caps: list[int] | None,
-                 deadline: float) -> tuple[bytes, str | None]:
-        """The runner's report, read up to its cap until the deadline; then a short wait for a clean exit."""
-        data, error = _read_capped(process.stdout, self.report_limit(n_tests, output_caps), deadline)
+    def _collect(
+        self, process: subprocess.Popen, n_tests: int, output_caps: list[int] | None, deadline: float
+    ) -> tuple[bytes, str | None]:
+        """The runner's report, read up to its cap until the deadlines (`_read_report`); then a short wait for a clean
+        exit."""
+        data, error = _read_report(
+            process.stdout, self.report_limit(n_tests, output_caps), deadline, n_tests, self.limits.test_timeout_s
+        )
         if error is None:
             try:
                 process.wait(timeout=max(0.1, min(deadline - time.monotonic(), self.limits.total_timeout_s / 10)))
@@ -512,25 +618,70 @@ class Sandbox:
         return data, error
 
 
-def _read_capped(stream, limit: int, deadline: float) -> tuple[bytes, str | None]:
-    """Everything the sandbox writes before EOF, or an error on timeout or when over ``limit`` bytes (then nothing
-    more is read: the trainer holds at most ``limit`` bytes of a report)."""
-    chunks, size = [], 0
+class _TestClock:
+    """Follows the runner's records as they arrive, by their framing only (a kind byte and a length; no payload is
+    decoded), and says when the clock of the next test restarts: at the start mark, then at each test's output."""
+
+    def __init__(self, n_tests: int):
+        self.n_tests, self.position, self.started, self.outputs, self.ended = n_tests, 0, False, 0, False
+
+    def advance(self, data: bytearray) -> tuple[bool, str | None]:
+        """(whether a test's clock restarted, error) after ``data`` grew."""
+        restarted = False
+        while not self.ended:
+            newline = data.find(b"\n", self.position, self.position + HEADER_BYTES)
+            if newline < 0:
+                return restarted, (MALFORMED_REPORT if len(data) - self.position >= HEADER_BYTES else None)
+            kind, digits = data[self.position : self.position + 1], data[self.position + 1 : newline]
+            if not digits.isdigit():
+                return restarted, MALFORMED_REPORT
+            end = newline + 1 + int(digits)
+            if end > len(data):
+                return restarted, None
+            self.position = end
+            if kind == b"S" and not self.started:
+                self.started = restarted = True
+            elif kind == b"O" and self.started and self.outputs < self.n_tests:
+                self.outputs += 1
+                restarted = True
+            elif kind in (b"E", b"D"):
+                self.ended = True  # what follows is the end mark and EOF, under the run's own deadline
+            else:
+                return restarted, MALFORMED_REPORT  # a second start mark, or outputs before it or beyond the tests
+        return restarted, None
+
+
+def _read_report(stream, limit: int, deadline: float, n_tests: int, test_timeout_s: float) -> tuple[bytes, str | None]:
+    """Everything the sandbox writes before EOF, or an error when over ``limit`` bytes (then nothing more is read:
+    the trainer holds at most ``limit`` bytes of a report), on a malformed record, or on timeout: past ``deadline``,
+    or when a test's record is not complete within ``test_timeout_s`` of the record before it (`_TestClock`). This
+    clock is the trainer's, outside the sandbox: the caller then kills the sandbox, so nothing the program does
+    extends it. Waits with poll, which has no limit on descriptor numbers."""
+    data, clock, test_deadline = bytearray(), _TestClock(n_tests), None
     fd = stream.fileno()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return b"", "timeout: the run exceeded its total time limit"
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if not ready:
-            continue
-        chunk = os.read(fd, min(1 << 16, limit + 1 - size))
+        due = deadline if test_deadline is None else min(deadline, test_deadline)
+        if not poller.poll(poll_ms(due - time.monotonic())):
+            if time.monotonic() < due:
+                continue
+            if due == deadline:
+                return b"", "timeout: the run exceeded its total time limit"
+            return b"", f"timeout: test {clock.outputs} ran past test_timeout_s={test_timeout_s:g}"
+        chunk = os.read(fd, min(1 << 16, limit + 1 - len(data)))
         if not chunk:
-            return b"".join(chunks), None
-        size += len(chunk)
-        if size > limit:
+            return bytes(data), None
+        data += chunk
+        if len(data) > limit:
             return b"", f"report over {limit} bytes (the cap the expected outputs set)"
-        chunks.append(chunk)
+        restarted, error = clock.advance(data)
+        if error is not None:
+            return b"", error
+        if restarted:
+            test_deadline = time.monotonic() + test_timeout_s
+        elif clock.ended:
+            test_deadline = None
 
 
 def _namespace_init(info: int, process: subprocess.Popen, deadline: float) -> int | None:
@@ -540,8 +691,7 @@ def _namespace_init(info: int, process: subprocess.Popen, deadline: float) -> in
     """
     data = b""
     while time.monotonic() < deadline and len(data) < 4096:
-        ready, _, _ = select.select([info], [], [], max(0.0, deadline - time.monotonic()))
-        chunk = os.read(info, 4096) if ready else b""
+        chunk = os.read(info, 4096) if readable(info, deadline - time.monotonic()) else b""
         if not chunk:
             break
         data += chunk
@@ -573,7 +723,7 @@ def _kill_bwrap(process: subprocess.Popen, init_pidfd: int | None) -> None:
         try:
             signal.pidfd_send_signal(init_pidfd, signal.SIGKILL)
             # PID 1 exits only once the kernel has ended every other process of the namespace: wait for that
-            if not select.select([init_pidfd], [], [], KILL_WAIT_S)[0]:
+            if not readable(init_pidfd, KILL_WAIT_S):
                 logger.warning("The sandbox's PID 1 did not exit within %.0f s of SIGKILL.", KILL_WAIT_S)
             process.wait(timeout=KILL_WAIT_S)
         except (OSError, subprocess.TimeoutExpired):

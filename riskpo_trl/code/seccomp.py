@@ -38,26 +38,82 @@ import struct
 # Linux's audit architecture numbers and the system call numbers of each supported architecture: the calls refused
 # outright, then those whose first or second argument decides.
 _ARCHES = {
-    "x86_64": (0xC000003E, {
-        "shmget": 29, "msgget": 68, "flock": 73, "ptrace": 101, "personality": 135, "add_key": 248, "request_key": 249,
-        "keyctl": 250, "inotify_init": 253, "inotify_add_watch": 254, "inotify_rm_watch": 255, "inotify_init1": 294,
-        "perf_event_open": 298, "fanotify_init": 300, "fanotify_mark": 301, "process_vm_readv": 310,
-        "process_vm_writev": 311, "memfd_create": 319, "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425,
-        "io_uring_enter": 426, "io_uring_register": 427, "memfd_secret": 447, "io_setup": 206,
-    }, {"socket": 41, "socketpair": 53, "fcntl": 72}),
-    "aarch64": (0xC00000B7, {  # no inotify_init: aarch64 has inotify_init1 only
-        "inotify_init1": 26, "inotify_add_watch": 27, "inotify_rm_watch": 28, "flock": 32, "personality": 92,
-        "ptrace": 117, "msgget": 186, "shmget": 194, "add_key": 217, "request_key": 218, "keyctl": 219,
-        "perf_event_open": 241, "fanotify_init": 262, "fanotify_mark": 263, "process_vm_readv": 270,
-        "process_vm_writev": 271, "memfd_create": 279, "bpf": 280, "userfaultfd": 282, "io_uring_setup": 425,
-        "io_uring_enter": 426, "io_uring_register": 427, "memfd_secret": 447, "io_setup": 0,
-    }, {"socket": 198, "socketpair": 199, "fcntl": 25}),
+    "x86_64": (
+        0xC000003E,
+        {
+            "shmget": 29,
+            "msgget": 68,
+            "flock": 73,
+            "ptrace": 101,
+            "personality": 135,
+            "add_key": 248,
+            "request_key": 249,
+            "keyctl": 250,
+            "inotify_init": 253,
+            "inotify_add_watch": 254,
+            "inotify_rm_watch": 255,
+            "inotify_init1": 294,
+            "perf_event_open": 298,
+            "fanotify_init": 300,
+            "fanotify_mark": 301,
+            "process_vm_readv": 310,
+            "process_vm_writev": 311,
+            "memfd_create": 319,
+            "bpf": 321,
+            "userfaultfd": 323,
+            "io_uring_setup": 425,
+            "io_uring_enter": 426,
+            "io_uring_register": 427,
+            "memfd_secret": 447,
+            "io_setup": 206,
+        },
+        {"socket": 41, "socketpair": 53, "fcntl": 72},
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {  # no inotify_init: aarch64 has inotify_init1 only
+            "inotify_init1": 26,
+            "inotify_add_watch": 27,
+            "inotify_rm_watch": 28,
+            "flock": 32,
+            "personality": 92,
+            "ptrace": 117,
+            "msgget": 186,
+            "shmget": 194,
+            "add_key": 217,
+            "request_key": 218,
+            "keyctl": 219,
+            "perf_event_open": 241,
+            "fanotify_init": 262,
+            "fanotify_mark": 263,
+            "process_vm_readv": 270,
+            "process_vm_writev": 271,
+            "memfd_create": 279,
+            "bpf": 280,
+            "userfaultfd": 282,
+            "io_uring_setup": 425,
+            "io_uring_enter": 426,
+            "io_uring_register": 427,
+            "memfd_secret": 447,
+            "io_setup": 0,
+        },
+        {"socket": 198, "socketpair": 199, "fcntl": 25},
+    ),
 }
 DENIED = tuple(sorted(_ARCHES["x86_64"][1]))
 ALLOWED_SOCKET_FAMILIES: tuple[int, ...] = ()  # none: see the module docstring
 # fcntl commands refused: record locks (classic and open-file-description), leases and directory notifications
-DENIED_FCNTL_COMMANDS = {"F_GETLK": 5, "F_SETLK": 6, "F_SETLKW": 7, "F_OFD_GETLK": 36, "F_OFD_SETLK": 37,
-                         "F_OFD_SETLKW": 38, "F_SETLEASE": 1024, "F_GETLEASE": 1025, "F_NOTIFY": 1026}
+DENIED_FCNTL_COMMANDS = {
+    "F_GETLK": 5,
+    "F_SETLK": 6,
+    "F_SETLKW": 7,
+    "F_OFD_GETLK": 36,
+    "F_OFD_SETLK": 37,
+    "F_OFD_SETLKW": 38,
+    "F_SETLEASE": 1024,
+    "F_GETLEASE": 1025,
+    "F_NOTIFY": 1026,
+}
 _X32_BIT = 0x40000000  # x86_64: system call numbers of the x32 ABI carry this bit
 
 # classic BPF opcodes and seccomp return values

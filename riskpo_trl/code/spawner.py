@@ -108,4 +108,3 @@ class Spawner:
         if self._executor is not None and self.owner == os.getpid():
             self._executor.shutdown(wait=False)
             self._executor = None
-

@@ -51,7 +51,7 @@ def int_to_decimal(value: int) -> str:
     if value.bit_length() < 13_000:  # under 3,914 digits
         return str(value)
     half = int(value.bit_length() * 0.30103) // 2  # half its digits (log10 2 = 0.30103)
-    high, low = divmod(value, 10 ** half)
+    high, low = divmod(value, 10**half)
     return int_to_decimal(high) + int_to_decimal(low).rjust(half, "0")
 
 
@@ -71,11 +71,14 @@ def decode_value(value, hashable: bool = False):
     if not isinstance(value, dict):
         return value
     if len(value) == 1:
-        (tag, content), = value.items()
+        ((tag, content),) = value.items()
         if tag == "__set__" and isinstance(content, list):
             return frozenset(decode_value(item, hashable=True) for item in content)
-        if tag == "__dict__" and isinstance(content, list) and all(
-                isinstance(pair, list) and len(pair) == 2 for pair in content):
+        if (
+            tag == "__dict__"
+            and isinstance(content, list)
+            and all(isinstance(pair, list) and len(pair) == 2 for pair in content)
+        ):
             return {decode_value(key, hashable=True): decode_value(item) for key, item in content}
         if tag == "__bytes__" and isinstance(content, str):
             return content.encode("latin-1", errors="replace")
@@ -104,11 +107,17 @@ def values_equal(got, want) -> bool:
     if isinstance(want, float):
         return isinstance(got, (int, float)) and _close(got, want)
     if isinstance(want, (list, tuple)):
-        return isinstance(got, (list, tuple)) and len(got) == len(want) and all(
-            values_equal(g, w) for g, w in zip(got, want))
+        return (
+            isinstance(got, (list, tuple))
+            and len(got) == len(want)
+            and all(values_equal(g, w) for g, w in zip(got, want))
+        )
     if isinstance(want, dict):
-        return isinstance(got, dict) and got.keys() == want.keys() and all(
-            values_equal(got[key], want[key]) for key in want)
+        return (
+            isinstance(got, dict)
+            and got.keys() == want.keys()
+            and all(values_equal(got[key], want[key]) for key in want)
+        )
     if isinstance(want, (Opaque, Raised)) or isinstance(got, (Opaque, Raised)):
         return False
     if isinstance(want, (set, frozenset)):

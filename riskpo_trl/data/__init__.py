@@ -2,31 +2,78 @@
 (``prompts``) and local files read instead of the Hub (``local_files``). ``from riskpo_trl.data import ...`` gives the
 public names of all three; they load on first use, so the prompts alone (``--help``) do not load ``datasets``."""
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-_SOURCES = {
-    **dict.fromkeys((
-        "ADAPTED_COLUMNS", "ADAPTED_FEATURES", "BENCHMARKS", "DAPO_INSTRUCTION_PREFIX", "DAPO_INSTRUCTION_SUFFIX",
-        "DatasetSpec", "DatasetUnavailableError", "HARD_MATH_BENCHMARKS", "LoaderSpec", "TRAIN_DATASETS",
-        "TRAIN_MIXTURES", "adapt_dataset", "answer_text", "boxed_answer", "check_prompt_template", "dapo_answer",
-        "dapo_own_prompt", "dapo_problem", "gsm8k_answer", "load_benchmark", "load_train_dataset",
-    ), "datasets"),
-    **dict.fromkeys((
-        "AUTHORS_INSTRUCTION", "DEFAULT_PROMPT_TEMPLATE", "PROMPT_BUILDERS", "PROMPT_TEMPLATE", "make_authors_prompt",
+from ..lazy import lazy_names
+
+# Public names by home module; each loads on first use. The TYPE_CHECKING block names the same for tools.
+_EXPORTS = {
+    "datasets": (
+        "ADAPTED_COLUMNS",
+        "ADAPTED_FEATURES",
+        "BENCHMARKS",
+        "DAPO_INSTRUCTION_PREFIX",
+        "DAPO_INSTRUCTION_SUFFIX",
+        "DatasetSpec",
+        "DatasetUnavailableError",
+        "HARD_MATH_BENCHMARKS",
+        "LoaderSpec",
+        "TRAIN_DATASETS",
+        "TRAIN_MIXTURES",
+        "adapt_dataset",
+        "answer_text",
+        "boxed_answer",
+        "check_prompt_template",
+        "dapo_answer",
+        "dapo_own_prompt",
+        "dapo_problem",
+        "gsm8k_answer",
+        "load_benchmark",
+        "load_train_dataset",
+    ),
+    "prompts": (
+        "AUTHORS_INSTRUCTION",
+        "DEFAULT_PROMPT_TEMPLATE",
+        "PROMPT_BUILDERS",
+        "PROMPT_TEMPLATE",
+        "make_authors_prompt",
         "make_prompt",
-    ), "prompts"),
-    "load_local_files": "local_files",
+    ),
+    "local_files": ("load_local_files",),
 }
-__all__ = sorted(_SOURCES)
 
+if TYPE_CHECKING:
+    from .datasets import (
+        ADAPTED_COLUMNS,
+        ADAPTED_FEATURES,
+        BENCHMARKS,
+        DAPO_INSTRUCTION_PREFIX,
+        DAPO_INSTRUCTION_SUFFIX,
+        HARD_MATH_BENCHMARKS,
+        TRAIN_DATASETS,
+        TRAIN_MIXTURES,
+        DatasetSpec,
+        DatasetUnavailableError,
+        LoaderSpec,
+        adapt_dataset,
+        answer_text,
+        boxed_answer,
+        check_prompt_template,
+        dapo_answer,
+        dapo_own_prompt,
+        dapo_problem,
+        gsm8k_answer,
+        load_benchmark,
+        load_train_dataset,
+    )
+    from .local_files import load_local_files
+    from .prompts import (
+        AUTHORS_INSTRUCTION,
+        DEFAULT_PROMPT_TEMPLATE,
+        PROMPT_BUILDERS,
+        PROMPT_TEMPLATE,
+        make_authors_prompt,
+        make_prompt,
+    )
 
-def __getattr__(name: str) -> Any:
-    if name in _SOURCES:
-        import importlib
-
-        return getattr(importlib.import_module(f"{__name__}.{_SOURCES[name]}"), name)
-    raise AttributeError(f"module 'riskpo_trl.data' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__, __all__ = lazy_names(__name__, _EXPORTS)

@@ -32,8 +32,9 @@ from typing import Any
 import datasets
 from datasets import Dataset, Features, Value, concatenate_datasets
 
-from ..registry import Registry, closest_name
+from ..registry import Registry
 from ..rewards.grading import last_boxed
+from .columns import answer_text, gsm8k_answer, map_training_columns
 from .local_files import load_local_files
 from .prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
 from .user_datasets import HUB, check_prompt_template_unset, load_user_dataset, user_dataset_kind
@@ -56,27 +57,9 @@ ADAPTED_FEATURES = Features(
 # --- answer extraction, one per schema ----------------------------------------------------------------------------
 
 
-def answer_text(value: Any) -> str:
-    """A gold answer as text: lists (OlympiadBench) are joined, integral floats lose their ``.0``, ``$`` is dropped."""
-    if isinstance(value, (list, tuple)):
-        return ", ".join(answer_text(v) for v in value)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    text = str(value).strip()
-    if len(text) >= 2 and text.startswith("$") and text.endswith("$"):
-        text = text.strip("$").strip()
-    return text
-
-
 def boxed_answer(solution: str) -> str:
     """MATH: the final answer is the last ``\\boxed{}`` of the worked solution ("" if there is none)."""
     return (last_boxed(solution) or "").strip()
-
-
-def gsm8k_answer(solution: str) -> str:
-    """GSM8K: the final answer follows ``####`` at the end of the worked solution; thousands separators dropped."""
-    _, separator, answer = solution.rpartition("####")
-    return answer.strip().replace(",", "") if separator else ""
 
 
 # DAPO-Math-17k ships its own instruction around each problem (Answer: ... format); we swap it for PROMPT_TEMPLATE's
@@ -163,59 +146,79 @@ def _registry(field: str, specs: dict[str, DatasetSpec | LoaderSpec]) -> Registr
     return registry
 
 
-TRAIN_DATASETS = _registry("dataset_name", {
-    # prompt: [{"role": "user", "content": <DAPO instruction + problem>}], reward_model: {"style", "ground_truth"},
-    # plus data_source / ability / extra_info (verl format). Schema: the dataset card as quoted by
-    # AISBench's dapo_math README, and loaders reading prompt[0]["content"] / reward_model["ground_truth"].
-    # The released file repeats its ~17k problems about 100 times (1.79M rows;
-    # github.com/BytedTsinghua-SIA/DAPO/issues/36), hence dedupe.
-    "dapo_math": DatasetSpec(
-        "BytedTsinghua-SIA/DAPO-Math-17k", "train", "prompt", "reward_model", dapo_problem, dapo_answer, dedupe=True,
-        own_prompt=dapo_own_prompt,
-    ),
-    # problem / level / type / solution (worked, final answer boxed); train 7.5k, test 5k. Schema: the
-    # competition_math feature list (TFDS community catalog), which MATH-lighteval mirrors.
-    "math": DatasetSpec("DigitalLearningGmbH/MATH-lighteval", "train", "problem", "solution", get_answer=boxed_answer),
-    # question / answer (worked, "#### <number>" at the end), config "main". Schema: TRL/open-r1 style loaders
-    # and the dataset card.
-    "gsm8k": DatasetSpec("openai/gsm8k", "train", "question", "answer", get_answer=gsm8k_answer, config_name="main"),
-    # Code track: ArcherCodeR's training file (Archer-6K), rows prompt + tests (riskpo_trl.code.data).
-    "archer_code": LoaderSpec("wizardII/ArcherCodeR-Dataset", "train", _archer_code, kind="code"),
-    # Multi-modal track: Geometry3K, rows prompt + images + solution (riskpo_trl.multimodal.geometry3k).
-    "geometry3k": LoaderSpec("hiyouga/geometry3k", "train", _geometry3k, kind="geometry"),
-})
+TRAIN_DATASETS = _registry(
+    "dataset_name",
+    {
+        # prompt: [{"role": "user", "content": <DAPO instruction + problem>}], reward_model: {"style", "ground_truth"},
+        # plus data_source / ability / extra_info (verl format). Schema: the dataset card as quoted by
+        # AISBench's dapo_math README, and loaders reading prompt[0]["content"] / reward_model["ground_truth"].
+        # The released file repeats its ~17k problems about 100 times (1.79M rows;
+        # github.com/BytedTsinghua-SIA/DAPO/issues/36), hence dedupe.
+        "dapo_math": DatasetSpec(
+            "BytedTsinghua-SIA/DAPO-Math-17k",
+            "train",
+            "prompt",
+            "reward_model",
+            dapo_problem,
+            dapo_answer,
+            dedupe=True,
+            own_prompt=dapo_own_prompt,
+        ),
+        # problem / level / type / solution (worked, final answer boxed); train 7.5k, test 5k. Schema: the
+        # competition_math feature list (TFDS community catalog), which MATH-lighteval mirrors.
+        "math": DatasetSpec(
+            "DigitalLearningGmbH/MATH-lighteval", "train", "problem", "solution", get_answer=boxed_answer
+        ),
+        # question / answer (worked, "#### <number>" at the end), config "main". Schema: TRL/open-r1 style loaders
+        # and the dataset card.
+        "gsm8k": DatasetSpec(
+            "openai/gsm8k", "train", "question", "answer", get_answer=gsm8k_answer, config_name="main"
+        ),
+        # Code track: ArcherCodeR's training file (Archer-6K), rows prompt + tests (riskpo_trl.code.data).
+        "archer_code": LoaderSpec("wizardII/ArcherCodeR-Dataset", "train", _archer_code, kind="code"),
+        # Multi-modal track: Geometry3K, rows prompt + images + solution (riskpo_trl.multimodal.geometry3k).
+        "geometry3k": LoaderSpec("hiyouga/geometry3k", "train", _geometry3k, kind="geometry"),
+    },
+)
 
 # The paper's second setting trains on MATH and GSM8K together.
 TRAIN_MIXTURES: Registry[tuple[str, ...]] = Registry("dataset_name")
 TRAIN_MIXTURES.add("math_gsm8k", ("math", "gsm8k"), help="MATH and GSM8K together, the paper's easy-level setting")
 
-BENCHMARKS = _registry("benchmark", {
-    # id / problem / solution / answer / url / year; one "train" split of 30 problems (loaders in rllm, nemo-rl).
-    "aime24": DatasetSpec("HuggingFaceH4/aime_2024", "train", "problem", "answer"),
-    # problem / answer (plus id); split "test" (loaders in lighteval custom tasks and several eval harnesses).
-    "aime25": DatasetSpec("math-ai/aime25", "test", "problem", "answer"),
-    # AMC: two sets go by this name. The paper's appendix calls its set "AMC23" but gives 83 problems, the size of
-    # AI-MO/aimo-validation-amc (AMC 12 2022 + 2023), so its table most likely used that one; this is not certain.
-    # "amc": id / problem / answer (float64) / url; one "train" split of 83 problems (dataset card; eval loaders that
-    # filter it on url).
-    "amc": DatasetSpec("AI-MO/aimo-validation-amc", "train", "problem", "answer"),
-    # "amc23": AMC 2023 only, 40 problems, as most eval harnesses name it. question / answer (may be numeric); split
-    # "test" (grpo eval configs, lighteval tasks).
-    "amc23": DatasetSpec("math-ai/amc23", "test", "question", "answer"),
-    # problem / solution / answer / subject / level / unique_id; split "test".
-    "math500": DatasetSpec("HuggingFaceH4/MATH-500", "test", "problem", "answer"),
-    # question / answer; split "test", 272 problems (lighteval's minerva_math task reads these columns).
-    "minerva": DatasetSpec("math-ai/minervamath", "test", "question", "answer"),
-    # question / final_answer (a list of LaTeX strings like ["$2^{1009}$"]) / solution / ...; split "test".
-    "olympiadbench": DatasetSpec("math-ai/olympiadbench", "test", "question", "final_answer"),
-    # The easy-level setting is evaluated on the original test splits of its training sets.
-    "math": DatasetSpec("DigitalLearningGmbH/MATH-lighteval", "test", "problem", "solution", get_answer=boxed_answer),
-    "gsm8k": DatasetSpec("openai/gsm8k", "test", "question", "answer", get_answer=gsm8k_answer, config_name="main"),
-    # LiveCodeBench v5 as ArcherCodeR ships it (test/livecodebench_v5.json): plain-JSON test cases, so nothing has to
-    # be unpickled (the full release's compressed private tests need riskpo_trl.code.data.load_livecodebench).
-    "livecodebench_v5": LoaderSpec("wizardII/ArcherCodeR-Dataset", "test", _archer_code, kind="code"),
-    "geometry3k_test": LoaderSpec("hiyouga/geometry3k", "test", _geometry3k, kind="geometry"),
-})
+BENCHMARKS = _registry(
+    "benchmark",
+    {
+        # id / problem / solution / answer / url / year; one "train" split of 30 problems (loaders in rllm, nemo-rl).
+        "aime24": DatasetSpec("HuggingFaceH4/aime_2024", "train", "problem", "answer"),
+        # problem / answer (plus id); split "test" (loaders in lighteval custom tasks and several eval harnesses).
+        "aime25": DatasetSpec("math-ai/aime25", "test", "problem", "answer"),
+        # AMC: two sets go by this name. The paper's appendix calls its set "AMC23" but gives 83 problems, the size of
+        # AI-MO/aimo-validation-amc (AMC 12 2022 + 2023), so its table most likely used that one; this is not certain.
+        # "amc": id / problem / answer (float64) / url; one "train" split of 83 problems (dataset card; eval loaders that
+        # filter it on url).
+        "amc": DatasetSpec("AI-MO/aimo-validation-amc", "train", "problem", "answer"),
+        # "amc23": AMC 2023 only, 40 problems, as most eval harnesses name it. question / answer (may be numeric); split
+        # "test" (grpo eval configs, lighteval tasks).
+        "amc23": DatasetSpec("math-ai/amc23", "test", "question", "answer"),
+        # problem / solution / answer / subject / level / unique_id; split "test".
+        "math500": DatasetSpec("HuggingFaceH4/MATH-500", "test", "problem", "answer"),
+        # question / answer; split "test", 272 problems (lighteval's minerva_math task reads these columns).
+        "minerva": DatasetSpec("math-ai/minervamath", "test", "question", "answer"),
+        # question / final_answer (a list of LaTeX strings like ["$2^{1009}$"]) / solution / ...; split "test".
+        "olympiadbench": DatasetSpec("math-ai/olympiadbench", "test", "question", "final_answer"),
+        # The easy-level setting is evaluated on the original test splits of its training sets.
+        "math": DatasetSpec(
+            "DigitalLearningGmbH/MATH-lighteval", "test", "problem", "solution", get_answer=boxed_answer
+        ),
+        "gsm8k": DatasetSpec(
+            "openai/gsm8k", "test", "question", "answer", get_answer=gsm8k_answer, config_name="main"
+        ),
+        # LiveCodeBench v5 as ArcherCodeR ships it (test/livecodebench_v5.json): plain-JSON test cases, so nothing has to
+        # be unpickled (the full release's compressed private tests need riskpo_trl.code.data.load_livecodebench).
+        "livecodebench_v5": LoaderSpec("wizardII/ArcherCodeR-Dataset", "test", _archer_code, kind="code"),
+        "geometry3k_test": LoaderSpec("hiyouga/geometry3k", "test", _geometry3k, kind="geometry"),
+    },
+)
 
 # The paper's hard-level table, in its column order ("amc": the 83-problem set its appendix describes).
 HARD_MATH_BENCHMARKS = ("aime25", "aime24", "amc", "math500", "minerva", "olympiadbench")
@@ -319,11 +322,9 @@ def _load_spec(
 
 
 def _lookup(
-    registry: Registry[DatasetSpec | LoaderSpec], name: str, kind: str, extra: Sequence[str] = ()
+    registry: Registry[DatasetSpec | LoaderSpec], name: str, extra: Sequence[str] = ()
 ) -> DatasetSpec | LoaderSpec:
-    if name not in registry:
-        raise ValueError(f"Unknown {kind} {name!r}{closest_name(name, [*registry, *extra])}; choose one of "
-                         f"{sorted([*registry, *extra])}.")
+    registry.check_all([name], also=extra)
     return registry[name]
 
 
@@ -335,6 +336,8 @@ def load_train_dataset(
     seed: int = 0,
     prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
     config: str | None = None,
+    prompt_column: str | None = None,
+    answer_column: str | None = None,
 ) -> Dataset:
     """A training set: one of :data:`TRAIN_DATASETS` or :data:`TRAIN_MIXTURES` in the trainer's columns, or any
     other dataset as it is (a Hub id, a local dataset directory, or ``json``/``csv``/``parquet`` with ``data_files``;
@@ -342,19 +345,28 @@ def load_train_dataset(
 
     For a registered dataset ``data_files`` reads local files in its schema instead of the Hub. ``limit`` keeps the
     first rows. ``prompt_template`` picks the prompt of a registered dataset (see :func:`adapt_dataset`).
+    ``prompt_column`` and ``answer_column`` name the columns of a dataset used as it is that hold the prompt and the
+    gold answer, read as ``prompt`` and ``solution`` (:mod:`riskpo_trl.data.columns`).
     A mixture is shuffled with ``seed`` first, so its first rows draw from every part (concatenated in order, a limit
     would keep only the first part's rows); the trainer reshuffles each epoch anyway.
     """
     if name not in TRAIN_DATASETS and name not in TRAIN_MIXTURES:
         dataset = _load_user_dataset(name, config, split, data_files, prompt_template)
+        dataset = map_training_columns(dataset, prompt_column, answer_column, where=f"the training dataset {name!r}")
+    elif prompt_column is not None or answer_column is not None:
+        raise ValueError(
+            f"prompt_column and answer_column name the columns of a dataset used as it is; {name!r} is "
+            "registered and its adapter maps its columns. Remove them."
+        )
     elif name in TRAIN_MIXTURES:
         if data_files is not None:
-            raise ValueError(f"{name!r} mixes several Hub datasets; data_files only works with one of "
-                             f"{list(TRAIN_DATASETS)}.")
+            raise ValueError(
+                f"{name!r} mixes several Hub datasets; data_files only works with one of {list(TRAIN_DATASETS)}."
+            )
         parts = [load_train_dataset(part, split, prompt_template=prompt_template) for part in TRAIN_MIXTURES[name]]
         dataset = concatenate_datasets(parts).shuffle(seed=seed).flatten_indices()
     else:
-        spec = _lookup(TRAIN_DATASETS, name, "training dataset", extra=TRAIN_MIXTURES)
+        spec = _lookup(TRAIN_DATASETS, name, extra=TRAIN_MIXTURES)
         local_form = "`dataset_files: [PATH]` in the recipe (`--dataset_files PATH`)"
         dataset = _load_spec(spec, name, split, data_files, local_form, prompt_template)
     return dataset.select(range(min(limit, len(dataset)))) if limit is not None else dataset
@@ -394,7 +406,7 @@ def load_benchmark(
     """An evaluation set from :data:`BENCHMARKS`: math ones with columns problem, answer, prompt, solution (=
     answer) and data_source, prompted as ``prompt_template`` says; the code and multi-modal ones in their loader's
     columns."""
-    spec = _lookup(BENCHMARKS, name, "benchmark")
+    spec = _lookup(BENCHMARKS, name)
     local_form = f"`riskpo-eval --benchmarks {name}=PATH` (`load_benchmark({name!r}, data_files=PATH)`)"
     dataset = _load_spec(spec, name, split, data_files, local_form, prompt_template)
     return dataset.select(range(min(limit, len(dataset)))) if limit is not None else dataset

@@ -17,7 +17,7 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from ..registry import closest_name
-from .local_files import check_data_files
+from .local_files import check_data_files, folder_data_files, folder_format
 from .prompts import DEFAULT_PROMPT_TEMPLATE
 
 # Formats read from local files by `datasets`' packaged builders, named as TRL's `--dataset_name json` does.
@@ -37,13 +37,17 @@ def user_dataset_kind(name: str, data_files: str | Sequence[str] | None, registe
                 f"dataset_name={name!r} reads local {name} files: give them with dataset_files (--dataset_files "
                 "rows.jsonl, or a list in the recipe)."
             )
-        check_data_files(data_files)
+        check_data_files(data_files, reader=name)
         return FILES
     if os.path.isdir(name):
+        if not _saved_to_disk(name):
+            _check_folder(name, data_files)
         return DIRECTORY
     if _reads_as_path(name):
-        raise FileNotFoundError(f"dataset_name={name!r}: no such directory (a local dataset directory, written by "
-                                "save_to_disk or holding data files, was meant).")
+        raise FileNotFoundError(
+            f"dataset_name={name!r}: no such directory (a local dataset directory, written by "
+            "save_to_disk or holding data files, was meant)."
+        )
     choices = sorted([*registered, *FILE_FORMATS])
     if "/" not in name:
         raise ValueError(
@@ -54,9 +58,25 @@ def user_dataset_kind(name: str, data_files: str | Sequence[str] | None, registe
     try:
         validate_repo_id(name)
     except HFValidationError:
-        raise ValueError(f"dataset_name={name!r} is neither a Hub id (namespace/name), a local directory, a "
-                         f"registered dataset nor one of {list(FILE_FORMATS)}.") from None
+        raise ValueError(
+            f"dataset_name={name!r} is neither a Hub id (namespace/name), a local directory, a "
+            f"registered dataset nor one of {list(FILE_FORMATS)}."
+        ) from None
     return HUB
+
+
+def _check_folder(directory: str, data_files: str | Sequence[str] | None) -> None:
+    """A folder of data files: it has some, of one format, none nested too deeply; and no dataset_files besides
+    (`datasets` would look for them inside the folder)."""
+    if data_files:
+        given = [data_files] if isinstance(data_files, (str, os.PathLike)) else list(data_files)
+        raise ValueError(
+            f"dataset_name={directory!r} is a folder, read for the data files in it, and dataset_files "
+            f"({', '.join(map(str, given))}) is set too. Give one: the folder alone, or the files with dataset_name "
+            "json (csv, parquet)."
+        )
+    splits = folder_data_files(directory)
+    check_data_files([f for files in splits.values() for f in files], reader=folder_format(splits))
 
 
 def check_prompt_template_unset(name: str, prompt_template: str) -> None:
@@ -88,20 +108,46 @@ def load_user_dataset(
     import datasets
 
     if kind == FILES:
-        return datasets.load_dataset(name, data_files=data_files, split=split)
-    if kind == DIRECTORY and _saved_to_disk(name):
+        return datasets.load_dataset(name, data_files=check_data_files(data_files, reader=name), split=split)
+    if kind == DIRECTORY and not _saved_to_disk(name):
+        return _load_folder(name, config, split)
+    if kind == DIRECTORY:
         saved = datasets.load_from_disk(name)
         if not isinstance(saved, datasets.DatasetDict):
             return saved
         if split not in saved:
-            raise ValueError(f"The dataset saved in {name} has no split {split!r}; its splits: {list(saved)}. Set "
-                             "dataset_train_split.")
+            raise ValueError(
+                f"The dataset saved in {name} has no split {split!r}; its splits: {list(saved)}. Set "
+                "dataset_train_split."
+            )
         return saved[split]
     return datasets.load_dataset(name, config, split=split, data_files=data_files)
+
+
+def _load_folder(directory: str, config: str | None, split: str):
+    """The ``split`` of a folder of data files, split by file name as `datasets` does."""
+    import datasets
+
+    if config is not None:
+        raise ValueError(
+            f"dataset_config={config!r} names a configuration of a Hub dataset; the folder {directory} "
+            "has none. Remove dataset_config."
+        )
+    splits = folder_data_files(directory)
+    if split not in splits:
+        raise ValueError(
+            f"{directory} has no data files of split {split!r}: by their names its files are split into "
+            f"{', '.join(splits)}. Set dataset_train_split to one of them, or rename the files."
+        )
+    builder = folder_format(splits)
+    files = check_data_files(splits[split], reader=builder)
+    return datasets.load_dataset(builder, data_files={split: files}, split=split)
 
 
 def _saved_to_disk(directory: str) -> bool:
     import datasets
 
-    return any(os.path.isfile(os.path.join(directory, file)) for file in (
-        datasets.config.DATASET_STATE_JSON_FILENAME, datasets.config.DATASETDICT_JSON_FILENAME))
+    return any(
+        os.path.isfile(os.path.join(directory, file))
+        for file in (datasets.config.DATASET_STATE_JSON_FILENAME, datasets.config.DATASETDICT_JSON_FILENAME)
+    )

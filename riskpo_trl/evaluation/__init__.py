@@ -4,8 +4,11 @@
 Names are imported on first use, so ``riskpo-eval --help`` and ``riskpo-plot`` start without loading torch.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from ..lazy import lazy_names
+
+# Public names by home module; each loads on first use. The TYPE_CHECKING block names the same for tools.
 _EXPORTS = {
     "benchmarks": ("load_rows_file", "render_prompt", "resolve_benchmarks"),
     "callback": ("PassAtKCallback",),
@@ -17,33 +20,16 @@ _EXPORTS = {
     "sampling": ("Sample", "SamplingSettings"),
     "scorers": ("AnswerScorer", "CodeScorer", "score_samples", "scorer_for"),
 }
-__all__ = sorted(name for names in _EXPORTS.values() for name in names)
 
+if TYPE_CHECKING:
+    from .benchmarks import load_rows_file, render_prompt, resolve_benchmarks
+    from .callback import PassAtKCallback
+    from .config import EvalConfig
+    from .evaluator import evaluate
+    from .generation import TransformersBackend, VLLMBackend, load_backend
+    from .metrics import avg_at_k, benchmark_metrics, default_ks, mean_pass_at_k, pass_at_k, pass_at_k_curve
+    from .report import markdown_table
+    from .sampling import Sample, SamplingSettings
+    from .scorers import AnswerScorer, CodeScorer, score_samples, scorer_for
 
-def __getattr__(name: str) -> Any:
-    module = next((module for module, names in _EXPORTS.items() if name in names), None)
-    if module == "benchmarks":
-        from . import benchmarks as source
-    elif module == "callback":
-        from . import callback as source
-    elif module == "config":
-        from . import config as source
-    elif module == "evaluator":
-        from . import evaluator as source
-    elif module == "generation":
-        from . import generation as source
-    elif module == "metrics":
-        from . import metrics as source
-    elif module == "report":
-        from . import report as source
-    elif module == "sampling":
-        from . import sampling as source
-    elif module == "scorers":
-        from . import scorers as source
-    else:
-        raise AttributeError(f"module 'riskpo_trl.evaluation' has no attribute {name!r}")
-    return getattr(source, name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__, __all__ = lazy_names(__name__, _EXPORTS)

@@ -11,8 +11,9 @@ from typing import Any
 from datasets import Dataset
 
 from ..data import BENCHMARKS, load_benchmark
-from ..data.prompts import make_prompt
-from ..registry import closest_names
+from ..data.columns import check_columns_exist, gold_answer
+from ..data.local_files import check_data_files
+from ..data.prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS, make_prompt
 from .config import EvalConfig
 
 
@@ -21,27 +22,81 @@ class Benchmark:
     name: str
     dataset: Dataset
     kind: str  # "math", "code" or "geometry": which scorer grades it (riskpo_trl.evaluation.scorers)
+    prompt: str = ""  # where its prompts come from, for results.md
 
 
-def load_rows_file(path: str | os.PathLike) -> Dataset:
-    """A local benchmark: JSON (a list of rows) or JSONL rows with ``problem`` and ``answer`` (``prompt`` optional)."""
+def template_description(prompt_template: str) -> str:
+    """A prompt template as results.md states it: its name and the text a problem becomes."""
+    return f"`{prompt_template}`: {PROMPT_BUILDERS[prompt_template]('{problem}')[-1]['content']!r}"
+
+
+def load_rows_file(
+    path: str | os.PathLike,
+    prompt_column: str | None = None,
+    answer_column: str | None = None,
+    prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
+) -> Dataset:
+    """A local benchmark: JSON (a list of rows) or JSONL rows in either schema, with columns ``problem`` and
+    ``answer`` (the problem is prompted with ``prompt_template``), or riskpo-train's ``prompt`` (text or chat
+    messages, used as it is) and ``solution``. ``prompt_column`` and ``answer_column`` name other columns; a GSM8K
+    answer (``... #### 42``) is read as the text after its last ``####``. The rows get ``problem`` or ``prompt``, and
+    the gold ``answer`` as text."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"Dataset file {str(path)!r} does not exist.")
+    check_data_files([str(path)])  # not empty, not nested deeper than the JSON readers take
+    rows = _read_rows(path)
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    gold = answer_column or next((c for c in ("answer", "solution") if c in columns), None)
+    prompt = prompt_column or ("prompt" if "prompt" in columns else None)
+    check_columns_exist(columns, {"answer_column": answer_column, "prompt_column": prompt_column}, str(path))
+    wanted = [gold or "answer", prompt or "problem"]
+    for i, row in enumerate(rows):
+        missing = [key for key in wanted if key not in row]
+        if missing:
+            raise ValueError(
+                f"{path}, row {i}: missing field(s) {missing}; each row needs `problem` and `answer`, or `prompt` and "
+                "`solution` as riskpo-train reads them (its columns: " + ", ".join(row) + "). --answer_column NAME "
+                "and --prompt_column NAME name other columns."
+            )
+    build = PROMPT_BUILDERS[prompt_template]
+    return Dataset.from_list(
+        [
+            {"prompt": row[prompt], "answer": gold_answer(row[gold])}
+            if prompt
+            else {"problem": row["problem"], "prompt": build(row["problem"]), "answer": gold_answer(row[gold])}
+            for row in rows
+        ]
+    )
+
+
+def rows_file_prompt(dataset: Dataset, prompt_column: str | None, prompt_template: str) -> str:
+    """Where the prompts of a rows file (as :func:`load_rows_file` read it) come from, for results.md."""
+    if "problem" in dataset.column_names:
+        return template_description(prompt_template)
+    return f"the file's own `{prompt_column or 'prompt'}` column, as it is"
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
     text = path.read_text()
     if path.suffix == ".jsonl":
-        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        rows = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{path}, line {number}: not JSON ({error}).") from None
     else:
-        rows = json.loads(text)
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: not JSON ({error}).") from None
         if isinstance(rows, dict) and "data" in rows:
             rows = rows["data"]
-    if not isinstance(rows, list) or not rows:
+    if not isinstance(rows, list) or not rows or not all(isinstance(row, dict) for row in rows):
         raise ValueError(f"{path}: expected a non-empty list of rows (JSON array or one JSON object per line).")
-    for i, row in enumerate(rows):
-        missing = [key for key in ("problem", "answer") if key not in row]
-        if missing:
-            raise ValueError(f"{path}, row {i}: missing field(s) {missing}; each row needs `problem` and `answer`.")
-    return Dataset.from_list([{**row, "answer": str(row["answer"])} for row in rows])
+    return rows
 
 
 def local_label(benchmark: str, path: str) -> str:
@@ -50,10 +105,7 @@ def local_label(benchmark: str, path: str) -> str:
 
 
 def check_benchmark_names(config: EvalConfig) -> None:
-    unknown = [entry.partition("=")[0] for entry in config.benchmarks if entry.partition("=")[0] not in BENCHMARKS]
-    if unknown:
-        raise ValueError(f"Unknown benchmark(s) {unknown}{closest_names(unknown, BENCHMARKS)}; choose from "
-                         f"{sorted(BENCHMARKS)} or use --dataset_files.")
+    BENCHMARKS.check_all([entry.partition("=")[0] for entry in config.benchmarks], otherwise=" or use --dataset_files")
 
 
 def resolve_benchmarks(config: EvalConfig) -> list[Benchmark]:
@@ -62,10 +114,16 @@ def resolve_benchmarks(config: EvalConfig) -> list[Benchmark]:
     benchmarks = []
     for entry in config.benchmarks:
         name, _, path = entry.partition("=")
-        dataset = load_benchmark(name, data_files=path or None)
+        kind = BENCHMARKS[name].kind
+        template = {"prompt_template": config.prompt_template} if kind == "math" else {}
+        dataset = load_benchmark(name, data_files=path or None, **template)
+        prompt = template_description(config.prompt_template) if template else f"the {kind} track's own prompt"
         # Rows from a local file are labelled with it: a few rows of one's own must not pass for the Hub benchmark.
-        benchmarks.append(Benchmark(local_label(name, path) if path else name, dataset, BENCHMARKS[name].kind))
-    benchmarks += [Benchmark(Path(path).stem, load_rows_file(path), "math") for path in config.dataset_files]
+        benchmarks.append(Benchmark(local_label(name, path) if path else name, dataset, kind, prompt))
+    for path in config.dataset_files:
+        dataset = load_rows_file(path, config.prompt_column, config.answer_column, config.prompt_template)
+        prompt = rows_file_prompt(dataset, config.prompt_column, config.prompt_template)
+        benchmarks.append(Benchmark(Path(path).stem, dataset, "math", prompt))
     names = [benchmark.name for benchmark in benchmarks]
     if len(set(names)) != len(names):
         raise ValueError(f"Benchmark names must be unique, got {names}; rename the dataset files.")

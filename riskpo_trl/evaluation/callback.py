@@ -136,7 +136,7 @@ class PassAtKCallback(TrainerCallback):
         for entry in log_history:
             for key, value in entry.items():
                 if key.startswith(prefix) and ("pass@" in key or "avg@" in key):
-                    curves.setdefault(key[len(prefix):], []).append((entry["step"], value))
+                    curves.setdefault(key[len(prefix) :], []).append((entry["step"], value))
         return curves
 
 

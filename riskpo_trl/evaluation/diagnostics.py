@@ -69,6 +69,15 @@ def logprob_by_reward_rate(records: Iterable[dict[str, Any]], num_bins: int = 5)
             continue
         mean = sum(values) / len(values)
         variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
-        bins.append(LogprobBin(i / num_bins, (i + 1) / num_bins, count, len(values), mean,
-                               math.sqrt(variance / len(values)), sum(rates[i]) / len(rates[i])))
+        bins.append(
+            LogprobBin(
+                i / num_bins,
+                (i + 1) / num_bins,
+                count,
+                len(values),
+                mean,
+                math.sqrt(variance / len(values)),
+                sum(rates[i]) / len(rates[i]),
+            )
+        )
     return bins

@@ -17,6 +17,7 @@ from typing import Any
 from tqdm.auto import tqdm
 from transformers import set_seed
 
+from ..tiny_model import is_tiny_random_model
 from .benchmarks import check_benchmark_names, problem_text, render_prompt, resolve_benchmarks
 from .config import EvalConfig
 from .generation import load_backend
@@ -26,6 +27,7 @@ from .records import (
     TABLE_FILE,
     check_earlier_samples,
     check_resumable,
+    check_same_prompt_template,
     read_done,
     sampling_record,
     write_atomic,
@@ -64,12 +66,20 @@ def evaluate(
     if not config.resume:
         done = {}
     check_resumable(done, settings, samples_path)
+    check_same_prompt_template(done, config.prompt_template, samples_path)
     benchmarks = resolve_benchmarks(config)
-    scorers = {kind: scorer_for(kind, math_grader=scorer, sandbox_settings=config.code_sandbox)
-               for kind in {benchmark.kind for benchmark in benchmarks}}
+    scorers = {
+        kind: scorer_for(kind, math_grader=scorer, sandbox_settings=config.code_sandbox)
+        for kind in {benchmark.kind for benchmark in benchmarks}
+    }
     if backend is None:
         backend = load_backend(
-            config.backend, config.model, config.adapter, config.batch_size, config.dtype, seed=config.seed,
+            config.backend,
+            config.model,
+            config.adapter,
+            config.batch_size,
+            config.dtype,
+            seed=config.seed,
             vllm_kwargs=config.vllm_kwargs,
         )
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -79,7 +89,10 @@ def evaluate(
     results: dict[str, Any] = {
         "model": config.model,
         "adapter": config.adapter,
+        "tiny_random_model": is_tiny_random_model(config.model),
         "backend": type(backend).__name__,
+        "chat_template": getattr(backend.tokenizer, "chat_template", None) is not None,
+        "prompts": {benchmark.name: benchmark.prompt for benchmark in benchmarks},
         "config": asdict(config),
         "benchmarks": {},
         "average": {},
@@ -104,12 +117,16 @@ def evaluate(
             bar = tqdm(total=len(dataset), initial=len(dataset) - len(todo), desc=name, disable=not progress)
             for batch in _batches(todo, config.batch_size):
                 rows = [dataset[i] for i in batch]
-                for index, row, samples in zip(batch, rows, _generate(backend, rows, settings)):
+                prompts = [render_prompt(row, backend.tokenizer) for row in rows]
+                for index, row, prompt, samples in zip(
+                    batch, rows, prompts, _generate(backend, rows, prompts, settings)
+                ):
                     scores, gold_unscorable = bench_scorer.score([s.text for s in samples], row)
                     record = {
                         "benchmark": name,
                         "index": index,
                         "problem": problem_text(row),
+                        "prompt": prompt,  # the text the model continued
                         "answer": bench_scorer.gold(row),
                         "completions": [s.text for s in samples],
                         "scores": scores,
@@ -117,6 +134,7 @@ def evaluate(
                         "mean_logprobs": [s.mean_logprob for s in samples] if settings.return_logprobs else None,
                         "gold_unscorable": gold_unscorable,
                         "sampling": sampling_record(settings),
+                        "prompt_template": config.prompt_template,
                     }
                     samples_file.write(json.dumps(record) + "\n")
                     records_by_benchmark[name].append(record)
@@ -132,9 +150,10 @@ def evaluate(
     return results
 
 
-def _generate(backend, rows: list[dict[str, Any]], settings: SamplingSettings) -> list[list[Sample]]:
-    """Samples for each row's prompt; rows with ``images`` (geometry) pass them to the backend."""
-    prompts = [render_prompt(row, backend.tokenizer) for row in rows]
+def _generate(
+    backend, rows: list[dict[str, Any]], prompts: list[str], settings: SamplingSettings
+) -> list[list[Sample]]:
+    """Samples for each row's rendered prompt; rows with ``images`` (geometry) pass them to the backend."""
     if any(row.get("images") for row in rows):
         return backend.generate(prompts, settings, images=[row["images"] for row in rows])
     return backend.generate(prompts, settings)

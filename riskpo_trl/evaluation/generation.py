@@ -71,8 +71,10 @@ class TransformersBackend:
         self, prompts: list[str], settings: SamplingSettings, images: PromptImages = None
     ) -> list[list[Sample]]:
         if images is not None and self.processor is None:
-            raise ValueError("These prompts come with images, but the model was loaded without an image processor; "
-                             "evaluate a vision-language model (its config has a vision_config).")
+            raise ValueError(
+                "These prompts come with images, but the model was loaded without an image processor; "
+                "evaluate a vision-language model (its config has a vision_config)."
+            )
         was_training = self.model.training
         self.model.eval()
         try:
@@ -92,8 +94,11 @@ class TransformersBackend:
             if images is None:
                 return dict(tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False))
             flat_images = [image for prompt_images in images for image in prompt_images]
-            return dict(self.processor(text=prompts, images=flat_images, return_tensors="pt", padding=True,
-                                       add_special_tokens=False))
+            return dict(
+                self.processor(
+                    text=prompts, images=flat_images, return_tensors="pt", padding=True, add_special_tokens=False
+                )
+            )
         finally:
             tokenizer.padding_side = padding_side
 
@@ -127,8 +132,10 @@ class TransformersBackend:
             )
         # The text stops before the stop token, as vLLM's does: a stop id that is no special token (a generation
         # config may list any) would otherwise end the text here and not there. The token still counts in lengths.
-        kept = [[token for token, keep in zip(ids, mask) if keep and token not in stop_ids]
-                for ids, mask in zip(completion_ids.tolist(), completion_mask.tolist())]
+        kept = [
+            [token for token, keep in zip(ids, mask) if keep and token not in stop_ids]
+            for ids, mask in zip(completion_ids.tolist(), completion_mask.tolist())
+        ]
         texts = tokenizer.batch_decode(kept, skip_special_tokens=True)
         lengths = completion_mask.sum(dim=1).tolist()
         samples = [
@@ -151,9 +158,11 @@ class TransformersBackend:
         prompt_length = prompt_mask.shape[1]
         # Logits at position t predict token t + 1.
         completion_logits = logits[:, prompt_length - 1 : -1].float()
-        token_logprobs = torch.log_softmax(completion_logits, dim=-1).gather(
-            -1, sequences[:, prompt_length:].unsqueeze(-1)
-        ).squeeze(-1)
+        token_logprobs = (
+            torch.log_softmax(completion_logits, dim=-1)
+            .gather(-1, sequences[:, prompt_length:].unsqueeze(-1))
+            .squeeze(-1)
+        )
         mask = completion_mask.float()
         return ((token_logprobs * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)).tolist()
 
@@ -223,8 +232,10 @@ class VLLMBackend:
             lora_request = LoRARequest("adapter", 1, self.adapter)
         requests: list = list(prompts)
         if images is not None:  # vLLM's multi-modal prompt form
-            requests = [{"prompt": prompt, "multi_modal_data": {"image": list(prompt_images)}}
-                        for prompt, prompt_images in zip(prompts, images)]
+            requests = [
+                {"prompt": prompt, "multi_modal_data": {"image": list(prompt_images)}}
+                for prompt, prompt_images in zip(prompts, images)
+            ]
         outputs = self.llm.generate(requests, params, lora_request=lora_request, use_tqdm=False)
         results = []
         for output in outputs:
@@ -263,6 +274,7 @@ def load_backend(
         return TransformersBackend.from_pretrained(model_name_or_path, adapter, batch_size=batch_size, dtype=dtype)
     except Exception as error:
         raise RuntimeError(
-            f"Could not load model {model_name_or_path!r}" + (f" with adapter {adapter!r}" if adapter else "")
+            f"Could not load model {model_name_or_path!r}"
+            + (f" with adapter {adapter!r}" if adapter else "")
             + f" for the {backend} backend: {error}. Check the path or Hub id (and HF_TOKEN for gated models)."
         ) from error

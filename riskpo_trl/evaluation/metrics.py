@@ -50,7 +50,9 @@ def avg_at_k(correct: Sequence[float | bool]) -> float:
 def mean_pass_at_k(num_samples: Sequence[int], num_correct: Sequence[int], k: int) -> float:
     """Benchmark Pass@k: :func:`pass_at_k` averaged over problems (``num_samples[i]``, ``num_correct[i]``)."""
     if len(num_samples) != len(num_correct):
-        raise ValueError(f"{len(num_samples)} sample counts but {len(num_correct)} correct counts; give one per problem.")
+        raise ValueError(
+            f"{len(num_samples)} sample counts but {len(num_correct)} correct counts; give one per problem."
+        )
     if len(num_samples) == 0:
         raise ValueError("mean_pass_at_k needs at least one problem.")
     return sum(pass_at_k(n, c, k) for n, c in zip(num_samples, num_correct)) / len(num_samples)

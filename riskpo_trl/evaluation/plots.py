@@ -158,13 +158,24 @@ def _plain_y_axis(ax, values: Sequence[float]) -> None:
 
 def pass_at_k_training_panel(runs: Sequence[Run]) -> Panel | None:
     """Pass@k over training steps, for the k's the :class:`PassAtKCallback` logged (smallest and largest k)."""
-    ks = sorted({int(key.split("@")[1]) for run in runs for entry in run.log_history for key in entry
-                 if key.startswith(f"{EVAL_PREFIX}pass@")})
+    ks = sorted(
+        {
+            int(key.split("@")[1])
+            for run in runs
+            for entry in run.log_history
+            for key in entry
+            if key.startswith(f"{EVAL_PREFIX}pass@")
+        }
+    )
     if not ks:
         return None
     chosen = [ks[0]] if len(ks) == 1 else [ks[0], ks[-1]]
-    return Panel("Held-out Pass@k during training", "Pass@k", tuple(f"{EVAL_PREFIX}pass@{k}" for k in chosen),
-                 tuple(f"Pass@{k}" for k in chosen))
+    return Panel(
+        "Held-out Pass@k during training",
+        "Pass@k",
+        tuple(f"{EVAL_PREFIX}pass@{k}" for k in chosen),
+        tuple(f"Pass@{k}" for k in chosen),
+    )
 
 
 def eval_result_name(spec: str, run_names: Sequence[str] = ()) -> tuple[str, str]:
@@ -310,8 +321,14 @@ def draw_training_curves(
     handles = [plt.Line2D([], [], color=color, linewidth=2) for color in color_of.values()]
     top = 0.9 if title else 0.95
     fig.tight_layout(rect=(0, 0, 1, top))
-    fig.legend(handles, list(color_of), loc="lower center", ncol=min(len(handles), 6), frameon=False,
-               bbox_to_anchor=(0.5, top))
+    fig.legend(
+        handles,
+        list(color_of),
+        loc="lower center",
+        ncol=min(len(handles), 6),
+        frameon=False,
+        bbox_to_anchor=(0.5, top),
+    )
     if title:
         fig.suptitle(title, y=top + 0.06)
     return fig, notes
@@ -346,12 +363,22 @@ def draw_logprob_diagnostic(sample_files: Sequence[str], num_bins: int = 5):
         name = name or Path(path).parent.name
         records = read_samples(path)
         bins = logprob_by_reward_rate(records, num_bins)
-        ax.errorbar([b.mean_reward_rate for b in bins], [b.mean_logprob for b in bins],
-                    yerr=[b.sem_logprob for b in bins], marker="o", capsize=2, linewidth=1.5, markersize=3, label=name)
+        ax.errorbar(
+            [b.mean_reward_rate for b in bins],
+            [b.mean_logprob for b in bins],
+            yerr=[b.sem_logprob for b in bins],
+            marker="o",
+            capsize=2,
+            linewidth=1.5,
+            markersize=3,
+            label=name,
+        )
         rates = {sum(r["scores"]) / len(r["scores"]) for r in records if _has_logprobs(r)}
         if len(rates) == 1:
-            notes.append(f"{name}: every question has reward rate {rates.pop():g}, so its one point cannot show "
-                         "confidence against difficulty")
+            notes.append(
+                f"{name}: every question has reward rate {rates.pop():g}, so its one point cannot show "
+                "confidence against difficulty"
+            )
     ax.set_xlim(-0.05, 1.05)
     ax.set_xlabel("question reward rate (mean over its samples)")
     ax.set_ylabel("mean token log-prob of completions")

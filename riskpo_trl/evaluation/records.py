@@ -76,3 +76,19 @@ def check_resumable(done: DoneRecords, settings: SamplingSettings, path: Path) -
                     f"resume=True, but {path} was sampled with {changes}. Resume with the same settings, or start "
                     "over: another output_dir, or overwrite=True (which replaces samples.jsonl)."
                 )
+
+
+def check_same_prompt_template(done: DoneRecords, prompt_template: str, path: Path) -> None:
+    """Refuse to resume records whose problems were prompted with another template (records written before the
+    template was stored were prompted with the default, the only one then)."""
+    from ..data.prompts import DEFAULT_PROMPT_TEMPLATE
+
+    for records in done.values():
+        for record in records.values():
+            recorded = record.get("prompt_template", DEFAULT_PROMPT_TEMPLATE)
+            if recorded != prompt_template:
+                raise ValueError(
+                    f"resume=True, but {path} was prompted with prompt_template={recorded!r} (now "
+                    f"{prompt_template!r}). Resume with the same template, or start over: another output_dir, or "
+                    "overwrite=True."
+                )

@@ -33,12 +33,42 @@ def average_metrics(benchmarks: dict[str, dict[str, Any]]) -> dict[str, float]:
 
 def sampling_line(config: dict[str, Any]) -> str:
     """How the table's completions were sampled, from the run's config (as ``results.json`` stores it)."""
-    line = (f"Sampling: {config['num_samples']} completions per problem, temperature {config['temperature']}"
-            f"{' (greedy)' if config['temperature'] == 0 else ''}, top-p {config['top_p']}, at most "
-            f"{config['max_new_tokens']} new tokens, seed {config['seed']}")
+    line = (
+        f"Sampling: {config['num_samples']} completions per problem, temperature {config['temperature']}"
+        f"{' (greedy)' if config['temperature'] == 0 else ''}, top-p {config['top_p']}, at most "
+        f"{config['max_new_tokens']} new tokens, seed {config['seed']}"
+    )
     if config.get("max_problems"):
         line += f"; the first {config['max_problems']} problems of each benchmark"
     return line + "."
+
+
+def model_line(results: dict[str, Any]) -> str:
+    """The model evaluated, saying so when it is the tiny random test model (or trained from it)."""
+    line = f"Model: `{results['model']}`" + (f" + adapter `{results['adapter']}`" if results.get("adapter") else "")
+    if results.get("tiny_random_model"):
+        line += (
+            " (the tiny RANDOM model of riskpo_trl.tiny_model, or a model trained from it: its scores say nothing "
+            "about a real model)"
+        )
+    return line + "."
+
+
+def prompt_lines(results: dict[str, Any]) -> list[str]:
+    """Where each benchmark's prompts come from, and how chat messages became the text the model continued."""
+    prompts = results.get("prompts")
+    if not prompts:
+        return []
+    chat = (
+        "chat messages rendered with the tokenizer's chat template"
+        if results.get("chat_template")
+        else "chat messages joined as plain text (the tokenizer has no chat template)"
+    )
+    return [
+        "Prompts (" + chat + "; samples.jsonl holds each one as the model saw it):",
+        *[f"- {name}: {source}" for name, source in prompts.items()],
+        "",
+    ]
 
 
 def markdown_table(results: dict[str, Any]) -> str:
@@ -49,9 +79,21 @@ def markdown_table(results: dict[str, Any]) -> str:
     for summary in benchmarks.values():
         metric_names += [key for key in summary.get("metrics", {}) if key not in metric_names]
     header = "| Metric | " + " | ".join(names) + " | Avg. |"
-    lines = [f"Model: `{results['model']}`" + (f" + adapter `{results['adapter']}`" if results.get("adapter") else ""),
-             "", *([sampling_line(results["config"]), ""] if results.get("config") else []),
-             header, "|" + " --- |" * (len(names) + 2)]
+    lines = [
+        model_line(results),
+        "",
+        *([sampling_line(results["config"]), ""] if results.get("config") else []),
+        *prompt_lines(results),
+        header,
+        "|" + " --- |" * (len(names) + 2),
+    ]
+    scored = [benchmarks[name]["num_scored"] for name in names]
+    totals = [benchmarks[name]["num_problems"] for name in names]
+    lines.append(
+        "| Problems scored | "
+        + " | ".join(f"{s}/{t}" for s, t in zip(scored, totals))
+        + f" | {sum(scored)}/{sum(totals)} |"
+    )
     for key in metric_names:
         cells = []
         for name in names:
@@ -66,6 +108,9 @@ def markdown_table(results: dict[str, Any]) -> str:
         lines += ["", "\\* partial: not every problem scored yet; Avg. uses complete benchmarks only."]
     unscorable = {name: s["num_unscorable_gold"] for name, s in benchmarks.items() if s["num_unscorable_gold"]}
     if unscorable:
-        lines += ["", "Problems whose gold answer math-verify cannot parse, or whose tests cannot be run (counted "
-                  f"wrong): {unscorable}."]
+        lines += [
+            "",
+            "Problems whose gold answer math-verify cannot parse, or whose tests cannot be run (counted "
+            f"wrong): {unscorable}.",
+        ]
     return "\n".join(lines) + "\n"

@@ -65,8 +65,9 @@ class CodeScorer:
         return [0.0 if unscorable else float(reward) for reward in rewards], unscorable
 
 
-def scorer_for(kind: str, *, math_grader: Scorer | None = None,
-               sandbox_settings: Mapping[str, Any] | None = None) -> AnswerScorer | CodeScorer:
+def scorer_for(
+    kind: str, *, math_grader: Scorer | None = None, sandbox_settings: Mapping[str, Any] | None = None
+) -> AnswerScorer | CodeScorer:
     """The scorer of a benchmark kind; ``math_grader`` replaces math-verify for the math kind."""
     if kind == "math":
         return AnswerScorer("answer", math_grader or verify_answer)

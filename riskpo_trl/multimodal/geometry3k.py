@@ -44,4 +44,3 @@ def load_geometry3k(split: str = "train", data_files: str | list[str] | None = N
     else:
         dataset = load_dataset(GEOMETRY3K_ID, split=split)
     return dataset.map(geometry3k_to_riskpo, remove_columns=[c for c in dataset.column_names if c != "images"])
-

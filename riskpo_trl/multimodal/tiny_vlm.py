@@ -24,8 +24,9 @@ VLM_CHAT_TEMPLATE = (
 )
 
 
-def build_tiny_vlm(output_dir: str | os.PathLike | None = None, *, image_size: int = 28, patch_size: int = 14,
-                   seed: int = 0) -> tuple[LlavaForConditionalGeneration, LlavaProcessor]:
+def build_tiny_vlm(
+    output_dir: str | os.PathLike | None = None, *, image_size: int = 28, patch_size: int = 14, seed: int = 0
+) -> tuple[LlavaForConditionalGeneration, LlavaProcessor]:
     """A randomly initialised tiny LLaVA and its processor; saved to ``output_dir`` when given.
 
     Every image becomes ``(image_size / patch_size) ** 2`` image tokens (4 by default).
@@ -37,20 +38,37 @@ def build_tiny_vlm(output_dir: str | os.PathLike | None = None, *, image_size: i
         size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
     )
     processor = LlavaProcessor(
-        image_processor=image_processor, tokenizer=tokenizer, patch_size=patch_size,
-        vision_feature_select_strategy="default", image_token=IMAGE_TOKEN, num_additional_image_tokens=1,
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=patch_size,
+        vision_feature_select_strategy="default",
+        image_token=IMAGE_TOKEN,
+        num_additional_image_tokens=1,
         chat_template=VLM_CHAT_TEMPLATE,
     )
     config = LlavaConfig(
         text_config=dict(
-            model_type="qwen2", vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+            model_type="qwen2",
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
             bos_token_id=tokenizer.bos_token_id,
         ),
         vision_config=dict(
-            model_type="clip_vision_model", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-            num_attention_heads=2, image_size=image_size, patch_size=patch_size, projection_dim=16,
+            model_type="clip_vision_model",
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=image_size,
+            patch_size=patch_size,
+            projection_dim=16,
         ),
         image_token_id=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
         vision_feature_select_strategy="default",

@@ -10,31 +10,42 @@ The names of ``registry`` and ``grading`` are importable from here; they load on
 needs a grader does not load TRL, and the code sandbox is only imported when the ``code`` reward is built.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-_GRADING_NAMES = ("final_answer_preview", "last_boxed", "matching_brace", "verify_answer")
-_REGISTRY_NAMES = (
-    "REWARD_BUILDERS", "REWARD_FUNCS", "boxed_format_reward", "geometry_accuracy_reward", "get_reward_funcs",
-    "math_verify_reward", "verl_by_source_reward", "verl_gsm8k_reward", "verl_math_dapo_reward", "verl_math_reward",
-)
-__all__ = sorted(["completion_text", *_GRADING_NAMES, *_REGISTRY_NAMES])
+from ..lazy import lazy_names
 
+# Public names by home module; each loads on first use. The TYPE_CHECKING block names the same for tools.
+_EXPORTS = {
+    "completions": ("completion_text",),
+    "grading": ("final_answer_preview", "last_boxed", "matching_brace", "verify_answer"),
+    "registry": (
+        "REWARD_BUILDERS",
+        "REWARD_FUNCS",
+        "boxed_format_reward",
+        "geometry_accuracy_reward",
+        "get_reward_funcs",
+        "math_verify_reward",
+        "verl_by_source_reward",
+        "verl_gsm8k_reward",
+        "verl_math_dapo_reward",
+        "verl_math_reward",
+    ),
+}
 
-def __getattr__(name: str) -> Any:
-    if name == "completion_text":
-        from .completions import completion_text
+if TYPE_CHECKING:
+    from .completions import completion_text
+    from .grading import final_answer_preview, last_boxed, matching_brace, verify_answer
+    from .registry import (
+        REWARD_BUILDERS,
+        REWARD_FUNCS,
+        boxed_format_reward,
+        geometry_accuracy_reward,
+        get_reward_funcs,
+        math_verify_reward,
+        verl_by_source_reward,
+        verl_gsm8k_reward,
+        verl_math_dapo_reward,
+        verl_math_reward,
+    )
 
-        return completion_text
-    if name in _GRADING_NAMES:
-        from . import grading
-
-        return getattr(grading, name)
-    if name in _REGISTRY_NAMES:
-        from . import registry
-
-        return getattr(registry, name)
-    raise AttributeError(f"module 'riskpo_trl.rewards' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__, __all__ = lazy_names(__name__, _EXPORTS)

@@ -24,7 +24,7 @@ from typing import Any
 
 from trl.rewards import accuracy_reward, think_format_reward
 
-from ..registry import Registry, closest_names
+from ..registry import Registry
 from .completions import completion_text
 from .grading import final_answer_preview, last_boxed, verify_answer
 from .verl_graders import DAPO_ANSWER, GRADERS_BY_SOURCE, GSM8K_STRICT, MATH_EQUIV, Grader, grader_for_source
@@ -162,6 +162,7 @@ REWARD_BUILDERS.add("code", _code_reward)
 
 # TRL's names for the rewards registered above under ours, offered when one of them is given.
 TRL_REWARD_NAMES = {"accuracy_reward": "trl_accuracy", "think_format_reward": "think_format"}
+REWARD_FUNCS.aliases.update(TRL_REWARD_NAMES)
 
 
 def get_reward_funcs(
@@ -175,13 +176,7 @@ def get_reward_funcs(
         names = [names]
     if not names:
         raise ValueError(f"No reward function given; choose from {sorted([*REWARD_FUNCS, *REWARD_BUILDERS])}.")
-    unknown = [name for name in names if name not in REWARD_FUNCS and name not in REWARD_BUILDERS]
-    if unknown:
-        raise ValueError(
-            f"Unknown reward function(s) {unknown}"
-            f"{closest_names(unknown, [*REWARD_FUNCS, *REWARD_BUILDERS], TRL_REWARD_NAMES)}; "
-            f"valid names are {sorted([*REWARD_FUNCS, *REWARD_BUILDERS])}."
-        )
+    REWARD_FUNCS.check_all(names, also=REWARD_BUILDERS)
     settings = settings or {}
     stray = [name for name in settings if name not in REWARD_BUILDERS]
     if stray:

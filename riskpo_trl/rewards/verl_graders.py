@@ -109,8 +109,18 @@ def hendrycks_normalise(answer: str) -> str:
     """The MATH scorer's normalisation: drop spacing, ``\\left``/``\\right``, degrees, dollars, percent, units after
     ``\\text{ ``, a short ``x =`` prefix; brace ``\\sqrt``/``\\frac`` arguments; ``0.5`` and ``a/b`` become fractions.
     Raises ``_Unnormalisable`` where the original rules fail."""
-    for old, new in (("\n", ""), ("\\!", ""), ("\\\\", "\\"), ("tfrac", "frac"), ("dfrac", "frac"), ("\\left", ""),
-                     ("\\right", ""), ("^{\\circ}", ""), ("^\\circ", ""), ("\\$", "")):
+    for old, new in (
+        ("\n", ""),
+        ("\\!", ""),
+        ("\\\\", "\\"),
+        ("tfrac", "frac"),
+        ("dfrac", "frac"),
+        ("\\left", ""),
+        ("\\right", ""),
+        ("^{\\circ}", ""),
+        ("^\\circ", ""),
+        ("\\$", ""),
+    ):
         answer = answer.replace(old, new)
     if "\\text{ " in answer:  # a unit on the right
         value, *units = answer.split("\\text{ ")
@@ -150,13 +160,61 @@ _ANSWER_LINE = re.compile(r"answer\s*:\s*([^\n]+)", re.IGNORECASE)
 NO_ANSWER = "[INVALID]"  # what the scorer compares when the completion has no "Answer:" line
 
 # Applied in this order: plain replacements, then removals, then the regular expressions below.
-_MINERVA_REPLACEMENTS = (("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), ("\\ ", ""), (" ", ""), ("mbox", "text"),
-                         (",\\text{and}", ","), ("\\text{and}", ","), ("\\text{m}", "\\text{}"))
-_MINERVA_REMOVALS = ("square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots",
-                     "sue", "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters",
-                     "meals", "edges", "students", "childrentickets", "multiples", "\\text{s}", "\\text{.}",
-                     "\\text{\ns}", "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}", "\\mathrm{th}", "^\\circ",
-                     "^{\\circ}", "\\;", ",\\!", "{,}", '"', "\\dots")
+_MINERVA_REPLACEMENTS = (
+    ("an ", ""),
+    ("a ", ""),
+    (".$", "$"),
+    ("\\$", ""),
+    ("\\ ", ""),
+    (" ", ""),
+    ("mbox", "text"),
+    (",\\text{and}", ","),
+    ("\\text{and}", ","),
+    ("\\text{m}", "\\text{}"),
+)
+_MINERVA_REMOVALS = (
+    "square",
+    "ways",
+    "integers",
+    "dollars",
+    "mph",
+    "inches",
+    "hours",
+    "km",
+    "units",
+    "\\ldots",
+    "sue",
+    "points",
+    "feet",
+    "minutes",
+    "digits",
+    "cents",
+    "degrees",
+    "cm",
+    "gm",
+    "pounds",
+    "meters",
+    "meals",
+    "edges",
+    "students",
+    "childrentickets",
+    "multiples",
+    "\\text{s}",
+    "\\text{.}",
+    "\\text{\ns}",
+    "\\text{}^2",
+    "\\text{}^3",
+    "\\text{\n}",
+    "\\text{}",
+    "\\mathrm{th}",
+    "^\\circ",
+    "^{\\circ}",
+    "\\;",
+    ",\\!",
+    "{,}",
+    '"',
+    "\\dots",
+)
 _MINERVA_REWRITES = (
     (re.compile(r"[^\n]*?\$([^\n]*?)\$[^\n]*"), r"$\1$"),  # keep the first $...$ of a line
     (re.compile(r"\\text\{(.*?)\}"), r"\1"),

@@ -3,7 +3,8 @@ Risk-based Policy Optimization via Verifiable Reward for LLM Post-Training* (Ren
 
 One module per job: ``bundling`` (matching completions into bundles), ``advantages`` (the risk profiles' formulas),
 ``credit`` (a bundle's advantage to its members), ``baselines`` (a control variate subtracted last), ``quantiles`` and
-``quantile_tracker`` (where the quantiles come from), ``metrics`` (per-batch signals and objectives), ``batch`` (one
+``quantile_tracker`` (where the quantiles come from), ``choices`` (the named choices, resolved once into these
+functions), ``metrics`` (per-batch signals and objectives), ``batch`` (one
 batch's step, :class:`RiskPOBatch`) and ``estimator`` (:class:`RiskEstimator`, the step with its state across batches).
 Every choice is a registry filled by a decorator (:data:`BUNDLINGS`, :data:`RISK_PROFILES` with
 :data:`ADVANTAGE_SCALINGS`, :data:`CREDIT_ASSIGNMENTS`, :data:`ADVANTAGE_BASELINES`, :data:`QUANTILE_SOURCES`).
@@ -12,6 +13,7 @@ Every choice is a registry filled by a decorator (:data:`BUNDLINGS`, :data:`RISK
 from .advantages import (
     ADVANTAGE_SCALINGS,
     RISK_PROFILES,
+    AdvantageScaling,
     RiskProfile,
     ScaledAdvantage,
     authors_code_mvar_advantage,
@@ -25,10 +27,15 @@ from .advantages import (
     scaled_advantage,
 )
 from .baselines import (
-    ADVANTAGE_BASELINES, DEFAULT_ADVANTAGE_BASELINE, leave_one_out_baseline, no_baseline, resolve_advantage_baseline,
+    ADVANTAGE_BASELINES,
+    DEFAULT_ADVANTAGE_BASELINE,
+    leave_one_out_baseline,
+    no_baseline,
+    resolve_advantage_baseline,
 )
-from .batch import RiskPOBatch, riskpo_advantages
+from .batch import RiskPOBatch, apply_advantage_rule, riskpo_advantages
 from .bundling import BUNDLINGS, permutation_bundles, positional_bundles
+from .choices import DEFAULT_CHOICES, AdvantageRule, RiskChoices
 from .credit import CREDIT_ASSIGNMENTS, score_credit, std_credit, sum_mean_credit, uniform_credit
 from .estimator import RiskEstimator
 from .metrics import (
@@ -42,12 +49,47 @@ from .quantile_tracker import QuantileTracker
 from .quantiles import QUANTILE_SOURCES, empirical_quantiles, group_quantiles
 
 __all__ = [
-    "ADVANTAGE_BASELINES", "ADVANTAGE_SCALINGS", "BUNDLINGS", "CREDIT_ASSIGNMENTS", "DEFAULT_ADVANTAGE_BASELINE",
-    "QUANTILE_SOURCES", "RISK_PROFILES",
-    "QuantileTracker", "RiskEstimator", "RiskPOBatch", "RiskProfile", "ScaledAdvantage", "authors_code_mvar_advantage",
-    "authors_code_risk_seeking_advantage", "empirical_quantiles", "frac_prompts_all_failed", "group_quantiles",
-    "leave_one_out_baseline", "mvar_advantage", "mvar_objective", "no_baseline", "permutation_bundles",
-    "positional_bundles", "push_signals", "register_risk_profile", "register_scaled_advantage", "resolve_advantage_baseline",
-    "risk_seeking_advantage", "risk_seeking_objective", "riskpo_advantages", "rvar_advantage", "rvar_objective",
-    "rvar_window", "scaled_advantage", "score_credit", "std_credit", "sum_mean_credit", "uniform_credit",
+    "ADVANTAGE_BASELINES",
+    "ADVANTAGE_SCALINGS",
+    "BUNDLINGS",
+    "CREDIT_ASSIGNMENTS",
+    "DEFAULT_ADVANTAGE_BASELINE",
+    "DEFAULT_CHOICES",
+    "QUANTILE_SOURCES",
+    "RISK_PROFILES",
+    "AdvantageRule",
+    "AdvantageScaling",
+    "QuantileTracker",
+    "RiskChoices",
+    "RiskEstimator",
+    "RiskPOBatch",
+    "RiskProfile",
+    "ScaledAdvantage",
+    "authors_code_mvar_advantage",
+    "authors_code_risk_seeking_advantage",
+    "apply_advantage_rule",
+    "empirical_quantiles",
+    "frac_prompts_all_failed",
+    "group_quantiles",
+    "leave_one_out_baseline",
+    "mvar_advantage",
+    "mvar_objective",
+    "no_baseline",
+    "permutation_bundles",
+    "positional_bundles",
+    "push_signals",
+    "register_risk_profile",
+    "register_scaled_advantage",
+    "resolve_advantage_baseline",
+    "risk_seeking_advantage",
+    "risk_seeking_objective",
+    "riskpo_advantages",
+    "rvar_advantage",
+    "rvar_objective",
+    "rvar_window",
+    "scaled_advantage",
+    "score_credit",
+    "std_credit",
+    "sum_mean_credit",
+    "uniform_credit",
 ]

@@ -30,15 +30,6 @@ AdvantageFn = Callable[..., torch.Tensor]
 ObjectiveFn = Callable[[torch.Tensor, Quantile, Quantile, float], torch.Tensor]
 CONTEXT_ARGUMENTS = ("alpha", "beta", "num_generations", "natural_baseline")
 
-ADVANTAGE_SCALINGS: Registry[str] = Registry("advantage_scaling")
-ADVANTAGE_SCALINGS.add("none", "none", help="the paper's advantage")
-ADVANTAGE_SCALINGS.add(
-    "authors_code", "authors_code",
-    help="the authors' public code's scaling: for mvar [omega*(-(q_a-R)^+/alpha) + g/(beta-alpha)]/(1+omega) (needs "
-    "risk_alpha > 0), for risk_seeking [omega*(R-q_b)^+/(1-beta) + g/(beta-alpha)]/(1+omega) (needs risk_beta < 1), "
-    "each divided by the std of the bundle group's scores; their scripts use omega=1.5 with quantile_source='group'",
-)
-
 
 # The quantile levels' rules, each in one place: every formula needs them in order, the authors' scalings more.
 def levels_in_order(alpha: float, beta: float) -> bool:
@@ -46,7 +37,7 @@ def levels_in_order(alpha: float, beta: float) -> bool:
 
 
 def _alpha_positive(alpha: float, beta: float) -> bool:
-    return 0 < alpha and levels_in_order(alpha, beta)
+    return alpha > 0 and levels_in_order(alpha, beta)
 
 
 def _beta_below_one(alpha: float, beta: float) -> bool:
@@ -80,30 +71,58 @@ class ScaledAdvantage:
 
 
 @dataclass(frozen=True)
+class AdvantageScaling:
+    """One way to compute the risk profiles' advantages (the config's ``advantage_scaling``): the formula of each
+    profile it is defined for, ``formulas[profile name]``. ``"none"`` holds the paper's formulas."""
+
+    name: str
+    formulas: dict[str, ScaledAdvantage] = field(default_factory=dict)
+
+    def of(self, profile: str) -> ScaledAdvantage:
+        """The formula for ``profile``, or a ``ValueError`` naming the profiles it is defined for."""
+        if profile not in self.formulas:
+            raise ValueError(
+                f"advantage_scaling={self.name!r} is defined for risk_profile in {sorted(self.formulas)}, "
+                f"not {profile!r}."
+            )
+        return self.formulas[profile]
+
+
+ADVANTAGE_SCALINGS: Registry[AdvantageScaling] = Registry("advantage_scaling")
+ADVANTAGE_SCALINGS.add("none", AdvantageScaling("none"), help="the paper's advantage")
+ADVANTAGE_SCALINGS.add(
+    "authors_code",
+    AdvantageScaling("authors_code"),
+    help="the authors' public code's scaling: for mvar [omega*(-(q_a-R)^+/alpha) + g/(beta-alpha)]/(1+omega) (needs "
+    "risk_alpha > 0), for risk_seeking [omega*(R-q_b)^+/(1-beta) + g/(beta-alpha)]/(1+omega) (needs risk_beta < 1), "
+    "each divided by the std of the bundle group's scores; their scripts use omega=1.5 with quantile_source='group'",
+)
+
+
+@dataclass(frozen=True)
 class RiskProfile:
     """A registered risk profile: its ``objective`` (batch estimate, logged as ``risk/<name>``) and its advantage under
-    each registered scaling (``"none"``: the paper's formula). Calling it computes the paper's advantage."""
+    each advantage scaling that defines it (``"none"``: the paper's formula). Calling it computes the paper's
+    advantage."""
 
     name: str
     objective: ObjectiveFn
-    scalings: dict[str, ScaledAdvantage] = field(default_factory=dict)
+
+    @property
+    def scalings(self) -> dict[str, ScaledAdvantage]:
+        """``{scaling name: formula}`` for every advantage scaling defined for this profile."""
+        return {name: s.formulas[self.name] for name, s in ADVANTAGE_SCALINGS.items() if self.name in s.formulas}
 
     def advantage(self, scaling: str = "none") -> ScaledAdvantage:
         """The advantage under ``scaling``, or a ``ValueError`` naming the valid choices."""
-        ADVANTAGE_SCALINGS.check(scaling)
-        if scaling not in self.scalings:
-            raise ValueError(
-                f"advantage_scaling={scaling!r} is defined for risk_profile in "
-                f"{sorted(p.name for p in RISK_PROFILES.values() if scaling in p.scalings)}, not {self.name!r}."
-            )
-        return self.scalings[scaling]
+        return ADVANTAGE_SCALINGS.get(scaling).of(self.name)
 
     @property
     def metric(self) -> str:
         return f"risk/{self.name}"
 
     def __call__(self, scores: torch.Tensor, q_alpha: Quantile, q_beta: Quantile, omega: float, **context):
-        return self.scalings["none"](scores, q_alpha, q_beta, omega, **context)
+        return self.advantage("none")(scores, q_alpha, q_beta, omega, **context)
 
 
 RISK_PROFILES: Registry[RiskProfile] = Registry("risk_profile")
@@ -120,8 +139,8 @@ def register_risk_profile(
     """Decorator: register the paper's advantage formula of the risk profile ``name`` and its ``objective``."""
 
     def register(fn: AdvantageFn) -> AdvantageFn:
-        RISK_PROFILES.add(name, RiskProfile(name, objective, {"none": ScaledAdvantage(fn, levels_ok, levels_rule)}),
-                          help)
+        RISK_PROFILES.add(name, RiskProfile(name, objective), help)
+        ADVANTAGE_SCALINGS["none"].formulas[name] = ScaledAdvantage(fn, levels_ok, levels_rule)
         return fn
 
     return register
@@ -133,8 +152,8 @@ def register_scaled_advantage(
     """Decorator: register the decorated formula as ``profile``'s advantage under the advantage scaling ``scaling``."""
 
     def register(fn: AdvantageFn) -> AdvantageFn:
-        ADVANTAGE_SCALINGS.check(scaling)
-        RISK_PROFILES.get(profile).scalings[scaling] = ScaledAdvantage(fn, levels_ok, levels_rule)
+        RISK_PROFILES.check(profile)
+        ADVANTAGE_SCALINGS.get(scaling).formulas[profile] = ScaledAdvantage(fn, levels_ok, levels_rule)
         return fn
 
     return register
@@ -163,7 +182,8 @@ def rvar_window(
 
 
 @register_risk_profile(
-    "mvar", objective=mvar_objective,
+    "mvar",
+    objective=mvar_objective,
     help="the paper's Mixed VaR, risk-averse: the lower tail weighted by 1 + risk_omega",
 )
 def mvar_advantage(
@@ -202,9 +222,7 @@ def rvar_advantage(
 @register_risk_profile(
     "risk_seeking", objective=risk_seeking_objective, help="the paper's ablation weighting the upper tail"
 )
-def risk_seeking_advantage(
-    scores: torch.Tensor, q_alpha: Quantile, q_beta: Quantile, omega: float
-) -> torch.Tensor:
+def risk_seeking_advantage(scores: torch.Tensor, q_alpha: Quantile, q_beta: Quantile, omega: float) -> torch.Tensor:
     """Bundle advantage of the paper's risk-seeking ablation,
     ``J = (1 + omega) * (1 - beta) * RVaR_{beta:1} + (beta - alpha) * RVaR_{alpha:beta}``::
 
@@ -229,7 +247,9 @@ def _divide_by_group_std(advantage: torch.Tensor, scores: torch.Tensor, num_gene
 
 
 @register_scaled_advantage(
-    "authors_code", "mvar", levels_ok=_alpha_positive,
+    "authors_code",
+    "mvar",
+    levels_ok=_alpha_positive,
     levels_rule="risk_alpha > 0 (it divides by alpha)",
 )
 def authors_code_mvar_advantage(
@@ -265,7 +285,9 @@ def authors_code_mvar_advantage(
 
 
 @register_scaled_advantage(
-    "authors_code", "risk_seeking", levels_ok=_beta_below_one,
+    "authors_code",
+    "risk_seeking",
+    levels_ok=_beta_below_one,
     levels_rule="risk_beta < 1 (it divides by 1 - beta)",
 )
 def authors_code_risk_seeking_advantage(

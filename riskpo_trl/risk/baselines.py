@@ -34,7 +34,8 @@ def no_baseline(advantages: torch.Tensor, scorable: torch.Tensor, num_generation
 
 
 @ADVANTAGE_BASELINES.register(
-    "loo", help="per prompt, subtract the mean advantage of the prompt's other scorable completions (RLOO-style), so "
+    "loo",
+    help="per prompt, subtract the mean advantage of the prompt's other scorable completions (RLOO-style), so "
     "each prompt's advantages sum to 0 and take both signs; the expected gradient is unchanged at fixed quantiles",
 )
 def leave_one_out_baseline(advantages: torch.Tensor, scorable: torch.Tensor, num_generations: int) -> torch.Tensor:
@@ -61,17 +62,19 @@ def resolve_advantage_baseline(advantage_baseline: str | None, advantage_scaling
     if advantage_baseline is not None:
         return advantage_baseline
     if advantage_scaling == "authors_code":
-        logger.warning("advantage_baseline not set with advantage_scaling='authors_code': using 'none', as the authors' "
-                       "code does (the default 'loo' is refused with that scaling). Set advantage_baseline='none' to "
-                       "say so and silence this.")
+        logger.warning(
+            "advantage_baseline not set with advantage_scaling='authors_code': using 'none', as the authors' "
+            "code does (the default 'loo' is refused with that scaling). Set advantage_baseline='none' to "
+            "say so and silence this."
+        )
         return "none"
     return DEFAULT_ADVANTAGE_BASELINE
 
 
 def check_baseline_pair(advantage_baseline: str, advantage_scaling: str) -> None:
     """Refuse a baseline with the authors' scaling: their group-std division and group quantiles make every
-    completion's advantage depend on its whole bundle group, so no per-prompt mean is free of the completion itself."""
-    ADVANTAGE_BASELINES.check(advantage_baseline)
+    completion's advantage depend on its whole bundle group, so no per-prompt mean is free of the completion itself.
+    The names themselves are checked where they are resolved (:meth:`~riskpo_trl.risk.choices.RiskChoices.resolve`)."""
     if advantage_baseline != "none" and advantage_scaling == "authors_code":
         raise ValueError(
             f"advantage_baseline={advantage_baseline!r} with advantage_scaling='authors_code': that scaling divides "

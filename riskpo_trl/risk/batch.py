@@ -6,10 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .advantages import RISK_PROFILES, scaled_advantage
-from .baselines import ADVANTAGE_BASELINES, resolve_advantage_baseline
-from .bundling import BUNDLINGS, Bundles
-from .credit import CREDIT_ASSIGNMENTS
+from .advantages import RiskProfile
+from .bundling import Bundles
+from .choices import DEFAULT_CHOICES, AdvantageRule, RiskChoices
 from .metrics import frac_prompts_all_failed, push_signals
 from .quantiles import Quantile, as_tensor_like
 
@@ -23,10 +22,14 @@ class RiskPOBatch:
     bundle_scores: torch.Tensor  # one per bundle; NaN for a bundle without a scorable member
     q_alpha: float | torch.Tensor  # one value, or one per bundle (quantiles taken per bundle group)
     q_beta: float | torch.Tensor
+    profile: RiskProfile  # whose objective the metrics estimate
     unscorable: torch.Tensor | None = None  # one bool per completion: no reward function scored it
     rewards: torch.Tensor | None = None  # one per completion, NaN where unscorable
     num_generations: int | None = None  # completions per prompt (G), for the per-prompt metrics
-    risk_profile: str = "mvar"  # whose objective the metrics estimate
+
+    @property
+    def risk_profile(self) -> str:
+        return self.profile.name
 
     def metrics(self, omega: float) -> dict[str, float]:
         """The per-batch ``risk/*`` metrics the trainer logs (per-bundle quantiles are logged as their mean), with the
@@ -36,7 +39,7 @@ class RiskPOBatch:
         bundle ever scores above ``q_beta`` when ``beta = 1`` or when the top bundles tie at ``q_beta``): an empty
         mean is not a value."""
         scores = self.bundle_scores
-        profile = RISK_PROFILES.get(self.risk_profile)
+        profile = self.profile
         finite = torch.isfinite(scores)
         q_alpha, q_beta = as_tensor_like(self.q_alpha, scores), as_tensor_like(self.q_beta, scores)
         lower = scores[finite & (scores <= q_alpha)]
@@ -84,21 +87,24 @@ def riskpo_advantages(
     q_alpha: Quantile,
     q_beta: Quantile,
     omega: float,
-    risk_profile: str = "mvar",
+    risk_profile: str = DEFAULT_CHOICES.risk_profile,
     bundles: Bundles | None = None,
     generator: torch.Generator | None = None,
-    advantage_scaling: str = "none",
+    advantage_scaling: str = DEFAULT_CHOICES.advantage_scaling,
     levels: tuple[float, float] | None = None,
-    natural_baseline: bool = True,
-    credit_assignment: str = "uniform",
-    bundling: str = "permutation",
-    advantage_baseline: str | None = None,
+    natural_baseline: bool = DEFAULT_CHOICES.natural_baseline,
+    credit_assignment: str = DEFAULT_CHOICES.credit_assignment,
+    bundling: str = DEFAULT_CHOICES.bundling,
+    advantage_baseline: str | None = DEFAULT_CHOICES.advantage_baseline,
 ) -> RiskPOBatch:
-    """Bundle a batch, score it against the given quantiles and spread each bundle's advantage to its members.
+    """Bundle a batch, score it against the given quantiles and spread each bundle's advantage to its members: the
+    choices named (:class:`~riskpo_trl.risk.choices.RiskChoices`) resolved for this one call, then
+    :func:`apply_advantage_rule`. A loop over batches resolves once and calls that instead, as
+    :class:`~riskpo_trl.risk.estimator.RiskEstimator` does.
 
     This is lines 6 and 8 of Algorithm 1 without the tracker update (line 7), which the caller does in between so the
-    quantiles can come from a tracker, from the batch itself, or from anywhere else (:class:`~riskpo_trl.risk.estimator.
-    RiskEstimator` does all three for the trainer).
+    quantiles can come from a tracker, from the batch itself, or from anywhere else
+    (:class:`~riskpo_trl.risk.estimator.RiskEstimator` does all three for the trainer).
 
     Args:
         rewards: ``P * G`` rewards, ``NaN`` for an unscorable completion.
@@ -113,45 +119,85 @@ def riskpo_advantages(
         credit_assignment: a key of :data:`CREDIT_ASSIGNMENTS`; ``"uniform"`` (the paper) gives every member its
             bundle's advantage.
         advantage_baseline: a key of :data:`ADVANTAGE_BASELINES`, subtracted last; ``"loo"`` (the default) each
-            prompt's leave-one-out mean, ``"none"`` (the paper) nothing. Unset with ``advantage_scaling="authors_code"``
-            it is ``"none"`` (:func:`~riskpo_trl.risk.baselines.resolve_advantage_baseline`).
+            prompt's leave-one-out mean, ``"none"`` (the paper) nothing. Unset with
+            ``advantage_scaling="authors_code"`` it is ``"none"``
+            (:func:`~riskpo_trl.risk.baselines.resolve_advantage_baseline`).
+    """
+    choices = RiskChoices(
+        risk_profile=risk_profile,
+        advantage_scaling=advantage_scaling,
+        bundling=bundling,
+        credit_assignment=credit_assignment,
+        advantage_baseline=advantage_baseline,
+        natural_baseline=natural_baseline,
+    )
+    rule = choices.resolve(levels)
+    if bundles is None:
+        if bundle_size is None:
+            raise ValueError("riskpo_advantages needs bundle_size to draw the bundles (or pass bundles=).")
+        bundles = rule.bundling(rewards, num_generations, bundle_size, generator)
+    return apply_advantage_rule(
+        rule,
+        rewards,
+        bundles,
+        num_generations=num_generations,
+        q_alpha=q_alpha,
+        q_beta=q_beta,
+        omega=omega,
+        levels=levels,
+    )
+
+
+def apply_advantage_rule(
+    rule: AdvantageRule,
+    rewards: torch.Tensor,
+    bundles: Bundles,
+    *,
+    num_generations: int,
+    q_alpha: Quantile,
+    q_beta: Quantile,
+    omega: float,
+    levels: tuple[float, float] | None,
+) -> RiskPOBatch:
+    """Score the ``bundles`` of a batch against the quantiles and spread each bundle's advantage to its members, with
+    the behaviour ``rule`` resolved once (:meth:`~riskpo_trl.risk.choices.RiskChoices.resolve`).
 
     Unscorable completions (``NaN`` reward) get advantage ``0``; so do all members of a bundle that has no scorable
     member. Every other completion gets its (credited) bundle advantage, minus the baseline, so the result is never
     ``NaN``.
     """
-    variant = scaled_advantage(advantage_scaling, risk_profile)
-    credit = CREDIT_ASSIGNMENTS.get(credit_assignment)
-    baseline = ADVANTAGE_BASELINES.get(resolve_advantage_baseline(advantage_baseline, advantage_scaling))
-    if bundles is None:
-        if bundle_size is None:
-            raise ValueError("riskpo_advantages needs bundle_size to draw the bundles (or pass bundles=).")
-        bundles = BUNDLINGS.get(bundling)(rewards, num_generations, bundle_size, generator)
-    if variant.needs_levels and levels is None:
+    if rule.advantage.needs_levels and levels is None:
         raise ValueError(
-            f"advantage_scaling={advantage_scaling!r} needs the quantile levels: pass levels=(alpha, beta)."
+            f"advantage_scaling={rule.choices.advantage_scaling!r} needs the quantile levels: pass "
+            "levels=(alpha, beta)."
         )
     alpha, beta = levels if levels is not None else (None, None)
     bundle_scores, bundle_ids = bundles
-    bundle_adv = variant(
-        bundle_scores.to(torch.float64), q_alpha, q_beta, omega,
-        alpha=alpha, beta=beta, num_generations=num_generations, natural_baseline=natural_baseline,
+    bundle_adv = rule.advantage(
+        bundle_scores.to(torch.float64),
+        q_alpha,
+        q_beta,
+        omega,
+        alpha=alpha,
+        beta=beta,
+        num_generations=num_generations,
+        natural_baseline=rule.choices.natural_baseline,
     )
-    advantages = credit(bundle_adv[bundle_ids], rewards, bundle_ids, num_generations)
+    advantages = rule.credit(bundle_adv[bundle_ids], rewards, bundle_ids, num_generations)
     unscorable = torch.isnan(rewards)
     advantages = torch.where(unscorable, torch.zeros_like(advantages), advantages)
     advantages = torch.nan_to_num(advantages, nan=0.0, posinf=0.0, neginf=0.0)
-    advantages = baseline(advantages, ~unscorable, num_generations).to(torch.float32)
+    advantages = rule.baseline(advantages, ~unscorable, num_generations).to(torch.float32)
     return RiskPOBatch(
         advantages=advantages,
         bundle_ids=bundle_ids,
         bundle_scores=bundle_scores,
         q_alpha=_as_float_or_tensor(q_alpha),
         q_beta=_as_float_or_tensor(q_beta),
+        profile=rule.profile,
         unscorable=unscorable,
         rewards=rewards,
         num_generations=num_generations,
-        risk_profile=risk_profile,
     )
 
 

@@ -19,7 +19,6 @@ BundlingFn = Callable[..., Bundles]
 BUNDLINGS: Registry[BundlingFn] = Registry("bundling")
 
 
-
 def _check_layout(rewards: torch.Tensor, num_generations: int, bundle_size: int, allow_partial_group: bool) -> int:
     """Validate the batch layout and return the number of prompts."""
     if rewards.dim() != 1:
@@ -62,8 +61,7 @@ def _score_bundles(rewards: torch.Tensor, slot: torch.Tensor, num_generations: i
     return bundle_scores.to(rewards.dtype if rewards.is_floating_point() else torch.float32), bundle_ids
 
 
-@BUNDLINGS.register("permutation", help="the paper: an independent uniform permutation of each prompt's "
-                    "completions")
+@BUNDLINGS.register("permutation", help="the paper: an independent uniform permutation of each prompt's completions")
 def permutation_bundles(
     rewards: torch.Tensor,
     num_generations: int,
@@ -100,8 +98,7 @@ def permutation_bundles(
     return _score_bundles(rewards, keys.argsort(dim=1), num_generations, bundle_size)
 
 
-@BUNDLINGS.register("positional", help="the authors' code: completion j of every prompt of a group forms bundle "
-                    "j")
+@BUNDLINGS.register("positional", help="the authors' code: completion j of every prompt of a group forms bundle j")
 def positional_bundles(
     rewards: torch.Tensor,
     num_generations: int,

@@ -18,7 +18,6 @@ CreditFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tenso
 CREDIT_ASSIGNMENTS: Registry[CreditFn] = Registry("credit_assignment")
 
 
-
 def _prompt_rows(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     return rewards.to(torch.float64).view(-1, num_generations)
 
@@ -40,8 +39,11 @@ def score_credit(
     return advantages * torch.where(rewards.to(advantages.dtype) > 0, 0.5, 1.5)
 
 
-@CREDIT_ASSIGNMENTS.register("std", help="divided by the member's prompt's reward std over its G completions, std <= "
-                             "1e-3 counts as 1; the authors' MATH scripts")
+@CREDIT_ASSIGNMENTS.register(
+    "std",
+    help="divided by the member's prompt's reward std over its G completions, std <= "
+    "1e-3 counts as 1; the authors' MATH scripts",
+)
 def std_credit(
     advantages: torch.Tensor, rewards: torch.Tensor, bundle_ids: torch.Tensor, num_generations: int
 ) -> torch.Tensor:
@@ -52,8 +54,11 @@ def std_credit(
     return advantages / std.to(advantages.dtype)
 
 
-@CREDIT_ASSIGNMENTS.register("sum_mean", help="A x (r - prompt mean) / sum over the bundle of (r - prompt mean), A / B "
-                             "when that sum is ~0; the authors' DAPO script")
+@CREDIT_ASSIGNMENTS.register(
+    "sum_mean",
+    help="A x (r - prompt mean) / sum over the bundle of (r - prompt mean), A / B when that sum is ~0; the authors' "
+    "DAPO script",
+)
 def sum_mean_credit(
     advantages: torch.Tensor, rewards: torch.Tensor, bundle_ids: torch.Tensor, num_generations: int
 ) -> torch.Tensor:

@@ -11,17 +11,15 @@ Pure math below it (the other modules of ``riskpo_trl.risk``), no trainer or TRL
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
 
-from .advantages import scaled_advantage
-from .baselines import check_baseline_pair, resolve_advantage_baseline
-from .batch import RiskPOBatch, riskpo_advantages
-from .bundling import BUNDLINGS
-from .credit import CREDIT_ASSIGNMENTS
+from .batch import RiskPOBatch, apply_advantage_rule
+from .choices import DEFAULT_CHOICES, RiskChoices
 from .quantile_tracker import QuantileTracker
-from .quantiles import QUANTILE_SOURCES, tracked_quantiles
+from .quantiles import tracked_quantiles
 
 
 class RiskEstimator:
@@ -47,55 +45,57 @@ class RiskEstimator:
         alpha: float,
         beta: float,
         omega: float,
-        risk_profile: str = "mvar",
-        quantile_source: str = "tracked",
-        advantage_scaling: str = "none",
-        natural_baseline: bool = True,
-        credit_assignment: str = "uniform",
-        bundling: str = "permutation",
+        risk_profile: str = DEFAULT_CHOICES.risk_profile,
+        quantile_source: str = DEFAULT_CHOICES.quantile_source,
+        advantage_scaling: str = DEFAULT_CHOICES.advantage_scaling,
+        natural_baseline: bool = DEFAULT_CHOICES.natural_baseline,
+        credit_assignment: str = DEFAULT_CHOICES.credit_assignment,
+        bundling: str = DEFAULT_CHOICES.bundling,
         quantile_lr: float = 0.1,
         quantile_lr_decay: float = 0.0,
-        advantage_baseline: str | None = None,
+        advantage_baseline: str | None = DEFAULT_CHOICES.advantage_baseline,
     ) -> None:
-        scaled_advantage(advantage_scaling, risk_profile)  # raises on an unknown pair
-        advantage_baseline = resolve_advantage_baseline(advantage_baseline, advantage_scaling)
-        check_baseline_pair(advantage_baseline, advantage_scaling)
-        self._quantile_source = QUANTILE_SOURCES.get(quantile_source)
-        CREDIT_ASSIGNMENTS.check(credit_assignment)
-        BUNDLINGS.check(bundling)
         self.num_generations = num_generations
         self.bundle_size = bundle_size
         self.levels = (float(alpha), float(beta))
         self.omega = omega
-        self.risk_profile = risk_profile
-        self.quantile_source = quantile_source
-        self.advantage_scaling = advantage_scaling
-        self.natural_baseline = natural_baseline
-        self.credit_assignment = credit_assignment
-        self.bundling = bundling
-        self.advantage_baseline = advantage_baseline
+        # Every choice is resolved here, once, into the registered functions that step() calls.
+        self.rule = RiskChoices(
+            risk_profile=risk_profile,
+            advantage_scaling=advantage_scaling,
+            quantile_source=quantile_source,
+            bundling=bundling,
+            credit_assignment=credit_assignment,
+            advantage_baseline=advantage_baseline,
+            natural_baseline=natural_baseline,
+        ).resolve(self.levels)
         self.tracker = QuantileTracker(self.levels, lr=quantile_lr, lr_decay=quantile_lr_decay)
 
     @classmethod
     def from_config(cls, args: Any) -> RiskEstimator:
-        """Build from any object with ``RiskPOConfig``'s field names (the authors' code's opt-ins default to the
-        paper's choices when absent)."""
+        """Build from any object with ``RiskPOConfig``'s field names (a choice it lacks takes its default,
+        :class:`~riskpo_trl.risk.choices.RiskChoices`)."""
+        choices = RiskChoices.from_config(args)
         return cls(
             num_generations=args.num_generations,
             bundle_size=args.bundle_size,
             alpha=args.risk_alpha,
             beta=args.risk_beta,
             omega=args.risk_omega,
-            risk_profile=args.risk_profile,
-            quantile_source=args.quantile_source,
-            advantage_scaling=getattr(args, "advantage_scaling", "none"),
-            natural_baseline=getattr(args, "natural_baseline", True),
-            credit_assignment=getattr(args, "credit_assignment", "uniform"),
-            bundling=getattr(args, "bundling", "permutation"),
             quantile_lr=args.quantile_lr,
             quantile_lr_decay=args.quantile_lr_decay,
-            advantage_baseline=getattr(args, "advantage_baseline", None),
+            **vars(choices),
         )
+
+    @property
+    def choices(self) -> RiskChoices:
+        """The choices' names, ``advantage_baseline`` resolved."""
+        return self.rule.choices
+
+    def rechoose(self, **changes: Any) -> None:
+        """Resolve the rule again with ``changes`` to its choices (e.g. the baseline a resumed checkpoint was trained
+        with), keeping the trackers' state."""
+        self.rule = replace(self.choices, **changes).resolve(self.levels)
 
     def step(
         self,
@@ -115,31 +115,27 @@ class RiskEstimator:
             num_generations: ``G`` of this batch when it differs from training's (TRL's ``num_generations_eval``).
         """
         num_generations = num_generations or self.num_generations
-        bundles = BUNDLINGS[self.bundling](
+        bundles = self.rule.bundling(
             rewards, num_generations, self.bundle_size, generator, allow_partial_group=not train
         )
         if train:
             self.tracker.update(bundles[0])
-        q_alpha, q_beta = self._quantile_source(bundles[0], num_generations, self.levels, self.tracker)
-        return riskpo_advantages(
+        q_alpha, q_beta = self.rule.quantile_source(bundles[0], num_generations, self.levels, self.tracker)
+        return apply_advantage_rule(
+            self.rule,
             rewards,
+            bundles,
             num_generations=num_generations,
             q_alpha=q_alpha,
             q_beta=q_beta,
             omega=self.omega,
-            risk_profile=self.risk_profile,
-            bundles=bundles,
-            advantage_scaling=self.advantage_scaling,
             levels=self.levels,
-            natural_baseline=self.natural_baseline,
-            credit_assignment=self.credit_assignment,
-            advantage_baseline=self.advantage_baseline,
         )
 
     def metrics(self, batch: RiskPOBatch) -> dict[str, float]:
         """``batch``'s ``risk/*`` metrics; when the advantages used other quantiles, also where the trackers are."""
         metrics = batch.metrics(self.omega)
-        if self._quantile_source is not tracked_quantiles and self.tracker.initialized:
+        if self.rule.quantile_source is not tracked_quantiles and self.tracker.initialized:
             metrics["risk/tracked_q_alpha"], metrics["risk/tracked_q_beta"] = self.tracker.values.tolist()
         return metrics
 
@@ -150,8 +146,9 @@ class RiskEstimator:
         self.tracker.load_state_dict(state["quantile_tracker"])
 
     def __repr__(self) -> str:
+        choices = self.choices
         return (
-            f"RiskEstimator(profile={self.risk_profile!r}, scaling={self.advantage_scaling!r}, "
-            f"quantiles={self.quantile_source!r}, baseline={self.advantage_baseline!r}, B={self.bundle_size}, "
+            f"RiskEstimator(profile={choices.risk_profile!r}, scaling={choices.advantage_scaling!r}, "
+            f"quantiles={choices.quantile_source!r}, baseline={choices.advantage_baseline!r}, B={self.bundle_size}, "
             f"G={self.num_generations}, {self.tracker!r})"
         )

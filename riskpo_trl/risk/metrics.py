@@ -44,7 +44,7 @@ def frac_prompts_all_failed(rewards: torch.Tensor, num_generations: int) -> floa
 def mvar_objective(scores: torch.Tensor, q_alpha: Quantile, q_beta: Quantile, omega: float) -> torch.Tensor:
     """Batch estimate of the bundled MVaR objective (section 4)::
 
-        mean_j R_Bj * ((1 + omega) * 1{R_Bj <= q_alpha} + 1{q_alpha < R_Bj <= q_beta})
+    mean_j R_Bj * ((1 + omega) * 1{R_Bj <= q_alpha} + 1{q_alpha < R_Bj <= q_beta})
     """
     finite = torch.isfinite(scores)
     if not finite.any():

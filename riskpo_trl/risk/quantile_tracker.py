@@ -91,15 +91,40 @@ class QuantileTracker:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        levels = [float(level) for level in state["levels"]]
+        """Restore :meth:`state_dict`'s output. Raises ValueError naming the field for a state that would train on
+        wrong quantiles: levels other than this tracker's, estimates that are not one finite number per level in
+        level order, or an update count that is not a whole number (positive once there are estimates)."""
+        try:
+            levels = [float(level) for level in state["levels"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"field 'levels' must be a list of numbers, got {state.get('levels')!r}") from exc
         if levels != self.levels.tolist():
             raise ValueError(
                 f"The saved tracker follows levels {levels}, this one {self.levels.tolist()}: resume with the same "
                 "risk_alpha / risk_beta, or start a fresh run."
             )
-        values = state["values"]
-        self._values = None if values is None else torch.tensor(values, dtype=torch.float64)
-        self.num_updates = int(state["num_updates"])
+        values, count = state.get("values"), state.get("num_updates")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"field 'num_updates' must be a whole number >= 0, got {count!r}")
+        if values is None:
+            if count:
+                raise ValueError(f"field 'values' is null after {count} updates")
+            self._values, self.num_updates = None, 0
+            return
+        if (
+            not isinstance(values, list)
+            or len(values) != len(levels)
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        ):
+            raise ValueError(f"field 'values' must be a list of {len(levels)} numbers (one per level), got {values!r}")
+        restored = torch.tensor(values, dtype=torch.float64)
+        if not torch.isfinite(restored).all():
+            raise ValueError(f"field 'values' must be finite, got {values!r}")
+        if not torch.equal(self._keep_ordered(restored), restored):
+            raise ValueError(f"field 'values' must not decrease with the level (levels {levels}), got {values!r}")
+        if count < 1:
+            raise ValueError(f"field 'num_updates' must be positive once there are estimates, got {count!r}")
+        self._values, self.num_updates = restored, count
         # lr and lr_decay stay as configured: a resumed run may deliberately change its schedule.
 
     def __repr__(self) -> str:

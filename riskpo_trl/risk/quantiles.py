@@ -60,10 +60,12 @@ def nanstd_rows(rows: torch.Tensor) -> torch.Tensor:
     return torch.where(count > 1, (squares / (count - 1).clamp(min=1)).sqrt(), torch.zeros_like(mean))
 
 
-@QUANTILE_SOURCES.register("tracked", help="the paper: stochastic-approximation trackers updated once per generation "
-                           "batch")
-def tracked_quantiles(bundle_scores: torch.Tensor, num_generations: int, levels: tuple[float, float],
-                      tracker: Any) -> tuple[Quantile, Quantile]:
+@QUANTILE_SOURCES.register(
+    "tracked", help="the paper: stochastic-approximation trackers updated once per generation batch"
+)
+def tracked_quantiles(
+    bundle_scores: torch.Tensor, num_generations: int, levels: tuple[float, float], tracker: Any
+) -> tuple[Quantile, Quantile]:
     if not tracker.initialized:  # evaluation before any training batch has no tracked quantiles yet: the batch's own
         return batch_quantiles(bundle_scores, num_generations, levels, tracker)
     q_alpha, q_beta = tracker.values.tolist()
@@ -71,15 +73,18 @@ def tracked_quantiles(bundle_scores: torch.Tensor, num_generations: int, levels:
 
 
 @QUANTILE_SOURCES.register("batch", help="empirical quantiles of the current batch's bundle scores")
-def batch_quantiles(bundle_scores: torch.Tensor, num_generations: int, levels: tuple[float, float],
-                    tracker: Any) -> tuple[Quantile, Quantile]:
+def batch_quantiles(
+    bundle_scores: torch.Tensor, num_generations: int, levels: tuple[float, float], tracker: Any
+) -> tuple[Quantile, Quantile]:
     q_alpha, q_beta = empirical_quantiles(bundle_scores, list(levels)).tolist()
     return q_alpha, q_beta
 
 
-@QUANTILE_SOURCES.register("group", help="empirical quantiles within each bundle group, what the authors' public code "
-                           "does")
-def per_group_quantiles(bundle_scores: torch.Tensor, num_generations: int, levels: tuple[float, float],
-                        tracker: Any) -> tuple[Quantile, Quantile]:
+@QUANTILE_SOURCES.register(
+    "group", help="empirical quantiles within each bundle group, what the authors' public code does"
+)
+def per_group_quantiles(
+    bundle_scores: torch.Tensor, num_generations: int, levels: tuple[float, float], tracker: Any
+) -> tuple[Quantile, Quantile]:
     q_alpha, q_beta = group_quantiles(bundle_scores, num_generations, list(levels)).unbind(dim=1)
     return q_alpha, q_beta

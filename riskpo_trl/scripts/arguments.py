@@ -30,7 +30,16 @@ class RegistryHelpMixin:
 
 
 class RegistryDefaultsHelpFormatter(RegistryHelpMixin, argparse.ArgumentDefaultsHelpFormatter):
-    """transformers' ``HfArgumentParser`` formatter (defaults shown) with the registries' entries."""
+    """transformers' ``HfArgumentParser`` formatter (defaults shown) with the registries' entries. An option with a
+    ``resolved_default`` (a None default the config resolves: ``advantage_baseline`` becomes ``loo``) shows that."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = super()._get_help_string(action) or ""
+        resolved = getattr(action, "resolved_default", None)
+        if resolved is not None and "(default: %(default)s)" in text:
+            shown = str(resolved).replace("%", "%%")
+            text = text.replace("(default: %(default)s)", f"(default: {shown}, resolved from None)")
+        return text
 
 
 class RegistryRawDescriptionHelpFormatter(RegistryHelpMixin, argparse.RawDescriptionHelpFormatter):

@@ -8,14 +8,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-# TRL's GRPOConfig defaults `gradient_checkpointing=True` and its generation context calls
-# `gradient_checkpointing_disable/enable`; transformers 5 deprecates those names, so every run (not the user's code)
-# triggers these. Matched by message, so other FutureWarnings still show.
-GRADIENT_CHECKPOINTING_DEPRECATION = r"`(is_)?gradient_checkpointing\w*` is deprecated and will be removed in v6"
 # DeepSpeed announces its CPU fallback on every process of a CPU run, where the CPU is what was asked for.
 DEEPSPEED_CPU_NOTICE = "Setting accelerator to CPU."
 
@@ -28,18 +23,21 @@ DEBUG_FLAG = "--debug"
 # Groups of (label in the line, logged metric); missing or empty metrics are skipped.
 COMPACT_METRICS = (
     ("", (("loss", "loss"), ("reward", "reward"), ("len", "completions/mean_length"))),
-    ("risk: ", (
-        ("q_alpha", "risk/q_alpha"),
-        ("q_beta", "risk/q_beta"),
-        ("bundle_score", "risk/bundle_score_mean"),
-        ("mvar", "risk/mvar"),  # the risk profile's objective: at most one of these three is logged
-        ("rvar", "risk/rvar"),
-        ("risk_seeking", "risk/risk_seeking"),
-        ("lower_rvar", "risk/lower_rvar"),
-        ("upper_rvar", "risk/upper_rvar"),
-        ("zero_adv", "risk/frac_zero_advantage"),
-        ("unscorable", "risk/frac_unscorable"),
-    )),
+    (
+        "risk: ",
+        (
+            ("q_alpha", "risk/q_alpha"),
+            ("q_beta", "risk/q_beta"),
+            ("bundle_score", "risk/bundle_score_mean"),
+            ("mvar", "risk/mvar"),  # the risk profile's objective: at most one of these three is logged
+            ("rvar", "risk/rvar"),
+            ("risk_seeking", "risk/risk_seeking"),
+            ("lower_rvar", "risk/lower_rvar"),
+            ("upper_rvar", "risk/upper_rvar"),
+            ("zero_adv", "risk/frac_zero_advantage"),
+            ("unscorable", "risk/frac_unscorable"),
+        ),
+    ),
     ("", (("lr", "learning_rate"),)),
 )
 
@@ -50,8 +48,9 @@ class _DropDeepSpeedCpuNotice(logging.Filter):
 
 
 def silence_known_warnings() -> None:
-    """Install the narrow filters above (idempotent)."""
-    warnings.filterwarnings("ignore", message=GRADIENT_CHECKPOINTING_DEPRECATION, category=FutureWarning)
+    """Drop the DeepSpeed notice above (idempotent). The libraries' warnings about their own defaults are filtered
+    by ``riskpo_trl.trainer.caller_warnings.ignore_library_default_warnings``, which riskpo-train installs with it
+    (this module imports nothing from the package)."""
     deepspeed_logger = logging.getLogger("DeepSpeed")
     if not any(isinstance(f, _DropDeepSpeedCpuNotice) for f in deepspeed_logger.filters):
         deepspeed_logger.addFilter(_DropDeepSpeedCpuNotice())
@@ -63,7 +62,7 @@ def pop_debug_flag(argv: Sequence[str]) -> tuple[list[str], bool]:
     argv = list(argv)
     for i, token in enumerate(argv):
         if token == DEBUG_FLAG and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
-            return argv[:i] + argv[i + 1:], True
+            return argv[:i] + argv[i + 1 :], True
     return argv, False
 
 
@@ -109,7 +108,6 @@ def format_number(value: Any) -> str:
     if isinstance(value, float) and abs(value) < FLOAT_NOISE:
         return "0"
     return f"{value:.4g}"
-
 
 
 def plain_log_line(logs: dict[str, Any]) -> str:

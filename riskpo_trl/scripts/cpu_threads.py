@@ -44,8 +44,10 @@ def use_default_cpu_threads(use_cpu: bool = False) -> int | None:
     if threads < current:
         torch.set_num_threads(threads)
     if os.environ.get("LOCAL_RANK", "0") == "0":  # one line per machine
-        logger.warning(f"CPU run: {threads} torch thread(s) ({cores} usable core(s), load average {load:.1f}, "
-                       f"{processes} process(es) on this machine). Set OMP_NUM_THREADS to choose the count yourself.")
+        logger.warning(
+            f"CPU run: {threads} torch thread(s) ({cores} usable core(s), load average {load:.1f}, "
+            f"{processes} process(es) on this machine). Set OMP_NUM_THREADS to choose the count yourself."
+        )
     return threads
 
 
@@ -55,7 +57,9 @@ def running_on_cpu(use_cpu: bool = False) -> bool:
 
     if use_cpu:
         return True
-    accelerators = (torch.cuda.is_available(),
-                    hasattr(torch, "xpu") and torch.xpu.is_available(),
-                    torch.backends.mps.is_available())
+    accelerators = (
+        torch.cuda.is_available(),
+        hasattr(torch, "xpu") and torch.xpu.is_available(),
+        torch.backends.mps.is_available(),
+    )
     return not any(accelerators)

@@ -21,9 +21,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .console import pop_debug_flag, usage_errors
 from ..evaluation.config import EvalConfig
 from .arguments import parse_dataclass
+from .console import pop_debug_flag, usage_errors
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -36,9 +36,13 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    config = parse_dataclass(EvalConfig, argv, prog="riskpo-eval",
-                             description="Sample completions and report Pass@k / Avg@k per benchmark.",
-                             formatter_class=DefaultsHelpFormatter)
+    config = parse_dataclass(
+        EvalConfig,
+        argv,
+        prog="riskpo-eval",
+        description="Sample completions and report Pass@k / Avg@k per benchmark.",
+        formatter_class=DefaultsHelpFormatter,
+    )
     from ..hub_access import use_offline_mode_if_unreachable
     from ..trainer.checks import check_model_available
 

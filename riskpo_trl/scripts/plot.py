@@ -19,12 +19,18 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     curves = commands.add_parser("curves", help="Training curves of one or more runs, overlaid, plus Pass@k curves.")
     curves.add_argument("runs", nargs="+", help="[NAME=]output_dir or [NAME=]trainer_state.json, one per run.")
-    curves.add_argument("--eval", dest="eval_results", action="extend", nargs="+", default=[],
-                        metavar="[NAME=]results.json",
-                        help="results.json files of riskpo-eval, for the Pass@k-versus-k panel: several after one "
-                        "--eval, or --eval repeated (give the runs first: the files run to the next option). NAME "
-                        "is the run it belongs to (without it: the only run, or the run named like the file's "
-                        "folder), or a name of its own such as Base.")
+    curves.add_argument(
+        "--eval",
+        dest="eval_results",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="[NAME=]results.json",
+        help="results.json files of riskpo-eval, for the Pass@k-versus-k panel: several after one "
+        "--eval, or --eval repeated (give the runs first: the files run to the next option). NAME "
+        "is the run it belongs to (without it: the only run, or the run named like the file's "
+        "folder), or a name of its own such as Base.",
+    )
     curves.add_argument("--benchmark", default="average", help="Benchmark of the Pass@k panel (default: average).")
     curves.add_argument("--smoothing", type=float, default=0.0, help="EMA weight in [0, 1) (raw curve drawn faint).")
     curves.add_argument("--columns", type=int, default=3, help="Panels per row.")
@@ -43,8 +49,9 @@ def main(argv: list[str] | None = None) -> list[Path]:
 
     if args.command == "curves":
         runs = [load_run(spec) for spec in args.runs]
-        paths, notes = plot_training_curves(runs, args.output, args.eval_results, args.benchmark, args.smoothing,
-                                            args.columns, args.title)
+        paths, notes = plot_training_curves(
+            runs, args.output, args.eval_results, args.benchmark, args.smoothing, args.columns, args.title
+        )
     else:
         notes = []
         paths = plot_logprob_diagnostic(args.samples, args.output, args.bins, notes)

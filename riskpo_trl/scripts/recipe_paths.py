@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..registry import closest
+from ..registry import closest, did_you_mean
 from .recipe_values import command_line_fields
 
 # Fields whose relative paths name inputs; dataset_files must exist, the others may be a Hub id or a registered name.
@@ -42,8 +42,7 @@ def check_recipe_exists(recipe_path: str) -> None:
     if match is None and CHECKOUT.joinpath("recipes").is_dir():  # run from elsewhere: the checkout's own recipes
         shipped = CHECKOUT.joinpath("recipes").rglob("*.yaml")
         match = _closest(recipe_path, {str(path.relative_to(CHECKOUT)): str(path) for path in shipped})
-    hint = f" (did you mean {match}?)" if match else ""
-    raise FileNotFoundError(f"Recipe {recipe_path}: no such file{hint}.")
+    raise FileNotFoundError(f"Recipe {recipe_path}: no such file{did_you_mean(match)}.")
 
 
 def _closest(name: str, candidates: dict[str, str]) -> str | None:

@@ -35,8 +35,18 @@ def _value_problem(value: Any, action: argparse.Action) -> str | None:
             except ValueError:
                 return f"expected {_NUMBER_KINDS[convert]}, got {value!r}"
     elif getattr(convert, "__name__", "") == "string_to_bool":
-        if not isinstance(value, bool) and str(value).lower() not in ("yes", "true", "t", "y", "1", "no", "false",
-                                                                       "f", "n", "0"):
+        if not isinstance(value, bool) and str(value).lower() not in (
+            "yes",
+            "true",
+            "t",
+            "y",
+            "1",
+            "no",
+            "false",
+            "f",
+            "n",
+            "0",
+        ):
             return f"expected true or false, got {value!r}"
     if action.choices is not None and value not in action.choices and str(value) not in map(str, action.choices):
         return f"expected one of {list(action.choices)}, got {value!r}"

@@ -12,14 +12,17 @@ Every option comes from a YAML recipe and/or the command line (command line wins
 ``RiskPOConfig``'s. A field the chosen config does not have is reported by name before anything else is checked.
 
 ``dataset_name`` is a registered dataset (mapped to the trainer's columns) or, used as it is, a Hub id, a local dataset
-directory, or ``json``/``csv``/``parquet`` with ``dataset_files`` (riskpo_trl.data.user_datasets).
+directory, or ``json``/``csv``/``parquet`` with ``dataset_files`` (riskpo_trl.data.user_datasets). Data named on the
+command line replaces the recipe's data settings, and each checkpoint records the data it was trained on: a run in
+``output_dir`` on other data is refused in one line (riskpo_trl.scripts.run_data).
 
 One run at a time per ``output_dir``: a second is refused while the first holds its lock (riskpo_trl.trainer.run_lock).
 A run restarts from the last checkpoint in ``output_dir`` by itself, with the same risk settings (a change is refused
 at start-up), and a run whose last checkpoint already reached
 its end (``max_steps``, or the epochs) says so and exits without training; at the end the model, the tokenizer and the
 model card are saved there, and pushed to the Hub when ``push_to_hub`` is set. A mistake in the options, the recipe or
-the data is one ``error:`` line and exit code 2 (``--debug`` shows its traceback).
+the data is one ``error:`` line and exit code 2 (``--debug`` shows its traceback); field names and values are checked
+before torch, transformers and TRL load (riskpo_trl.scripts.known_options).
 
 SIGINT (Ctrl-C), SIGTERM or SIGUSR1 during training stops the run at the end of the current generation batch, saves a
 checkpoint there, prints one line (the step, the checkpoint, "Run the same command to resume") and exits with code 75
@@ -58,15 +61,20 @@ class RiskPOScriptArguments:
 
     trainer: str = field(
         default=DEFAULT_TRAINER,
-        metadata={"help": "%(choices)s. Picks the config class the recipe is parsed into, so a baseline gets its own "
-                  "config's defaults.", "choices": TRAINERS},
+        metadata={
+            "help": "%(choices)s. Picks the config class the recipe is parsed into, so a baseline gets its own "
+            "config's defaults.",
+            "choices": TRAINERS,
+        },
     )
     dataset_name: str = field(
         default="dapo_math",
-        metadata={"help": "Training set: a registered one, mapped to the trainer's columns (riskpo_trl.data."
-                  "TRAIN_DATASETS or TRAIN_MIXTURES); or, used as it is, a Hub id, a local dataset directory "
-                  "(save_to_disk, or a folder of data files) or json/csv/parquet with dataset_files. Rows used as "
-                  "they are need a 'prompt' column and the columns the rewards read (docs/training.md)."},
+        metadata={
+            "help": "Training set: a registered one, mapped to the trainer's columns (riskpo_trl.data."
+            "TRAIN_DATASETS or TRAIN_MIXTURES); or, used as it is, a Hub id, a local dataset directory "
+            "(save_to_disk, or a folder of data files) or json/csv/parquet with dataset_files. Rows used as "
+            "they are need a 'prompt' column and the columns the rewards read (docs/training.md)."
+        },
     )
     dataset_config: str | None = field(
         default=None, metadata={"help": "Configuration of a Hub or local dataset (load_dataset's name)."}
@@ -74,56 +82,82 @@ class RiskPOScriptArguments:
     dataset_train_split: str = field(default="train", metadata={"help": "Split of the training set."})
     dataset_files: list[str] | None = field(
         default=None,
-        metadata={"help": "Local data files: with a registered dataset_name, in its Hub schema, read instead of the "
-                  "Hub; with dataset_name json, csv or parquet, rows used as they are."},
+        metadata={
+            "help": "Local data files: with a registered dataset_name, in its Hub schema, read instead of the "
+            "Hub; with dataset_name json, csv or parquet, rows used as they are."
+        },
+    )
+    prompt_column: str | None = field(
+        default=None,
+        metadata={"help": "Column of a dataset used as it is that holds the prompt, read as 'prompt'."},
+    )
+    answer_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "Column of a dataset used as it is that holds the gold answer, read as 'solution' (GSM8K's "
+            "'... #### 42' gives 42)."
+        },
     )
     prompt_template: str = field(
         default=DEFAULT_PROMPT_TEMPLATE,
-        metadata={"help": "Prompt of the math datasets: 'qwen_boxed' (problem + 'Please reason step by step, and put "
-                  "your final answer within \\boxed{}.') or 'authors' (the RiskPO authors' scripts: DAPO-Math-17k's "
-                  "own prompt kept as it is; MATH and GSM8K: problem + \" Let's think step by step and output the "
-                  "final answer within \\boxed{}.\"). Also used for eval_benchmark.",
-                  "choices": PROMPT_BUILDERS},
+        metadata={
+            "help": "Prompt of the math datasets: 'qwen_boxed' (problem + 'Please reason step by step, and put "
+            "your final answer within \\boxed{}.') or 'authors' (the RiskPO authors' scripts: DAPO-Math-17k's "
+            "own prompt kept as it is; MATH and GSM8K: problem + \" Let's think step by step and output the "
+            'final answer within \\boxed{}."). Also used for eval_benchmark.',
+            "choices": PROMPT_BUILDERS,
+        },
     )
     max_train_samples: int | None = field(
         default=None, metadata={"help": "Keep only the first N training rows (of a mixture: after a seeded shuffle)."}
     )
     eval_benchmark: str | None = field(
         default=None,
-        metadata={"help": "Benchmark evaluated during training when eval_strategy is not 'no' "
-                  "(riskpo_trl.data.BENCHMARKS)."},
+        metadata={
+            "help": "Benchmark evaluated during training when eval_strategy is not 'no' (riskpo_trl.data.BENCHMARKS)."
+        },
     )
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N benchmark rows."})
     reward_funcs: list[str] = field(
         default_factory=lambda: ["math_verify"],
-        metadata={"help": "Reward functions by name, summed with reward_weights (riskpo_trl.rewards.REWARD_FUNCS "
-                  "and REWARD_BUILDERS)."},
+        metadata={
+            "help": "Reward functions by name, summed with reward_weights (riskpo_trl.rewards.REWARD_FUNCS "
+            "and REWARD_BUILDERS)."
+        },
     )
     code_sandbox: dict | str | None = field(
         default=None,
-        metadata={"help": "Settings of the 'code' reward: executor ('bwrap', the default; 'none' only for trusted "
-                  "test code; riskpo_trl.code.EXECUTORS), max_workers and riskpo_trl.code.SandboxLimits fields (timeouts, memory_mb, disk_mb, "
-                  "max_files, max_processes, ...), as a YAML mapping in a recipe or a JSON object on the command "
-                  "line."},
+        metadata={
+            "help": "Settings of the 'code' reward: executor ('bwrap', the default; 'none' only for trusted "
+            "test code; riskpo_trl.code.EXECUTORS), max_workers and riskpo_trl.code.SandboxLimits fields (timeouts, memory_mb, disk_mb, "
+            "max_files, max_processes, ...), as a YAML mapping in a recipe or a JSON object on the command "
+            "line."
+        },
     )
     pass_at_k: dict | str | None = field(
         default=None,
-        metadata={"help": "Held-out Pass@k during training: benchmarks (math ones of riskpo_trl.data.BENCHMARKS, or "
-                  "NAME=FILE), ks, num_samples, eval_steps, max_problems, max_new_tokens, temperature, top_p, "
-                  "batch_size, eval_on_start, as a YAML mapping in a recipe or a JSON object on the command line; "
-                  "logs eval/pass@k (docs/evaluation.md)."},
+        metadata={
+            "help": "Held-out Pass@k during training: benchmarks (math ones of riskpo_trl.data.BENCHMARKS, or "
+            "NAME=FILE), ks, num_samples, eval_steps, max_problems, max_new_tokens, temperature, top_p, "
+            "batch_size, eval_on_start, as a YAML mapping in a recipe or a JSON object on the command line; "
+            "logs eval/pass@k (docs/evaluation.md)."
+        },
     )
     build_tiny_model: bool = field(
         default=False,
-        metadata={"help": "If model_name_or_path does not exist, build a tiny random Qwen2 model there first "
-                  "(CPU smoke runs and tests; nothing is downloaded). A warning says when it does, and whenever a "
-                  "model built so is loaded. A path that could be a Hub id (such as Qwen/Qwen2.5-0.5B-Instruct) is "
-                  "refused: give one that can only be local, such as ./outputs/tiny-qwen2."},
+        metadata={
+            "help": "If model_name_or_path does not exist, build a tiny random Qwen2 model there first "
+            "(CPU smoke runs and tests; nothing is downloaded). A warning says when it does, and whenever a "
+            "model built so is loaded. A path that could be a Hub id (such as Qwen/Qwen2.5-0.5B-Instruct) is "
+            "refused: give one that can only be local, such as ./outputs/tiny-qwen2."
+        },
     )
     build_tiny_vlm: bool = field(
         default=False,
-        metadata={"help": "Like build_tiny_model, with a tiny random LLaVA vision-language model and its processor "
-                  "(CPU smoke runs of the Geometry3K track)."},
+        metadata={
+            "help": "Like build_tiny_model, with a tiny random LLaVA vision-language model and its processor "
+            "(CPU smoke runs of the Geometry3K track)."
+        },
     )
 
     def __post_init__(self):
@@ -133,17 +167,23 @@ class RiskPOScriptArguments:
         check_trainer_name(self.trainer)
         if self.dataset_files:
             from ..data.local_files import check_data_files
+            from ..data.user_datasets import FILE_FORMATS
 
-            check_data_files(self.dataset_files)  # before a model is built or loaded
+            # Before a model is built or loaded; read by the format dataset_name names, if it names one.
+            check_data_files(
+                self.dataset_files, reader=self.dataset_name if self.dataset_name in FILE_FORMATS else None
+            )
         if self.dataset_kind != "registered":
             from ..data.user_datasets import check_prompt_template_unset
 
             check_prompt_template_unset(self.dataset_name, self.prompt_template)
-        if self.eval_benchmark is not None and self.eval_benchmark not in BENCHMARKS:
+        elif self.prompt_column is not None or self.answer_column is not None:
             raise ValueError(
-                f"eval_benchmark={self.eval_benchmark!r} is unknown{closest_name(self.eval_benchmark, BENCHMARKS)}; "
-                f"choose one of {sorted(BENCHMARKS)}."
+                f"prompt_column and answer_column name the columns of a dataset used as it is; "
+                f"{self.dataset_name!r} is registered and its adapter maps its columns. Remove them."
             )
+        if self.eval_benchmark is not None:
+            BENCHMARKS.check(self.eval_benchmark, where="eval_benchmark: ")
         if isinstance(self.code_sandbox, str):  # from the command line
             self.code_sandbox = json.loads(self.code_sandbox)
         if self.pass_at_k is not None:
@@ -152,7 +192,7 @@ class RiskPOScriptArguments:
             self.pass_at_k = TrainingPassAtK.from_block(self.pass_at_k)
         if self.build_tiny_model and self.build_tiny_vlm:
             raise ValueError("Set at most one of build_tiny_model and build_tiny_vlm.")
-        self.reward_functions  # built here, once: raises naming an unknown reward or setting
+        self.reward_functions  # noqa: B018 - built here, once: raises naming an unknown reward or setting
 
     @functools.cached_property
     def dataset_kind(self) -> str:
@@ -162,8 +202,10 @@ class RiskPOScriptArguments:
 
         if self.dataset_name in TRAIN_DATASETS or self.dataset_name in TRAIN_MIXTURES:
             if self.dataset_config is not None:
-                raise ValueError(f"dataset_config applies to a Hub id or a local dataset; {self.dataset_name!r} is "
-                                 "registered with its own. Remove dataset_config.")
+                raise ValueError(
+                    f"dataset_config applies to a Hub id or a local dataset; {self.dataset_name!r} is "
+                    "registered with its own. Remove dataset_config."
+                )
             return "registered"
         from ..data.user_datasets import user_dataset_kind
 
@@ -236,7 +278,7 @@ def _read_recipe(argv: Sequence[str]) -> dict[str, Any]:
     return recipe
 
 
-def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trainer: str, config_class: type) -> None:
+def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trainer: str, config_name: str) -> None:
     """Report fields the chosen trainer's parser does not know, by name with the closest valid one, before any
     config's own validation runs (a typo must not surface as a confusing error about another field)."""
     known_fields = {action.dest for action in parser._actions} - {"help"}
@@ -251,8 +293,12 @@ def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trai
         return
     riskpo_fields = set()
     if trainer != DEFAULT_TRAINER:
-        riskpo_config, _ = get_trainer_classes(DEFAULT_TRAINER)
-        riskpo_fields = set(riskpo_config.__dataclass_fields__)
+        from .known_options import trainer_fields
+
+        riskpo_fields = trainer_fields(DEFAULT_TRAINER)
+        if riskpo_fields is None:  # other TRL/transformers versions than the list's
+            riskpo_config, _ = get_trainer_classes(DEFAULT_TRAINER)
+            riskpo_fields = set(riskpo_config.__dataclass_fields__)
     problems = []
     for shown, name, choices in unknown:
         if name in riskpo_fields:
@@ -260,25 +306,55 @@ def _check_field_names(parser, recipe: dict[str, Any], argv: Sequence[str], trai
         else:
             problems.append(f"{shown}{closest_name(name, choices)}")
     recipe_path = _option_value(argv, "config")
-    source = f"{recipe_path} and the command line" if recipe_path and len(unknown) > len(
-        [k for k in recipe if k != "env" and k not in known_fields]) else recipe_path or "the command line"
+    source = (
+        f"{recipe_path} and the command line"
+        if recipe_path and len(unknown) > len([k for k in recipe if k != "env" and k not in known_fields])
+        else recipe_path or "the command line"
+    )
     raise ValueError(
-        f"Unknown field(s) for trainer {trainer!r} ({config_class.__name__}, the script arguments and ModelConfig) in "
+        f"Unknown field(s) for trainer {trainer!r} ({config_name}, the script arguments and ModelConfig) in "
         f"{source}: {'; '.join(problems)}. Fix or remove them."
     )
 
 
 def help_epilog() -> str:
-    """Where the training options are described, one line per registered trainer (read when the help is shown)."""
+    """Where the training options are described, one line per registered trainer, and the options most runs set
+    (read when the help is shown)."""
     width = max(len(name) for name in TRAINERS)
     trainers = "\n".join(f"  {name:<{width}}  {TRAINERS.help_of(name)}" for name in TRAINERS)
     return f"""\
 Training options: every field of the trainer's config class, given in the recipe or as --name value:
 {trainers}
 RiskPOConfig = trl.GRPOConfig + risk_alpha, risk_beta, risk_omega, bundle_size, risk_profile, quantile_source, ...
-(docs/training.md); and trl.ModelConfig (model_name_or_path, dtype, use_peft, lora_r, load_in_4bit, ...).
-`riskpo-train --help-all [--trainer NAME]` lists them all (it loads transformers, which takes several seconds).
+(docs/training.md); and trl.ModelConfig (model_name_or_path, dtype, use_peft, lora_r, load_in_4bit, ...). Most used:
+  --model_name_or_path   the model: a Hub id or a local directory (trl.ModelConfig)
+  --advantage_baseline   RiskPO's baseline: {DEFAULT_ADVANTAGE_BASELINE} (the default) or none (the paper exactly)
+  --output_dir           where checkpoints, the model and its card go; a run there resumes
+  --max_steps, --learning_rate, --num_generations, --bundle_size, --risk_alpha, --risk_beta
+`riskpo-train --help-all [--trainer NAME]` lists them all with their defaults; it loads transformers and TRL,
+{HELP_ALL_TIME}.
 """
+
+
+# What RiskPOConfig resolves advantage_baseline to when unset (a test checks it against the config).
+DEFAULT_ADVANTAGE_BASELINE = "loo"
+# benchmarks/cli_startup.py's medians for --help-all, with their load (benchmarks/results/cli_startup.md).
+HELP_ALL_TIME = "9 s of CPU time (16 s on 2 cores at load 3-5)"
+
+
+def reward_funcs_help() -> str:
+    """The reward_funcs option's help with the registered names, from the generated list (the reward registry
+    imports TRL; a test keeps the list equal to it)."""
+    from .known_options_data import REWARDS
+
+    def names(entries: list[str]) -> str:
+        quoted = [repr(name) for name in entries]
+        return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+    return (
+        f"Reward functions by name, summed with reward_weights: {names(REWARDS['functions'])}; with settings "
+        f"(code_sandbox): {names(REWARDS['builders'])}."
+    )
 
 
 def print_short_help() -> None:
@@ -288,13 +364,20 @@ def print_short_help() -> None:
     from .arguments import RegistryRawDescriptionHelpFormatter, add_dataclass_arguments
 
     parser = argparse.ArgumentParser(
-        prog="riskpo-train", description=__doc__.split("\n\n")[0], epilog=help_epilog(),
+        prog="riskpo-train",
+        description=__doc__.split("\n\n")[0],
+        epilog=help_epilog(),
         formatter_class=RegistryRawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", help="YAML recipe (recipes/...); command-line options override its fields.")
-    parser.add_argument("--debug", action="store_true",
-                        help="Show the traceback of a start-up error (otherwise one 'error:' line, exit code 2).")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="Show the traceback of a start-up error (otherwise one 'error:' line, exit code 2).",
+    )
     add_dataclass_arguments(parser, RiskPOScriptArguments)
+    [rewards] = [action for action in parser._actions if action.dest == "reward_funcs"]
+    rewards.help = reward_funcs_help().replace("%", "%%")
     parser.print_help()
 
 
@@ -311,21 +394,28 @@ def parse_args(argv: Sequence[str] | None = None):
         raise SystemExit(0)
     if "--help-all" in argv:
         argv = [token if token != "--help-all" else "--help" for token in argv]
-    recipe = _read_recipe(argv)
-    trainer = _option_value(argv, "trainer") or recipe.get("trainer", DEFAULT_TRAINER)
+    from .run_data import recipe_for_command_line
+
+    full_recipe = _read_recipe(argv)
+    trainer = _option_value(argv, "trainer") or full_recipe.get("trainer", DEFAULT_TRAINER)
     check_trainer_name(trainer)
+    recipe = recipe_for_command_line(full_recipe, argv)  # data named on the command line replaces the recipe's
+    recipe_path = _option_value(argv, "config")
+    if "--help" not in argv:
+        check_options_before_imports(full_recipe, recipe, argv, trainer)
     config_class, _ = get_trainer_classes(trainer)
     parser = make_parser(config_class)
-    _check_field_names(parser, recipe, argv, trainer, config_class)
-    recipe_path = _option_value(argv, "config")
+    _check_field_names(parser, full_recipe, argv, trainer, config_class.__name__)
     check_recipe_values(parser, recipe, recipe_path)
+    if "--help" in argv:
+        show_resolved_defaults(parser, config_class, recipe)
     resolved = []
     if recipe_path is not None:
         from .recipe_paths import resolved_path_options
 
         resolved = resolved_path_options(recipe, recipe_path, argv)  # inputs named relative to the recipe's repository
     try:
-        return parser.parse_args_and_config([*argv, *resolved])
+        return _parse_with_recipe(parser, [*argv, *resolved], recipe)
     except ValueError as error:  # a config's own validation: say which flag or recipe field it came from
         where = error_source(str(error), recipe, argv, recipe_path)
         if where is None:
@@ -333,8 +423,67 @@ def parse_args(argv: Sequence[str] | None = None):
         raise ValueError(f"{where}: {error}") from error
 
 
+def show_resolved_defaults(parser, config_class: type, recipe: dict[str, Any]) -> None:
+    """For ``--help-all``: each option whose default is None and that the config resolves at start-up
+    (``advantage_baseline``, ``steps_per_generation``, ``bf16``, ...) shows the value a config built from the recipe
+    (or the defaults) gets. Nothing is shown where that config cannot be built here (GRPOConfig's bf16 on a CPU)."""
+    import dataclasses
+
+    fields = {field.name for field in dataclasses.fields(config_class) if field.init}
+    try:
+        config = config_class(**{name: value for name, value in recipe.items() if name in fields})
+    except (ValueError, TypeError):
+        return
+    for action in parser._actions:
+        value = getattr(config, action.dest, None) if action.dest in fields else None
+        if action.default is None and isinstance(value, (str, int, float, bool)):
+            action.resolved_default = value
+
+
+def check_options_before_imports(
+    full_recipe: dict[str, Any], recipe: dict[str, Any], argv: Sequence[str], trainer: str
+) -> None:
+    """Field names, recipe values and command-line values checked against the generated option list, before torch,
+    transformers and TRL load (riskpo_trl.scripts.known_options); skipped with versions the list does not hold."""
+    from .known_options import light_parser
+
+    light = light_parser(trainer, RiskPOScriptArguments)
+    if light is None:
+        return
+    parser, config_name = light
+    _check_field_names(parser, full_recipe, argv, trainer, config_name)
+    check_recipe_values(parser, recipe, _option_value(argv, "config"))
+    parser.parse_known_args(_without_config(argv))  # a bad value raises, naming its option
+
+
+def _parse_with_recipe(parser, argv: Sequence[str], recipe: dict[str, Any]):
+    """What ``TrlParser.parse_args_and_config`` does with ``--config``, on a recipe already read (and possibly
+    trimmed): its ``env`` block is exported, its fields become the defaults, the command line wins."""
+    recipe = dict(recipe)
+    for name, value in (recipe.pop("env", None) or {}).items():
+        os.environ[name] = str(value)
+    unused = parser.set_defaults_with_config(**recipe)
+    if unused:
+        raise ValueError(f"Unknown arguments from the recipe: {unused}.")
+    return parser.parse_args_into_dataclasses(args=_without_config(argv))
+
+
+def _without_config(argv: Sequence[str]) -> list[str]:
+    """``argv`` without ``--config PATH`` or ``--config=PATH``."""
+    kept, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token == "--config":
+            skip = True
+        elif not token.startswith("--config="):
+            kept.append(token)
+    return kept
+
+
 def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args):
     """The trainer ``script_args.trainer`` names, on the recipe's model, data and rewards."""
+    from accelerate import PartialState
     from trl import get_peft_config, get_quantization_config
 
     from ..data import load_benchmark, load_train_dataset
@@ -346,8 +495,10 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
 
     model_path = model_args.model_name_or_path
     if model_path is None:
-        raise ValueError("model_name_or_path is not set: give a Hub id or a local directory, in the recipe or as "
-                         "--model_name_or_path.")
+        raise ValueError(
+            "model_name_or_path is not set: give a Hub id or a local directory, in the recipe or as "
+            "--model_name_or_path."
+        )
     if script_args.build_tiny_model or script_args.build_tiny_vlm:
         build_tiny(script_args, model_path)
     check_model_path(model_path, "model_name_or_path")
@@ -369,11 +520,17 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         seed=training_args.seed,  # which rows of a mixture max_train_samples keeps
         prompt_template=script_args.prompt_template,
         config=script_args.dataset_config,
+        prompt_column=script_args.prompt_column,
+        answer_column=script_args.answer_column,
     )
+    from .run_data import data_record, describe, record_training_data
+
+    PartialState().print(f"Training on {describe(data_record(script_args))}: {len(train_dataset)} rows.")
     eval_dataset = None
     if script_args.eval_benchmark is not None and training_args.eval_strategy != "no":
-        eval_dataset = load_benchmark(script_args.eval_benchmark, limit=script_args.max_eval_samples,
-                                      prompt_template=script_args.prompt_template)
+        eval_dataset = load_benchmark(
+            script_args.eval_benchmark, limit=script_args.max_eval_samples, prompt_template=script_args.prompt_template
+        )
 
     # Given a model id, the trainer loads its processing class: the tokenizer, or for a vision-language model (the
     # Geometry3K track) its processor, and then takes TRL's VLM path for the `images` column.
@@ -390,6 +547,7 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         quantization_config=get_quantization_config(model_args),
     )
     use_compact_log(trainer)  # the console: one line per logging step
+    record_training_data(trainer, script_args)  # in every trainer_state.json: a later command on other data is told
     if script_args.pass_at_k is not None:
         from ..evaluation.callback import add_pass_at_k_callback
 
@@ -417,10 +575,14 @@ def build_tiny(script_args: RiskPOScriptArguments, model_path: str) -> None:
         if not os.path.isdir(model_path):
             build(model_path)
             kind = "Qwen2 model" if script_args.build_tiny_model else "LLaVA vision-language model"
-            warn_if_tiny_random_model(model_path, message=(
-                f"{model_path} did not exist: built a tiny RANDOM {kind} there ({option}: true). It has learned "
-                "nothing, and whatever loads it later says so; for a real model give a Hub id or an existing "
-                "directory and set that option to false."))
+            warn_if_tiny_random_model(
+                model_path,
+                message=(
+                    f"{model_path} did not exist: built a tiny RANDOM {kind} there ({option}: true). It has learned "
+                    "nothing, and whatever loads it later says so; for a real model give a Hub id or an existing "
+                    "directory and set that option to false."
+                ),
+            )
 
 
 def check_tiny_model_path(script_args: RiskPOScriptArguments, model_path: str | None) -> None:
@@ -455,8 +617,16 @@ def hub_datasets(script_args: RiskPOScriptArguments) -> list[str]:
 
 
 # What a checkpoint holds besides the model files that save_model writes into output_dir.
-TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "rng_state", "training_args.bin", "riskpo_state.json",
-                        "global_step", "latest", "zero_to_fp32.py")
+TRAINING_STATE_FILES = (
+    "optimizer.pt",
+    "scheduler.pt",
+    "rng_state",
+    "training_args.bin",
+    "riskpo_state.json",
+    "global_step",
+    "latest",
+    "zero_to_fp32.py",
+)
 
 
 def resume_checkpoint(training_args) -> str | None:
@@ -512,6 +682,10 @@ def prepare(script_args: RiskPOScriptArguments, training_args, model_args):
 
     check_run_requirements(training_args)  # vLLM, report_to, push_to_hub: before the model loads
     checkpoint = resume_checkpoint(training_args)
+    if checkpoint is not None:
+        from .run_data import check_same_data
+
+        check_same_data(checkpoint, script_args, training_args.output_dir)
     finished = finished_run(checkpoint, training_args)
     if finished is None:
         if checkpoint is not None and script_args.trainer == DEFAULT_TRAINER:
@@ -575,6 +749,9 @@ def cli(argv: Sequence[str] | None = None) -> None:
     wrapped, so a crash keeps its traceback."""
     argv, debug = pop_debug_flag(sys.argv[1:] if argv is None else argv)
     silence_known_warnings()  # before parsing: building the config already warns
+    from ..trainer.caller_warnings import ignore_library_default_warnings
+
+    ignore_library_default_warnings()  # for the whole run: what the trainers silence while they build and train
     with contextlib.ExitStack() as held:
         with usage_errors("riskpo-train", debug, (*USAGE_ERRORS, ImportError)):  # ImportError: use_vllm, report_to
             script_args, training_args, model_args = parse_args(argv)

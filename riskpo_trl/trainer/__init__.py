@@ -3,21 +3,22 @@ what every trainer of the package shares (``shared``), the trainers' plumbing in
 (``batch_hook``, ``token_mean``, ``unscored_rewards``, ``checkpoints``, ``checks``, ``regime_guard``, ``preemption``),
 the model card and the registry of trainers a recipe can name (``registry``). Public names load on first use."""
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-_SOURCES = {
-    "RiskPOConfig": "config",
-    "RiskPOTrainer": "riskpo_trainer",
-    "ScoredBatch": "batch_hook",
-    "TRAINERS": "registry",
-    "get_trainer_classes": "registry",
+from ..lazy import lazy_names
+
+# Public names by home module; each loads on first use. The TYPE_CHECKING block names the same for tools.
+_EXPORTS = {
+    "config": ("RiskPOConfig",),
+    "riskpo_trainer": ("RiskPOTrainer",),
+    "batch_hook": ("ScoredBatch",),
+    "registry": ("TRAINERS", "get_trainer_classes"),
 }
-__all__ = sorted(_SOURCES)
 
+if TYPE_CHECKING:
+    from .batch_hook import ScoredBatch
+    from .config import RiskPOConfig
+    from .registry import TRAINERS, get_trainer_classes
+    from .riskpo_trainer import RiskPOTrainer
 
-def __getattr__(name: str) -> Any:
-    if name in _SOURCES:
-        import importlib
-
-        return getattr(importlib.import_module(f"{__name__}.{_SOURCES[name]}"), name)
-    raise AttributeError(f"module 'riskpo_trl.trainer' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_names(__name__, _EXPORTS)

@@ -23,10 +23,16 @@ RISK_STATE_FILE = "riskpo_state.json"
 
 # RiskPOConfig's own fields that a resumed run may change: the trackers' step size and the run's guards. Every other
 # field RiskPOConfig adds to GRPOConfig is a risk setting (a field added later is one unless listed here).
-RESUMABLE_RISK_FIELDS = frozenset({
-    "quantile_lr", "quantile_lr_decay", "max_unscorable_batches", "regime_guard_threshold", "regime_guard_patience",
-    "loss_token_mean_sequences",
-})
+RESUMABLE_RISK_FIELDS = frozenset(
+    {
+        "quantile_lr",
+        "quantile_lr_decay",
+        "max_unscorable_batches",
+        "regime_guard_threshold",
+        "regime_guard_patience",
+        "loss_token_mean_sequences",
+    }
+)
 
 
 def risk_settings(args: Any) -> dict[str, Any]:
@@ -37,8 +43,11 @@ def risk_settings(args: Any) -> dict[str, Any]:
     from trl import GRPOConfig
 
     inherited = {f.name for f in fields(GRPOConfig)}
-    return {f.name: getattr(args, f.name) for f in fields(args)
-            if f.name not in inherited and f.name not in RESUMABLE_RISK_FIELDS}
+    return {
+        f.name: getattr(args, f.name)
+        for f in fields(args)
+        if f.name not in inherited and f.name not in RESUMABLE_RISK_FIELDS
+    }
 
 
 def check_resume_settings(checkpoint: str, args: Any) -> None:
@@ -87,6 +96,34 @@ def read_state(checkpoint: str) -> dict[str, Any]:
         return json.load(f)
 
 
+def restore_state(checkpoint: str, state: dict[str, Any], estimator: Any, regime_guard: Any) -> None:
+    """Load ``state`` (:func:`read_state`) into the risk estimator and the regime guard. A state that would train on
+    wrong quantiles (NaN, infinite, missing or unordered levels, an update count that is not positive) is refused,
+    naming the file and the field, before any training step."""
+    path = os.path.join(checkpoint, RISK_STATE_FILE)
+    parts = [("quantile_tracker", estimator.load_state_dict, state)]
+    if "regime_guard" in state:  # checkpoints written before the guard existed have none
+        parts.append(("regime_guard", regime_guard.load_state_dict, state["regime_guard"]))
+    for name, load, part in parts:
+        try:
+            load(part)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            reason = f"field {exc} is missing" if isinstance(exc, KeyError) else str(exc)
+            raise ValueError(
+                f"{path} cannot be resumed from: in {name!r}, {reason}. The file is damaged or was "
+                "edited: resume from another checkpoint, or start a fresh run."
+            ) from exc
+
+
+def resumed_baseline(state: dict[str, Any], args: Any) -> str | None:
+    """The advantage baseline a resumed run must switch to, or None to keep its own: a checkpoint written before
+    checkpoints recorded their risk settings was trained with the paper's advantage (``"none"``, the default then),
+    so a run that does not state ``advantage_baseline`` goes on with it rather than with today's default."""
+    if "settings" in state or not getattr(args, "_advantage_baseline_unset", False):
+        return None
+    return "none"
+
+
 def without_tied_missing_keys(model: nn.Module, load_result: Any) -> Any:
     """``load_result`` (a ``load_state_dict`` result) without the missing keys of parameters that are the very tensor
     of a loaded one (``lm_head.weight`` in a tied-embeddings model): loading the one loaded the other."""
@@ -95,10 +132,15 @@ def without_tied_missing_keys(model: nn.Module, load_result: Any) -> Any:
         names_by_tensor.setdefault(id(parameter), []).append(name)
     missing = set(load_result.missing_keys)
     loaded_through_a_tie = {
-        name for names in names_by_tensor.values() if any(other not in missing for other in names)
-        for name in names if name in missing
+        name
+        for names in names_by_tensor.values()
+        if any(other not in missing for other in names)
+        for name in names
+        if name in missing
     }
-    return load_result._replace(missing_keys=[key for key in load_result.missing_keys if key not in loaded_through_a_tie])
+    return load_result._replace(
+        missing_keys=[key for key in load_result.missing_keys if key not in loaded_through_a_tie]
+    )
 
 
 class TiedWeightsResumeMixin:

@@ -17,8 +17,9 @@ from huggingface_hub.utils import validate_repo_id
 from ..registry import closest_name
 
 # Keyword arguments GRPOTrainer passes to reward functions itself; every other one is read from a dataset column.
-TRL_REWARD_KWARGS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
-                               "environments"})
+TRL_REWARD_KWARGS = frozenset(
+    {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+)
 
 
 def check_dataset_columns(
@@ -50,8 +51,10 @@ def reward_columns(reward_func: Any) -> list[str]:
     except (TypeError, ValueError):
         return []
     return [
-        p.name for p in parameters
-        if p.default is inspect.Parameter.empty and p.name not in TRL_REWARD_KWARGS
+        p.name
+        for p in parameters
+        if p.default is inspect.Parameter.empty
+        and p.name not in TRL_REWARD_KWARGS
         and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     ]
 
@@ -104,8 +107,11 @@ def _fitting_schedule(rows: int, args: Any, completions_per_step: int) -> str:
     else:
         return _from_grpo_hint(rows, args)
     steps, ga, fit_bundle, prompts = fit
-    changed = ("steps_per_generation", *(["gradient_accumulation_steps"] if change_accumulation else []),
-               *(["bundle_size"] if change_bundle else []))
+    changed = (
+        "steps_per_generation",
+        *(["gradient_accumulation_steps"] if change_accumulation else []),
+        *(["bundle_size"] if change_bundle else []),
+    )
     held = [f"bundle_size={args.bundle_size}"] if bundled else []
     held += [f"gradient_accumulation_steps={accumulation}"] if change_accumulation else []
     return (
@@ -115,8 +121,9 @@ def _fitting_schedule(rows: int, args: Any, completions_per_step: int) -> str:
     )
 
 
-def _largest_fit(rows: int, args: Any, completions_per_step: int, change_bundle: bool,
-                 change_accumulation: bool) -> tuple[int, int, int, int] | None:
+def _largest_fit(
+    rows: int, args: Any, completions_per_step: int, change_bundle: bool, change_accumulation: bool
+) -> tuple[int, int, int, int] | None:
     """``(steps_per_generation, gradient_accumulation_steps, bundle_size, prompts)`` of the largest generation batch
     below the config's that fits ``rows`` as whole prompt groups, whole bundle groups and whole optimizer updates,
     changing only what the flags allow (a changed bundle_size or gradient_accumulation_steps: the largest divisor
@@ -181,8 +188,8 @@ def _check_split(dataset: Any, reward_funcs: Any, environment_factory: Any, spli
         raise ValueError(
             f"The {split} dataset has no 'prompt' column (its columns: {columns}). RiskPOTrainer, like GRPOTrainer, "
             "reads each example's prompt from 'prompt': a string, or a list of chat messages [{'role': 'user', "
-            "'content': ...}]. Rename or build that column (e.g. dataset.rename_column('question', 'prompt'), or the "
-            "adapters in riskpo_trl.data)."
+            "'content': ...}]. Rename or build that column (e.g. dataset.rename_column('question', 'prompt'), "
+            "riskpo-train's --prompt_column question, or the adapters in riskpo_trl.data)."
         )
     if isinstance(environment_factory, dict) and "environment" not in columns:
         raise ValueError(
@@ -197,8 +204,8 @@ def _check_split(dataset: Any, reward_funcs: Any, environment_factory: Any, spli
         if missing:
             raise ValueError(
                 f"The reward function {name} reads the column(s) {missing}, which the {split} dataset lacks (its "
-                f"columns: {columns}). Add them to the dataset (e.g. the reference answer as 'solution'), or use a "
-                "reward function that fits it."
+                f"columns: {columns}). Add them to the dataset (e.g. the reference answer as 'solution'; riskpo-train's "
+                "--answer_column NAME reads it from another column), or use a reward function that fits it."
             )
         check = getattr(func, "check_dataset", None)
         if check is not None and hasattr(dataset, "unique"):
@@ -240,7 +247,8 @@ def check_model_path(name: str, what: str = "model") -> None:
     parent = os.path.dirname(os.path.abspath(os.path.expanduser(name)))
     hint = (
         f" ({os.path.dirname(name)}/ exists here, so this is read as a local path)"
-        if os.path.isdir(parent) and not os.path.isabs(name) and "/" in name else ""
+        if os.path.isdir(parent) and not os.path.isabs(name) and "/" in name
+        else ""
     )
     raise FileNotFoundError(
         f"{what} {name!r}: no such directory, and not a Hub id{hint}. Give an existing directory (saved with "
@@ -345,8 +353,9 @@ def check_keywords(kwargs: dict[str, Any], trainer_class: type, base_class: type
             )
 
 
-def check_start_up(trainer_class: type, base_class: type, model: Any, reward_funcs: Any, args: Any,
-                   kwargs: dict[str, Any]) -> None:
+def check_start_up(
+    trainer_class: type, base_class: type, model: Any, reward_funcs: Any, args: Any, kwargs: dict[str, Any]
+) -> None:
     """Every start-up check of a GRPO-family trainer's arguments (``kwargs``: the keywords besides ``model``,
     ``reward_funcs`` and ``args``)."""
     check_keywords(kwargs, trainer_class, base_class)

@@ -15,9 +15,16 @@ from transformers.utils import is_torch_bf16_gpu_available  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 from ..risk import (  # noqa: E402
-    ADVANTAGE_BASELINES, ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, QUANTILE_SOURCES, RISK_PROFILES,
+    ADVANTAGE_BASELINES,
+    ADVANTAGE_SCALINGS,
+    BUNDLINGS,
+    CREDIT_ASSIGNMENTS,
+    QUANTILE_SOURCES,
+    RISK_PROFILES,
     resolve_advantage_baseline,
 )
+from ..risk.choices import DEFAULT_CHOICES  # noqa: E402
+from .caller_warnings import config_default_warnings_silenced  # noqa: E402
 from .config_checks import check_config  # noqa: E402
 from .config_conversion import from_grpo_config, name_misspelled_fields  # noqa: E402
 
@@ -134,105 +141,135 @@ class RiskPOConfig(GRPOConfig):
     # Risk measure
     risk_alpha: float = field(
         default=0.2,
-        metadata={"help": "Lower quantile level alpha: bundles scoring at or below the alpha-quantile form the lower "
-                  "tail that gets the extra (1 + risk_omega) weight. Needs 0 <= risk_alpha < risk_beta."},
+        metadata={
+            "help": "Lower quantile level alpha: bundles scoring at or below the alpha-quantile form the lower "
+            "tail that gets the extra (1 + risk_omega) weight. Needs 0 <= risk_alpha < risk_beta."
+        },
     )
     risk_beta: float = field(
         default=0.8,
-        metadata={"help": "Upper quantile level beta: bundles scoring above the beta-quantile get zero advantage "
-                  "(mvar) or the extra weight (risk_seeking). Needs risk_alpha < risk_beta <= 1."},
+        metadata={
+            "help": "Upper quantile level beta: bundles scoring above the beta-quantile get zero advantage "
+            "(mvar) or the extra weight (risk_seeking). Needs risk_alpha < risk_beta <= 1."
+        },
     )
     risk_omega: float = field(
         default=0.5,
-        metadata={"help": "Mixing weight omega >= 0 of MVaR: the lower tail is weighted by (1 + omega). 0 reduces "
-                  "MVaR to CVaR at level risk_beta."},
+        metadata={
+            "help": "Mixing weight omega >= 0 of MVaR: the lower tail is weighted by (1 + omega). 0 reduces "
+            "MVaR to CVaR at level risk_beta."
+        },
     )
     bundle_size: int = field(
         default=5,
-        metadata={"help": "Prompts per bundle B: each prompt's completions are randomly permuted and matched "
-                  "one-to-one with those of the other B - 1 prompts of its group; a bundle's score is the sum of its "
-                  "members' rewards. 1 disables bundling. Prompts per generation batch must be a multiple of it."},
+        metadata={
+            "help": "Prompts per bundle B: each prompt's completions are randomly permuted and matched "
+            "one-to-one with those of the other B - 1 prompts of its group; a bundle's score is the sum of its "
+            "members' rewards. 1 disables bundling. Prompts per generation batch must be a multiple of it."
+        },
     )
     risk_profile: str = field(
-        default="mvar",
+        default=DEFAULT_CHOICES.risk_profile,
         metadata={"help": "Risk measure to optimise: %(choices)s.", "choices": RISK_PROFILES},
     )
     quantile_source: str = field(
-        default="tracked",
-        metadata={"help": "Quantile source: where the advantage's quantiles come from: %(choices)s. The trackers run "
-                  "and are logged in every case.", "choices": QUANTILE_SOURCES},
+        default=DEFAULT_CHOICES.quantile_source,
+        metadata={
+            "help": "Quantile source: where the advantage's quantiles come from: %(choices)s. The trackers run "
+            "and are logged in every case.",
+            "choices": QUANTILE_SOURCES,
+        },
     )
     advantage_scaling: str = field(
-        default="none",
-        metadata={"help": "Advantage scaling: how the risk profile's advantage is computed: %(choices)s.",
-                  "choices": ADVANTAGE_SCALINGS},
+        default=DEFAULT_CHOICES.advantage_scaling,
+        metadata={
+            "help": "Advantage scaling: how the risk profile's advantage is computed: %(choices)s.",
+            "choices": ADVANTAGE_SCALINGS,
+        },
     )
     natural_baseline: bool = field(
-        default=True,
-        metadata={"help": "Natural baseline: keep the constant q_alpha - q_beta of the window g(R, q_alpha, q_beta) "
-                  "(the paper). False drops it, as the authors' DAPO script (natural_baseline_adv=False): most "
-                  "advantages become positive."},
+        default=DEFAULT_CHOICES.natural_baseline,
+        metadata={
+            "help": "Natural baseline: keep the constant q_alpha - q_beta of the window g(R, q_alpha, q_beta) "
+            "(the paper). False drops it, as the authors' DAPO script (natural_baseline_adv=False): most "
+            "advantages become positive."
+        },
     )
     credit_assignment: str = field(
-        default="uniform",
-        metadata={"help": "Credit assignment: how a bundle's advantage reaches its members: %(choices)s.",
-                  "choices": CREDIT_ASSIGNMENTS},
+        default=DEFAULT_CHOICES.credit_assignment,
+        metadata={
+            "help": "Credit assignment: how a bundle's advantage reaches its members: %(choices)s.",
+            "choices": CREDIT_ASSIGNMENTS,
+        },
     )
     advantage_baseline: str | None = field(
-        default=None,
-        metadata={"help": "Advantage baseline: what is subtracted from each completion's advantage after credit "
-                  "assignment: %(choices)s. A baseline that does not depend on the completion "
-                  "itself leaves the expected policy gradient unchanged and only changes which completions are pushed "
-                  "up or down. Unset: 'loo', or 'none' (the authors' code) with advantage_scaling='authors_code', "
-                  "which refuses a baseline. 'none' is the paper exactly.",
-                  "choices": ADVANTAGE_BASELINES},
+        default=DEFAULT_CHOICES.advantage_baseline,
+        metadata={
+            "help": "Advantage baseline: what is subtracted from each completion's advantage after credit "
+            "assignment: %(choices)s. A baseline that does not depend on the completion "
+            "itself leaves the expected policy gradient unchanged and only changes which completions are pushed "
+            "up or down. Unset: 'loo', or 'none' (the authors' code) with advantage_scaling='authors_code', "
+            "which refuses a baseline. 'none' is the paper exactly.",
+            "choices": ADVANTAGE_BASELINES,
+        },
     )
     bundling: str = field(
-        default="permutation",
-        metadata={"help": "Bundling: how completions are matched into bundles: %(choices)s.",
-                  "choices": BUNDLINGS},
+        default=DEFAULT_CHOICES.bundling,
+        metadata={"help": "Bundling: how completions are matched into bundles: %(choices)s.", "choices": BUNDLINGS},
     )
     max_unscorable_batches: int = field(
         default=3,
-        metadata={"help": "Unscorable batches before stopping: stop with an error after this many consecutive "
-                  "training batches in which no completion could be scored (every reward function returned None): "
-                  "such a run trains on nothing. 0 never stops. The share of unscorable completions is logged as "
-                  "risk/frac_unscorable."},
+        metadata={
+            "help": "Unscorable batches before stopping: stop with an error after this many consecutive "
+            "training batches in which no completion could be scored (every reward function returned None): "
+            "such a run trains on nothing. 0 never stops. The share of unscorable completions is logged as "
+            "risk/frac_unscorable."
+        },
     )
     regime_guard_threshold: float = field(
         default=0.5,
-        metadata={"help": "Regime guard threshold (the guard is opt-in: see regime_guard_patience): the share of a "
-                  "training batch's prompts with no completion rewarded above 0 (risk/frac_prompts_all_failed) at or "
-                  "above which a batch counts toward the guard. In (0, 1]."},
+        metadata={
+            "help": "Regime guard threshold (the guard is opt-in: see regime_guard_patience): the share of a "
+            "training batch's prompts with no completion rewarded above 0 (risk/frac_prompts_all_failed) at or "
+            "above which a batch counts toward the guard. In (0, 1]."
+        },
     )
     regime_guard_patience: int = field(
         default=0,
-        metadata={"help": "Regime guard patience (opt-in; 0, the default, turns it off): warn once after this many "
-                  "consecutive training batches at or past regime_guard_threshold. Post hoc and narrow: the signal was "
-                  "chosen after the runs of one tiny-LM study (a 0.5M-parameter model, 20 x 8 batches, Adam at lr 3e-5 "
-                  "to 1e-4), where it marked the regime in which the paper's advantage lost most of its coverage (at "
-                  "GRPO's learning rate, and in later runs at a 3x smaller one) but fired on many healthy runs and did "
-                  "not predict which runs collapsed "
-                  "(docs/replication.md, 'The regime guard'). Only with advantage_scaling='none'. The "
-                  "metric is logged either way."},
+        metadata={
+            "help": "Regime guard patience (opt-in; 0, the default, turns it off): warn once after this many "
+            "consecutive training batches at or past regime_guard_threshold. Post hoc and narrow: the signal "
+            "was chosen after the runs of one tiny-LM study (a 0.5M-parameter model, 20 x 8 batches, Adam at lr "
+            "3e-5 to 1e-4), where it marked the regime in which the paper's advantage lost most of its coverage "
+            "(at GRPO's learning rate, and in later runs at a 3x smaller one) but fired on many healthy runs and "
+            "did not predict which runs collapsed "
+            "(docs/replication.md, 'The regime guard'). Only with advantage_scaling='none'. The "
+            "metric is logged either way."
+        },
     )
     quantile_lr: float = field(
         default=0.1,
-        metadata={"help": "Quantile tracker step: step size gamma of the quantile trackers, in units of the bundle "
-                  "score. The first batch warm-starts the trackers at its empirical quantiles."},
+        metadata={
+            "help": "Quantile tracker step: step size gamma of the quantile trackers, in units of the bundle "
+            "score. The first batch warm-starts the trackers at its empirical quantiles."
+        },
     )
     quantile_lr_decay: float = field(
         default=0.0,
-        metadata={"help": "Quantile tracker step decay: exponent p of the tracker step, gamma_k = quantile_lr / k**p. "
-                  "0 keeps it constant (the authors' code); a value in (0.5, 1] gives the classic decreasing "
-                  "stochastic-approximation steps."},
+        metadata={
+            "help": "Quantile tracker step decay: exponent p of the tracker step, gamma_k = quantile_lr / k**p. "
+            "0 keeps it constant (the authors' code); a value in (0.5, 1] gives the classic decreasing "
+            "stochastic-approximation steps."
+        },
     )
 
     # GRPOConfig fields whose defaults follow the paper or fit the bundling
     num_generations: int | None = field(
         default=10,
-        metadata={"help": "Completions per prompt G (the paper uses 10). Each prompt contributes one completion to "
-                  "each of its group's G bundles."},
+        metadata={
+            "help": "Completions per prompt G (the paper uses 10). Each prompt contributes one completion to "
+            "each of its group's G bundles."
+        },
     )
     temperature: float = field(default=0.8, metadata={"help": "Sampling temperature (the paper uses 0.8)."})
     epsilon: float = field(default=0.2, metadata={"help": "Clipping range of the sequence-level importance ratio."})
@@ -242,26 +279,34 @@ class RiskPOConfig(GRPOConfig):
     )
     importance_sampling_level: str = field(
         default="sequence",
-        metadata={"help": "'sequence' (the paper, as GSPO): one length-normalised ratio (pi/pi_old)^(1/|y|) per "
-                  "completion; 'token': one ratio per token."},
+        metadata={
+            "help": "'sequence' (the paper, as GSPO): one length-normalised ratio (pi/pi_old)^(1/|y|) per "
+            "completion; 'token': one ratio per token."
+        },
     )
     loss_type: str = field(
         default="grpo",
-        metadata={"help": "Loss aggregation. 'grpo' (the paper) averages each sequence's loss, then over sequences; "
-                  "other TRL loss types ('dapo', 'dr_grpo', 'bnpo', ...) are available for ablations."},
+        metadata={
+            "help": "Loss aggregation. 'grpo' (the paper) averages each sequence's loss, then over sequences; "
+            "other TRL loss types ('dapo', 'dr_grpo', 'bnpo', ...) are available for ablations."
+        },
     )
     loss_token_mean_sequences: int | None = field(
         default=None,
-        metadata={"help": "Token-mean group size: with loss_type='bnpo', take the token mean over groups of this many "
-                  "sequences of an optimizer step, then the mean over groups (verl's token-mean over a micro-batch of "
-                  "ppo_micro_batch_size_per_gpu sequences), whatever per_device_train_batch_size is. It must be a "
-                  "multiple of per_device_train_batch_size and should divide the sequences of an optimizer step. "
-                  "None: TRL's bnpo, one token mean per micro-batch."},
+        metadata={
+            "help": "Token-mean group size: with loss_type='bnpo', take the token mean over groups of this many "
+            "sequences of an optimizer step, then the mean over groups (verl's token-mean over a micro-batch of "
+            "ppo_micro_batch_size_per_gpu sequences), whatever per_device_train_batch_size is. It must be a "
+            "multiple of per_device_train_batch_size and should divide the sequences of an optimizer step. "
+            "None: TRL's bnpo, one token mean per micro-batch."
+        },
     )
     per_device_train_batch_size: int = field(
         default=10,
-        metadata={"help": "Completions per device per micro-batch. With the default gradient_accumulation_steps=5 a "
-                  "generation batch holds 5 x num_processes prompts of 10 completions."},
+        metadata={
+            "help": "Completions per device per micro-batch. With the default gradient_accumulation_steps=5 a "
+            "generation batch holds 5 x num_processes prompts of 10 completions."
+        },
     )
     gradient_accumulation_steps: int = field(
         default=5,
@@ -269,19 +314,25 @@ class RiskPOConfig(GRPOConfig):
     )
     steps_per_generation: int | None = field(
         default=None,
-        metadata={"help": "Micro-steps per generation batch. If neither it nor generation_batch_size is set: "
-                  f"{UPDATES_PER_GENERATION} x gradient_accumulation_steps, the paper's {UPDATES_PER_GENERATION} "
-                  "optimizer updates per generation batch (batch 512, mini-batch 128), so the clipped ratio acts."},
+        metadata={
+            "help": "Micro-steps per generation batch. If neither it nor generation_batch_size is set: "
+            f"{UPDATES_PER_GENERATION} x gradient_accumulation_steps, the paper's {UPDATES_PER_GENERATION} "
+            "optimizer updates per generation batch (batch 512, mini-batch 128), so the clipped ratio acts."
+        },
     )
     per_device_eval_batch_size: int = field(
         default=50,
-        metadata={"help": "Completions per device per evaluation batch. Evaluation bundles like training; a batch "
-                  "whose prompts are not a multiple of bundle_size gets a smaller last group."},
+        metadata={
+            "help": "Completions per device per evaluation batch. Evaluation bundles like training; a batch "
+            "whose prompts are not a multiple of bundle_size gets a smaller last group."
+        },
     )
     bf16: bool | None = field(
         default=None,
-        metadata={"help": "Whether to use bf16 mixed precision. If not set: True where a bf16-capable accelerator is "
-                  "present (or use_cpu is set) and fp16 is off, else False."},
+        metadata={
+            "help": "Whether to use bf16 mixed precision. If not set: True where a bf16-capable accelerator is "
+            "present (or use_cpu is set) and fp16 is off, else False."
+        },
     )
 
     @classmethod
@@ -296,6 +347,8 @@ class RiskPOConfig(GRPOConfig):
         return from_grpo_config(cls, grpo_config, risk_fields, UPDATES_PER_GENERATION)
 
     def __post_init__(self):
+        # Remembered for resume: a checkpoint that predates recorded settings was trained with the paper's 'none'.
+        self._advantage_baseline_unset = self.advantage_baseline is None
         self.advantage_baseline = resolve_advantage_baseline(self.advantage_baseline, self.advantage_scaling)
         if self.bf16 is None:
             self.bf16 = not self.fp16 and (self.use_cpu or is_torch_bf16_gpu_available())
@@ -305,7 +358,8 @@ class RiskPOConfig(GRPOConfig):
             self.ddp_backend = "gloo"
         if self.steps_per_generation is None and self.generation_batch_size is None:
             self.steps_per_generation = UPDATES_PER_GENERATION * self.gradient_accumulation_steps
-        check_config(self, super().__post_init__)
+        with config_default_warnings_silenced(self):  # GRPOConfig's own gradient_checkpointing default
+            check_config(self, super().__post_init__)
 
 
 def _deepspeed_launch_without_accelerator() -> bool:

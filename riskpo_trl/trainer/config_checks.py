@@ -10,12 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import compat
-from ..risk import (
-    ADVANTAGE_BASELINES, ADVANTAGE_SCALINGS, BUNDLINGS, CREDIT_ASSIGNMENTS, QUANTILE_SOURCES, RISK_PROFILES,
-    scaled_advantage,
-)
-from ..risk.advantages import levels_in_order
-from ..risk.baselines import check_baseline_pair
+from ..risk.choices import RiskChoices
 from .caller_warnings import caller_stacklevel
 
 
@@ -30,11 +25,8 @@ def check_config(config: Any, grpo_checks: Callable[[], None]) -> None:
 
 
 def _check_risk_fields(config: Any) -> None:
-    if not levels_in_order(config.risk_alpha, config.risk_beta):
-        raise ValueError(
-            f"risk_alpha={config.risk_alpha} and risk_beta={config.risk_beta} must satisfy 0 <= risk_alpha < "
-            "risk_beta <= 1 (the paper uses risk_alpha=0.2, risk_beta=0.8)."
-        )
+    # The named choices, the pairs they form and the quantile levels they allow: checked where they are resolved.
+    RiskChoices.from_config(config).resolve((config.risk_alpha, config.risk_beta))
     if config.risk_omega < 0:
         raise ValueError(
             f"risk_omega={config.risk_omega} must be >= 0: it is the extra weight on the lower tail (the paper uses "
@@ -42,32 +34,14 @@ def _check_risk_fields(config: Any) -> None:
         )
     if config.bundle_size < 1:
         raise ValueError(f"bundle_size={config.bundle_size} must be >= 1 (1 disables bundling; the paper uses 5).")
-    RISK_PROFILES.check(config.risk_profile)
-    QUANTILE_SOURCES.check(config.quantile_source)
-    ADVANTAGE_SCALINGS.check(config.advantage_scaling)
-    CREDIT_ASSIGNMENTS.check(config.credit_assignment)
-    BUNDLINGS.check(config.bundling)
-    ADVANTAGE_BASELINES.check(config.advantage_baseline)
-    variant = scaled_advantage(config.advantage_scaling, config.risk_profile)
-    if not variant.levels_ok(config.risk_alpha, config.risk_beta):
-        raise ValueError(
-            f"advantage_scaling={config.advantage_scaling!r} with risk_profile={config.risk_profile!r} needs "
-            f"{variant.levels_rule}; got risk_alpha={config.risk_alpha}, risk_beta={config.risk_beta}."
-        )
-    if not config.natural_baseline and not variant.has_natural_baseline:
-        raise ValueError(
-            f"natural_baseline=False changes nothing for risk_profile={config.risk_profile!r} with "
-            f"advantage_scaling={config.advantage_scaling!r}: that advantage has no q_alpha - q_beta constant (its "
-            "excluded lower tail already gets 0). Leave natural_baseline at True."
-        )
     if config.max_unscorable_batches < 0:
         raise ValueError(
             f"max_unscorable_batches={config.max_unscorable_batches} must be >= 0 (0 never stops the run)."
         )
     if not 0 < config.regime_guard_threshold <= 1:
         raise ValueError(
-            f"regime_guard_threshold={config.regime_guard_threshold} is a share of prompts (those with no completion rewarded "
-            "above 0): it must be in (0, 1]."
+            f"regime_guard_threshold={config.regime_guard_threshold} is a share of prompts (those with no completion "
+            "rewarded above 0): it must be in (0, 1]."
         )
     if config.regime_guard_patience < 0:
         raise ValueError(
@@ -89,9 +63,10 @@ def _check_risk_fields(config: Any) -> None:
             "'sum_then_normalize'."
         )
 
+
 def _refuse_unsourced_combinations(config: Any) -> None:
-    """Combinations neither the paper nor the authors' code uses, where the advantage's scale goes wrong."""
-    check_baseline_pair(config.advantage_baseline, config.advantage_scaling)
+    """Combinations neither the paper nor the authors' code uses, where the advantage's scale goes wrong (a baseline
+    with the authors' scaling is refused where the choices are resolved)."""
     if config.advantage_scaling == "authors_code" and config.quantile_source != "group":
         raise ValueError(
             f"advantage_scaling='authors_code' with quantile_source={config.quantile_source!r}: that scaling "
@@ -115,6 +90,7 @@ def _refuse_unsourced_combinations(config: Any) -> None:
             stacklevel=caller_stacklevel(),
         )
 
+
 def _check_batch_layout(config: Any) -> None:
     """Prompts per generation batch must form whole bundle groups (an evaluation batch's last group may be
     partial); checkpoints should fall between generation batches."""
@@ -124,7 +100,8 @@ def _check_batch_layout(config: Any) -> None:
             f"A generation batch holds {prompts} prompts (generation_batch_size={config.generation_batch_size} / "
             f"num_generations={config.num_generations}), which is not a multiple of bundle_size={config.bundle_size}. "
             f"Make generation_batch_size a multiple of num_generations * bundle_size = "
-            f"{config.num_generations * config.bundle_size} ({_multiples(config.num_generations * config.bundle_size)}), "
+            f"{config.num_generations * config.bundle_size} "
+            f"({_multiples(config.num_generations * config.bundle_size)}), "
             "e.g. through per_device_train_batch_size x num_processes x steps_per_generation, or choose a "
             f"bundle_size that divides {prompts} ({_divisors(prompts)})."
         )
@@ -134,7 +111,9 @@ def _check_batch_layout(config: Any) -> None:
         multiple = generate_every // math.gcd(generate_every, config.gradient_accumulation_steps)
         given = f"save_steps={config.save_steps:g}" + (
             f" (every {_save_interval(config)} optimizer steps of max_steps={config.max_steps})"
-            if config.save_steps < 1 else "")
+            if config.save_steps < 1
+            else ""
+        )
         warnings.warn(
             f"Checkpoints at {given} do not fall on generation batch boundaries (a new batch every "
             f"{generate_every} micro-steps: steps_per_generation x num_iterations; the first such checkpoint is "
@@ -145,6 +124,7 @@ def _check_batch_layout(config: Any) -> None:
             "generation batches).",
             stacklevel=caller_stacklevel(),
         )
+
 
 def _check_token_mean_groups(config: Any) -> None:
     """Groups of loss_token_mean_sequences must hold whole micro-batches and should tile each optimizer step; a

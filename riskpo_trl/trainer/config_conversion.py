@@ -12,6 +12,7 @@ from typing import Any
 from transformers.utils import logging as transformers_logging
 
 from ..registry import closest_name
+from .caller_warnings import remember_set_fields
 
 logger = transformers_logging.get_logger(__name__)
 
@@ -30,14 +31,16 @@ def name_misspelled_fields(config_class: type) -> type:
                     f"{config_class.__name__} got an unexpected keyword argument {name!r}"
                     f"{closest_name(name, accepted)}."
                 )
+        remember_set_fields(self, kwargs)
         generated_init(self, *args, **kwargs)
 
     config_class.__init__ = __init__
     return config_class
 
 
-def from_grpo_config(config_class: type, grpo_config: Any, risk_fields: dict[str, Any],
-                     updates_per_generation: int) -> Any:
+def from_grpo_config(
+    config_class: type, grpo_config: Any, risk_fields: dict[str, Any], updates_per_generation: int
+) -> Any:
     """``config_class`` with every setting of ``grpo_config`` (tokens included) plus ``risk_fields``; one warning names
     the carried-over settings that differ from the paper's (:func:`settings_off_the_papers`) and the advantage baseline
     when it is not the paper's and was not passed."""
@@ -46,8 +49,9 @@ def from_grpo_config(config_class: type, grpo_config: Any, risk_fields: dict[str
     baseline = getattr(config, "advantage_baseline", PAPER_ADVANTAGE_BASELINE)
     differing = [f"kept the GRPO config's {', '.join(kept)}"] if kept else []
     if "advantage_baseline" not in risk_fields and baseline != PAPER_ADVANTAGE_BASELINE:
-        differing.append(f"uses advantage_baseline={baseline!r} (the library's default; paper: "
-                         f"{PAPER_ADVANTAGE_BASELINE!r})")
+        differing.append(
+            f"uses advantage_baseline={baseline!r} (the library's default; paper: {PAPER_ADVANTAGE_BASELINE!r})"
+        )
     if differing:
         logger.warning(
             f"{config_class.__name__}.from_grpo_config {' and '.join(differing)}; pass any of them to "
@@ -82,12 +86,17 @@ def settings_off_the_papers(
     per generation batch) where ``config`` differs from ``config_class``'s default, leaving out the fields in
     ``chosen`` (set on purpose)."""
     defaults = {f.name: f.default for f in fields(config_class)}
-    differing = [f"{name}={getattr(config, name)!r} (paper: {defaults[name]!r})" for name in PAPER_GRPO_SETTINGS
-                 if name not in chosen and getattr(config, name) != defaults[name]]
+    differing = [
+        f"{name}={getattr(config, name)!r} (paper: {defaults[name]!r})"
+        for name in PAPER_GRPO_SETTINGS
+        if name not in chosen and getattr(config, name) != defaults[name]
+    ]
     updates = config.steps_per_generation / config.gradient_accumulation_steps
     if not chosen & {"steps_per_generation", "generation_batch_size"} and updates != updates_per_generation:
-        differing.append(f"{updates:g} optimizer update(s) per generation batch (steps_per_generation="
-                         f"{config.steps_per_generation}; paper: {updates_per_generation})")
+        differing.append(
+            f"{updates:g} optimizer update(s) per generation batch (steps_per_generation="
+            f"{config.steps_per_generation}; paper: {updates_per_generation})"
+        )
     return differing
 
 

@@ -95,8 +95,11 @@ def method_settings(args: Any) -> list[tuple[str, str]]:
     if not dataclasses.is_dataclass(args):
         return []
     grpo_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
-    return [(_first_clause(f.metadata.get("help", "")) or f.name, f.name)
-            for f in dataclasses.fields(type(args)) if f.init and f.name not in grpo_fields]
+    return [
+        (_first_clause(f.metadata.get("help", "")) or f.name, f.name)
+        for f in dataclasses.fields(type(args))
+        if f.init and f.name not in grpo_fields
+    ]
 
 
 def _first_clause(text: str) -> str:
@@ -113,9 +116,11 @@ def _first_clause(text: str) -> str:
 def settings_table(args: Any) -> str:
     """Markdown table of the run's settings next to its config class's defaults (RiskPOConfig's are the paper's,
     except ``advantage_baseline``, whose unset value resolves to :data:`DEFAULT_ADVANTAGE_BASELINE`)."""
-    defaults = {
-        f.name: f.default for f in dataclasses.fields(type(args)) if f.default is not dataclasses.MISSING
-    } if dataclasses.is_dataclass(args) else {}
+    defaults = (
+        {f.name: f.default for f in dataclasses.fields(type(args)) if f.default is not dataclasses.MISSING}
+        if dataclasses.is_dataclass(args)
+        else {}
+    )
     if defaults.get("advantage_baseline", "") is None:
         defaults["advantage_baseline"] = DEFAULT_ADVANTAGE_BASELINE
     rows = [f"| setting | value | {type(args).__name__} default |", "| --- | --- | --- |"]
@@ -269,8 +274,10 @@ def _adapter_note(adapter: Any, base_model: str | None, base_name: str | None) -
     """What an adapter directory is and what loading it needs."""
     kind = str(getattr(getattr(adapter, "peft_type", None), "value", "PEFT"))
     kind = {"LORA": "LoRA"}.get(kind, kind)
-    text = (f"This repository holds a {kind} adapter (PEFT), not a full model: loading it loads its base model, as "
-            "`base_model_name_or_path` in `adapter_config.json` names it, and applies the adapter on top.")
+    text = (
+        f"This repository holds a {kind} adapter (PEFT), not a full model: loading it loads its base model, as "
+        "`base_model_name_or_path` in `adapter_config.json` names it, and applies the adapter on top."
+    )
     if base_model:
         return text + f" The base model is [{base_model}](https://huggingface.co/{base_model}) on the Hub."
     return text + (

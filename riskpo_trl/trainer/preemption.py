@@ -94,12 +94,16 @@ class StopOnSignal(TrainerCallback):
         if self.requested is None:
             self.requested, self._requested_at = number, time.monotonic()
             if _is_main_process():
-                when = ("after the current optimizer step" if self.period == 1 else
-                        f"at the end of the current generation batch (at most {self.period - 1} more optimizer "
-                        f"step{'s' if self.period > 2 else ''})")
+                when = (
+                    "after the current optimizer step"
+                    if self.period == 1
+                    else f"at the end of the current generation batch (at most {self.period - 1} more optimizer "
+                    f"step{'s' if self.period > 2 else ''})"
+                )
                 abort = "; press Ctrl-C again to abort without saving" if number == signal.SIGINT else ""
-                self._say(f"{signal.Signals(number).name} received: stopping {when} and saving a checkpoint "
-                          f"there{abort}.")
+                self._say(
+                    f"{signal.Signals(number).name} received: stopping {when} and saving a checkpoint there{abort}."
+                )
             return
         if number == signal.SIGINT and time.monotonic() - self._requested_at > REPEAT_WINDOW_S:
             if _is_main_process():
@@ -148,8 +152,10 @@ class StopOnSignal(TrainerCallback):
         trainer.accelerator.wait_for_everyone()
         if args.should_save:
             remove_card_without_model(args.output_dir)
-        line = (f"Stopped by {self.signal_name} at step {self.stopped_at} of {trainer.state.max_steps}: saved "
-                f"{checkpoint}. Run the same command to resume (exit code {STOPPED_EXIT_CODE}).")
+        line = (
+            f"Stopped by {self.signal_name} at step {self.stopped_at} of {trainer.state.max_steps}: saved "
+            f"{checkpoint}. Run the same command to resume (exit code {STOPPED_EXIT_CODE})."
+        )
         trainer.accelerator.print(line)
         stop_file = os.environ.get(STOP_FILE_ENV)
         if stop_file and trainer.accelerator.is_local_main_process:
@@ -191,13 +197,17 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
     None; later ones that a kill cut short are named in a warning and skipped."""
     import logging
 
-    names = [name for name in os.listdir(output_dir)
-             if re.fullmatch(r"checkpoint-\d+", name) and os.path.isdir(os.path.join(output_dir, name))]
+    names = [
+        name
+        for name in os.listdir(output_dir)
+        if re.fullmatch(r"checkpoint-\d+", name) and os.path.isdir(os.path.join(output_dir, name))
+    ]
     folders = [os.path.join(output_dir, name) for name in sorted(names, key=lambda n: -int(n.split("-")[1]))]
     complete = next((path for path in folders if os.path.isfile(os.path.join(path, CHECKPOINT_COMPLETE_MARKER))), None)
-    skipped = folders[:folders.index(complete)] if complete else folders
+    skipped = folders[: folders.index(complete)] if complete else folders
     if skipped:
         logging.getLogger(__name__).warning(
             f"Skipping {', '.join(skipped)}: no {CHECKPOINT_COMPLETE_MARKER}, so a kill cut its save short. "
-            + (f"Resuming from {complete}." if complete else "Starting from scratch."))
+            + (f"Resuming from {complete}." if complete else "Starting from scratch.")
+        )
     return complete

@@ -59,12 +59,14 @@ class RegimeGuard:
     def message(self, metrics: dict[str, float]) -> str:
         pushed = ""
         if "risk/frac_negative_advantage" in metrics:
-            pushed = (f"; {metrics['risk/frac_negative_advantage']:.0%} of the completions pushed down, "
-                      f"{metrics.get('risk/frac_positive_advantage', 0.0):.0%} up")
+            pushed = (
+                f"; {metrics['risk/frac_negative_advantage']:.0%} of the completions pushed down, "
+                f"{metrics.get('risk/frac_positive_advantage', 0.0):.0%} up"
+            )
         return (
             f"RiskPO regime guard (opt-in, post hoc): for {self.streak} training batches in a row at least "
             f"{self.threshold:.0%} of the prompts had no completion with a reward above 0 (latest batch: "
-            f"{metrics[self.metric]:.0%}{pushed}). {EVIDENCE} See docs/replication.md (\"The regime guard\"). Set "
+            f'{metrics[self.metric]:.0%}{pushed}). {EVIDENCE} See docs/replication.md ("The regime guard"). Set '
             "regime_guard_patience=0 to turn the guard off."
         )
 

@@ -46,12 +46,16 @@ def package_trainer(trl_trainer: type, config_class: type) -> type:
     from .shared import SharedTrainerMixin
 
     name = trl_trainer.__name__
-    return type(name, (SharedTrainerMixin, trl_trainer), {
-        "__module__": __name__,
-        "__doc__": f"`{trl_trainer.__module__}.{name}` with riskpo_trl's shared layer (`riskpo_trl.trainer.shared`).",
-        "config_class": config_class,
-        "_name": name.removesuffix("Trainer"),
-    })
+    return type(
+        name,
+        (SharedTrainerMixin, trl_trainer),
+        {
+            "__module__": __name__,
+            "__doc__": f"`{trl_trainer.__module__}.{name}` with riskpo_trl's shared layer (`riskpo_trl.trainer.shared`).",
+            "config_class": config_class,
+            "_name": name.removesuffix("Trainer"),
+        },
+    )
 
 
 def check_trainer_name(name: str) -> None:

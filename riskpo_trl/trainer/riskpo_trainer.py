@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import textwrap
 
 import torch
@@ -15,17 +16,30 @@ from trl import GRPOTrainer  # noqa: E402
 
 from ..risk import QuantileTracker, RiskEstimator  # noqa: E402
 from .batch_hook import ScoredBatch  # noqa: E402
-from .checkpoints import RISK_STATE_FILE, check_resume_settings, read_state, risk_settings, write_state  # noqa: E402
+from .caller_warnings import warn_replaced_grpo_defaults  # noqa: E402
+from .checkpoints import (  # noqa: E402
+    RISK_STATE_FILE,
+    check_resume_settings,
+    read_state,
+    restore_state,
+    resumed_baseline,
+    risk_settings,
+    write_state,
+)
 from .config import RiskPOConfig  # noqa: E402
 from .regime_guard import RegimeGuard  # noqa: E402
 from .shared import SharedTrainerMixin  # noqa: E402
+from .token_mean import TokenMeanLossMixin  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
 
 __all__ = ["RISK_STATE_FILE", "RiskPOTrainer"]
 
 
-class RiskPOTrainer(SharedTrainerMixin, GRPOTrainer):
+class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
     """
-    Trainer for Risk-based Policy Optimization (RiskPO).
+    Trainer for RiskPO (Risk-based Policy Optimization): GRPO whose advantage is bundled MVaR, not group-normalised.
 
     RiskPO (https://huggingface.co/papers/2510.00911) is a GRPO variant that optimises a risk measure of the reward
     distribution instead of its mean. What differs from [`~trl.GRPOTrainer`] is the advantage: one
@@ -90,6 +104,8 @@ class RiskPOTrainer(SharedTrainerMixin, GRPOTrainer):
                 "RiskPOConfig.from_grpo_config(your_config, bundle_size=..., ...): it keeps every setting and adds "
                 "the risk fields you pass."
             )
+        if args is not None:  # a renamed GRPO script hears which of GRPO's defaults the paper's layout replaced
+            warn_replaced_grpo_defaults(args, logger)
         super().__init__(model, reward_funcs, args=args, **kwargs)  # the shared layer's checks and fixes
         args = self.args  # RiskPOConfig's defaults when none was given
         self.risk_estimator = RiskEstimator.from_config(args)
@@ -169,8 +185,11 @@ class RiskPOTrainer(SharedTrainerMixin, GRPOTrainer):
         # Hub, so a checkpoint that exists (locally or pushed) always carries the trackers.
         super()._save_optimizer_and_scheduler(output_dir)
         if self.args.should_save:
-            state = {**self.risk_estimator.state_dict(), "regime_guard": self.regime_guard.state_dict(),
-                     "settings": risk_settings(self.args)}
+            state = {
+                **self.risk_estimator.state_dict(),
+                "regime_guard": self.regime_guard.state_dict(),
+                "settings": risk_settings(self.args),
+            }
             write_state(output_dir, state)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
@@ -179,6 +198,17 @@ class RiskPOTrainer(SharedTrainerMixin, GRPOTrainer):
             return
         check_resume_settings(checkpoint, self.args)
         state = read_state(checkpoint)
-        self.risk_estimator.load_state_dict(state)
-        if "regime_guard" in state:  # checkpoints written before the guard existed have none
-            self.regime_guard.load_state_dict(state["regime_guard"])
+        restore_state(checkpoint, state, self.risk_estimator, self.regime_guard)
+        baseline = resumed_baseline(state, self.args)
+        if baseline is not None and baseline != self.args.advantage_baseline:
+            logger.warning(
+                "Resuming from %s, written before checkpoints recorded their risk settings: it was trained "
+                "with advantage_baseline=%r (the paper's advantage), so this run goes on with it, not with "
+                "the default %r. Set advantage_baseline to choose.",
+                checkpoint,
+                baseline,
+                self.args.advantage_baseline,
+            )
+            self.args.advantage_baseline = baseline
+            self.risk_estimator.rechoose(advantage_baseline=baseline)
+        logger.info("Resumed from %s with advantage_baseline=%r.", checkpoint, self.args.advantage_baseline)

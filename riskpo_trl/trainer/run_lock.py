@@ -2,16 +2,19 @@
 
 Two runs writing into one ``output_dir`` would each resume from (or overwrite) the other's checkpoints. The lock is a
 file, ``output_dir/_riskpo_run.lock``, created with ``O_CREAT | O_EXCL``: of two runs that start together exactly one
-creates it. It holds the PID, the host and the start time of the run that took it, so the second run's error names
-them. No ``flock``: on network filesystems (NFS, Lustre, GPFS) ``flock`` is often local to one node or not
-supported, while an exclusive create is atomic on local filesystems and NFS v3 or later.
+creates it. It holds the PID, the host, the boot id, the PID namespace and the start time of the run that took it, so
+the second run's error names them. No ``flock``: on network filesystems (NFS, Lustre, GPFS) ``flock`` is often local to
+one node or not supported, while an exclusive create is atomic on local filesystems and NFS v3 or later.
 
-A run killed without cleaning up (SIGKILL, a node lost) leaves the file behind. On the same host the next run checks
-whether that PID still runs (and is the same process, by its start time where ``/proc`` tells) and takes the lock
-over if not. A lock left by an earlier start of the same SLURM job (requeued: the same ``SLURM_JOB_ID``, a higher
-``SLURM_RESTART_COUNT``) is stale on any node. Any other lock taken on another host cannot be checked from here: the
-run is refused until the file is deleted by hand, which is the override once that run is known to be dead. The
-leading underscore keeps the file out of ``push_to_hub`` uploads.
+A run killed without cleaning up (SIGKILL, a node lost) leaves the file behind. When the lock was taken here (the
+same host, boot id and PID namespace: only there does its PID mean the same process), the next run checks whether
+that PID still runs (and is the same process, by its start time where ``/proc`` tells) and takes the lock over if
+not. A lock left by an earlier start of the same SLURM job (requeued: the same ``SLURM_JOB_ID``, a higher
+``SLURM_RESTART_COUNT``) is stale on any node. Any other lock cannot be checked from here (another host, another boot
+or PID namespace: containers with host networking share a hostname; or a lock written before the boot id and namespace
+were recorded, unless its PID runs here): the run is refused until the file is deleted by hand, which is the override
+once that run is known to be dead. So is a lock naming a PID no process can have, and anything at the lock's path
+that is not a regular file. The leading underscore keeps the file out of ``push_to_hub`` uploads.
 
 Under ``accelerate launch`` only the main process takes the lock; the others learn the outcome from it.
 """
@@ -23,6 +26,7 @@ import datetime
 import json
 import os
 import socket
+import stat
 import time
 from collections.abc import Iterator
 
@@ -32,6 +36,7 @@ LOCK_FILE = "_riskpo_run.lock"
 BREAK_SUFFIX = ".break"
 STALE_BREAK_S = 30.0  # a break file older than this was left by a process that died while removing a stale lock
 WRITE_GRACE_S = 5.0  # an empty or unreadable lock file younger than this is being written by its run
+PID_MAX_LIMIT = 1 << 22  # the kernel's highest pid_max (64-bit), where /proc/sys/kernel/pid_max cannot be read
 
 
 class OutputDirLocked(FileExistsError):
@@ -55,27 +60,30 @@ def acquire(output_dir: str) -> RunLock:
     naming the run that holds it."""
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, LOCK_FILE)
-    content = json.dumps({
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "process_start": _process_start(os.getpid()),
-        **_slurm_job(),
-    })
+    content = json.dumps(
+        {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            **_machine_context(),
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "process_start": _process_start(os.getpid()),
+            **_slurm_job(),
+        }
+    )
     deadline = time.monotonic() + 2 * WRITE_GRACE_S
     while True:
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            holder_text = _read_text(path)
+            holder_text = _read_lock(path)
             holder = _parse(holder_text)
             if holder_text is None or (holder is None and _age(path) < WRITE_GRACE_S):
                 if time.monotonic() > deadline:
                     raise OutputDirLocked(f"Could not take the lock {path}: it keeps changing.") from None
                 time.sleep(0.1)  # gone meanwhile, or being written: look again
                 continue
-            if holder is not None and _is_running(holder):
-                raise OutputDirLocked(_in_use_message(output_dir, path, holder)) from None
+            if holder is not None:
+                _refuse_unless_stale(output_dir, path, holder)
             _remove_stale(path, holder_text)
             continue
         with os.fdopen(fd, "w") as file:
@@ -111,46 +119,102 @@ def lock_output_dir(output_dir: str) -> Iterator[None]:
 
 
 def _in_use_message(output_dir: str, path: str, holder: dict) -> str:
-    same_host = holder.get("host") == socket.gethostname()
-    override = (
-        "" if same_host else
-        f" It was taken on another host, so this one cannot tell whether that run still runs; if it does not, delete "
-        f"{path}."
-    )
     return (
         f"output_dir {output_dir} is in use by another run: PID {holder.get('pid')} on host {holder.get('host')}, "
-        f"started {holder.get('started')}. Wait for it to finish, or choose another output_dir.{override}"
+        f"started {holder.get('started')}. Wait for it to finish, or choose another output_dir."
     )
+
+
+def _refuse_unless_stale(output_dir: str, path: str, holder: dict) -> None:
+    """Return when the run that took the lock has ended (the lock is stale); else raise :class:`OutputDirLocked`
+    saying why, and what to do."""
+    current = _slurm_job()
+    if (
+        current
+        and holder.get("slurm_job_id") == current["slurm_job_id"]
+        and holder.get("slurm_restart_count", 0) < current["slurm_restart_count"]
+    ):
+        return  # an earlier start of this requeued job, on any node
+    pid, pid_max = holder.get("pid"), _pid_max()
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 1 <= pid <= pid_max:
+        raise OutputDirLocked(
+            f"{path} names PID {pid!r}, which no process can have (PIDs run from 1 to {pid_max}): the file is "
+            f"damaged or was edited. Once no run uses output_dir {output_dir}, delete {path}."
+        )
+    elsewhere = _taken_elsewhere(holder)
+    runs_here = elsewhere is None or elsewhere == OLD_FORMAT
+    if runs_here and _pid_runs(pid, holder.get("process_start")):
+        raise OutputDirLocked(_in_use_message(output_dir, path, holder))
+    if elsewhere is not None:
+        raise OutputDirLocked(
+            f"{_in_use_message(output_dir, path, holder)} It was taken {elsewhere}, so this run cannot tell whether "
+            f"that run still runs; if it does not, delete {path}."
+        )
+
+
+OLD_FORMAT = "by an earlier version that did not record its boot id and PID namespace"
+
+
+def _taken_elsewhere(holder: dict) -> str | None:
+    """Where the lock was taken, when its PID cannot be looked up here; None when it can."""
+    if holder.get("host") != socket.gethostname():
+        return "on another host"
+    if "boot_id" not in holder or "pid_namespace" not in holder:
+        return OLD_FORMAT
+    context = _machine_context()
+    if holder["boot_id"] != context["boot_id"]:
+        return f"under another boot id ({holder['boot_id']}: another machine with this hostname, or before a reboot)"
+    if holder["pid_namespace"] != context["pid_namespace"]:
+        return (
+            f"in another PID namespace ({holder['pid_namespace']}, this one {context['pid_namespace']}: another "
+            "container sharing this hostname)"
+        )
+    return None
+
+
+def _machine_context() -> dict:
+    """What, besides the host, makes a PID name one process: the boot (``/proc/sys/kernel/random/boot_id``) and the
+    PID namespace (``/proc/self/ns/pid``). None where this system does not tell."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as file:
+            boot_id = file.read().strip() or None
+    except OSError:
+        boot_id = None
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = None
+    return {"boot_id": boot_id, "pid_namespace": namespace}
+
+
+def _pid_max() -> int:
+    try:
+        with open("/proc/sys/kernel/pid_max") as file:
+            return int(file.read())
+    except (OSError, ValueError):
+        return PID_MAX_LIMIT
 
 
 def _slurm_job() -> dict:
     """The SLURM job and its restart count, if this runs in one: a requeued job keeps its id and counts up."""
     if "SLURM_JOB_ID" not in os.environ:
         return {}
-    return {"slurm_job_id": os.environ["SLURM_JOB_ID"],
-            "slurm_restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)}
+    return {
+        "slurm_job_id": os.environ["SLURM_JOB_ID"],
+        "slurm_restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0),
+    }
 
 
-def _is_running(holder: dict) -> bool:
-    """Whether the process that took the lock still runs. A lock from an earlier start of this SLURM job (requeued,
-    on any node) does not; any other lock from another host counts as running."""
-    current = _slurm_job()
-    if current and holder.get("slurm_job_id") == current["slurm_job_id"]:
-        if holder.get("slurm_restart_count", 0) < current["slurm_restart_count"]:
-            return False
-    if holder.get("host") != socket.gethostname():
-        return True
-    pid = holder.get("pid")
-    if not isinstance(pid, int):
-        return False
+def _pid_runs(pid: int, recorded_start: int | None) -> bool:
+    """Whether process ``pid`` of this PID namespace runs and is the one that started at ``recorded_start``."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass  # it runs, as another user
-    recorded, current = holder.get("process_start"), _process_start(pid)
-    return recorded is None or current is None or recorded == current  # else: the PID was reused
+    current = _process_start(pid)
+    return recorded_start is None or current is None or recorded_start == current  # else: the PID was reused
 
 
 def _remove_stale(path: str, stale_text: str) -> None:
@@ -187,6 +251,40 @@ def _read_text(path: str) -> str | None:
             return file.read()
     except FileNotFoundError:
         return None
+
+
+def _read_lock(path: str) -> str | None:
+    """The lock file's text (None if it is gone); anything at ``path`` but a regular file is refused by name, never
+    followed (a symlink, dangling or not) nor waited on (a FIFO)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError:  # a symlink (ELOOP), or something this user cannot open
+        fd = None
+    try:
+        mode = os.fstat(fd).st_mode if fd is not None else os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(mode):
+        if fd is not None:
+            os.close(fd)
+        kinds = {
+            stat.S_IFLNK: "a symbolic link",
+            stat.S_IFDIR: "a directory",
+            stat.S_IFIFO: "a FIFO",
+            stat.S_IFSOCK: "a socket",
+            stat.S_IFCHR: "a device",
+            stat.S_IFBLK: "a device",
+        }
+        raise OutputDirLocked(
+            f"{path} is {kinds.get(stat.S_IFMT(mode), 'not a regular file')}, not a run's lock file: the lock cannot "
+            f"be taken. Remove it (it is not this library's), then start the run again."
+        )
+    if fd is None:
+        raise OutputDirLocked(f"Could not open the lock {path}: check the permissions of the output_dir.")
+    with os.fdopen(fd) as file:
+        return file.read()
 
 
 def _parse(text: str | None) -> dict | None:

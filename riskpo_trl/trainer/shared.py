@@ -4,8 +4,9 @@
 ``RiskPOTrainer`` is built on it, and the registry of trainers (``riskpo_trl.trainer.registry``) builds each baseline
 as it, so a fix added here reaches every trainer a recipe can name. At construction: the start-up checks, the CPU vLLM
 server's weight sync, an adapter's absolute base-model path, the resumed schedule and the VLM image token; per batch:
-the reward accounting and the per-batch seam (``add_batch_observer``), verl's token mean when configured; at the end:
-a run without a single step raises, and the model card is this package's.
+the reward accounting and the per-batch seam (``add_batch_observer``); at the end: a run without a single step raises,
+and the model card is this package's. verl's token mean (``token_mean``) is RiskPOTrainer's alone: only its config has
+``loss_token_mean_sequences``.
 """
 
 from __future__ import annotations
@@ -14,16 +15,17 @@ from typing import Any
 
 from .. import compat
 from ..weight_sync.client import serve_weights_to_cpu_servers
+from ..weight_sync.probe import check_weight_syncs
 from .batch_hook import BatchObserversMixin
+from .caller_warnings import library_default_warnings_silenced
 from .checkpoints import TiedWeightsResumeMixin
 from .checks import check_start_up
 from .model_card import record_absolute_base_model, save_model_card
 from .resumed_schedule import continue_schedule_on_resume
-from .token_mean import TokenMeanLossMixin
 from .unscored_rewards import counting_unscored_rewards, warn_unscored
 
 
-class SharedTrainerMixin(BatchObserversMixin, TokenMeanLossMixin, TiedWeightsResumeMixin):
+class SharedTrainerMixin(BatchObserversMixin, TiedWeightsResumeMixin):
     """In front of a TRL GRPO-family trainer: the behaviour every trainer of this package shares (module docstring).
 
     ``config_class`` builds the default config when ``args`` is None, as TRL does.
@@ -35,8 +37,11 @@ class SharedTrainerMixin(BatchObserversMixin, TokenMeanLossMixin, TiedWeightsRes
         if args is None:
             args = self.config_class(f"{_model_name(model).split('/')[-1]}-{self._name}")
         check_start_up(type(self), trl_trainer_of(type(self)), model, reward_funcs, args, kwargs)
-        with serve_weights_to_cpu_servers(args):  # a CPU vLLM server gets this package's weight sync
+        # A CPU vLLM server gets this package's weight sync; the libraries' warnings about their own defaults are
+        # silenced while the trainer builds and trains (caller_warnings).
+        with serve_weights_to_cpu_servers(args), library_default_warnings_silenced():
             super().__init__(model, reward_funcs, args=args, **kwargs)
+        check_weight_syncs(self)  # a CPU server's dtype, and the log-prob probe after each of its syncs
         record_absolute_base_model(self.model)  # a saved adapter then loads from any working directory
         continue_schedule_on_resume(self)  # a raised max_steps continues at the new schedule's learning rate
         compat.suppress_image_token(self)  # before TRL 1.16, a VLM could sample its image token
@@ -44,7 +49,8 @@ class SharedTrainerMixin(BatchObserversMixin, TokenMeanLossMixin, TiedWeightsRes
     def train(self, *args, **kwargs):
         """`Trainer.train`, but a run that ends without a single optimizer step raises instead of returning as if it
         had trained (e.g. an ``IterableDataset`` that yields fewer examples than one generation batch)."""
-        output = super().train(*args, **kwargs)
+        with library_default_warnings_silenced():
+            output = super().train(*args, **kwargs)
         if self.state.global_step == 0:
             prompts = self.args.generation_batch_size // self.num_generations
             raise RuntimeError(

@@ -47,16 +47,16 @@ def token_mean_group_scales(
 
 
 class TokenMeanLossMixin:
-    """For a `GRPOTrainer` whose config has ``loss_token_mean_sequences``: each training micro-batch's ``bnpo`` loss is
-    multiplied by its :func:`token_mean_group_scales` factor, so the optimizer step's loss is verl's token mean over
-    groups of that many sequences. Without the field set, nothing changes."""
+    """For `RiskPOTrainer` (its config has ``loss_token_mean_sequences``): each training micro-batch's ``bnpo`` loss
+    is multiplied by its :func:`token_mean_group_scales` factor, so the optimizer step's loss is verl's token mean
+    over groups of that many sequences. Without the field set, nothing changes."""
 
     _scaled_buffer: list | None = None  # the generation batch the loss scales below belong to
     _token_mean_scales: torch.Tensor | None = None
 
     def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
         inputs = super()._prepare_inputs(generation_batch)
-        if not self.model.training or getattr(self.args, "loss_token_mean_sequences", None) is None:
+        if not self.model.training or self.args.loss_token_mean_sequences is None:
             return inputs
         if self._buffered_inputs is not self._scaled_buffer:  # a new generation batch: one gather for all its steps
             self._scaled_buffer = self._buffered_inputs

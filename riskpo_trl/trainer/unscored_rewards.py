@@ -89,14 +89,16 @@ def _counting(func: Callable, index: int, owner: Any) -> Callable:
 
     def record(output, kwargs):
         completions = kwargs.get("completions")
-        check_reward_output(owner.unscored_counts.names[index], output,
-                            len(completions) if completions is not None else None)
+        check_reward_output(
+            owner.unscored_counts.names[index], output, len(completions) if completions is not None else None
+        )
         none, nan = count_unscored(output)
         owner.unscored_counts.none[index] += none
         owner.unscored_counts.nan[index] += nan
         return output
 
     if trl_awaits(func):  # the wrapper must be awaited exactly when TRL would await func
+
         async def counted_async(*args, **kwargs):
             return record(await func(*args, **kwargs), kwargs)
 

@@ -18,5 +18,11 @@ from __future__ import annotations
 BACKEND = "riskpo_gloo"
 WORKER_EXTENSION = "riskpo_trl.weight_sync.server.GlooWeightSyncExtension"
 # The extra `trl vllm-serve` arguments of a CPU server: float32, this engine, and the extension that registers it.
-SERVER_ARGS = ("--dtype", "float32", "--weight-transfer-config.backend", BACKEND,
-               "--worker-extension-cls", WORKER_EXTENSION)
+SERVER_ARGS = (
+    "--dtype",
+    "float32",
+    "--weight-transfer-config.backend",
+    BACKEND,
+    "--worker-extension-cls",
+    WORKER_EXTENSION,
+)

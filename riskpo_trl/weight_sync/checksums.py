@@ -22,5 +22,7 @@ def checksum(tensor: torch.Tensor) -> list[float]:
 
 def same_checksum(sent: list[float], held: list[float]) -> bool:
     scale = max(abs(sent[2]), abs(held[2]), 1e-30)
-    return all(a == b or (math.isnan(a) and math.isnan(b)) or abs(a - b) <= RELATIVE_TOLERANCE * scale
-               for a, b in zip(sent, held, strict=True))
+    return all(
+        a == b or (math.isnan(a) and math.isnan(b)) or abs(a - b) <= RELATIVE_TOLERANCE * scale
+        for a, b in zip(sent, held, strict=True)
+    )

@@ -10,25 +10,48 @@ import socket
 import torch
 from torch.distributed import BroadcastOptions, PrefixStore, ProcessGroupGloo, TCPStore
 
-# Rendezvous and every broadcast wait at most this long: a peer that died fails the sync instead of hanging it.
+# Every broadcast waits at most this long: a peer that died fails the sync instead of hanging it.
 DEFAULT_TIMEOUT_S = 600.0
 _STORE_PREFIX = "riskpo-weight-sync"
 
 
-def open_group(address: str, port: int, rank: int, world_size: int,
-               timeout_s: float = DEFAULT_TIMEOUT_S) -> ProcessGroupGloo:
-    """Join the group; blocks until all ``world_size`` ranks have joined. Rank 0 hosts the store on ``port``. The
+def open_store(address: str, port: int, rank: int, world_size: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> TCPStore:
+    """The group's rendezvous store: rank 0 hosts it on ``port`` (and fails at once, with ``DistNetworkError``, when
+    the port is taken), the others connect to it."""
+    return TCPStore(
+        address,
+        port,
+        world_size,
+        is_master=rank == 0,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        wait_for_workers=False,
+    )
+
+
+def open_group(
+    address: str,
+    port: int,
+    rank: int,
+    world_size: int,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    store: TCPStore | None = None,
+) -> ProcessGroupGloo:
+    """Join the group; blocks until all ``world_size`` ranks have joined, at most ``timeout_s`` (the group's default
+    for its operations too; `broadcast_from_trainer` sets its own). ``store`` is one `open_store` made before. The
     interface gloo uses is the host name's, or those named by ``GLOO_SOCKET_IFNAME`` (as for torch.distributed)."""
-    timeout = datetime.timedelta(seconds=timeout_s)
-    store = TCPStore(address, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False)
-    return ProcessGroupGloo(PrefixStore(_STORE_PREFIX, store), rank, world_size, timeout)
+    store = store if store is not None else open_store(address, port, rank, world_size, timeout_s)
+    return ProcessGroupGloo(PrefixStore(_STORE_PREFIX, store), rank, world_size, datetime.timedelta(seconds=timeout_s))
 
 
-def broadcast_from_trainer(group: ProcessGroupGloo, tensor: torch.Tensor) -> None:
-    """Send ``tensor`` (on rank 0) or receive into it (elsewhere); returns when this rank's part is done."""
+def broadcast_from_trainer(
+    group: ProcessGroupGloo, tensor: torch.Tensor, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> None:
+    """Send ``tensor`` (on rank 0) or receive into it (elsewhere); returns when this rank's part is done, or fails
+    after ``timeout_s``."""
     options = BroadcastOptions()
     options.rootRank = 0
     options.rootTensor = 0
+    options.timeout = datetime.timedelta(seconds=timeout_s)
     group.broadcast([tensor], options).wait()
 
 

@@ -27,27 +27,40 @@ def main() -> None:
     parser.add_argument("--advantage-baseline", default="none")
     cli = parser.parse_args()
     args = RiskPOConfig(
-        output_dir=cli.output_dir, max_steps=3, max_completion_length=12, per_device_train_batch_size=10,
-        gradient_accumulation_steps=5, steps_per_generation=5, logging_steps=1, report_to="none",
-        save_strategy="steps", save_steps=2, gradient_checkpointing=False, learning_rate=1e-3, seed=11,
+        output_dir=cli.output_dir,
+        max_steps=3,
+        max_completion_length=12,
+        per_device_train_batch_size=10,
+        gradient_accumulation_steps=5,
+        steps_per_generation=5,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="steps",
+        save_steps=2,
+        gradient_checkpointing=False,
+        learning_rate=1e-3,
+        seed=11,
         advantage_baseline=cli.advantage_baseline,
     )
-    trainer = RiskPOTrainer(cli.model_dir, reward_funcs=contains_digit_reward, args=args,
-                            train_dataset=make_prompt_dataset(num_prompts=20))
+    trainer = RiskPOTrainer(
+        cli.model_dir, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset(num_prompts=20)
+    )
     records = []
 
     def record(scored):
         if scored.mode != "train":
             return
         batch, output = scored.risk, scored.outputs
-        records.append({
-            "step": trainer.state.global_step + 1,
-            "bundle_ids": batch.bundle_ids.tolist(),
-            "advantages": batch.advantages.tolist(),
-            "local_advantages": output["advantages"].cpu().tolist(),
-            "tracker": trainer.quantile_tracker.values.tolist(),
-            "world_size": trainer.accelerator.num_processes,
-        })
+        records.append(
+            {
+                "step": trainer.state.global_step + 1,
+                "bundle_ids": batch.bundle_ids.tolist(),
+                "advantages": batch.advantages.tolist(),
+                "local_advantages": output["advantages"].cpu().tolist(),
+                "tracker": trainer.quantile_tracker.values.tolist(),
+                "world_size": trainer.accelerator.num_processes,
+            }
+        )
 
     trainer.add_batch_observer(record)
     trainer.train(resume_from_checkpoint=cli.resume)

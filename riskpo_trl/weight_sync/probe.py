@@ -1,0 +1,106 @@
+"""The trainer's half of the check after each weight sync to a CPU server: the log-prob probe, and the start-up checks
+that need the trained model.
+
+`check_weight_syncs` runs once a trainer is built. Where the trainer syncs to a `GlooVLLMClient`, it refuses a server
+whose dtype is not the model's, and wraps the trainer's ``vllm_generation.sync_weights``: after TRL's sync (whose
+update the client verifies parameter by parameter), the server's log-probs of a fixed token sequence must equal the
+trained model's within the dtype's tolerance; any failure of the sync is `WeightSyncError` naming the server and the
+step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .client import ServerRefusedError, WeightSyncError, gloo_client_class
+
+PROBE_LENGTH = 16
+# Largest log-prob gap (nats) between the server and the trained model on the probe that counts as the same weights.
+# float32: the same weights gave gaps of about 1e-5 in this project's tests, one optimizer step about 1e-2. The half
+# precisions are set wider than their rounding, without a measurement.
+PROBE_TOLERANCE = {"float32": 1e-3, "float16": 5e-2, "bfloat16": 2e-1}
+
+
+def probe_tokens(vocab_size: int) -> list[int]:
+    """A fixed sequence of ``PROBE_LENGTH`` ids spread over the vocabulary (the same for every run of one model)."""
+    return [(7 + 7919 * i) % vocab_size for i in range(PROBE_LENGTH)]
+
+
+def model_logprobs(model: torch.nn.Module, token_ids: list[int]) -> list[float]:
+    """The model's log-prob of each token of ``token_ids`` after the first, in eval mode, without gradients."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            ids = torch.tensor([token_ids], device=next(model.parameters()).device)
+            logits = model(input_ids=ids, use_cache=False).logits[0, :-1].float()
+            return logits.log_softmax(-1).gather(-1, ids[0, 1:, None])[:, 0].tolist()
+    finally:
+        model.train(was_training)
+
+
+def check_probe(client: Any, token_ids: list[int], reference: list[float]) -> None:
+    """`WeightSyncError` unless the server's log-probs of ``token_ids`` are within the tolerance of ``reference``."""
+    served = client.probe_logprobs(token_ids)
+    tolerance = PROBE_TOLERANCE.get(client.server_dtype, PROBE_TOLERANCE["float32"])
+    gaps = [abs(a - b) for a, b in zip(served, reference, strict=True)]
+    gap = math.nan if any(math.isnan(g) for g in gaps) else max(gaps)
+    if not gap <= tolerance:
+        raise WeightSyncError(
+            f"The vLLM server at {client.base_url} gives the probe sequence other log-probs than the trained model: "
+            f"largest gap {gap:.3g} nats, tolerance {tolerance:g} for {client.server_dtype}. Its generation does not "
+            "use the weights sent."
+        )
+
+
+def dtype_refusal(client: Any, model: torch.nn.Module) -> str | None:
+    """Why a server of another dtype than ``model``'s parameters is refused, or None."""
+    trained = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if client.server_dtype == trained:
+        return None
+    return (
+        f"The vLLM server at {client.base_url} runs in {client.server_dtype} and the model trains in {trained}: "
+        "its log-probs would differ from the trained model's, and the weight sync's check cannot hold. Restart "
+        f"it with --dtype {trained} (in --vllm-args of examples/launch/launch_single_node.sh, or after "
+        "`trl vllm-serve`)."
+    )
+
+
+def check_weight_syncs(trainer: Any) -> None:
+    """See the module docstring. Does nothing unless ``trainer`` generates through a `GlooVLLMClient`; every process
+    of a multi-process run takes part (the probe's forward pass gathers a sharded model's parameters)."""
+    generation = getattr(trainer, "vllm_generation", None)
+    if getattr(generation, "mode", None) != "server":
+        return
+    client = getattr(generation, "vllm_client", None)  # the main process's only
+    model = generation.model
+    verdict = [False, None]
+    if isinstance(client, gloo_client_class()):
+        verdict = [True, dtype_refusal(client, model)]
+    if trainer.accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        broadcast_object_list(verdict, from_process=0)
+    checked, refusal = verdict
+    if refusal:
+        raise ServerRefusedError(refusal)
+    if not checked:
+        return
+    token_ids = probe_tokens(model.config.get_text_config().vocab_size)
+    sync_weights = generation.sync_weights
+
+    def checked_sync_weights() -> None:
+        step = trainer.state.global_step
+        try:
+            sync_weights()
+            reference = model_logprobs(model, token_ids)
+            if client is not None:
+                check_probe(client, token_ids, reference)
+        except Exception as error:
+            url = client.base_url if client is not None else "the vLLM server"
+            raise WeightSyncError(f"Weight sync to {url} before the generation at step {step}: {error}") from error
+
+    generation.sync_weights = checked_sync_weights

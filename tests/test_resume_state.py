@@ -1,0 +1,110 @@
+"""Resume refuses a damaged riskpo_state.json by name and field, and a checkpoint that predates recorded risk settings
+goes on with the advantage it was trained with (the paper's, advantage_baseline='none'), saying so."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import pytest
+from helpers import contains_digit_reward, make_prompt_dataset
+
+from riskpo_trl import RiskPOConfig, RiskPOTrainer
+from riskpo_trl.risk import ADVANTAGE_BASELINES
+from riskpo_trl.trainer.riskpo_trainer import RISK_STATE_FILE
+
+
+def config(output_dir, **overrides) -> RiskPOConfig:
+    settings = dict(
+        output_dir=str(output_dir),
+        max_steps=1,
+        max_completion_length=16,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        learning_rate=1e-3,
+        gradient_checkpointing=False,
+        seed=7,
+        steps_per_generation=5,
+    )
+    settings.update(overrides)
+    return RiskPOConfig(**settings)
+
+
+def trainer(tiny_model_dir, args) -> RiskPOTrainer:
+    return RiskPOTrainer(
+        tiny_model_dir, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset()
+    )
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tiny_model_dir, tmp_path_factory):
+    """A checkpoint after one step, written by a run that states nothing about the baseline."""
+    root = tmp_path_factory.mktemp("resume-state")
+    trainer(tiny_model_dir, config(root / "run", save_strategy="steps", save_steps=1)).train()
+    path = root / "run" / "checkpoint-1"
+    state = json.loads((path / RISK_STATE_FILE).read_text())
+    assert state["quantile_tracker"]["num_updates"] >= 1 and len(state["quantile_tracker"]["values"]) == 2
+    return path
+
+
+def edited_copy(checkpoint, tmp_path, edit):
+    """A copy of ``checkpoint`` whose riskpo_state.json went through ``edit`` (a function of the parsed state)."""
+    copy = tmp_path / "checkpoint-1"
+    shutil.copytree(checkpoint, copy)
+    state = json.loads((copy / RISK_STATE_FILE).read_text())
+    edit(state)
+    (copy / RISK_STATE_FILE).write_text(json.dumps(state))  # NaN and inf as JSON's NaN and Infinity tokens
+    return copy
+
+
+def set_tracker(field, value):
+    return lambda state: state["quantile_tracker"].__setitem__(field, value)
+
+
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (set_tracker("values", [float("nan"), 0.5]), "values"),
+        (set_tracker("values", [0.1, float("inf")]), "values"),
+        (set_tracker("values", [0.5]), "values"),
+        (set_tracker("values", [0.9, 0.1]), "values"),
+        (set_tracker("num_updates", 0), "num_updates"),
+        (lambda state: state["quantile_tracker"].pop("num_updates"), "num_updates"),
+    ],
+    ids=["nan", "inf", "one_level", "unordered", "zero_updates", "no_update_count"],
+)
+def test_a_damaged_tracker_state_is_refused_naming_the_file_and_field(
+    tiny_model_dir, checkpoint, tmp_path, edit, field
+):
+    damaged = edited_copy(checkpoint, tmp_path, edit)
+    resumed = trainer(tiny_model_dir, config(tmp_path / "resumed", max_steps=2))
+    with pytest.raises(ValueError, match=rf"{RISK_STATE_FILE}.*'{field}'"):
+        resumed.train(resume_from_checkpoint=str(damaged))
+    assert resumed.state.global_step <= 1  # refused before any training step
+
+
+def test_a_checkpoint_without_recorded_settings_resumes_with_the_papers_advantage(
+    tiny_model_dir, checkpoint, tmp_path, caplog
+):
+    old = edited_copy(checkpoint, tmp_path, lambda state: state.pop("settings"))
+    args = config(tmp_path / "resumed", max_steps=2)
+    assert args.advantage_baseline == "loo"  # today's default for a config that does not state it
+    resumed = trainer(tiny_model_dir, args)
+    with caplog.at_level(logging.INFO, logger="riskpo_trl"):
+        resumed.train(resume_from_checkpoint=str(old))
+    assert resumed.state.global_step == 2
+    assert resumed.args.advantage_baseline == resumed.risk_estimator.choices.advantage_baseline == "none"
+    assert resumed.risk_estimator.rule.baseline is ADVANTAGE_BASELINES.get("none")  # the behaviour, not only the name
+    assert "advantage_baseline='none'" in caplog.text and "written before checkpoints recorded" in caplog.text
+
+
+def test_a_stated_baseline_wins_over_an_old_checkpoint(tiny_model_dir, checkpoint, tmp_path, caplog):
+    old = edited_copy(checkpoint, tmp_path, lambda state: state.pop("settings"))
+    resumed = trainer(tiny_model_dir, config(tmp_path / "resumed", max_steps=2, advantage_baseline="loo"))
+    with caplog.at_level(logging.INFO, logger="riskpo_trl"):
+        resumed.train(resume_from_checkpoint=str(old))
+    assert resumed.args.advantage_baseline == resumed.risk_estimator.choices.advantage_baseline == "loo"
+    assert resumed.risk_estimator.rule.baseline is ADVANTAGE_BASELINES.get("loo")
+    assert "Resumed from" in caplog.text and "advantage_baseline='loo'" in caplog.text
