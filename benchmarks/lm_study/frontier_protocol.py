@@ -7,8 +7,8 @@ simply starts again)::
     python -m benchmarks.lm_study.frontier_protocol --smoke         # trivial sizes for the test suite
     python -m benchmarks.lm_study.frontier_protocol --report-only   # the report from whatever runs are cached
 
-Everything is fixed in :mod:`benchmarks.lm_study.frontier_config` before the first run. Runs go one at a time, each
-in a fresh process with one torch thread, in this order, so that any finished prefix is balanced: the learning-rate
+Everything is fixed in :mod:`benchmarks.lm_study.frontier_config` before the first run. Runs go one at a time (``--workers N``: N
+at once), each in a fresh process with one torch thread, in this order, so that any finished prefix is balanced: the learning-rate
 grid of the paper's and the authors' advantage (seed 0, both starts); then seed 5 of every arm from both starts, then
 seed 6, and so on. The starts, their evaluations (checkpoint 0) and the reused grid runs are the exact protocol's
 (``--reference``); at the smoke size everything is built and run here.
@@ -240,29 +240,46 @@ def run_one(args) -> str:
 
 
 def run_all(protocol: FrontierProtocol, out: Path, reference: Path, dirs: dict[str, Path], workers: int) -> list[str]:
-    """Every uncached run, one at a time in :func:`planned_jobs` order (``workers=0``: in this process); the plan is
-    read again after each run, since the grid decides the ruled methods' rates. A failed run is not retried here."""
+    """Every uncached run in :func:`planned_jobs` order, up to ``workers`` at once, each in a fresh process
+    (``workers=0``: one at a time in this process). The plan is read again whenever a run ends, since the grid decides
+    the ruled methods' rates. A failed run is not retried here. Concurrency changes no result: every run is seeded
+    and uses one torch thread; only its recorded seconds and load differ."""
     for start, start_dir in dirs.items():
         evaluate_start(protocol.exact, start, start_dir, reference)
     log: list[str] = []
     failed: set[Path] = set()
-    context = multiprocessing.get_context("spawn")
-    while True:
-        jobs = [j for j in pending_jobs(protocol, out, reference) if j.path(out) not in failed]
-        if not jobs:
-            return log
-        job = jobs[0]
-        print(f"[frontier] {len(jobs)} runs to go; start {job.key}", flush=True)
-        args = (job, protocol, dirs[job.start], out)
-        if workers == 0:
-            line = run_one(args)
-        else:
-            with context.Pool(1, maxtasksperchild=1) as pool:
-                line = pool.apply(run_one, (args,))
+
+    def next_jobs(busy: set[Path]) -> list[Job]:
+        return [j for j in pending_jobs(protocol, out, reference) if j.path(out) not in failed | busy]
+
+    def finished(job: Job, line: str) -> None:
         print("[frontier]", line, flush=True)
         log.append(line)
         if not job.path(out).exists():
             failed.add(job.path(out))
+
+    if workers == 0:
+        while jobs := next_jobs(set()):
+            print(f"[frontier] {len(jobs)} runs to go; start {jobs[0].key}", flush=True)
+            finished(jobs[0], run_one((jobs[0], protocol, dirs[jobs[0].start], out)))
+        return log
+    context = multiprocessing.get_context("spawn")
+    running: dict[Path, tuple[Job, Any]] = {}
+    with context.Pool(workers, maxtasksperchild=1) as pool:
+        while True:
+            jobs = next_jobs(set(running))
+            to_go = len(jobs) + len(running)
+            for job in jobs[: workers - len(running)]:
+                print(f"[frontier] {to_go} runs to go; start {job.key}", flush=True)
+                running[job.path(out)] = (job, pool.apply_async(run_one, ((job, protocol, dirs[job.start], out),)))
+            if not running:
+                return log
+            while not any(result.ready() for _, result in running.values()):
+                time.sleep(2)
+            for path, (job, result) in list(running.items()):
+                if result.ready():
+                    del running[path]
+                    finished(job, result.get())
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -287,7 +304,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--workers",
         type=int,
         default=1,
-        help="1: each run in a fresh process with one torch thread; 0: in this process.",
+        help="How many runs at once, each in a fresh process with one torch thread; 0: one at a time in this process.",
     )
     parser.add_argument("--report-only", action="store_true", help="Only the report, from the cached runs.")
     args = parser.parse_args(argv)
