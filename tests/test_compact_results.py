@@ -23,18 +23,31 @@ def mean_test_pass_at_1(method: str, start: str = "moderate", seeds: range = ran
     per_seed = []
     for seed in seeds:
         path = EXACT / start / "runs" / f"{method}-lr3e-05-seed{seed}.json"
-        assert json_exists(path), path
+        assert store.find_packed(path) is not None, f"{path} is not in the study's pack"
         run = read_json(path)
         per_seed.append(np.concatenate([np.asarray(p, dtype=float) for p in run["test_p"].values()]).mean())
     return float(np.mean(per_seed))
 
 
-def test_a_headline_figure_recomputes_from_the_committed_runs():
+def test_a_headline_figure_recomputes_from_the_packed_runs():
     """`RiskPO raises Pass@1 over GRPO` on the moderate start: the report's estimate is the difference of the two
     methods' mean exact test Pass@1 over 5 seeds and 300 problems."""
     report = json.loads((EXACT / "lm_exact.json").read_text())
     estimate = report["starts"]["moderate"]["gaps"]["riskpo-grpo"]["1"]["two_level"]["estimate"]
     assert mean_test_pass_at_1("riskpo") - mean_test_pass_at_1("grpo") == pytest.approx(estimate, abs=1e-12)
+
+
+def test_the_readme_recipe_reads_a_pack_without_this_repository():
+    """The recipe in benchmarks/results/README.md (plain pyarrow, numpy and json) reads every run of a pack equal to
+    the reader's."""
+    readme = (RESULTS_DIR / "README.md").read_text()
+    recipe = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(recipe, namespace)
+    runs = namespace["read_pack"](RESULTS_DIR / "lm_baseline" / store.PACK_NAME)
+    assert len(runs) > 10
+    for name, run in runs.items():
+        assert json.dumps(run) == json.dumps(read_json(RESULTS_DIR / "lm_baseline" / name)), name
 
 
 # Every kind of value a run holds: ints, float32-exact floats, rounded decimals, full doubles, NaN and -0.0,
