@@ -10,6 +10,7 @@ first, then its ``.gz``, then the pack), so a run written plain by a study in pr
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import platform
@@ -141,10 +142,33 @@ def headless_pyplot():
     return plt
 
 
-def save_figure(fig, path: Path) -> Path:
-    """Lay out, write (80 dpi, the size the docs embed) and close a figure; returns its path."""
+def light_png(png: bytes) -> bytes:
+    """``png`` as a 256-colour palette PNG: a plot has few colours, so the picture stays the same to the eye (only
+    anti-aliased edge pixels move to their nearest palette colour) at about a third of the bytes. Deterministic."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png))
+    opaque = image.mode == "RGB" or (image.mode == "RGBA" and image.getextrema()[3][0] == 255)
+    if opaque:
+        palette = image.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    else:
+        palette = image.convert("RGBA").quantize(256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+    out = io.BytesIO()
+    palette.save(out, format="PNG", optimize=True)
+    return out.getvalue()
+
+
+def save_figure(fig, path: Path, dpi: int = 80) -> Path:
+    """Lay out, write (80 dpi by default, the size the docs embed; a PNG as a palette PNG, :func:`light_png`) and
+    close a figure; returns its path."""
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    path = Path(path)
+    if path.suffix.lower() == ".png":
+        buffer = io.BytesIO()
+        fig.savefig(buffer, dpi=dpi, format="png")
+        path.write_bytes(light_png(buffer.getvalue()))
+    else:
+        fig.savefig(path, dpi=dpi)
     import matplotlib.pyplot as plt
 
     plt.close(fig)

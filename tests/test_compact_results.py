@@ -161,6 +161,35 @@ def test_the_reader_takes_both_loose_forms_and_compacting_keeps_the_content(tmp_
         read_json(plain)
 
 
+def test_save_figure_writes_a_light_png_that_looks_the_same(tmp_path: Path):
+    import io
+
+    from PIL import Image
+
+    from benchmarks._common import headless_pyplot, save_figure
+
+    def draw():
+        fig, ax = headless_pyplot().subplots(figsize=(6, 3))
+        x = np.linspace(0, 10, 200)
+        for shift in range(5):
+            ax.plot(x, np.sin(x + shift), label=f"seed {shift}")
+            ax.fill_between(x, np.sin(x + shift) - 0.1, np.sin(x + shift) + 0.1, alpha=0.2)
+        ax.legend()
+        fig.tight_layout()
+        return fig
+
+    plain = io.BytesIO()
+    draw().savefig(plain, dpi=80, format="png")
+    light = save_figure(draw(), tmp_path / "a.png").read_bytes()
+    assert light == save_figure(draw(), tmp_path / "b.png").read_bytes()  # deterministic
+    assert len(light) < 0.6 * len(plain.getvalue())
+    before = np.asarray(Image.open(plain).convert("RGB"), dtype=float)
+    after_image = Image.open(io.BytesIO(light))
+    after = np.asarray(after_image.convert("RGB"), dtype=float)
+    assert after_image.mode == "P" and after.shape == before.shape
+    assert np.abs(after - before).mean() < 1.0  # of 255 levels: only anti-aliased edges move
+
+
 def test_git_keeps_wheels_and_model_files_out_but_the_two_starts():
     import shutil
     import subprocess
