@@ -1,14 +1,16 @@
 """Small helpers shared by the benchmarks: machine description, result files, mean and std, headless figures.
 
-Run files. A study caches each run as one JSON file (``runs/<name>.json``); committed runs are kept gzip'd
-(``runs/<name>.json.gz``, written by :func:`compact_json_files`: deterministic, so a rerun rewrites the same bytes).
-Every study reads and lists run files through :func:`read_json`, :func:`json_exists` and :func:`json_files`, which
-take the plain name and accept both forms, so a run written plain by a study in progress reads the same.
+Run files. A study caches each run as one JSON file (``runs/<name>.json``). Committed, a study's runs live in one
+pack, ``<study>/runs.parquet`` (:mod:`benchmarks.store`); a loose file may also be gzip'd (``runs/<name>.json.gz``,
+written by :func:`compact_json_files`). Every study reads and lists run files through :func:`read_json`,
+:func:`json_exists` and :func:`json_files`, which take the plain name and accept every form (a loose plain file
+first, then its ``.gz``, then the pack), so a run written plain by a study in progress reads the same.
 """
 
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import platform
@@ -72,24 +74,37 @@ def _existing(path: Path) -> Path | None:
 
 
 def json_exists(path: Path) -> bool:
-    """Whether the JSON file ``path`` exists, plain or gzip'd."""
-    return _existing(path) is not None
+    """Whether the JSON file ``path`` exists: plain, gzip'd, or in a pack of a folder above it."""
+    from benchmarks.store import find_packed
+
+    return _existing(path) is not None or find_packed(path) is not None
 
 
 def read_json(path: Path) -> Any:
-    """The JSON file ``path``, plain or gzip'd (``path.gz``); FileNotFoundError naming ``path`` when neither exists."""
+    """The JSON file ``path``: plain, gzip'd (``path.gz``) or packed, in that order; FileNotFoundError naming
+    ``path`` when none exists."""
+    from benchmarks.store import find_packed
+
     found = _existing(path)
     if found is None:
-        raise FileNotFoundError(f"{path} (nor {Path(path).name}.gz) does not exist")
+        packed = find_packed(path)
+        if packed is None:
+            raise FileNotFoundError(f"{path} (nor {Path(path).name}.gz, nor a packed copy) does not exist")
+        pack, name = packed
+        return pack.read(name)
     data = gzip.decompress(found.read_bytes()) if found.suffix == ".gz" else found.read_bytes()
     return json.loads(data.decode())
 
 
 def json_files(directory: Path, pattern: str = "*.json") -> list[Path]:
-    """The JSON files in ``directory`` matching ``pattern``, plain or gzip'd, each by its plain name, sorted."""
+    """The JSON files in ``directory`` matching ``pattern``, plain, gzip'd or packed, each by its plain name,
+    sorted."""
+    from benchmarks.store import packed_files
+
     directory = Path(directory)
     names = {p.name for p in directory.glob(pattern)}
     names |= {p.name.removesuffix(".gz") for p in directory.glob(pattern + ".gz")}
+    names |= packed_files(directory, pattern)
     return [directory / name for name in sorted(names)]
 
 
@@ -127,10 +142,33 @@ def headless_pyplot():
     return plt
 
 
-def save_figure(fig, path: Path) -> Path:
-    """Lay out, write (80 dpi, the size the docs embed) and close a figure; returns its path."""
+def light_png(png: bytes) -> bytes:
+    """``png`` as a 256-colour palette PNG: a plot has few colours, so the picture stays the same to the eye (only
+    anti-aliased edge pixels move to their nearest palette colour) at about a third of the bytes. Deterministic."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png))
+    opaque = image.mode == "RGB" or (image.mode == "RGBA" and image.getextrema()[3][0] == 255)
+    if opaque:
+        palette = image.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    else:
+        palette = image.convert("RGBA").quantize(256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+    out = io.BytesIO()
+    palette.save(out, format="PNG", optimize=True)
+    return out.getvalue()
+
+
+def save_figure(fig, path: Path, dpi: int = 80) -> Path:
+    """Lay out, write (80 dpi by default, the size the docs embed; a PNG as a palette PNG, :func:`light_png`) and
+    close a figure; returns its path."""
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    path = Path(path)
+    if path.suffix.lower() == ".png":
+        buffer = io.BytesIO()
+        fig.savefig(buffer, dpi=dpi, format="png")
+        path.write_bytes(light_png(buffer.getvalue()))
+    else:
+        fig.savefig(path, dpi=dpi)
     import matplotlib.pyplot as plt
 
     plt.close(fig)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks._common import save_figure
+
 from .config import METHOD_LABELS, ExactProtocol
 from .exact import pass_at_k
 from .stats import two_level_bootstrap
@@ -83,7 +85,5 @@ def figure(
         )
         if bottom.get_legend_handles_labels()[0]:
             bottom.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / name, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / name, dpi=110)
     return name
