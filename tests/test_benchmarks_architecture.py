@@ -182,7 +182,7 @@ def planted_plan(folder: Path) -> list[Job]:
     return [job["a"], job["b"], *([job["c"]] if (folder / "a.json").exists() else [])]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])  # 2: fresh processes (minutes)
 def test_runner_runs_in_plan_order_rereads_the_plan_reports_a_failure_once_and_resumes(tmp_path, workers):
     log = run_jobs(lambda: planted_plan(tmp_path), workers, "test")
     attempts = (tmp_path / "attempts.txt").read_text().split()
