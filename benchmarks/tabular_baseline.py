@@ -3,6 +3,7 @@
 
     python -m benchmarks.tabular_baseline            # every cell, cached under benchmarks/results/tabular_baseline/runs
     python -m benchmarks.tabular_baseline --smoke    # trivial size, for the test suite
+    python -m benchmarks.tabular_baseline --report-only   # the report from the cached runs
 
 Fixed before any run (:class:`TabularBaselineConfig`): the tabular study's task, starting policy, steps, batch sizes,
 seeds and metrics (:class:`~benchmarks.tabular_study.TabularConfig`). With Adam, ``riskpo_loo`` runs on that study's
@@ -17,24 +18,22 @@ apart: the choice is shown within the fixed grid and with them.
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from benchmarks._common import RESULTS_DIR, json_exists, machine_info, mean_std, read_json, write_results
+from benchmarks._common import json_exists, machine_info, mean_std, write_results
+from benchmarks.pipeline import Job, parse_study_args, run_jobs, study_parser
 from benchmarks.tabular_study import (
     EXTRA_METHODS,
     METHOD_LABELS,
     TabularConfig,
+    cached_runs,
     policy_metrics,
+    run_cell,
     run_name,
     starting_logits,
-    train,
 )
 
 LABELS = {**METHOD_LABELS, **EXTRA_METHODS}
@@ -91,29 +90,22 @@ def cells(cfg: TabularBaselineConfig) -> list[tuple[str, str, int, float]]:
     ]
 
 
-def run_all(cfg: TabularBaselineConfig, out: Path, reference: Path) -> dict[str, dict[str, Any]]:
-    """Every run of every cell, read from its JSON when cached (the tabular study's Adam runs must be there)."""
-    runs = {}
+def jobs(cfg: TabularBaselineConfig, out: Path, reference: Path) -> list[Job]:
+    """Every run of every cell; the tabular study's Adam runs are read from ``reference``, never run here unless it
+    is the output folder (the smoke size)."""
+    planned = []
     for optimizer, method, p, lr in cells(cfg):
         for seed in cfg.tabular.seeds:
             path = run_path(cfg, out, reference, optimizer, method, p, lr, seed)
-            if not json_exists(path):
-                if path.parent.parent == reference and reference != out:
-                    raise FileNotFoundError(f"{path} is missing: run python -m benchmarks.tabular_study first.")
-                started = time.perf_counter()
-                _, result = train(method, p, lr, seed, cfg.tabular, optimizer=optimizer)
-                result.update(
-                    method=method,
-                    prompts=p,
-                    lr=lr,
-                    seed=seed,
-                    optimizer=optimizer,
-                    seconds=time.perf_counter() - started,
-                )
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(result) + "\n")
-            runs[f"{optimizer}|{method}|{p}|{lr:g}|{seed}"] = read_json(path)
-    return runs
+            args = (path, method, p, lr, seed, cfg.tabular, optimizer)
+            planned.append(Job(f"{optimizer}|{method}|{p}|{lr:g}|{seed}", path, run_cell, args))
+    return planned
+
+
+def check_reference(planned: list[Job], out: Path, reference: Path) -> None:
+    missing = [j.path for j in planned if j.path.parent.parent == reference != out and not json_exists(j.path)]
+    if missing:
+        raise FileNotFoundError(f"{missing[0]} is missing: run python -m benchmarks.tabular_study first.")
 
 
 def summarize(cfg: TabularBaselineConfig, runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -212,29 +204,15 @@ def markdown(cfg: TabularBaselineConfig, summary: dict[str, Any], machine: dict[
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="Trivial size for the test suite; numbers mean nothing.")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="Output folder (default benchmarks/results/tabular_baseline, or tabular_baseline-smoke with --smoke).",
-    )
-    parser.add_argument(
-        "--reference",
-        type=Path,
-        default=None,
-        help="The tabular study's folder, whose Adam runs are reused (default "
-        "benchmarks/results/tabular; with --smoke, the output folder, where they are run).",
-    )
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
+    args = parse_study_args(study_parser(__doc__, "tabular_baseline", workers=0, reference="tabular"), argv)
     cfg = TabularBaselineConfig().scaled_down() if args.smoke else TabularBaselineConfig()
-    out = args.out or RESULTS_DIR / ("tabular_baseline-smoke" if args.smoke else "tabular_baseline")
-    reference = args.reference or (out if args.smoke else RESULTS_DIR / "tabular")
+    out, reference = args.out, args.reference
     machine = machine_info()
     started = time.perf_counter()
-    runs = run_all(cfg, out, reference)
+    check_reference(jobs(cfg, out, reference), out, reference)
+    if not args.report_only:
+        run_jobs(lambda: jobs(cfg, out, reference), args.workers, "tabular_baseline")
+    runs = cached_runs(jobs(cfg, out, reference))
     summary = summarize(cfg, runs)
     seconds = time.perf_counter() - started
     text = markdown(cfg, summary, machine, seconds)

@@ -4,6 +4,7 @@ One command (seconds to minutes on one core)::
 
     python -m benchmarks.tabular_study            # full grid, cached per run under benchmarks/results/tabular/runs
     python -m benchmarks.tabular_study --smoke    # trivial size, for the test suite
+    python -m benchmarks.tabular_study --report-only   # the report from the cached runs
 
 The model is the paper's own analysis setting (section 5): a tabular softmax policy ``pi(y|x) = softmax(theta[x])``
 over ``NUM_ANSWERS`` answers for each of ``NUM_QUESTIONS`` questions, exactly one answer correct (reward 1, else 0).
@@ -37,8 +38,6 @@ reward; this is the measurement behind the explanation of any loss in the report
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, replace
@@ -48,7 +47,6 @@ from typing import Any
 import torch
 
 from benchmarks._common import (
-    RESULTS_DIR,
     headless_pyplot,
     json_exists,
     machine_info,
@@ -57,6 +55,7 @@ from benchmarks._common import (
     save_figure,
     write_results,
 )
+from benchmarks.pipeline import Job, parse_study_args, run_jobs, study_parser, write_json
 from riskpo_trl.risk.estimator import RiskEstimator
 
 METHODS = ("grpo", "riskpo", "risk_seeking", "riskpo_authors")
@@ -259,29 +258,39 @@ def run_name(method: str, num_prompts: int, lr: float, seed: int) -> str:
     return f"{method}-P{num_prompts}-lr{lr:g}-seed{seed}"
 
 
-def run_grid(cfg: TabularConfig, out_dir: Path, methods: list[str]) -> dict[str, dict[str, Any]]:
-    """Every (method, prompts, lr, seed); finished runs are read from their JSON instead of rerun."""
-    runs_dir = out_dir / "runs"
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    results = {}
-    for method in methods:
-        for num_prompts in cfg.prompts_per_step:
-            for lr in cfg.learning_rates:
-                for seed in cfg.seeds:
-                    name = run_name(method, num_prompts, lr, seed)
-                    path = runs_dir / f"{name}.json"
-                    if json_exists(path):
-                        results[name] = read_json(path)
-                        continue
-                    start = time.perf_counter()
-                    _, result = train(method, num_prompts, lr, seed, cfg)
-                    result.update(
-                        method=method, prompts=num_prompts, lr=lr, seed=seed, seconds=time.perf_counter() - start
-                    )
-                    path.write_text(json.dumps(result) + "\n")
-                    results[name] = result
-        print(f"[tabular] {method}: done", flush=True)
-    return results
+def run_cell(
+    path: Path, method: str, num_prompts: int, lr: float, seed: int, cfg: TabularConfig, optimizer: str | None = None
+) -> None:
+    """One run, written to ``path`` when it completes (``optimizer``: ``train``'s, recorded when given)."""
+    started = time.perf_counter()
+    _, result = train(method, num_prompts, lr, seed, cfg, **({"optimizer": optimizer} if optimizer else {}))
+    recorded = {"optimizer": optimizer} if optimizer else {}
+    result.update(
+        method=method, prompts=num_prompts, lr=lr, seed=seed, **recorded, seconds=time.perf_counter() - started
+    )
+    write_json(path, result)
+
+
+def jobs(cfg: TabularConfig, out_dir: Path, methods: list[str]) -> list[Job]:
+    """Every (method, prompts, lr, seed), each cached as ``runs/<name>.json``."""
+    return [
+        Job(name, out_dir / "runs" / f"{name}.json", run_cell, (out_dir / "runs" / f"{name}.json", m, p, lr, s, cfg))
+        for m in methods
+        for p in cfg.prompts_per_step
+        for lr in cfg.learning_rates
+        for s in cfg.seeds
+        if (name := run_name(m, p, lr, s))
+    ]
+
+
+def cached_runs(planned: list[Job]) -> dict[str, dict[str, Any]]:
+    """Every run of ``planned``, by key; the report needs them all."""
+    missing = [job.path for job in planned if not json_exists(job.path)]
+    if missing:
+        raise FileNotFoundError(
+            f"{len(missing)} runs are not cached (the first: {missing[0]}); run the study without --report-only."
+        )
+    return {job.key: read_json(job.path) for job in planned}
 
 
 # --- Proposition 1 -----------------------------------------------------------------------------------------------
@@ -708,23 +717,15 @@ def markdown(
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="Trivial size for the test suite; numbers mean nothing.")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="Output folder (default benchmarks/results/tabular, or tabular-smoke with --smoke).",
-    )
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
+    args = parse_study_args(study_parser(__doc__, "tabular", workers=0), argv)
     cfg = TabularConfig().scaled_down() if args.smoke else TabularConfig()
-    out = args.out or RESULTS_DIR / ("tabular-smoke" if args.smoke else "tabular")
-    out.mkdir(parents=True, exist_ok=True)
+    out = args.out
     machine = machine_info()
     start = time.perf_counter()
     methods = list(METHODS)
-    runs = run_grid(cfg, out, methods)
+    if not args.report_only:
+        run_jobs(lambda: jobs(cfg, out, methods), args.workers, "tabular")
+    runs = cached_runs(jobs(cfg, out, methods))
     summary = summarize(cfg, runs, methods)
     prop1 = proposition1(cfg, methods)
     grads = gradient_diagnostics(cfg, methods)

@@ -75,6 +75,16 @@ def test_tabular_study_smoke_and_cache(tmp_path):
     run.write_text(json.dumps(cached))
     again = tabular_study.main(["--smoke", "--out", str(tmp_path)])
     assert again["cells"]["grpo|10|0.1"]["pass@1"][0] == pytest.approx(0.123456)
+    # The report alone reads the same cache and trains nothing; a run missing from the cache is named.
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*.json")}
+    report = tabular_study.main(["--smoke", "--out", str(tmp_path), "--report-only"])
+    assert report["cells"] == again["cells"]
+    run.unlink()
+    with pytest.raises(FileNotFoundError, match=run.name):
+        tabular_study.main(["--smoke", "--out", str(tmp_path), "--report-only"])
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*.json")} == {
+        p: t for p, t in stamps.items() if p != run
+    }
 
 
 @pytest.mark.slow
@@ -223,23 +233,20 @@ def test_long_protocol_smoke_resumes_from_its_cache(tmp_path):
 
 @pytest.mark.slow
 def test_exact_protocol_smoke_resumes_from_its_cache(tmp_path):
-    from benchmarks.lm_study import config, exact_protocol
+    from benchmarks.lm_study import config, exact_protocol, plans
 
     argv = ["--smoke", "--out", str(tmp_path), "--workers", "0"]
     payload = exact_protocol.main(argv)
     protocol = config.ExactProtocol().scaled_down()
-    jobs = exact_protocol.job_order(protocol)
+    jobs = plans.exact_runs(protocol)
     assert payload["runs_finished"] == payload["runs_total"] == len(jobs) == 8
     # whatever finishes first forms paired comparisons: every method of a seed before the next seed
     assert [(j.start, j.seed) for j in jobs[:2]] == [("moderate", 0)] * 2
-    result = json.loads(exact_protocol.run_path(protocol, tmp_path, jobs[0]).read_text())
+    result = json.loads(plans.run_path(tmp_path, jobs[0]).read_text())
     assert {len(result["test_p"][f"{d}digit"]) for d in protocol.lm.digits} == {protocol.lm.num_test_per_bucket}
     assert all(0.0 <= p <= 1.0 for ps in result["test_p"].values() for p in ps)
     assert result["eval_seed"] == config.run_eval_seed("moderate", jobs[0].method, 0)
-    assert (
-        result["eval_seed"]
-        != json.loads(exact_protocol.run_path(protocol, tmp_path, jobs[1]).read_text())["eval_seed"]
-    )
+    assert result["eval_seed"] != json.loads(plans.run_path(tmp_path, jobs[1]).read_text())["eval_seed"]
     assert [e["generation_batch"] for e in result["tracked"]] == list(range(1, protocol.lm.generation_batches + 1))
     rows = payload["starts"]["moderate"]["claims"]
     assert len(rows) == len(config.EXACT_CLAIMS)
@@ -254,23 +261,23 @@ def test_exact_protocol_smoke_resumes_from_its_cache(tmp_path):
 
 @pytest.mark.slow
 def test_baseline_protocol_smoke_resumes_and_reports_partial_data_as_pending(tmp_path):
-    from benchmarks.lm_study import baseline_protocol, config
+    from benchmarks.lm_study import baseline_protocol, config, plans
 
     argv = ["--smoke", "--out", str(tmp_path), "--workers", "0"]
     payload = baseline_protocol.main(argv)
     protocol = config.BaselineProtocol().scaled_down()
-    jobs = baseline_protocol.planned_jobs(protocol, tmp_path, tmp_path)
+    jobs = plans.baseline_runs(protocol, tmp_path, tmp_path)
     assert payload["runs_finished"] == payload["runs_named"] == len(jobs)
     # The grid comes first, from both starts; then the chosen rate's other seeds; the control; the references.
     grid = len(protocol.exact.starts) * len(protocol.learning_rates)
     assert {(j.method, j.seed) for j in jobs[:grid]} == {("riskpo_loo", 0)}
-    chosen = {s: baseline_protocol.chosen_lr(protocol, tmp_path, tmp_path, s) for s in protocol.exact.starts}
+    chosen = {s: plans.baseline_chosen_lr(protocol, tmp_path, tmp_path, s) for s in protocol.exact.starts}
     assert all(lr in protocol.learning_rates for lr in chosen.values())
     loo = [j for j in jobs if j.method == "riskpo_loo" and j.seed != 0]
     assert {(j.start, j.lr) for j in loo} == set(chosen.items())
     control = [j for j in jobs if j.start == "low" and j.method == "grpo" and j.lr == chosen["low"]]
     assert len(control) == len(protocol.exact.seeds)
-    result = json.loads(loo[0].path(protocol.exact).read_text())
+    result = json.loads(plans.baseline_path(protocol, tmp_path, tmp_path, loo[0]).read_text())
     assert result["method"] == "riskpo_loo" and result["lr"] == chosen[loo[0].start]
     rows = payload["starts"]["low"]["claims"]
     assert [r["claim"] for r in rows] == [c.label for c in config.BASELINE_CLAIMS]
@@ -283,7 +290,7 @@ def test_baseline_protocol_smoke_resumes_and_reports_partial_data_as_pending(tmp
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json")} == stamps
 
     # With a run missing, rows rest on fewer seeds and no default is given.
-    loo[-1].path(protocol.exact).unlink()
+    plans.baseline_path(protocol, tmp_path, tmp_path, loo[-1]).unlink()
     partial = baseline_protocol.main([*argv, "--report-only"])
     assert partial["default"]["default"] == "pending"
     assert partial["runs_finished"] == partial["runs_named"] - 1

@@ -91,21 +91,21 @@ def test_protocol_checkpoints_and_levels_are_the_registered_ones():
 
 @pytest.mark.slow
 def test_frontier_protocol_smoke_runs_in_order_resumes_and_reports(tmp_path):
-    from benchmarks.lm_study import frontier_protocol
+    from benchmarks.lm_study import frontier_protocol, plans
 
     argv = ["--smoke", "--out", str(tmp_path), "--workers", "0"]
     payload = frontier_protocol.main(argv)
     protocol = FrontierProtocol().scaled_down()
-    jobs = frontier_protocol.planned_jobs(protocol, tmp_path, tmp_path)
+    jobs = plans.frontier_runs(protocol, tmp_path, tmp_path)
     assert payload["runs_finished"] == payload["runs_named"] == len(jobs)
     # The grid first (seed 0, ruled methods), then the fresh seeds, each with every arm from both starts.
     grid = len(protocol.exact.starts) * len(protocol.ruled_methods) * len(protocol.grid_rates)
     assert {(j.method, j.seed) for j in jobs[:grid]} == {(m, 0) for m in protocol.ruled_methods}
     for start in protocol.exact.starts:
         for method in protocol.ruled_methods:
-            lr = frontier_protocol.chosen_lr(protocol, tmp_path, tmp_path, start, method)
+            lr = plans.chosen_lr(protocol, tmp_path, tmp_path, start, method)
             assert [j.lr for j in jobs[grid:] if j.start == start and j.method == method] == [lr]
-    run = frontier_protocol.read_run(jobs[-1].path(tmp_path))
+    run = read_run(plans.frontier_path(tmp_path, jobs[-1]))
     assert [c["generation_batch"] for c in run["checkpoints"]] == list(protocol.checkpoints())
     rows = payload["starts"]["low"]["verdicts"]
     assert {(r["variant"], r["role"]) for r in rows} == {
@@ -118,7 +118,7 @@ def test_frontier_protocol_smoke_runs_in_order_resumes_and_reports(tmp_path):
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json.gz")} == stamps
 
     # With a GRPO run missing, the report regenerates from the cache and marks the rows interim.
-    next(j for j in jobs if j.start == "low" and j.method == "grpo").path(tmp_path).unlink()
+    plans.frontier_path(tmp_path, next(j for j in jobs if j.start == "low" and j.method == "grpo")).unlink()
     partial = frontier_protocol.main([*argv, "--report-only"])
     assert partial["runs_finished"] == partial["runs_named"] - 1 and not partial["complete"]
     assert "interim (0-1 of 1 seeds per arm)" in (tmp_path / "lm_frontier.md").read_text()
@@ -129,7 +129,7 @@ def test_the_grid_reuses_the_exact_protocols_committed_runs_and_start_evaluation
     """The committed results are compact (``.json.gz``): the grid must still find the exact protocol's seed-0 runs it
     reuses, and the report the start evaluations, or the plan would silently grow and the report lose its starts."""
     from benchmarks._common import RESULTS_DIR, json_exists
-    from benchmarks.lm_study.frontier_protocol import grid_score, reused_grid_path
+    from benchmarks.lm_study.plans import grid_score, reused_grid_path
 
     protocol, reference = FrontierProtocol(), RESULTS_DIR / "lm_exact"
     for method in protocol.ruled_methods:

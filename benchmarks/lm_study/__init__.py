@@ -17,11 +17,8 @@ cached), :mod:`.diagnostics` (gradient noise at a start), the protocols, their r
 :mod:`.long_report`, :mod:`.exact_report`, :mod:`.baseline_report`, :mod:`.frontier_report`), :mod:`.frontier` and
 :mod:`.frontier_store` (the frontier's definition and run files) and :mod:`.exact_check` (exact evaluation against
 sampling).
+
+Every protocol runs on the one pipeline (:mod:`benchmarks.pipeline`); :mod:`.plans` says which runs each needs.
+Importing the study changes nothing: its entry points set the environment (no Hub, no trackers, no tokenizer
+threads) before datasets, transformers or TRL are imported.
 """
-
-import os
-
-# Before datasets, transformers or TRL are imported anywhere in the study: no Hub, no trackers, no tokenizer threads.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("WANDB_DISABLED", "true")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,9 +1,7 @@
 """The baseline study's report from whatever runs are cached: the learning-rate grid and its choice, exact Pass@k
 levels with bootstrap CIs, the verdict rows of ``BASELINE_CLAIMS``, every ``loo`` run's coverage, and the default by
 ``BASELINE_DEFAULT_RULE``. Rows say how many seeds they rest on; no verdict and no default is given before the runs
-they need have finished.
-
-    python -m benchmarks.lm_study.baseline_report     # = baseline_protocol --report-only
+they need have finished. Run it with ``python -m benchmarks.lm_study.baseline_protocol --report-only``.
 """
 
 from __future__ import annotations
@@ -18,10 +16,11 @@ import numpy as np
 
 from benchmarks._common import json_exists, read_json
 
-from .baseline_protocol import chosen_lr, grid_scores, job, planned_jobs
 from .config import BASELINE_CLAIMS, BASELINE_DEFAULT_RULE, EXACT_VERDICT_RULE, METHOD_LABELS, BaselineProtocol
-from .exact import pass_at_k
-from .exact_report import buckets_of, claim_row, fmt_level, probs_matrix, verdict_table, write_report
+from .exact import pass_at_k, probs_matrix
+from .exact_figures import figure
+from .exact_report import buckets_of, claim_row, fmt_level, verdict_table, write_report
+from .plans import Run, baseline_chosen_lr, baseline_grid_scores, baseline_path, baseline_runs
 from .stats import two_level_bootstrap
 
 LABELS = {**METHOD_LABELS, "grpo_equal_lr": "GRPO at loo's lr"}
@@ -41,7 +40,7 @@ def study_runs(protocol: BaselineProtocol, out: Path, reference: Path, start: st
     """Per compared method, its finished runs from ``start`` (``riskpo_loo`` at its chosen rate, the references at
     the exact protocol's, ``grpo_equal_lr`` at loo's rate), and the rates they ran at."""
     exact = protocol.exact
-    lr = chosen_lr(protocol, out, reference, start)
+    lr = baseline_chosen_lr(protocol, out, reference, start)
     rates: dict[str, float | None] = {protocol.method: lr, "grpo_equal_lr": lr}
     runs: dict[str, list] = {}
     for method in protocol.references:
@@ -54,7 +53,9 @@ def study_runs(protocol: BaselineProtocol, out: Path, reference: Path, start: st
         if rates[name] is None:
             runs[name] = []
             continue
-        found = [load(job(protocol, out, reference, start, method, rates[name], s).path(exact)) for s in exact.seeds]
+        found = [
+            load(baseline_path(protocol, out, reference, Run(start, method, rates[name], s))) for s in exact.seeds
+        ]
         runs[name] = [r for r in found if r is not None]
     if start != protocol.control_start and rates["grpo_equal_lr"] != exact.lr(start, protocol.control_method):
         runs["grpo_equal_lr"] = []  # not part of the protocol from this start unless the cached GRPO runs match
@@ -64,9 +65,9 @@ def study_runs(protocol: BaselineProtocol, out: Path, reference: Path, start: st
 def loo_runs(protocol: BaselineProtocol, out: Path, reference: Path, start: str) -> list[dict[str, Any]]:
     """Every finished ``loo`` run from ``start``, grid included (the collapse condition counts them all)."""
     paths = {
-        j.path(protocol.exact)
-        for j in planned_jobs(protocol, out, reference)
-        if j.start == start and j.method == protocol.method
+        baseline_path(protocol, out, reference, run)
+        for run in baseline_runs(protocol, out, reference)
+        if run.start == start and run.method == protocol.method
     }
     return [r for r in (load(p) for p in sorted(paths)) if r is not None]
 
@@ -106,7 +107,7 @@ def start_section(protocol: BaselineProtocol, out: Path, reference: Path, start:
     payload: dict[str, Any] = {"start": start, "rates": rates}
 
     # The grid and the choice (validation only).
-    scores = grid_scores(protocol, out, reference, start)
+    scores = baseline_grid_scores(protocol, out, reference, start)
     lr = rates[protocol.method]
     payload["grid"] = {f"{k:g}": v for k, v in scores.items()}
     lines += [
@@ -225,8 +226,6 @@ def default_decision(protocol: BaselineProtocol, starts: dict[str, dict]) -> dic
 
 def baseline_figure(protocol: BaselineProtocol, out: Path, reference: Path) -> str | None:
     """The exact protocol's figure for ``loo`` (at its chosen rate, once chosen) and the references."""
-    from .exact_figures import figure
-
     methods = (protocol.method, *protocol.references)
     evals = {s: load(reference / s / "start_eval.json") for s in protocol.exact.starts}
     evals = {s: e for s, e in evals.items() if e is not None}
@@ -255,8 +254,8 @@ def report(protocol: BaselineProtocol, out: Path, reference: Path) -> dict[str, 
             f"![Exact test Pass@k against k, and the gap to GRPO (at its own lr) with its band]({figure_name})",
             "",
         ] + body
-    planned = planned_jobs(protocol, out, reference)
-    done = sum(json_exists(j.path(protocol.exact)) for j in planned)
+    planned = baseline_runs(protocol, out, reference)
+    done = sum(json_exists(baseline_path(protocol, out, reference, run)) for run in planned)
     decision = default_decision(protocol, starts)
     if decision["default"] == "pending":
         verdict_line = f"**Default: pending** ({decision['note']}); it stays `advantage_baseline='none'` until then."
@@ -293,17 +292,3 @@ def report(protocol: BaselineProtocol, out: Path, reference: Path) -> dict[str, 
     }
     write_report(out, "lm_baseline", header + body, payload)
     return payload
-
-
-if __name__ == "__main__":
-    import argparse
-
-    from benchmarks._common import RESULTS_DIR
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "lm_baseline", help="The study's output folder.")
-    parser.add_argument(
-        "--reference", type=Path, default=RESULTS_DIR / "lm_exact", help="The exact protocol's folder."
-    )
-    cli = parser.parse_args()
-    report(BaselineProtocol(), cli.out, cli.reference)

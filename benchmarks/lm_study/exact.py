@@ -86,6 +86,12 @@ def problem_probabilities(
     }
 
 
+def probs_matrix(entries: list[dict[str, list[float]]], buckets: list[str], bucket: str | None = None) -> np.ndarray:
+    """(seeds, problems) exact success probabilities, buckets concatenated in order (or one bucket)."""
+    chosen = [bucket] if bucket else buckets
+    return np.array([[p for b in chosen for p in entry[b]] for entry in entries], dtype=np.float64)
+
+
 def pass_at_k(p: np.ndarray | Sequence[float], k: int | np.ndarray) -> np.ndarray:
     """Exact Pass@k = 1 - (1 - p)^k, elementwise, computed as ``-expm1(k log1p(-p))`` (accurate for tiny p)."""
     p = np.asarray(p, dtype=np.float64)

@@ -10,7 +10,7 @@ import numpy as np
 from benchmarks._common import save_figure
 
 from .config import METHOD_LABELS, ExactProtocol
-from .exact import pass_at_k
+from .exact import pass_at_k, probs_matrix
 from .stats import two_level_bootstrap
 
 
@@ -25,8 +25,6 @@ def figure(
 ) -> str | None:
     """Write ``out/<name>``: Pass@k of every method in ``runs_by_start`` (one colour each, in ``protocol.methods``
     order), and each of ``against_grpo`` minus GRPO; return its name, or None when no run has finished."""
-    from .exact_report import probs_matrix
-
     starts = [s for s in protocol.starts if s in start_evals and any(runs_by_start[s].values())]
     if not starts:
         return None

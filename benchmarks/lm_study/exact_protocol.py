@@ -16,50 +16,23 @@ with seed 1, ...; then the same from the low start.
 
 from __future__ import annotations
 
-import argparse
 import math
-import multiprocessing
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import datasets
-import torch
-
-from benchmarks._common import RESULTS_DIR, json_exists, read_json
+from benchmarks._common import json_exists, read_json
+from benchmarks.pipeline import Job, parse_study_args, run_jobs, study_parser, write_json
 
 from .config import ExactProtocol, LMConfig, run_eval_seed
 from .evaluation import evaluate_tracked
 from .exact import pass_at_k, problem_probabilities
-from .run import build_trainer, run_name, training_curves, write_json
+from .exact_report import report
+from .plans import Run, exact_runs, run_path
+from .run import build_trainer, training_curves
 from .starts import STARTS_DIR, WEIGHTS, build_starts, checked_start, sha256_of
 from .task import StrictExactMatch, make_splits
-
-
-@dataclass(frozen=True)
-class Job:
-    start: str
-    method: str
-    seed: int
-
-    def name(self, protocol: ExactProtocol) -> str:
-        return run_name(self.method, protocol.lr(self.start, self.method), self.seed)
-
-    def key(self, protocol: ExactProtocol) -> str:
-        return f"{self.start}/{self.name(protocol)}"
-
-
-def job_order(protocol: ExactProtocol) -> list[Job]:
-    """Per start, seed by seed, every method: whatever has finished forms paired comparisons."""
-    return [
-        Job(start, method, seed) for start in protocol.starts for seed in protocol.seeds for method in protocol.methods
-    ]
-
-
-def run_path(protocol: ExactProtocol, out: Path, job: Job) -> Path:
-    return out / job.start / "runs" / f"{job.name(protocol)}.json"
 
 
 def exact_probs(model, tokenizer, problems, cfg: LMConfig) -> dict[str, list[float]]:
@@ -115,20 +88,17 @@ def evaluate_start(protocol: ExactProtocol, start: str, start_dir: Path, out: Pa
     return result
 
 
-def run_exact(protocol: ExactProtocol, job: Job, start_dir: Path, out: Path) -> dict[str, Any]:
-    """One run from ``start_dir``; writes ``out/<start>/runs/<name>.json``.
+def run_exact(protocol: ExactProtocol, job: Run, start_dir: Path, out: Path) -> dict[str, Any]:
+    """One run from ``start_dir`` (the baseline study's at its own rates, too); writes ``out/<start>/runs/<name>.json``.
 
     Every ``eval_every`` generation batches: the exact validation probabilities, the exact selection score and the
     sampled entropy (the run's own seed, :func:`run_eval_seed`, plus the batch); the weights with the best score so
     far are kept in memory. At the end: the exact test probabilities of the final weights (the primary result) and of
     the best validation checkpoint where that is earlier, and the sampled test entropy."""
-    path = run_path(protocol, out, job)
-    if json_exists(path):
-        return read_json(path)
     from transformers import TrainerCallback
 
     cfg = protocol.lm
-    lr = protocol.lr(job.start, job.method)
+    lr = job.lr
     eval_seed = run_eval_seed(job.start, job.method, job.seed)
     trainer = build_trainer(
         job.method,
@@ -136,7 +106,7 @@ def run_exact(protocol: ExactProtocol, job: Job, start_dir: Path, out: Path) -> 
         job.seed,
         cfg,
         start_dir,
-        out / job.start / "models" / job.name(protocol),
+        out / job.start / "models" / job.name,
         train_buckets=protocol.train_buckets(job.start),
         grader_for=StrictExactMatch,
         gradient_checkpointing=False,
@@ -166,7 +136,7 @@ def run_exact(protocol: ExactProtocol, job: Job, start_dir: Path, out: Path) -> 
                     state={k: v.detach().clone() for k, v in model.state_dict().items()},
                 )
             print(
-                f"[exact] {job.key(protocol)} batch {batch}: val criterion {score:.4f}, entropy {entropy['all']:.3f}",
+                f"[exact] {job.key} batch {batch}: val criterion {score:.4f}, entropy {entropy['all']:.3f}",
                 flush=True,
             )
 
@@ -199,8 +169,8 @@ def run_exact(protocol: ExactProtocol, job: Job, start_dir: Path, out: Path) -> 
     if best["state"] is not None and best["generation_batch"] != final_batch:
         model.load_state_dict(best["state"])
         result["best_val_test_p"] = exact_probs(model, tokenizer, splits.test, cfg)
-    write_json(path, result)
-    print(f"[exact] {job.key(protocol)}: {seconds / 60:.1f} min", flush=True)
+    write_json(run_path(out, job), result)
+    print(f"[exact] {job.key}: {seconds / 60:.1f} min", flush=True)
     return result
 
 
@@ -212,70 +182,29 @@ def start_dirs(protocol: ExactProtocol, out: Path, smoke: bool) -> dict[str, Pat
     return {s: checked_start(STARTS_DIR / s) for s in protocol.starts}
 
 
-def run_job(job: Job, protocol: ExactProtocol, start_dir: Path, out: Path) -> str:
-    """One run in a worker process (one torch thread); a failure is reported, never raised."""
-    torch.set_num_threads(1)
-    datasets.disable_progress_bars()
-    try:
-        started = time.perf_counter()
-        run_exact(protocol, job, start_dir, out)
-        return f"{job.key(protocol)}: ok ({(time.perf_counter() - started) / 60:.1f} min)"
-    except Exception as error:  # one failed run must not stop the others; it is rerun next time
-        import traceback
-
-        traceback.print_exc()
-        return f"{job.key(protocol)}: FAILED {type(error).__name__}: {error}"
-
-
-def _run_job(args) -> str:
-    return run_job(*args)
-
-
-def run_all(protocol: ExactProtocol, out: Path, dirs: dict[str, Path], workers: int) -> list[str]:
-    """Every uncached run in :func:`job_order`, ``workers`` at a time in fresh processes (0: in this process)."""
+def evaluated_starts(protocol: ExactProtocol, folder: Path, smoke: bool) -> dict[str, Path]:
+    """The starts of :func:`start_dirs`, each evaluated (:func:`evaluate_start`, cached under ``folder``)."""
+    dirs = start_dirs(protocol, folder, smoke)
     for start, start_dir in dirs.items():
-        evaluate_start(protocol, start, start_dir, out)
-    jobs = [j for j in job_order(protocol) if not json_exists(run_path(protocol, out, j))]
-    print(f"[exact] {len(jobs)} runs to go", flush=True)
-    if workers == 0:
-        return [run_job(j, protocol, dirs[j.start], out) for j in jobs]
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(workers, maxtasksperchild=1) as pool:
-        pending = [pool.apply_async(_run_job, ((j, protocol, dirs[j.start], out),)) for j in jobs]
-        log = []
-        for result in pending:
-            log.append(result.get())
-            print("[exact]", log[-1], flush=True)
-    return log
+        evaluate_start(protocol, start, start_dir, folder)
+    return dirs
+
+
+def jobs(protocol: ExactProtocol, out: Path, dirs: dict[str, Path]) -> list[Job]:
+    """The pipeline's jobs, in :func:`~.plans.exact_runs` order."""
+    return [
+        Job(run.key, run_path(out, run), run_exact, (protocol, run, dirs[run.start], out))
+        for run in exact_runs(protocol)
+    ]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from .exact_report import report
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="Trivial sizes for the test suite; numbers mean nothing.")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="Output folder (default benchmarks/results/lm_exact, or lm_exact-smoke with --smoke).",
-    )
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        help="Runs at a time, each in a fresh process with one torch thread (0: in this process).",
-    )
-    parser.add_argument("--report-only", action="store_true", help="Only the report, from the cached runs.")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    datasets.disable_progress_bars()
+    args = parse_study_args(study_parser(__doc__, "lm_exact"), argv)
     protocol = ExactProtocol().scaled_down() if args.smoke else ExactProtocol()
-    out = args.out or RESULTS_DIR / ("lm_exact-smoke" if args.smoke else "lm_exact")
-    out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
-        run_all(protocol, out, start_dirs(protocol, out, args.smoke), args.workers)
-    return report(protocol, out)
+        dirs = evaluated_starts(protocol, args.out, args.smoke)
+        run_jobs(lambda: jobs(protocol, args.out, dirs), args.workers, "exact")
+    return report(protocol, args.out)
 
 
 if __name__ == "__main__":

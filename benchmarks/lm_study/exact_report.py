@@ -1,8 +1,7 @@
 """Tables of the exact protocol from whatever runs are cached: exact Pass@k with bootstrap CIs, the gap against k,
 the boundary effect against the start, entropy, and the verdict rows by ``EXACT_VERDICT_RULE``. Every row says how
-many seeds it rests on; nothing is extrapolated to runs that have not finished.
-
-    python -m benchmarks.lm_study.exact_report     # = exact_protocol --report-only
+many seeds it rests on; nothing is extrapolated to runs that have not finished. Run it with
+``python -m benchmarks.lm_study.exact_protocol --report-only``.
 """
 
 from __future__ import annotations
@@ -18,7 +17,10 @@ import numpy as np
 from benchmarks._common import json_exists, read_json
 
 from .config import EXACT_CLAIMS, EXACT_VERDICT_RULE, METHOD_LABELS, Claim, ExactProtocol
-from .exact import pass_at_k
+from .exact import pass_at_k, probs_matrix
+from .exact_figures import figure
+from .long_report import GUARD_PATIENCE, guard_alarm
+from .plans import Run, run_path
 from .stats import Interval, paired_problem_bootstrap, two_level_bootstrap, verdict
 
 COMPARISONS = (("riskpo", "grpo"), ("riskpo", "gspo"), ("riskpo_authors", "grpo"), ("gspo", "grpo"))
@@ -26,23 +28,15 @@ COMPARISONS = (("riskpo", "grpo"), ("riskpo", "gspo"), ("riskpo_authors", "grpo"
 
 def load_runs(protocol: ExactProtocol, out: Path, start: str) -> dict[str, list[dict[str, Any]]]:
     """Per method, its cached runs at the protocol's learning rate, sorted by seed."""
-    from .exact_protocol import Job, run_path
-
     runs: dict[str, list[dict[str, Any]]] = {}
     for method in protocol.methods:
-        found = [run_path(protocol, out, Job(start, method, s)) for s in protocol.seeds]
+        found = [run_path(out, Run(start, method, protocol.lr(start, method), s)) for s in protocol.seeds]
         runs[method] = [read_json(p) for p in found if json_exists(p)]
     return runs
 
 
 def buckets_of(protocol: ExactProtocol) -> list[str]:
     return [f"{d}digit" for d in protocol.lm.digits]
-
-
-def probs_matrix(entries: list[dict[str, list[float]]], buckets: list[str], bucket: str | None = None) -> np.ndarray:
-    """(seeds, problems) exact success probabilities, buckets concatenated in order (or one bucket)."""
-    chosen = [bucket] if bucket else buckets
-    return np.array([[p for b in chosen for p in entry[b]] for entry in entries], dtype=np.float64)
 
 
 def fmt_interval(interval: Interval, digits: int = 3) -> str:
@@ -284,7 +278,6 @@ def start_report(protocol: ExactProtocol, out: Path, start: str) -> tuple[dict[s
     ]
 
     # The regime guard's post hoc signal, described (no collapse definition is part of this protocol).
-    from .long_report import GUARD_PATIENCE, guard_alarm
 
     lines += [
         "### Coverage collapse and the all-wrong share (the regime guard's post hoc signal), descriptive",
@@ -347,8 +340,6 @@ def report(protocol: ExactProtocol, out: Path, skip_figure: bool = False) -> dic
     done = sum(s.get("runs", 0) for s in starts.values())
     figure_name = None
     if not skip_figure:
-        from .exact_figures import figure
-
         evals = {
             s: read_json(out / s / "start_eval.json")
             for s in protocol.starts
@@ -379,13 +370,3 @@ def report(protocol: ExactProtocol, out: Path, skip_figure: bool = False) -> dic
     }
     write_report(out, "lm_exact", header + body, payload)
     return payload
-
-
-if __name__ == "__main__":
-    import argparse
-
-    from .exact_protocol import RESULTS_DIR
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "lm_exact", help="The study's output folder.")
-    report(ExactProtocol(), parser.parse_args().out)

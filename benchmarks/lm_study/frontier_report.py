@@ -1,8 +1,7 @@
 """The frontier study's report from whatever runs are cached: the learning-rate grid and its choice, the frontier
 table (Pass@k at matched Pass@1, per method), the verdict per variant and start by ``FRONTIER_VERDICT_RULE``, the end
 points (descriptive), and the figure. Rows say how many seeds they rest on; rows on fewer than all seeds are interim.
-
-    python -m benchmarks.lm_study.frontier_report     # = frontier_protocol --report-only
+Run it with ``python -m benchmarks.lm_study.frontier_protocol --report-only``.
 """
 
 from __future__ import annotations
@@ -17,8 +16,8 @@ import numpy as np
 from benchmarks._common import json_exists, read_json
 
 from .config import METHOD_LABELS
-from .exact import pass_at_k
-from .exact_report import probs_matrix, write_report
+from .exact import pass_at_k, probs_matrix
+from .exact_report import write_report
 from .frontier import arm_reaches, frontier_difference, margin_verdict, method_reaches, values_at_levels
 from .frontier_config import (
     FRONTIER_DEFAULT_NOTE,
@@ -28,8 +27,8 @@ from .frontier_config import (
     FRONTIER_VERDICT_RULE,
     FrontierProtocol,
 )
-from .frontier_protocol import Job, arms, chosen_lr, grid_score, planned_jobs
 from .frontier_store import read_run
+from .plans import Run, arms, chosen_lr, frontier_path, frontier_runs, grid_score
 
 NAME = "lm_frontier"
 
@@ -54,7 +53,7 @@ def arm_values(runs: list[dict], start_eval: dict, buckets: list[str], k: int, l
 
 def arm_runs(protocol: FrontierProtocol, out: Path, start: str, method: str, lr: float) -> list[dict[str, Any]]:
     """The finished comparison runs (the protocol's fresh seeds) of one arm, by seed."""
-    found = [read_run(Job(start, method, lr, s).path(out)) for s in protocol.seeds]
+    found = [read_run(frontier_path(out, Run(start, method, lr, s))) for s in protocol.seeds]
     return [r for r in found if r is not None]
 
 
@@ -321,8 +320,8 @@ def report(protocol: FrontierProtocol, out: Path, reference: Path) -> dict[str, 
             ),
             "",
         ] + body
-    planned = planned_jobs(protocol, out, reference)
-    done = sum(j.path(out).exists() for j in planned)
+    planned = frontier_runs(protocol, out, reference)
+    done = sum(frontier_path(out, run).exists() for run in planned)
     complete = all(s.get("complete") for s in starts.values())
     header = [
         "# Tiny-LM study: the Pass@1-Pass@k frontier (`benchmarks/lm_study/frontier_protocol.py`)",
@@ -357,17 +356,3 @@ def report(protocol: FrontierProtocol, out: Path, reference: Path) -> dict[str, 
     }
     write_report(out, NAME, header + body, payload)
     return payload
-
-
-if __name__ == "__main__":
-    import argparse
-
-    from benchmarks._common import RESULTS_DIR
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / NAME, help="The study's output folder.")
-    parser.add_argument(
-        "--reference", type=Path, default=RESULTS_DIR / "lm_exact", help="The exact protocol's folder."
-    )
-    cli = parser.parse_args()
-    report(FrontierProtocol(), cli.out, cli.reference)

@@ -3,7 +3,6 @@ cached result file (``runs/<method>-lr<lr>-seed<seed>.json``; written atomically
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -13,10 +12,12 @@ from typing import Any
 import torch
 
 from benchmarks._common import json_exists, read_json
+from benchmarks.pipeline import write_json
 from riskpo_trl.risk import frac_prompts_all_failed, push_signals
 
 from .config import AUTHORS_FIELDS, METHODS, LMConfig
 from .evaluation import evaluate, evaluate_tracked, selection_score
+from .plans import best_rate, run_name
 from .task import exact_match_reward, make_splits, prompt_of
 
 
@@ -63,18 +64,24 @@ def batch_signals(rewards: torch.Tensor, advantages: torch.Tensor, num_generatio
     }
 
 
+def known(value: float) -> float | None:
+    """None for NaN: a curve's undefined point, as JSON can hold it."""
+    return None if math.isnan(value) else value
+
+
 def with_covariance_probe(trainer_cls):
     """``trainer_cls`` (a trainer of riskpo_trl's registry: RiskPO, or a baseline with the package's shared layer) with
     a batch observer (the public per-batch hook, ``add_batch_observer``) that records, for each training generation batch, (a) the covariance and the correlation
     between a completion's length-normalised log-probability (under the policy that sampled it) and its advantage,
     within each prompt's group, averaged over prompts (Proposition 1's quantity), logged as ``probe/*``; (b) the
-    :func:`batch_signals` and, for RiskPO, the quantiles used, kept in ``self.batch_signal_history``. Everything else
-    is inherited."""
+    :func:`batch_signals` and, for RiskPO, the quantiles used. Both are kept on the trainer (``probe_history``,
+    ``batch_signal_history``), never in TRL's own logs. Everything else is inherited."""
 
     class CovarianceProbe(trainer_cls):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.batch_signal_history: list[dict[str, float | None]] = []
+            self.probe_history: list[dict[str, float | None]] = []
             self.add_batch_observer(self._probe)
 
         def _probe(self, scored) -> None:
@@ -92,8 +99,9 @@ def with_covariance_probe(trainer_cls):
                 cov = (lp_c * a_c).sum(1) / (g - 1)
                 denom = (lp_c.pow(2).sum(1) * a_c.pow(2).sum(1)).sqrt()
                 corr = torch.where(denom > 0, (lp_c * a_c).sum(1) / denom.clamp(min=1e-12), torch.zeros_like(denom))
-                self._metrics["train"]["probe/logprob_adv_cov"].append(cov.mean().item())
-                self._metrics["train"]["probe/logprob_adv_corr"].append(corr.mean().item())
+                self.probe_history.append(
+                    {"logprob_adv_cov": known(cov.mean().item()), "logprob_adv_corr": known(corr.mean().item())}
+                )
             signals = batch_signals(
                 scored.rewards.float().cpu(), output["advantages"].float().cpu(), self.num_generations
             )
@@ -154,10 +162,6 @@ def rl_config(method: str, lr: float, seed: int, cfg: LMConfig, output_dir: Path
     raise ValueError(f"Unknown method {method!r}; choose one of {METHODS}.")
 
 
-def run_name(method: str, lr: float, seed: int) -> str:
-    return f"{method}-lr{lr:g}-seed{seed}"
-
-
 def build_trainer(
     method: str,
     lr: float,
@@ -214,18 +218,10 @@ def training_curves(trainer, cfg: LMConfig, seed: int) -> dict[str, list]:
             for i, b in enumerate(recorder.batches)
         ],
         "entropy": curve("entropy"),
-        "logprob_adv_cov": curve("probe/logprob_adv_cov"),
-        "logprob_adv_corr": curve("probe/logprob_adv_corr"),
+        "logprob_adv_cov": [entry["logprob_adv_cov"] for entry in trainer.probe_history],
+        "logprob_adv_corr": [entry["logprob_adv_corr"] for entry in trainer.probe_history],
         "clip_ratio": curve("clip_ratio/region_mean"),
     }
-
-
-def write_json(path: Path, payload: dict[str, Any]) -> None:
-    """Atomic: an interrupted run leaves no half-written cache entry."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload) + "\n")
-    tmp.replace(path)
 
 
 def run_rl(method: str, lr: float, seed: int, cfg: LMConfig, out_dir: Path) -> dict[str, Any]:
@@ -285,7 +281,7 @@ def tracked_eval(model, tokenizer, problems, cfg: LMConfig, num_samples: int, se
     )
 
 
-def evaluate_start(cfg: LMConfig, start_dir: Path, track_samples: int) -> dict[str, Any]:
+def evaluate_sft_start(cfg: LMConfig, start_dir: Path, track_samples: int) -> dict[str, Any]:
     """The start's row: validation as tracked along training, test as at the end of a run."""
     path = start_dir / "start_eval.json"
     if json_exists(path):
@@ -399,11 +395,8 @@ def select_lrs(cfg: LMConfig, out_dir: Path, methods: list[str]) -> dict[str, fl
     """Per method, the grid lr with the best validation criterion; only for methods whose grid is complete."""
     chosen = {}
     for method in methods:
-        scores = {}
-        for lr in cfg.learning_rates:
-            path = out_dir / "runs" / f"{run_name(method, lr, cfg.grid_seed)}.json"
-            if json_exists(path):
-                scores[lr] = read_json(path)["selection_score"]
-        if len(scores) == len(cfg.learning_rates):
-            chosen[method] = max(sorted(scores), key=lambda lr: scores[lr])  # max keeps the first (smallest) on ties
+        paths = {lr: out_dir / "runs" / f"{run_name(method, lr, cfg.grid_seed)}.json" for lr in cfg.learning_rates}
+        lr = best_rate({lr: read_json(p)["selection_score"] if json_exists(p) else None for lr, p in paths.items()})
+        if lr is not None:
+            chosen[method] = lr
     return chosen

@@ -35,17 +35,12 @@ start alone, and is recorded in ``sft_summary.json``):
 
 from __future__ import annotations
 
-import argparse
-import multiprocessing
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import datasets
-import torch
-
-from benchmarks._common import RESULTS_DIR
+from benchmarks.pipeline import Job, parse_study_args, run_jobs, study_parser
 
 from .config import METHODS, LMConfig
 from .diagnostics import gradient_diagnostics
@@ -54,40 +49,22 @@ from .sft import run_sft
 from .short_report import report
 
 
-def _worker(job: tuple[str, float, int, LMConfig, Path]) -> str:
-    torch.set_num_threads(1)
-    datasets.disable_progress_bars()
-    method, lr, seed, cfg, out_dir = job
-    try:
-        run_rl(method, lr, seed, cfg, out_dir)
-        return f"{run_name(method, lr, seed)}: ok"
-    except Exception as error:  # one failed run must not take the others down; it is reported and rerun next time
-        import traceback
-
-        traceback.print_exc()
-        return f"{run_name(method, lr, seed)}: FAILED {type(error).__name__}: {error}"
+def rl_job(method: str, lr: float, seed: int, cfg: LMConfig, out: Path) -> Job:
+    name = run_name(method, lr, seed)
+    return Job(name, out / "runs" / f"{name}.json", run_rl, (method, lr, seed, cfg, out))
 
 
-def run_jobs(jobs: list[tuple], workers: int) -> list[str]:
-    if workers <= 1 or len(jobs) <= 1:
-        return [_worker(job) for job in jobs]
-    with multiprocessing.get_context("spawn").Pool(workers, maxtasksperchild=1) as pool:
-        return list(pool.imap_unordered(_worker, jobs))
+def jobs(cfg: LMConfig, out: Path, methods: list[str]) -> list[Job]:
+    """The grid (seed ``grid_seed``, every rate, every method); then, for each method whose grid is complete, its
+    chosen rate with every test seed."""
+    grid = [rl_job(m, lr, cfg.grid_seed, cfg, out) for lr in cfg.learning_rates for m in methods]
+    chosen = select_lrs(cfg, out, methods)
+    return grid + [rl_job(m, lr, s, cfg, out) for s in cfg.test_seeds for m, lr in chosen.items()]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="Trivial sizes for the test suite; numbers mean nothing.")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="Output folder (default benchmarks/results/lm, or lm-smoke with --smoke). Models go to "
-        "<out>/models, which git ignores.",
-    )
-    parser.add_argument("--workers", type=int, default=2, help="Parallel RL runs, one torch thread each.")
+    parser = study_parser(__doc__, "lm", workers=2)
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
-    parser.add_argument("--report-only", action="store_true", help="Only tables and figures from finished runs.")
     parser.add_argument(
         "--extra-lrs",
         nargs="+",
@@ -101,26 +78,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         action="store_true",
         help="Do not measure the gradient noise of each advantage at the SFT start.",
     )
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    datasets.disable_progress_bars()
+    args = parse_study_args(parser, argv)
     cfg = LMConfig().scaled_down() if args.smoke else LMConfig()
     if args.extra_lrs:
         cfg = replace(cfg, learning_rates=tuple(sorted(set(cfg.learning_rates) | set(args.extra_lrs))))
-    out = args.out or RESULTS_DIR / ("lm-smoke" if args.smoke else "lm")
-    out.mkdir(parents=True, exist_ok=True)
-    methods = list(args.methods)
+    out, methods = args.out, list(args.methods)
     start = time.perf_counter()
     if not args.report_only:
         run_sft(cfg, out)
-        grid_jobs = [(m, lr, cfg.grid_seed, cfg, out) for lr in cfg.learning_rates for m in methods]
-        for line in run_jobs(grid_jobs, args.workers):
-            print("[grid]", line, flush=True)
-        chosen = select_lrs(cfg, out, methods)
-        print(f"[select] {chosen}", flush=True)
-        seed_jobs = [(m, lr, s, cfg, out) for s in cfg.test_seeds for m, lr in chosen.items()]
-        for line in run_jobs(seed_jobs, args.workers):
-            print("[seeds]", line, flush=True)
+        run_jobs(lambda: jobs(cfg, out, methods), args.workers, "short")
+        print(f"[select] {select_lrs(cfg, out, methods)}", flush=True)
         if not args.skip_diagnostics:
             gradient_diagnostics(
                 cfg,
