@@ -66,18 +66,31 @@ def test_frontier_verdicts_follow_the_margin():
 
 
 def test_run_files_round_trip_and_refuse_another_format(tmp_path):
-    path = tmp_path / "low" / "runs" / "x.json.gz"
+    path = tmp_path / "low" / "runs" / "x.json"
     payload = {"checkpoints": [{"test_p": rounded({"2digit": [0.123456789, 1.23456789e-9]}, 6)}]}
     write_run(path, payload)
+    assert not path.exists() and path.with_name("x.json.gz").exists()  # written gzip'd next to its name
     back = read_run(path)
     assert back["checkpoints"][0]["test_p"]["2digit"] == [0.123457, 1.23457e-09]
-    assert read_run(tmp_path / "missing.json.gz") is None
+    assert read_run(tmp_path / "missing.json") is None
     import gzip
     import json
 
-    path.write_bytes(gzip.compress(json.dumps({"format": 99}).encode()))
+    path.with_name("x.json.gz").write_bytes(gzip.compress(json.dumps({"format": 99}).encode()))
     with pytest.raises(ValueError, match="format 99"):
         read_run(path)
+
+
+def test_a_packed_frontier_run_reads_the_same_and_counts_as_cached(tmp_path):
+    from benchmarks import store
+    from benchmarks._common import json_exists
+
+    path = tmp_path / "low" / "runs" / "x.json"
+    write_run(path, {"checkpoints": [{"test_p": rounded({"2digit": [0.1 * i for i in range(12)]}, 6)}]})
+    before = read_run(path)
+    store.main(["pack", str(tmp_path)])
+    assert not path.with_name("x.json.gz").exists() and json_exists(path)
+    assert read_run(path) == before
 
 
 def test_protocol_checkpoints_and_levels_are_the_registered_ones():

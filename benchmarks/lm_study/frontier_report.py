@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import json_exists, read_json
+from benchmarks._common import json_exists, read_json, save_figure
 
 from .config import METHOD_LABELS
 from .exact import pass_at_k, probs_matrix
@@ -297,10 +297,8 @@ def frontier_figure(protocol: FrontierProtocol, out: Path, reference: Path) -> s
                 title=f"{start} start: Pass@{k} at matched Pass@1",
             )
             ax.legend(fontsize=7)
-    fig.tight_layout()
     name = f"{NAME}.png"
-    fig.savefig(out / name, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / name, dpi=110)  # a palette PNG, a third of the bytes
     return name
 
 
@@ -321,7 +319,7 @@ def report(protocol: FrontierProtocol, out: Path, reference: Path) -> dict[str, 
             "",
         ] + body
     planned = frontier_runs(protocol, out, reference)
-    done = sum(frontier_path(out, run).exists() for run in planned)
+    done = sum(json_exists(frontier_path(out, run)) for run in planned)
     complete = all(s.get("complete") for s in starts.values())
     header = [
         "# Tiny-LM study: the Pass@1-Pass@k frontier (`benchmarks/lm_study/frontier_protocol.py`)",
