@@ -9,7 +9,8 @@ where each run's file goes. The runner owns the loop:
   at a time in this process);
 - a run is cached when its file exists; the protocol's run function writes that file only when the run completes, so
   a killed run leaves nothing and simply starts again;
-- a rerun skips every cached run (resume); a run that fails is reported and not retried in the same pass.
+- a rerun skips every cached run (resume); a run that fails is reported and not retried in the same pass, and so is
+  one whose process dies outright (a signal, out of memory): the runner never waits on a dead process.
 
 Concurrency changes no result: every run is seeded and uses one torch thread; only its recorded seconds and load
 differ.
@@ -25,13 +26,13 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks._common import RESULTS_DIR, json_exists
-
-POLL_SECONDS = 2
 
 
 @dataclass(frozen=True)
@@ -103,22 +104,40 @@ def run_jobs(plan: Callable[[], Sequence[Job]], workers: int, tag: str) -> list[
             print(f"[{tag}] {len(jobs)} runs to go; start {jobs[0].key}", flush=True)
             finished(jobs[0], attempt(jobs[0]))
         return log
-    running: dict[Path, tuple[Job, Any]] = {}
-    with multiprocessing.get_context("spawn").Pool(workers, initializer=one_thread, maxtasksperchild=1) as pool:
+    running: dict[Path, tuple[Job, Future]] = {}
+    pool = _fresh_pool(workers)
+    try:
         while True:
             jobs = pending(set(running))
             to_go = len(jobs) + len(running)
             for job in jobs[: workers - len(running)]:
                 print(f"[{tag}] {to_go} runs to go; start {job.key}", flush=True)
-                running[job.path] = (job, pool.apply_async(attempt, (job,)))
+                running[job.path] = (job, pool.submit(attempt, job))
             if not running:
                 return log
-            while not any(result.ready() for _, result in running.values()):
-                time.sleep(POLL_SECONDS)
-            for path, (job, result) in list(running.items()):
-                if result.ready():
+            done, _ = wait([future for _, future in running.values()], return_when=FIRST_COMPLETED)
+            broken = False
+            for path, (job, future) in list(running.items()):
+                if future in done:
                     del running[path]
-                    finished(job, result.get())
+                    try:
+                        line = future.result()
+                    except BrokenProcessPool:  # a worker died outright: every run in the pool is lost with it
+                        broken = True  # each is reported here and runs again on the next pass
+                        line = f"{job.key}: FAILED its process died (killed by a signal, e.g. out of memory)"
+                    finished(job, line)
+            if broken:
+                pool.shutdown(wait=False, cancel_futures=True)
+                pool = _fresh_pool(workers)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _fresh_pool(workers: int) -> ProcessPoolExecutor:
+    """``workers`` spawn processes on one torch thread each, a fresh one per run."""
+    return ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("spawn"), initializer=one_thread, max_tasks_per_child=1
+    )
 
 
 def study_parser(doc: str | None, folder: str, workers: int = 1, reference: str | None = None):

@@ -196,3 +196,29 @@ def test_runner_runs_in_plan_order_rereads_the_plan_reports_a_failure_once_and_r
     again = run_jobs(lambda: planted_plan(tmp_path), workers, "test")
     assert [line.split(":")[0] for line in again] == ["b"]  # the cached runs are skipped; the failed one retried
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*.json")} == stamps
+
+
+def kill_own_process(path: Path) -> None:
+    """A run whose process dies outright, as under the kernel's out-of-memory killer."""
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.slow  # fresh processes (a minute or more)
+def test_a_run_whose_process_dies_is_reported_and_the_runner_goes_on(tmp_path):
+    import threading
+
+    dies = Job("dies", tmp_path / "dies.json", kill_own_process, (tmp_path / "dies.json",))
+    attempts = tmp_path / "attempts.txt"
+    rest = [Job(n, tmp_path / f"{n}.json", record_and_write, (tmp_path / f"{n}.json", n, attempts)) for n in "ab"]
+    result: list[list[str]] = []
+    runner = threading.Thread(target=lambda: result.append(run_jobs(lambda: [dies, *rest], 1, "test")), daemon=True)
+    runner.start()
+    runner.join(timeout=600)
+    assert not runner.is_alive(), "the runner waits on a dead process"
+    (log,) = result
+    assert log[0].startswith("dies: FAILED its process died")
+    assert [line.split(":")[0] for line in log] == ["dies", "a", "b"]
+    assert [json.loads((tmp_path / f"{n}.json").read_text()) for n in "ab"] == ["a", "b"]
