@@ -24,7 +24,6 @@ so a job is scheduled as soon as what it needs is cached and both workers stay b
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -127,10 +126,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_study_args(parser, argv)
     if args.smoke:
         protocol = protocol.scaled_down()
-    started = time.perf_counter()
     if not args.report_only:
         run_jobs(lambda: jobs(protocol, args.out, args.starts, args.methods), args.workers, "long")
-    return report(protocol, args.out, args.starts, args.methods, time.perf_counter() - started)
+    return report(protocol, args.out, args.starts, args.methods)
 
 
 if __name__ == "__main__":

@@ -35,11 +35,11 @@ start alone, and is recorded in ``sft_summary.json``):
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import json_files
 from benchmarks.pipeline import Job, parse_study_args, run_jobs, study_parser
 
 from .config import METHODS, LMConfig
@@ -62,16 +62,35 @@ def jobs(cfg: LMConfig, out: Path, methods: list[str]) -> list[Job]:
     return grid + [rl_job(m, lr, s, cfg, out) for s in cfg.test_seeds for m, lr in chosen.items()]
 
 
+def cached_grid(cfg: LMConfig, out: Path) -> dict[str, list[float]]:
+    """The learning rates of each method's cached grid runs (seed ``grid_seed``), methods in :data:`METHODS`'s
+    order: what ``--report-only`` reports when no method is named."""
+    grid: dict[str, set[float]] = {}
+    for path in json_files(out / "runs"):
+        name = path.name.removesuffix(".json")
+        method, rest = name.rsplit("-lr", 1)
+        lr, seed = rest.rsplit("-seed", 1)
+        if int(seed) == cfg.grid_seed:
+            grid.setdefault(method, set()).add(float(lr))
+    return {m: sorted(grid[m]) for m in METHODS if m in grid}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = study_parser(__doc__, "lm", workers=2)
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        choices=METHODS,
+        default=None,
+        help="Methods to run (default: all); with --report-only, default: the methods the cache holds.",
+    )
     parser.add_argument(
         "--extra-lrs",
         nargs="+",
         type=float,
         default=[],
         help="Add learning rates to the grid (a post hoc extension; use a separate --out so the "
-        "pre-registered selection stays as it was).",
+        "pre-registered selection stays as it was). With --report-only, the rates the cache holds are added anyway.",
     )
     parser.add_argument(
         "--skip-diagnostics",
@@ -80,10 +99,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     args = parse_study_args(parser, argv)
     cfg = LMConfig().scaled_down() if args.smoke else LMConfig()
-    if args.extra_lrs:
-        cfg = replace(cfg, learning_rates=tuple(sorted(set(cfg.learning_rates) | set(args.extra_lrs))))
-    out, methods = args.out, list(args.methods)
-    start = time.perf_counter()
+    out = args.out
+    extra_lrs = set(args.extra_lrs)
+    if args.report_only:
+        cached = cached_grid(cfg, out)
+        never_run = sorted(set(args.methods or []) - set(cached))
+        if never_run:
+            parser.error(
+                f"--methods {' '.join(never_run)}: no cached run in {out / 'runs'}; it holds "
+                f"{' '.join(cached) or 'no run'}. Drop them, or run the study without --report-only."
+            )
+        extra_lrs |= {lr for lrs in cached.values() for lr in lrs}
+        methods = list(args.methods or cached)
+    else:
+        methods = list(args.methods or METHODS)
+    if extra_lrs:
+        cfg = replace(cfg, learning_rates=tuple(sorted(set(cfg.learning_rates) | extra_lrs)))
     if not args.report_only:
         run_sft(cfg, out)
         run_jobs(lambda: jobs(cfg, out, methods), args.workers, "short")
@@ -95,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 [m for m in methods if m != "gspo"],  # GSPO's advantage is GRPO's
                 num_batches=3 if args.smoke else 32,
             )
-    return report(cfg, out, methods, time.perf_counter() - start)
+    return report(cfg, out, methods)
 
 
 if __name__ == "__main__":
