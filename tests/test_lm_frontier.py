@@ -131,7 +131,8 @@ def test_frontier_protocol_smoke_runs_in_order_resumes_and_reports(tmp_path):
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json.gz")} == stamps
 
     # With a GRPO run missing, the report regenerates from the cache and marks the rows interim.
-    plans.frontier_path(tmp_path, next(j for j in jobs if j.start == "low" and j.method == "grpo")).unlink()
+    missing = plans.frontier_path(tmp_path, next(j for j in jobs if j.start == "low" and j.method == "grpo"))
+    missing.with_name(missing.name + ".gz").unlink()  # a run is named by its plain path and written gzip'd
     partial = frontier_protocol.main([*argv, "--report-only"])
     assert partial["runs_finished"] == partial["runs_named"] - 1 and not partial["complete"]
     assert "interim (0-1 of 1 seeds per arm)" in (tmp_path / "lm_frontier.md").read_text()
@@ -139,7 +140,7 @@ def test_frontier_protocol_smoke_runs_in_order_resumes_and_reports(tmp_path):
 
 @pytest.mark.parametrize("start", ["moderate", "low"])
 def test_the_grid_reuses_the_exact_protocols_committed_runs_and_start_evaluations(start):
-    """The committed results are compact (``.json.gz``): the grid must still find the exact protocol's seed-0 runs it
+    """The committed results are compact (packed): the grid must still find the exact protocol's seed-0 runs it
     reuses, and the report the start evaluations, or the plan would silently grow and the report lose its starts."""
     from benchmarks._common import RESULTS_DIR, json_exists
     from benchmarks.lm_study.plans import grid_score, reused_grid_path
