@@ -38,6 +38,7 @@ def pytest_terminal_summary(terminalreporter, config):
 def pytest_collection_modifyitems(config, items):
     leave_out_slow(config, items)
     skip_vllm_real_without_vllm(items)
+    skip_gpu_without_cuda(items)
 
 
 def leave_out_slow(config, items):
@@ -65,6 +66,16 @@ def skip_vllm_real_without_vllm(items):
         if reason is None:
             return
         item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def skip_gpu_without_cuda(items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (marked gpu)"))
 
 
 @pytest.fixture(scope="session")

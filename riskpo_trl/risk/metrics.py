@@ -7,17 +7,21 @@ import torch
 
 from .quantiles import Quantile, as_tensor_like
 
+# An advantage within this of 0 counts as zero. A baseline subtracted in float64 can leave a residue of about 1e-16
+# where the value is 0, and its sign differs between CPU and CUDA.
+ZERO_ADVANTAGE_TOLERANCE = 1e-6
+
 
 def push_signals(advantages: torch.Tensor, rewards: torch.Tensor | None = None) -> dict[str, float]:
     """Which way a batch pushes its completions: the shares with a negative and with a positive advantage (beyond
-    1e-6) and, given the rewards, the Pearson correlation between a completion's own reward and its advantage (left
+    ``ZERO_ADVANTAGE_TOLERANCE``) and, given the rewards, the Pearson correlation between a completion's own reward and its advantage (left
     out when either has no spread). Empty for an empty batch."""
     adv = advantages.double()
     if not adv.numel():
         return {}
     signals = {
-        "frac_negative_advantage": (adv < -1e-6).double().mean().item(),
-        "frac_positive_advantage": (adv > 1e-6).double().mean().item(),
+        "frac_negative_advantage": (adv < -ZERO_ADVANTAGE_TOLERANCE).double().mean().item(),
+        "frac_positive_advantage": (adv > ZERO_ADVANTAGE_TOLERANCE).double().mean().item(),
     }
     if rewards is not None:
         r_c, a_c = rewards.double() - rewards.double().mean(), adv - adv.mean()
@@ -48,7 +52,7 @@ def mvar_objective(scores: torch.Tensor, q_alpha: Quantile, q_beta: Quantile, om
     """
     finite = torch.isfinite(scores)
     if not finite.any():
-        return torch.tensor(float("nan"))
+        return torch.tensor(float("nan"), device=scores.device)
     q_alpha_t, q_beta_t = as_tensor_like(q_alpha, scores), as_tensor_like(q_beta, scores)
     weight = (1.0 + omega) * (scores <= q_alpha_t) + ((scores > q_alpha_t) & (scores <= q_beta_t))
     return (scores * weight)[finite].mean()
@@ -57,7 +61,7 @@ def mvar_objective(scores: torch.Tensor, q_alpha: Quantile, q_beta: Quantile, om
 def _weighted_mean(scores: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     finite = torch.isfinite(scores)
     if not finite.any():
-        return torch.tensor(float("nan"))
+        return torch.tensor(float("nan"), device=scores.device)
     return (scores * weight)[finite].mean()
 
 

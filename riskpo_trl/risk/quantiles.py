@@ -37,7 +37,8 @@ def group_quantiles(bundle_scores: torch.Tensor, num_generations: int, levels: l
     This is where the authors' public code takes the quantiles of its advantage from (an opt-in here; the paper tracks
     them across batches)."""
     rows = bundle_scores.to(torch.float64).view(-1, num_generations)
-    per_group = torch.nanquantile(rows, torch.as_tensor(levels, dtype=torch.float64), dim=1).T
+    # The levels on the scores' device: torch refuses a CPU ``q`` for CUDA scores.
+    per_group = torch.nanquantile(rows, torch.as_tensor(levels, dtype=torch.float64, device=rows.device), dim=1).T
     return per_group.repeat_interleave(num_generations, dim=0)
 
 
