@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections import Counter
@@ -245,6 +246,24 @@ def test_metrics_of_a_known_batch():
     assert metrics["risk/lower_rvar"] == pytest.approx(0.5)  # mean of the scores <= q_alpha: 0 and 1
     assert metrics["risk/bundle_score_mean"] == pytest.approx(2.0)
     assert metrics["risk/frac_zero_advantage"] == pytest.approx(0.4)  # scores 3 and 4 sit at or above q_beta
+
+
+def test_an_advantage_within_rounding_of_zero_counts_as_zero_and_the_three_shares_add_up():
+    # A baseline subtracted in float64 leaves residues like -8.9e-16 where the advantage is 0, with a sign that
+    # differs between CPU and CUDA (the GPU check found it): the zero share must not depend on that sign.
+    batch = paper_advantages(
+        torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0]).repeat_interleave(2),
+        num_generations=2,
+        bundle_size=1,
+        q_alpha=1.0,
+        q_beta=3.0,
+        omega=0.5,
+    )
+    residue = torch.tensor([0.0] * 6 + [-8.9e-16, 8.9e-16, 0.0, -1e-12], dtype=batch.advantages.dtype)
+    metrics = dataclasses.replace(batch, advantages=batch.advantages + residue).metrics(omega=0.5)
+    assert metrics["risk/frac_zero_advantage"] == pytest.approx(0.4)
+    shares = ("risk/frac_zero_advantage", "risk/frac_negative_advantage", "risk/frac_positive_advantage")
+    assert sum(metrics[name] for name in shares) == pytest.approx(1.0)
 
 
 def test_empirical_quantiles_ignore_nan():

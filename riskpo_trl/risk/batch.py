@@ -9,7 +9,7 @@ import torch
 from .advantages import RiskProfile
 from .bundling import Bundles
 from .choices import DEFAULT_CHOICES, AdvantageRule, RiskChoices
-from .metrics import frac_prompts_all_failed, push_signals
+from .metrics import ZERO_ADVANTAGE_TOLERANCE, frac_prompts_all_failed, push_signals
 from .quantiles import Quantile, as_tensor_like
 
 
@@ -53,7 +53,7 @@ class RiskPOBatch:
             "risk/bundle_score_mean": finite_scores.mean().item() if finite_scores.numel() else nan,
             "risk/bundle_score_std": finite_scores.std().item() if finite_scores.numel() > 1 else nan,
             profile.metric: profile.objective(self.bundle_scores, self.q_alpha, self.q_beta, omega).item(),
-            "risk/frac_zero_advantage": (self.advantages == 0).float().mean().item(),
+            "risk/frac_zero_advantage": (self.advantages.abs() <= ZERO_ADVANTAGE_TOLERANCE).float().mean().item(),
             "risk/frac_unscorable": unscorable.float().mean().item() if unscorable.numel() else 0.0,
             "risk/advantage_mean": self.advantages.mean().item(),
         }
