@@ -522,7 +522,13 @@ def build_random_model(path: Path, sizes: dict[str, Any], device: str) -> Path:
     return path
 
 
-def run_performance(device: str, dry_run: bool, workdir: Path, deadline: float) -> dict[str, Any]:
+def run_performance(
+    device: str,
+    dry_run: bool,
+    workdir: Path,
+    deadline: float,
+    checkpointing_settings: tuple[bool, ...] = (False, True),
+) -> dict[str, Any]:
     """benchmarks.overhead for each model, without and then with gradient checkpointing, while time is left."""
     import torch
 
@@ -531,7 +537,7 @@ def run_performance(device: str, dry_run: bool, workdir: Path, deadline: float) 
     sizes = DRY_RUN_SIZES if dry_run else QWEN25_SIZES
     length = PERF_LENGTH["dry_run" if dry_run else "gpu"]
     results, notes, slowest_run = {}, [], 0.0
-    for checkpointing, name in itertools.product((False, True), sizes):
+    for checkpointing, name in itertools.product(checkpointing_settings, sizes):
         label = f"{name}, gradient checkpointing {'on' if checkpointing else 'off'}"
         # Start a setting only with room for one pair at the slowest run seen, plus a margin for a bigger model.
         if slowest_run and time.time() + 3 * slowest_run > deadline:
@@ -758,6 +764,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="Where to write the JSON and markdown (default benchmarks/results/gpu; a dry run: a "
         "temporary directory).",
     )
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        choices=list(PART_MINIMUM_S),
+        default=list(PART_MINIMUM_S),
+        help="The parts to run, in the usual order (default: all). A rerun after a fix can leave out what passed.",
+    )
+    parser.add_argument(
+        "--gradient-checkpointing",
+        choices=("off", "on", "both"),
+        default="both",
+        help="The performance part's settings: without gradient checkpointing, with it, or both (default: off, then "
+        "on, while time is left).",
+    )
     args = parser.parse_args(argv)
     if args.budget_s is None:
         args.budget_s = 240.0 if args.dry_run else 330.0
@@ -790,10 +810,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report["environment"] = environment_report(device)
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
         workdir = Path(tmp)
-        run_part(report, "risk_math", deadline, check_risk_math, device)
-        run_part(report, "training", deadline, check_training_resume, device, workdir)
-        run_part(report, "loss", deadline, check_loss, device, workdir)
-        run_part(report, "performance", deadline, run_performance, device, args.dry_run, workdir, deadline)
+        checkpointing = {"off": (False,), "on": (True,), "both": (False, True)}[args.gradient_checkpointing]
+        parts = {
+            "risk_math": (check_risk_math, device),
+            "training": (check_training_resume, device, workdir),
+            "loss": (check_loss, device, workdir),
+            "performance": (run_performance, device, args.dry_run, workdir, deadline, checkpointing),
+        }
+        for name, (fn, *fn_args) in parts.items():
+            if name in args.parts:
+                run_part(report, name, deadline, fn, *fn_args)
+            else:
+                report["parts"][name] = {"skipped": "not asked for (--parts)"}
     report["total_s"] = round(time.time() - started, 1)
     out = args.out or (Path(tempfile.mkdtemp(prefix="gpu_check-dry-run-")) if args.dry_run else RESULTS_DIR)
     out.mkdir(parents=True, exist_ok=True)

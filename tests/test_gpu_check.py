@@ -158,3 +158,22 @@ def test_the_qwen_sizes_give_the_parameter_counts_the_model_cards_state():
             model = Qwen2ForCausalLM(Qwen2Config(**sizes))
         counts[name] = round(sum(p.numel() for p in model.parameters()) / 1e9, 2)
     assert counts == {"Qwen2.5-0.5B": 0.49, "Qwen2.5-1.5B": 1.54}  # "0.49B" and "1.54B" on the Qwen2.5 model cards
+
+
+def test_parts_not_asked_for_are_named_as_such_and_not_run(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(gpu_check, "check_risk_math", lambda device: ran.append("risk_math") or {"ok": True})
+    report = gpu_check.main(["--dry-run", "--out", str(tmp_path), "--parts", "loss"])
+    assert ran == [] and gpu_check.verdict(report["parts"]["loss"]) == "pass"
+    for name in ("risk_math", "training", "performance"):
+        assert report["parts"][name] == {"skipped": "not asked for (--parts)"}
+    assert "| risk math | skipped: not asked for (--parts) |" in (tmp_path / "gpu_check_dry_run.md").read_text()
+
+
+def test_the_performance_part_runs_only_the_checkpointing_settings_asked_for(tmp_path, monkeypatch):
+    settings = []
+    monkeypatch.setattr(
+        gpu_check, "run_performance", lambda *args: settings.append(args[-1]) or {"ok": True, "results": {}}
+    )
+    gpu_check.main(["--dry-run", "--out", str(tmp_path), "--parts", "performance", "--gradient-checkpointing", "on"])
+    assert settings == [(True,)]
