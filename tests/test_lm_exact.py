@@ -7,6 +7,7 @@ import json
 import math
 import shutil
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -144,17 +145,69 @@ def test_sft_start_is_bit_identical_when_rebuilt(tmp_path):
     assert weights_digest(AutoModelForCausalLM.from_pretrained(init)) != records[0]["weights_digest"]  # it trained
 
 
-@pytest.mark.parametrize("start", ["low", "moderate"])
-def test_committed_starts_match_their_hashes(start, tmp_path):
-    from benchmarks.lm_study.starts import RECORD, STARTS_DIR, WEIGHTS, checked_start
+def copy_record(start: str, into: Path) -> Path:
+    """A start's folder without its weights: what a fresh clone has before the weights are restored."""
+    from benchmarks.lm_study.starts import STARTS_DIR, WEIGHTS
 
-    assert checked_start(STARTS_DIR / start) == STARTS_DIR / start
-    record = json.loads((STARTS_DIR / start / RECORD).read_text())
+    shutil.copytree(STARTS_DIR / start, into, ignore=shutil.ignore_patterns(WEIGHTS, f"{WEIGHTS}.partial"))
+    return into
+
+
+def in_git_history() -> bool:
+    from benchmarks.lm_study.starts import REPOSITORY
+
+    return shutil.which("git") is not None and (REPOSITORY / ".git").exists()
+
+
+@pytest.mark.parametrize("start", ["low", "moderate"])
+def test_committed_starts_are_restored_from_git_history_and_match_their_hashes(start, tmp_path):
+    from benchmarks.lm_study.starts import RECORD, WEIGHTS, checked_start
+
+    if not in_git_history():
+        pytest.skip("not a git checkout: the starts' weights live in the repository's history")
+    restored = copy_record(start, tmp_path / start)
+    assert checked_start(restored) == restored and (restored / WEIGHTS).exists()  # restored, then checked
+    record = json.loads((restored / RECORD).read_text())
     assert record["reached_rule"] and record["built_with"]["torch_threads"] == 1
-    tampered = tmp_path / start
-    shutil.copytree(STARTS_DIR / start, tampered)
-    weights = bytearray((tampered / WEIGHTS).read_bytes())
+    weights = bytearray((restored / WEIGHTS).read_bytes())
     weights[-1] ^= 1
-    (tampered / WEIGHTS).write_bytes(bytes(weights))
+    (restored / WEIGHTS).write_bytes(bytes(weights))
     with pytest.raises(ValueError, match="not the committed start"):
-        checked_start(tampered)
+        checked_start(restored)
+
+
+def test_a_start_whose_blob_history_lacks_says_how_to_get_it(tmp_path):
+    from benchmarks.lm_study.starts import RECORD, checked_start, restore_weights
+
+    start = copy_record("low", tmp_path / "low")
+    record = json.loads((start / RECORD).read_text())
+    (start / RECORD).write_text(json.dumps({**record, "git_blob": "0" * 40}))
+    with pytest.raises(FileNotFoundError, match="git fetch --unshallow"):
+        checked_start(start)
+    # A copy without .git (a source archive): the same advice.
+    with pytest.raises(FileNotFoundError, match="clone the repository"):
+        restore_weights(copy_record("moderate", tmp_path / "moderate"), repository=tmp_path)
+
+
+def test_a_start_record_without_a_blob_asks_for_a_build(tmp_path):
+    from benchmarks.lm_study.starts import RECORD, checked_start
+
+    start = copy_record("low", tmp_path / "low")
+    record = json.loads((start / RECORD).read_text())
+    del record["git_blob"]
+    (start / RECORD).write_text(json.dumps(record))
+    with pytest.raises(FileNotFoundError, match="names no git blob"):
+        checked_start(start)
+
+
+def test_a_built_start_records_the_blob_git_will_give_its_weights(tmp_path):
+    import subprocess
+
+    from benchmarks.lm_study.starts import git_blob_id
+
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(bytes(range(256)) * 9)
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    printed = subprocess.run(["git", "hash-object", str(weights)], capture_output=True, text=True, check=True)
+    assert git_blob_id(weights) == printed.stdout.strip()

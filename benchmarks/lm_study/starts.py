@@ -9,14 +9,22 @@ old moderate start also checked its rule on a 16-sample *sampled* Pass@1 (800 sa
 stop), so two machines could stop 100 steps apart; the rules here use the exact success probabilities instead, which
 removes the sampling but not the rounding. Hence the files.
 
+Where the weights live: in the repository's history, not its tracked tree (which stays small for a clone or a device
+call). ``start.json`` records the weights' git blob id beside their SHA-256; :func:`checked_start` restores missing
+weights with ``git cat-file`` and checks them. A shallow clone lacks the blob: ``git fetch --unshallow`` brings it.
+To publish a new start, commit its ``model.safetensors`` once (``git add -f``), then untrack it in a later commit.
+
     python -m benchmarks.lm_study.starts            # build any start that is missing (minutes), print the hashes
+    python -m benchmarks.lm_study.starts --restore  # restore the committed starts' weights from git history
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,8 +44,47 @@ WEIGHTS = "model.safetensors"
 RECORD = "start.json"
 
 
+REPOSITORY = RESULTS_DIR.parents[1]
+
+
 def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def git_blob_id(path: Path) -> str:
+    """The id git gives ``path``'s bytes as a blob (what ``git hash-object`` prints), so a start's record can name
+    its weights in the repository's history before they are committed."""
+    data = path.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def restore_weights(start_dir: Path, repository: Path = REPOSITORY) -> Path:
+    """Write ``start_dir``'s weights from the git blob its ``start.json`` records; a clear error when the
+    repository's history does not hold it. The caller checks the SHA-256."""
+    record = json.loads((start_dir / RECORD).read_text())
+    blob = record.get("git_blob")
+    if not blob:
+        raise FileNotFoundError(
+            f"{start_dir / WEIGHTS} is missing and {start_dir / RECORD} names no git blob to restore it from: build "
+            "the starts with `python -m benchmarks.lm_study.starts` (a new build is a new start: record it)."
+        )
+    try:
+        found = subprocess.run(
+            ["git", "-C", str(repository), "cat-file", "blob", blob], capture_output=True, check=False
+        )
+    except FileNotFoundError:
+        found = None
+    if found is None or found.returncode != 0:
+        why = "git is not installed" if found is None else found.stderr.decode(errors="replace").strip()
+        raise FileNotFoundError(
+            f"{start_dir / WEIGHTS} is missing and git cannot restore it from blob {blob} ({why}). The starts' "
+            "weights live in the repository's history: in a shallow clone run `git fetch --unshallow`, in a copy "
+            "without .git clone the repository."
+        )
+    partial = start_dir / f"{WEIGHTS}.partial"
+    partial.write_bytes(found.stdout)
+    os.replace(partial, start_dir / WEIGHTS)
+    return start_dir / WEIGHTS
 
 
 def weights_digest(model) -> str:
@@ -53,17 +100,20 @@ def weights_digest(model) -> str:
 def checked_start(start_dir: Path) -> Path:
     """``start_dir`` after checking its weights against the SHA-256 recorded next to them; a clear error otherwise."""
     record_path = start_dir / RECORD
-    if not record_path.exists() or not (start_dir / WEIGHTS).exists():
+    if not record_path.exists():
         raise FileNotFoundError(
-            f"No committed start in {start_dir}: expected {WEIGHTS} and {RECORD}. Restore them from git, or build "
-            "the starts with `python -m benchmarks.lm_study.starts` (a new build is a new start: record it)."
+            f"No committed start in {start_dir}: expected {RECORD}. Build the starts with "
+            "`python -m benchmarks.lm_study.starts` (a new build is a new start: record it)."
         )
+    if not (start_dir / WEIGHTS).exists():
+        restore_weights(start_dir)
     recorded = json.loads(record_path.read_text())["sha256"]
     actual = sha256_of(start_dir / WEIGHTS)
     if actual != recorded:
         raise ValueError(
             f"{start_dir / WEIGHTS} has SHA-256 {actual}, but {RECORD} records {recorded}: the weights are not the "
-            "committed start. Restore the file from git (`git checkout -- <path>`); never run the study from them."
+            "committed start. Delete the file and run `python -m benchmarks.lm_study.starts --restore`; never run "
+            "the study from them."
         )
     return start_dir
 
@@ -141,6 +191,7 @@ def train_start(
         "seconds": time.perf_counter() - started,
         "history": history,
         "sha256": sha256_of(out_dir / WEIGHTS),
+        "git_blob": git_blob_id(out_dir / WEIGHTS),
         "weights_digest": weights_digest(trainer.model),
         "built_with": {
             "torch": torch.__version__,
@@ -219,7 +270,13 @@ if __name__ == "__main__":
 
     from .config import ExactProtocol
 
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--restore", action="store_true", help="restore the committed starts' weights, build none")
+    args = parser.parse_args()
+    if args.restore:
+        for name in ExactProtocol().starts:
+            print(f"{name}: {checked_start(STARTS_DIR / name) / WEIGHTS}, SHA-256 checked")
+        raise SystemExit(0)
     datasets.disable_progress_bars()
     for name, record in build_starts(ExactProtocol()).items():
         print(f"{name}: {record['steps']} steps, sha256 {record['sha256']}")
