@@ -61,6 +61,8 @@ STUDIES = {
     ),
     "tabular_baseline": ("benchmarks.tabular_baseline", ["--reference", RESULTS / "tabular"], ["tabular_baseline"]),
 }
+# Reports another command writes from a study's cache (it has no --report-only): name -> (folder, module, files).
+CACHE_COMMANDS = {"lm_long_bootstrap": ("lm_long", "benchmarks.lm_study.long_record_stats", ["lm_long_bootstrap"])}
 SLOW = {"lm_exact", "lm_baseline"}
 # Recomputed by the tabular report rather than read from runs: the last digits depend on the CPU's vector kernels.
 RECOMPUTED = {"tabular": ("proposition1", "gradient_diagnostics")}
@@ -71,14 +73,17 @@ def report_files(names: list[str]) -> list[str]:
     return [f for n in names for f in ((n,) if "." in n else (f"{n}.md", f"{n}.json"))]
 
 
-def regenerate(folder: str, tmp_path: Path) -> Path:
-    module, options, names = STUDIES[folder]
+def regenerate(folder: str, tmp_path: Path, command: tuple[str, list, list[str], bool] | None = None) -> Path:
+    """Run the study's ``--report-only`` (or ``command``: module, options, files, whether it takes --report-only)
+    on a copy of its folder whose report files were deleted."""
+    module, options, names, report_only = command or (*STUDIES[folder], True)
     out = tmp_path / folder
     shutil.copytree(RESULTS / folder, out, ignore=shutil.ignore_patterns("models"))
     for name in report_files(names):
         (out / name).unlink()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    argv = [sys.executable, "-m", module, "--report-only", "--out", str(out), *map(str, options)]
+    argv = [sys.executable, "-m", module, *(["--report-only"] if report_only else []), "--out", str(out)]
+    argv += map(str, options)
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
@@ -122,6 +127,14 @@ def test_committed_report_regenerates(folder, tmp_path):
 @pytest.mark.parametrize("folder", sorted(SLOW))
 def test_committed_slow_report_regenerates(folder, tmp_path):
     check_regenerated(folder, tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(CACHE_COMMANDS))
+def test_a_report_written_by_another_command_regenerates(name, tmp_path):
+    folder, module, names = CACHE_COMMANDS[name]
+    out = regenerate(folder, tmp_path, (module, [], names, False))
+    for file in report_files(names):
+        assert (out / file).read_bytes() == (RESULTS / folder / file).read_bytes(), f"{folder}/{file} differs"
 
 
 def test_report_only_names_methods_never_run(tmp_path):
