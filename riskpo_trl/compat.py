@@ -95,6 +95,9 @@ PINS = {
 # before 5.2.0 (within the pins: 5.5.4).
 TOOLS_NEED_TRANSFORMERS = "5.0.0"
 ENVIRONMENTS_NEED_TRANSFORMERS = "5.2.0"
+# GRPOTrainer's loss_type values, the same from TRL 1.13 to 1.16. TRL reads the field only in the loss, so an unknown
+# one would fail at the first step; tests/test_compat.py reads them off the installed TRL's source.
+TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 # Set to 1 to import the trainer with releases outside the range anyway (a warning instead of the error); CI's check
 # of TRL's newest release uses it.
 ALLOW_UNTESTED_ENV = "RISKPO_ALLOW_UNTESTED_VERSIONS"

@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import inspect
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -260,3 +261,13 @@ def test_liger_with_loss_token_mean_sequences_is_refused_where_the_factors_would
             RiskPOConfig(**fields)
     else:
         assert RiskPOConfig(**fields).loss_token_mean_sequences == 16
+
+
+def test_the_loss_types_checked_at_config_time_are_the_installed_trls():
+    from trl import GRPOTrainer
+
+    source = inspect.getsource(GRPOTrainer)
+    named = set(re.findall(r'loss_type == "(\w+)"', source))
+    for listed in re.findall(r"loss_type in \[([^\]]*)\]", source):
+        named |= set(re.findall(r'"(\w+)"', listed))
+    assert named == set(compat.TRL_LOSS_TYPES)

@@ -197,3 +197,30 @@ def test_trls_reward_names_get_ours(tmp_path, capsys):
     # each TRL name offered is the very function registered under our name
     for trl_name, ours in TRL_REWARD_NAMES.items():
         assert getattr(trl.rewards, trl_name) is REWARD_FUNCS[ours]
+
+
+def test_an_unknown_loss_type_fails_when_the_config_is_built_not_at_the_first_step(tmp_path, capsys):
+    with pytest.raises(ValueError, match=r"loss_type='grop' is unknown \(did you mean grpo\?\); choose one of"):
+        RiskPOConfig(output_dir=str(tmp_path), loss_type="grop")
+    recipe = write_recipe(tmp_path, "loss_type: foo\n")
+    line = run_cli(train.cli, ["--config", str(recipe), "--bf16", "false"], capsys)
+    assert line.startswith(f"riskpo-train: error: {recipe}: loss_type: loss_type='foo' is unknown; choose one of")
+    assert not (tmp_path / "tiny").exists()  # nothing was built or loaded
+
+
+def test_a_baseline_trainer_refuses_an_unknown_loss_type_before_it_loads_the_model(tmp_path):
+    from trl import GRPOConfig
+
+    from riskpo_trl.trainer.registry import TRAINERS
+
+    _, trainer_class = TRAINERS.get("grpo")()
+    args = GRPOConfig(
+        output_dir=str(tmp_path), loss_type="dr-grpo", per_device_train_batch_size=4, num_generations=2, use_cpu=True
+    )
+    with pytest.raises(ValueError, match=r"loss_type='dr-grpo' is unknown \(did you mean dr_grpo\?\)"):
+        trainer_class(
+            str(tmp_path / "no-model"),
+            reward_funcs=contains_digit_reward,
+            args=args,
+            train_dataset=make_prompt_dataset(),
+        )

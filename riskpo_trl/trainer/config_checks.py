@@ -12,6 +12,7 @@ from typing import Any
 from .. import compat
 from ..risk.choices import RiskChoices
 from .caller_warnings import caller_stacklevel
+from .checks import check_loss_type
 
 
 def check_config(config: Any, grpo_checks: Callable[[], None]) -> None:
@@ -19,6 +20,7 @@ def check_config(config: Any, grpo_checks: Callable[[], None]) -> None:
     run ``grpo_checks`` (GRPOConfig's ``__post_init__``, which derives the generation batch), then the batch layout."""
     _check_risk_fields(config)
     _refuse_unsourced_combinations(config)
+    check_loss_type(config)
     grpo_checks()
     _check_batch_layout(config)
     _check_token_mean_groups(config)
