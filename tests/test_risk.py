@@ -231,10 +231,9 @@ def test_riskpo_advantages_spread_bundle_values_and_are_never_nan():
     assert torch.allclose(batch.advantages[scorable], expected[scorable])
 
 
-def test_metrics_of_a_known_batch():
-    scores = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0])
-    assert mvar_objective(scores, 1.0, 3.0, 0.5).item() == pytest.approx((1.5 * (0 + 1) + 2 + 3) / 5)
-    batch = paper_advantages(
+def known_batch():
+    """Bundle scores 0-4, two completions each, quantiles 1 and 3: the upper two scores get advantage 0."""
+    return paper_advantages(
         torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0]).repeat_interleave(2),
         num_generations=2,
         bundle_size=1,
@@ -242,6 +241,12 @@ def test_metrics_of_a_known_batch():
         q_beta=3.0,
         omega=0.5,
     )
+
+
+def test_metrics_of_a_known_batch():
+    scores = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0])
+    assert mvar_objective(scores, 1.0, 3.0, 0.5).item() == pytest.approx((1.5 * (0 + 1) + 2 + 3) / 5)
+    batch = known_batch()
     metrics = batch.metrics(omega=0.5)
     assert metrics["risk/lower_rvar"] == pytest.approx(0.5)  # mean of the scores <= q_alpha: 0 and 1
     assert metrics["risk/bundle_score_mean"] == pytest.approx(2.0)
@@ -251,14 +256,7 @@ def test_metrics_of_a_known_batch():
 def test_an_advantage_within_rounding_of_zero_counts_as_zero_and_the_three_shares_add_up():
     # A baseline subtracted in float64 leaves residues like -8.9e-16 where the advantage is 0, with a sign that
     # differs between CPU and CUDA (the GPU check found it): the zero share must not depend on that sign.
-    batch = paper_advantages(
-        torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0]).repeat_interleave(2),
-        num_generations=2,
-        bundle_size=1,
-        q_alpha=1.0,
-        q_beta=3.0,
-        omega=0.5,
-    )
+    batch = known_batch()
     residue = torch.tensor([0.0] * 6 + [-8.9e-16, 8.9e-16, 0.0, -1e-12], dtype=batch.advantages.dtype)
     metrics = dataclasses.replace(batch, advantages=batch.advantages + residue).metrics(omega=0.5)
     assert metrics["risk/frac_zero_advantage"] == pytest.approx(0.4)
