@@ -233,3 +233,18 @@ def test_the_tracked_tree_stays_under_10_mb():
     total = sum(sizes.values())
     largest = sorted(sizes, key=sizes.get, reverse=True)[:5]
     assert total < 10 * 10**6, f"the tracked tree holds {total / 1e6:.2f} MB; the largest files: {largest}"
+
+
+def test_a_long_start_counts_as_ready_with_its_evaluation_gzipped(tmp_path):
+    import gzip
+
+    from benchmarks.lm_study.config import LongProtocol
+    from benchmarks.lm_study.long_protocol import start_ready
+
+    start = tmp_path / "low"
+    (start / "models" / "sft").mkdir(parents=True)
+    (start / "sft_summary.json").write_text("{}")
+    (start / "start_eval.json.gz").write_bytes(gzip.compress(b"{}"))  # how the committed evaluations are stored
+    assert not start_ready(LongProtocol(), tmp_path, "low")  # no model yet
+    (start / "models" / "sft" / "config.json").write_text("{}")
+    assert start_ready(LongProtocol(), tmp_path, "low")

@@ -28,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import json_exists
 from benchmarks.pipeline import Job, parse_study_args, run_jobs, study_parser
 
 from .config import LongProtocol
@@ -44,11 +45,12 @@ def sft_stage_config(protocol: LongProtocol):
 
 
 def start_ready(protocol: LongProtocol, out: Path, start: str) -> bool:
+    """The start's model is on disk and its summary and evaluation are cached (loose or packed)."""
     d = out / start
     return (
-        (d / "sft_summary.json").exists()
+        json_exists(d / "sft_summary.json")
         and (d / "models" / "sft" / "config.json").exists()
-        and (d / "start_eval.json").exists()
+        and json_exists(d / "start_eval.json")
     )
 
 
