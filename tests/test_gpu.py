@@ -10,6 +10,7 @@ from helpers import contains_digit_reward, make_prompt_dataset
 from benchmarks import gpu_check
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.risk import QUANTILE_SOURCES, RiskEstimator
+from riskpo_trl.weight_sync.checksums import checksum, same_checksum
 
 pytestmark = pytest.mark.gpu
 
@@ -60,3 +61,8 @@ def test_a_training_step_on_cuda_gives_finite_advantages(tmp_path, tiny_model_di
     [scored] = [batch for batch in seen if batch.mode == "train"]
     advantages = scored.outputs["advantages"]
     assert advantages.device.type == "cuda" and torch.isfinite(advantages).all()
+
+
+def test_a_weight_checksum_on_cuda_matches_the_one_on_cpu():
+    tensor = torch.randn(257, 33, generator=torch.Generator().manual_seed(0))
+    assert same_checksum(checksum(tensor.cuda()), checksum(tensor))

@@ -16,7 +16,7 @@ def checksum(tensor: torch.Tensor) -> list[float]:
     """``[sum, position-weighted sum, sum of absolute values]`` in float64: a stale, zeroed or garbage tensor changes
     the first two, a permuted one the second."""
     values = tensor.detach().reshape(-1).to(torch.float64)
-    ramp = torch.linspace(1.0, 2.0, values.numel(), dtype=torch.float64)
+    ramp = torch.linspace(1.0, 2.0, values.numel(), dtype=torch.float64, device=values.device)
     return [float(values.sum()), float((values * ramp).sum()), float(values.abs().sum())]
 
 
