@@ -16,9 +16,7 @@ with seed 1, ...; then the same from the low start.
 
 from __future__ import annotations
 
-import math
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,7 @@ from .evaluation import evaluate_tracked
 from .exact import pass_at_k, problem_probabilities
 from .exact_report import report
 from .plans import Run, exact_runs, run_path
-from .run import build_trainer, training_curves
+from .run import BestWeights, build_trainer, load_summary, train_timed, training_curves
 from .starts import STARTS_DIR, WEIGHTS, build_starts, checked_start, sha256_of
 from .task import StrictExactMatch, make_splits
 
@@ -114,7 +112,7 @@ def run_exact(protocol: ExactProtocol, job: Run, start_dir: Path, out: Path) -> 
     tokenizer = trainer.processing_class
     splits = make_splits(cfg)
     tracked: list[dict[str, Any]] = []
-    best: dict[str, Any] = {"score": -math.inf, "generation_batch": None, "state": None}
+    best = BestWeights()
     steps_between = protocol.eval_every * cfg.updates_per_generation
     loads = [os.getloadavg()[0]]  # the cores are shared: each run records its load
 
@@ -129,21 +127,14 @@ def run_exact(protocol: ExactProtocol, job: Run, start_dir: Path, out: Path) -> 
             score = selection_score(probs)
             tracked.append({"generation_batch": batch, "score": score, "val_p": probs, "entropy": entropy})
             loads.append(os.getloadavg()[0])
-            if score > best["score"]:
-                best.update(
-                    score=score,
-                    generation_batch=batch,
-                    state={k: v.detach().clone() for k, v in model.state_dict().items()},
-                )
+            best.offer(score, batch, model)
             print(
                 f"[exact] {job.key} batch {batch}: val criterion {score:.4f}, entropy {entropy['all']:.3f}",
                 flush=True,
             )
 
     trainer.add_callback(TrackValidation())
-    started = time.perf_counter()
-    trainer.train()
-    seconds = time.perf_counter() - started
+    seconds = train_timed(trainer)
     model = trainer.model
     model.eval()
     final_batch = trainer.state.global_step // cfg.updates_per_generation
@@ -156,7 +147,7 @@ def run_exact(protocol: ExactProtocol, job: Run, start_dir: Path, out: Path) -> 
         "eval_seed": eval_seed,
         "train_buckets": list(protocol.train_buckets(job.start) or []) or None,
         "train_seconds": seconds,
-        "load_average": {"mean": sum(loads) / len(loads), "max": max(loads), "samples": len(loads)},
+        "load_average": load_summary(loads),
         "curves": training_curves(trainer, cfg, job.seed),
         "batch_signals": getattr(trainer, "batch_signal_history", []),
         "tracked": tracked,
@@ -164,10 +155,10 @@ def run_exact(protocol: ExactProtocol, job: Run, start_dir: Path, out: Path) -> 
         "test_entropy": sampled_entropy(
             model, tokenizer, splits.test, cfg, protocol.entropy_samples, eval_seed + final_batch + 1
         ),
-        "best_val_generation_batch": best["generation_batch"],
+        "best_val_generation_batch": best.generation_batch,
     }
-    if best["state"] is not None and best["generation_batch"] != final_batch:
-        model.load_state_dict(best["state"])
+    if best.earlier_than(final_batch):
+        model.load_state_dict(best.state)
         result["best_val_test_p"] = exact_probs(model, tokenizer, splits.test, cfg)
     write_json(run_path(out, job), result)
     print(f"[exact] {job.key}: {seconds / 60:.1f} min", flush=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import platform
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from .frontier_config import FrontierProtocol
 from .frontier_report import report
 from .frontier_store import rounded, write_run
 from .plans import Run, frontier_path, frontier_runs
-from .run import build_trainer
+from .run import build_trainer, load_summary, train_timed
 from .starts import WEIGHTS, sha256_of
 from .task import StrictExactMatch, make_splits
 
@@ -89,9 +88,7 @@ def run_frontier(protocol: FrontierProtocol, job: Run, start_dir: Path, out: Pat
             print(f"[frontier] {job.key} batch {batch}: val criterion {entries[-1]['val_criterion']:.4f}", flush=True)
 
     trainer.add_callback(TrackCheckpoints())
-    started = time.perf_counter()
-    trainer.train()
-    seconds = time.perf_counter() - started
+    seconds = train_timed(trainer)
     model = trainer.model
     model.eval()
     final_batch = trainer.state.global_step // cfg.updates_per_generation
@@ -123,7 +120,7 @@ def run_frontier(protocol: FrontierProtocol, job: Run, start_dir: Path, out: Pat
             "machine": platform.machine(),
         },
         "train_seconds": seconds,
-        "load_average": {"mean": sum(loads) / len(loads), "max": max(loads), "samples": len(loads)},
+        "load_average": load_summary(loads),
         "checkpoints": entries,
         "test_entropy": sampled_entropy(
             model, tokenizer, splits.test, cfg, exact.entropy_samples, eval_seed + final_batch + 1
