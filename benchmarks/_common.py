@@ -175,6 +175,18 @@ def save_figure(fig, path: Path, dpi: int = 80) -> Path:
     return path
 
 
+def sandbox_conditions(load_before: list[float], load_after: list[float], isolation: str) -> dict[str, Any]:
+    """The payload entries a sandbox benchmark opens with, the ones :func:`sandbox_run_conditions` reads: the machine,
+    the load before and after, whether it ran as root, and bubblewrap's isolation."""
+    return {
+        "machine": machine_info(),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "as_root": os.geteuid() == 0,
+        "bwrap_isolation": isolation,
+    }
+
+
 def sandbox_run_conditions(payload: dict[str, Any], workers: int | None = None) -> list[str]:
     """The markdown lines the sandbox benchmarks open with: load before and after, cores, user, isolation."""
     worker_text = f"; {workers} workers" if workers is not None else ""
