@@ -86,6 +86,35 @@ def evaluate_start(protocol: ExactProtocol, start: str, start_dir: Path, out: Pa
     return result
 
 
+def trainer_from_start(cfg: LMConfig, job: Run, start_dir: Path, out: Path, train_buckets: tuple[int, ...] | None):
+    """The trainer of one run from a committed start: the strict exact-match grader, no activation checkpointing
+    (the tiny model needs no memory saving), its checkpoints under ``out/<start>/models/<name>``."""
+    return build_trainer(
+        job.method,
+        job.lr,
+        job.seed,
+        cfg,
+        start_dir,
+        out / job.start / "models" / job.name,
+        train_buckets=train_buckets,
+        grader_for=StrictExactMatch,
+        gradient_checkpointing=False,
+    )
+
+
+def run_identity(job: Run, start_dir: Path, eval_seed: int) -> dict[str, Any]:
+    """The head of a run's result: its start (and the SHA-256 of its weights), method, rate, seed and evaluation
+    seed."""
+    return {
+        "start": job.start,
+        "start_sha256": sha256_of(start_dir / WEIGHTS),
+        "method": job.method,
+        "lr": job.lr,
+        "seed": job.seed,
+        "eval_seed": eval_seed,
+    }
+
+
 def run_exact(protocol: ExactProtocol, job: Run, start_dir: Path, out: Path) -> dict[str, Any]:
     """One run from ``start_dir`` (the baseline study's at its own rates, too); writes ``out/<start>/runs/<name>.json``.
 
@@ -96,19 +125,8 @@ def run_exact(protocol: ExactProtocol, job: Run, start_dir: Path, out: Path) -> 
     from transformers import TrainerCallback
 
     cfg = protocol.lm
-    lr = job.lr
     eval_seed = run_eval_seed(job.start, job.method, job.seed)
-    trainer = build_trainer(
-        job.method,
-        lr,
-        job.seed,
-        cfg,
-        start_dir,
-        out / job.start / "models" / job.name,
-        train_buckets=protocol.train_buckets(job.start),
-        grader_for=StrictExactMatch,
-        gradient_checkpointing=False,
-    )
+    trainer = trainer_from_start(cfg, job, start_dir, out, protocol.train_buckets(job.start))
     tokenizer = trainer.processing_class
     splits = make_splits(cfg)
     tracked: list[dict[str, Any]] = []
@@ -139,12 +157,7 @@ def run_exact(protocol: ExactProtocol, job: Run, start_dir: Path, out: Path) -> 
     model.eval()
     final_batch = trainer.state.global_step // cfg.updates_per_generation
     result = {
-        "start": job.start,
-        "start_sha256": sha256_of(start_dir / WEIGHTS),
-        "method": job.method,
-        "lr": lr,
-        "seed": job.seed,
-        "eval_seed": eval_seed,
+        **run_identity(job, start_dir, eval_seed),
         "train_buckets": list(protocol.train_buckets(job.start) or []) or None,
         "train_seconds": seconds,
         "load_average": load_summary(loads),
