@@ -127,11 +127,6 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
-def fmt_mean_std(values: Sequence[float], digits: int = 3) -> str:
-    mean, std = mean_std(values)
-    return f"{mean:.{digits}f} ± {std:.{digits}f}"
-
-
 def headless_pyplot():
     """matplotlib's pyplot on the Agg backend: the benchmarks draw files, never windows."""
     import matplotlib
