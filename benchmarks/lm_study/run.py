@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -236,13 +237,13 @@ def load_summary(loads: list[float]) -> dict[str, float]:
     return {"mean": sum(loads) / len(loads), "max": max(loads), "samples": len(loads)}
 
 
+@dataclass
 class BestWeights:
     """The weights with the best validation score so far, copied in memory, and the generation batch they are from."""
 
-    def __init__(self) -> None:
-        self.score = -math.inf
-        self.generation_batch: int | None = None
-        self.state: dict[str, torch.Tensor] | None = None
+    score: float = -math.inf
+    generation_batch: int | None = None
+    state: dict[str, torch.Tensor] | None = None
 
     def offer(self, score: float, generation_batch: int, model) -> None:
         if score > self.score:
