@@ -127,11 +127,6 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
-def fmt_mean_std(values: Sequence[float], digits: int = 3) -> str:
-    mean, std = mean_std(values)
-    return f"{mean:.{digits}f} ± {std:.{digits}f}"
-
-
 def headless_pyplot():
     """matplotlib's pyplot on the Agg backend: the benchmarks draw files, never windows."""
     import matplotlib
@@ -173,6 +168,18 @@ def save_figure(fig, path: Path, dpi: int = 80) -> Path:
 
     plt.close(fig)
     return path
+
+
+def sandbox_conditions(load_before: list[float], load_after: list[float], isolation: str) -> dict[str, Any]:
+    """The payload entries a sandbox benchmark opens with, the ones :func:`sandbox_run_conditions` reads: the machine,
+    the load before and after, whether it ran as root, and bubblewrap's isolation."""
+    return {
+        "machine": machine_info(),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "as_root": os.geteuid() == 0,
+        "bwrap_isolation": isolation,
+    }
 
 
 def sandbox_run_conditions(payload: dict[str, Any], workers: int | None = None) -> list[str]:

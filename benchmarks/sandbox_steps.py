@@ -31,7 +31,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from benchmarks._common import machine_info, sandbox_run_conditions, write_results
+from benchmarks._common import sandbox_conditions, sandbox_run_conditions, write_results
 from benchmarks.sandbox_throughput import CORRECT
 from riskpo_trl.code import ahead, bwrap, cgroups, sandbox
 from riskpo_trl.code.sandbox import Sandbox, SandboxLimits
@@ -109,11 +109,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return round(1000 * statistics.median(values), 2)
 
     payload = {
-        "machine": machine_info(),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "as_root": os.geteuid() == 0,
-        "bwrap_isolation": isolation,
+        **sandbox_conditions(load_before, load_after, isolation),
         "runs": args.runs,
         "tests_per_run": args.tests,
         "median_wall_ms": {name: ms(values) for name, values in wall.items()},

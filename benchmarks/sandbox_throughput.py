@@ -27,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from benchmarks._common import machine_info, sandbox_run_conditions, write_results
+from benchmarks._common import sandbox_conditions, sandbox_run_conditions, write_results
 from riskpo_trl.code.reward import CodeReward
 from riskpo_trl.code.sandbox import Sandbox, SandboxLimits, default_max_workers
 from riskpo_trl.code.testspec import TestSpec
@@ -100,11 +100,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     paired = [b / n for b, n in zip(rate["bwrap"], rate["none"])]
     paired_in_process = [b / n for b, n in zip(rate["bwrap_in_process"], rate["none_in_process"])]
     payload = {
-        "machine": machine_info(),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "as_root": os.geteuid() == 0,
-        "bwrap_isolation": isolation,
+        **sandbox_conditions(load_before, load_after, isolation),
         "rounds": args.rounds,
         "completions": args.completions,
         "tests_per_completion": args.tests,

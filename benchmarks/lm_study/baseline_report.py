@@ -6,8 +6,6 @@ they need have finished. Run it with ``python -m benchmarks.lm_study.baseline_pr
 
 from __future__ import annotations
 
-import os
-import platform
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from benchmarks._common import json_exists, read_json
 from .config import BASELINE_CLAIMS, BASELINE_DEFAULT_RULE, EXACT_VERDICT_RULE, METHOD_LABELS, BaselineProtocol
 from .exact import pass_at_k, probs_matrix
 from .exact_figures import figure
-from .exact_report import buckets_of, claim_row, fmt_level, verdict_table, write_report
+from .exact_report import buckets_of, claim_row, fmt_level, machine_note, start_sections, verdict_table, write_report
 from .plans import Run, baseline_chosen_lr, baseline_grid_scores, baseline_path, baseline_runs
 from .stats import two_level_bootstrap
 
@@ -243,11 +241,7 @@ def baseline_figure(protocol: BaselineProtocol, out: Path, reference: Path) -> s
 
 def report(protocol: BaselineProtocol, out: Path, reference: Path) -> dict[str, Any]:
     """Write ``out/lm_baseline.md`` and ``out/lm_baseline.json`` from the cached runs; return the payload."""
-    starts: dict[str, dict] = {}
-    body: list[str] = []
-    for start in protocol.exact.starts:
-        starts[start], lines = start_section(protocol, out, reference, start)
-        body += lines
+    starts, body = start_sections(protocol.exact.starts, lambda start: start_section(protocol, out, reference, start))
     figure_name = baseline_figure(protocol, out, reference)
     if figure_name:
         body = [
@@ -278,8 +272,8 @@ def report(protocol: BaselineProtocol, out: Path, reference: Path) -> dict[str, 
         "",
         verdict_line,
         "",
-        f"Bootstrap: {protocol.exact.bootstrap_resamples} resamples, seed {protocol.exact.bootstrap_seed}. Machine: "
-        f"{platform.machine()}, {os.cpu_count()} logical cores (shared).",
+        f"Bootstrap: {protocol.exact.bootstrap_resamples} resamples, seed {protocol.exact.bootstrap_seed}. "
+        + machine_note(),
         "",
     ]
     payload = {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -43,6 +45,23 @@ def selection_score(val: dict[str, Any], cfg: LMConfig) -> float:
     return (val["all"]["pass@1"] + val["all"][f"pass@{cfg.ks[-1]}"]) / 2
 
 
+@contextmanager
+def sampling_aside(model, tokenizer, seed: int) -> Iterator[None]:
+    """Sample in eval mode with left padding, from the torch random state seeded with ``seed``; the model's mode, the
+    tokenizer's padding side and the global random state are restored afterwards, so that an evaluation in the middle
+    of a run does not change what the run samples next."""
+    was_training = model.training
+    model.eval()
+    padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            yield
+    finally:
+        tokenizer.padding_side = padding_side
+        model.train(was_training)
+
+
 @torch.no_grad()
 def evaluate_tracked(
     model,
@@ -64,63 +83,55 @@ def evaluate_tracked(
     EOS, averaged over those tokens (the quantity TRL logs as ``entropy`` on training batches). The global random state
     is restored afterwards, so an evaluation in the middle of a run does not change what the run samples next."""
     model.generation_config.top_k = None  # plain temperature sampling over the whole vocabulary, as in training
-    was_training = model.training
-    model.eval()
-    padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     out: dict[str, Any] = {}
     all_counts: list[int] = []
     total_entropy = total_tokens = 0.0
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            for d, pairs in problems.items():
-                counts: list[int] = []
-                bucket_entropy = bucket_tokens = 0.0
-                for start in range(0, len(pairs), batch_prompts):
-                    chunk = pairs[start : start + batch_prompts]
-                    enc = tokenizer(
-                        [prompt_of(a, b) for a, b in chunk],
-                        return_tensors="pt",
-                        padding=True,
-                        add_special_tokens=False,
-                    )
-                    gen = model.generate(
-                        **enc,
-                        do_sample=True,
-                        temperature=temperature,
-                        top_k=None,
-                        top_p=1.0,
-                        max_new_tokens=max_new_tokens,
-                        num_return_sequences=num_samples,
-                        output_scores=True,
-                        return_dict_in_generate=True,
-                        pad_token_id=pad,
-                        eos_token_id=eos,
-                    )
-                    new = gen.sequences[:, enc["input_ids"].shape[1] :]
-                    # A position counts until (and including) the first EOS.
-                    ended_before = torch.cumsum((new == eos).long(), dim=1) - (new == eos).long() > 0
-                    live = ~ended_before
-                    logp = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in gen.scores], dim=1)
-                    entropy = -(logp.exp() * logp.nan_to_num(0.0, neginf=0.0)).sum(-1)
-                    bucket_entropy += float((entropy * live).sum())
-                    bucket_tokens += float(live.sum())
-                    texts = tokenizer.batch_decode(new, skip_special_tokens=True)
-                    for i, (a, b) in enumerate(chunk):
-                        group = texts[i * num_samples : (i + 1) * num_samples]
-                        counts.append(sum(t.strip() == str(a + b) for t in group))
-                out[f"{d}digit"] = {
-                    **counts_to_pass_at_ks(counts, num_samples, ks),
-                    "entropy": bucket_entropy / max(bucket_tokens, 1.0),
-                    "counts": counts,
-                }
-                all_counts += counts
-                total_entropy += bucket_entropy
-                total_tokens += bucket_tokens
-    finally:
-        tokenizer.padding_side = padding_side
-        model.train(was_training)
+    with sampling_aside(model, tokenizer, seed):
+        for d, pairs in problems.items():
+            counts: list[int] = []
+            bucket_entropy = bucket_tokens = 0.0
+            for start in range(0, len(pairs), batch_prompts):
+                chunk = pairs[start : start + batch_prompts]
+                enc = tokenizer(
+                    [prompt_of(a, b) for a, b in chunk],
+                    return_tensors="pt",
+                    padding=True,
+                    add_special_tokens=False,
+                )
+                gen = model.generate(
+                    **enc,
+                    do_sample=True,
+                    temperature=temperature,
+                    top_k=None,
+                    top_p=1.0,
+                    max_new_tokens=max_new_tokens,
+                    num_return_sequences=num_samples,
+                    output_scores=True,
+                    return_dict_in_generate=True,
+                    pad_token_id=pad,
+                    eos_token_id=eos,
+                )
+                new = gen.sequences[:, enc["input_ids"].shape[1] :]
+                # A position counts until (and including) the first EOS.
+                ended_before = torch.cumsum((new == eos).long(), dim=1) - (new == eos).long() > 0
+                live = ~ended_before
+                logp = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in gen.scores], dim=1)
+                entropy = -(logp.exp() * logp.nan_to_num(0.0, neginf=0.0)).sum(-1)
+                bucket_entropy += float((entropy * live).sum())
+                bucket_tokens += float(live.sum())
+                texts = tokenizer.batch_decode(new, skip_special_tokens=True)
+                for i, (a, b) in enumerate(chunk):
+                    group = texts[i * num_samples : (i + 1) * num_samples]
+                    counts.append(sum(t.strip() == str(a + b) for t in group))
+            out[f"{d}digit"] = {
+                **counts_to_pass_at_ks(counts, num_samples, ks),
+                "entropy": bucket_entropy / max(bucket_tokens, 1.0),
+                "counts": counts,
+            }
+            all_counts += counts
+            total_entropy += bucket_entropy
+            total_tokens += bucket_tokens
     out["all"] = {
         **counts_to_pass_at_ks(all_counts, num_samples, ks),
         "entropy": total_entropy / max(total_tokens, 1.0),

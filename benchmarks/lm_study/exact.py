@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from .evaluation import sampling_aside
 from .task import Problem, prompt_of
 
 
@@ -122,37 +123,26 @@ def sampled_acceptances(
     from .task import StrictExactMatch, exact_match_reward
 
     strict = StrictExactMatch(tokenizer)
-    was_training = model.training
-    model.eval()
-    padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"
     counts: dict[str, list[int]] = {"strict": [], "text": []}
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            for prompt, target in zip(prompts, targets):
-                enc = tokenizer([prompt], return_tensors="pt", add_special_tokens=False)
-                gen = model.generate(
-                    **enc,
-                    do_sample=True,
-                    temperature=temperature,
-                    top_k=None,
-                    top_p=1.0,
-                    max_new_tokens=max_completion_length,
-                    num_return_sequences=num_samples,
-                    pad_token_id=tokenizer.pad_token_id,
-                    eos_token_id=tokenizer.eos_token_id,
-                )
-                new = gen[:, enc["input_ids"].shape[1] :].tolist()
-                ids = [
-                    row[: row.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in row else row
-                    for row in new
-                ]
-                texts = tokenizer.batch_decode(new, skip_special_tokens=True)
-                counts["strict"].append(
-                    int(sum(strict([""] * num_samples, [target] * num_samples, completion_ids=ids)))
-                )
-                counts["text"].append(int(sum(exact_match_reward(texts, [target] * num_samples))))
-    finally:
-        tokenizer.padding_side = padding_side
-        model.train(was_training)
+    with sampling_aside(model, tokenizer, seed):
+        for prompt, target in zip(prompts, targets):
+            enc = tokenizer([prompt], return_tensors="pt", add_special_tokens=False)
+            gen = model.generate(
+                **enc,
+                do_sample=True,
+                temperature=temperature,
+                top_k=None,
+                top_p=1.0,
+                max_new_tokens=max_completion_length,
+                num_return_sequences=num_samples,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+            new = gen[:, enc["input_ids"].shape[1] :].tolist()
+            ids = [
+                row[: row.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in row else row for row in new
+            ]
+            texts = tokenizer.batch_decode(new, skip_special_tokens=True)
+            counts["strict"].append(int(sum(strict([""] * num_samples, [target] * num_samples, completion_ids=ids))))
+            counts["text"].append(int(sum(exact_match_reward(texts, [target] * num_samples))))
     return counts

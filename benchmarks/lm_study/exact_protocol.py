@@ -16,9 +16,7 @@ with seed 1, ...; then the same from the low start.
 
 from __future__ import annotations
 
-import math
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,7 @@ from .evaluation import evaluate_tracked
 from .exact import pass_at_k, problem_probabilities
 from .exact_report import report
 from .plans import Run, exact_runs, run_path
-from .run import build_trainer, training_curves
+from .run import BestWeights, build_trainer, load_summary, train_timed, training_curves
 from .starts import STARTS_DIR, WEIGHTS, build_starts, checked_start, sha256_of
 from .task import StrictExactMatch, make_splits
 
@@ -88,6 +86,35 @@ def evaluate_start(protocol: ExactProtocol, start: str, start_dir: Path, out: Pa
     return result
 
 
+def trainer_from_start(cfg: LMConfig, job: Run, start_dir: Path, out: Path, train_buckets: tuple[int, ...] | None):
+    """The trainer of one run from a committed start: the strict exact-match grader, no activation checkpointing
+    (the tiny model needs no memory saving), its checkpoints under ``out/<start>/models/<name>``."""
+    return build_trainer(
+        job.method,
+        job.lr,
+        job.seed,
+        cfg,
+        start_dir,
+        out / job.start / "models" / job.name,
+        train_buckets=train_buckets,
+        grader_for=StrictExactMatch,
+        gradient_checkpointing=False,
+    )
+
+
+def run_identity(job: Run, start_dir: Path, eval_seed: int) -> dict[str, Any]:
+    """The head of a run's result: its start (and the SHA-256 of its weights), method, rate, seed and evaluation
+    seed."""
+    return {
+        "start": job.start,
+        "start_sha256": sha256_of(start_dir / WEIGHTS),
+        "method": job.method,
+        "lr": job.lr,
+        "seed": job.seed,
+        "eval_seed": eval_seed,
+    }
+
+
 def run_exact(protocol: ExactProtocol, job: Run, start_dir: Path, out: Path) -> dict[str, Any]:
     """One run from ``start_dir`` (the baseline study's at its own rates, too); writes ``out/<start>/runs/<name>.json``.
 
@@ -98,23 +125,12 @@ def run_exact(protocol: ExactProtocol, job: Run, start_dir: Path, out: Path) -> 
     from transformers import TrainerCallback
 
     cfg = protocol.lm
-    lr = job.lr
     eval_seed = run_eval_seed(job.start, job.method, job.seed)
-    trainer = build_trainer(
-        job.method,
-        lr,
-        job.seed,
-        cfg,
-        start_dir,
-        out / job.start / "models" / job.name,
-        train_buckets=protocol.train_buckets(job.start),
-        grader_for=StrictExactMatch,
-        gradient_checkpointing=False,
-    )
+    trainer = trainer_from_start(cfg, job, start_dir, out, protocol.train_buckets(job.start))
     tokenizer = trainer.processing_class
     splits = make_splits(cfg)
     tracked: list[dict[str, Any]] = []
-    best: dict[str, Any] = {"score": -math.inf, "generation_batch": None, "state": None}
+    best = BestWeights()
     steps_between = protocol.eval_every * cfg.updates_per_generation
     loads = [os.getloadavg()[0]]  # the cores are shared: each run records its load
 
@@ -129,34 +145,22 @@ def run_exact(protocol: ExactProtocol, job: Run, start_dir: Path, out: Path) -> 
             score = selection_score(probs)
             tracked.append({"generation_batch": batch, "score": score, "val_p": probs, "entropy": entropy})
             loads.append(os.getloadavg()[0])
-            if score > best["score"]:
-                best.update(
-                    score=score,
-                    generation_batch=batch,
-                    state={k: v.detach().clone() for k, v in model.state_dict().items()},
-                )
+            best.offer(score, batch, model)
             print(
                 f"[exact] {job.key} batch {batch}: val criterion {score:.4f}, entropy {entropy['all']:.3f}",
                 flush=True,
             )
 
     trainer.add_callback(TrackValidation())
-    started = time.perf_counter()
-    trainer.train()
-    seconds = time.perf_counter() - started
+    seconds = train_timed(trainer)
     model = trainer.model
     model.eval()
     final_batch = trainer.state.global_step // cfg.updates_per_generation
     result = {
-        "start": job.start,
-        "start_sha256": sha256_of(start_dir / WEIGHTS),
-        "method": job.method,
-        "lr": lr,
-        "seed": job.seed,
-        "eval_seed": eval_seed,
+        **run_identity(job, start_dir, eval_seed),
         "train_buckets": list(protocol.train_buckets(job.start) or []) or None,
         "train_seconds": seconds,
-        "load_average": {"mean": sum(loads) / len(loads), "max": max(loads), "samples": len(loads)},
+        "load_average": load_summary(loads),
         "curves": training_curves(trainer, cfg, job.seed),
         "batch_signals": getattr(trainer, "batch_signal_history", []),
         "tracked": tracked,
@@ -164,10 +168,10 @@ def run_exact(protocol: ExactProtocol, job: Run, start_dir: Path, out: Path) -> 
         "test_entropy": sampled_entropy(
             model, tokenizer, splits.test, cfg, protocol.entropy_samples, eval_seed + final_batch + 1
         ),
-        "best_val_generation_batch": best["generation_batch"],
+        "best_val_generation_batch": best.generation_batch,
     }
-    if best["state"] is not None and best["generation_batch"] != final_batch:
-        model.load_state_dict(best["state"])
+    if best.earlier_than(final_batch):
+        model.load_state_dict(best.state)
         result["best_val_test_p"] = exact_probs(model, tokenizer, splits.test, cfg)
     write_json(run_path(out, job), result)
     print(f"[exact] {job.key}: {seconds / 60:.1f} min", flush=True)

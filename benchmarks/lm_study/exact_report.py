@@ -112,6 +112,21 @@ def verdict_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def start_sections(starts: tuple[str, ...], section) -> tuple[dict[str, Any], list[str]]:
+    """Every start's summary and markdown section, ``section(start)``, in the protocol's order of the starts."""
+    summaries: dict[str, Any] = {}
+    body: list[str] = []
+    for start in starts:
+        summaries[start], lines = section(start)
+        body += lines
+    return summaries, body
+
+
+def machine_note() -> str:
+    """The machine a report is written on; each run records its own load."""
+    return f"Machine: {platform.machine()}, {os.cpu_count()} logical cores (shared)."
+
+
 def write_report(out: Path, name: str, lines: list[str], payload: dict[str, Any]) -> None:
     """``out/<name>.md`` and ``out/<name>.json``, and the text on stdout."""
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")
@@ -332,11 +347,7 @@ def start_report(protocol: ExactProtocol, out: Path, start: str) -> tuple[dict[s
 def report(protocol: ExactProtocol, out: Path, skip_figure: bool = False) -> dict[str, Any]:
     """Write ``out/lm_exact.md``, ``out/lm_exact.json`` and the figure from the cached runs; return the payload."""
     total = len(protocol.starts) * len(protocol.methods) * len(protocol.seeds)
-    starts = {}
-    body: list[str] = []
-    for start in protocol.starts:
-        starts[start], lines = start_report(protocol, out, start)
-        body += lines
+    starts, body = start_sections(protocol.starts, lambda start: start_report(protocol, out, start))
     done = sum(s.get("runs", 0) for s in starts.values())
     figure_name = None
     if not skip_figure:
@@ -358,7 +369,7 @@ def report(protocol: ExactProtocol, out: Path, skip_figure: bool = False) -> dic
         "(temperature 0.8, whole vocabulary) by teacher forcing; Pass@k = 1 - (1 - p)^k, no sampling noise. "
         f"Bootstrap: {protocol.bootstrap_resamples} resamples, seed {protocol.bootstrap_seed}, percentile intervals.",
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} logical cores (shared).",
+        machine_note(),
         "",
     ]
     payload = {

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import platform
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +26,20 @@ import torch
 from benchmarks.pipeline import Job, parse_study_args, run_jobs, study_parser
 
 from .config import run_eval_seed
-from .exact_protocol import evaluated_starts, exact_probs, sampled_entropy, selection_score
+from .exact_protocol import (
+    evaluated_starts,
+    exact_probs,
+    run_identity,
+    sampled_entropy,
+    selection_score,
+    trainer_from_start,
+)
 from .frontier_config import FrontierProtocol
 from .frontier_report import report
 from .frontier_store import rounded, write_run
 from .plans import Run, frontier_path, frontier_runs
-from .run import build_trainer
-from .starts import WEIGHTS, sha256_of
-from .task import StrictExactMatch, make_splits
+from .run import load_summary, train_timed
+from .task import make_splits
 
 
 def run_frontier(protocol: FrontierProtocol, job: Run, start_dir: Path, out: Path) -> dict[str, Any]:
@@ -49,17 +54,7 @@ def run_frontier(protocol: FrontierProtocol, job: Run, start_dir: Path, out: Pat
     exact, cfg = protocol.exact, protocol.exact.lm
     eval_seed = run_eval_seed(job.start, job.method, job.seed)
     train_buckets = exact.train_buckets(job.start)
-    trainer = build_trainer(
-        job.method,
-        job.lr,
-        job.seed,
-        cfg,
-        start_dir,
-        out / job.start / "models" / job.name,
-        train_buckets=train_buckets,
-        grader_for=StrictExactMatch,
-        gradient_checkpointing=False,
-    )
+    trainer = trainer_from_start(cfg, job, start_dir, out, train_buckets)
     tokenizer = trainer.processing_class
     splits = make_splits(cfg)
     checkpoints = set(protocol.checkpoints())
@@ -89,19 +84,12 @@ def run_frontier(protocol: FrontierProtocol, job: Run, start_dir: Path, out: Pat
             print(f"[frontier] {job.key} batch {batch}: val criterion {entries[-1]['val_criterion']:.4f}", flush=True)
 
     trainer.add_callback(TrackCheckpoints())
-    started = time.perf_counter()
-    trainer.train()
-    seconds = time.perf_counter() - started
+    seconds = train_timed(trainer)
     model = trainer.model
     model.eval()
     final_batch = trainer.state.global_step // cfg.updates_per_generation
     result = {
-        "start": job.start,
-        "start_sha256": sha256_of(start_dir / WEIGHTS),
-        "method": job.method,
-        "lr": job.lr,
-        "seed": job.seed,
-        "eval_seed": eval_seed,
+        **run_identity(job, start_dir, eval_seed),
         "settings": {
             "generation_batches": cfg.generation_batches,
             "updates_per_generation": cfg.updates_per_generation,
@@ -123,7 +111,7 @@ def run_frontier(protocol: FrontierProtocol, job: Run, start_dir: Path, out: Pat
             "machine": platform.machine(),
         },
         "train_seconds": seconds,
-        "load_average": {"mean": sum(loads) / len(loads), "max": max(loads), "samples": len(loads)},
+        "load_average": load_summary(loads),
         "checkpoints": entries,
         "test_entropy": sampled_entropy(
             model, tokenizer, splits.test, cfg, exact.entropy_samples, eval_seed + final_batch + 1

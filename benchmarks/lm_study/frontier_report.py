@@ -6,8 +6,6 @@ Run it with ``python -m benchmarks.lm_study.frontier_protocol --report-only``.
 
 from __future__ import annotations
 
-import os
-import platform
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ from benchmarks._common import json_exists, read_json, save_figure
 
 from .config import METHOD_LABELS
 from .exact import pass_at_k, probs_matrix
-from .exact_report import write_report
+from .exact_report import machine_note, start_sections, write_report
 from .frontier import arm_reaches, frontier_difference, margin_verdict, method_reaches, values_at_levels
 from .frontier_config import (
     FRONTIER_DEFAULT_NOTE,
@@ -304,11 +302,7 @@ def frontier_figure(protocol: FrontierProtocol, out: Path, reference: Path) -> s
 
 def report(protocol: FrontierProtocol, out: Path, reference: Path) -> dict[str, Any]:
     """Write ``out/lm_frontier.md`` and ``out/lm_frontier.json`` from the cached runs; return the payload."""
-    starts: dict[str, dict] = {}
-    body: list[str] = []
-    for start in protocol.exact.starts:
-        starts[start], lines = start_section(protocol, out, reference, start)
-        body += lines
+    starts, body = start_sections(protocol.exact.starts, lambda start: start_section(protocol, out, reference, start))
     figure_name = frontier_figure(protocol, out, reference)
     if figure_name:
         body = [
@@ -338,10 +332,7 @@ def report(protocol: FrontierProtocol, out: Path, reference: Path) -> dict[str, 
         "",
         FRONTIER_DEFAULT_NOTE,
         "",
-        (
-            f"Bootstrap: {protocol.bootstrap_resamples} resamples, seed {protocol.bootstrap_seed}. Machine: "
-            f"{platform.machine()}, {os.cpu_count()} logical cores (shared)."
-        ),
+        f"Bootstrap: {protocol.bootstrap_resamples} resamples, seed {protocol.bootstrap_seed}. " + machine_note(),
         "",
     ]
     payload = {

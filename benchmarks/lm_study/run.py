@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +225,36 @@ def training_curves(trainer, cfg: LMConfig, seed: int) -> dict[str, list]:
     }
 
 
+def train_timed(trainer) -> float:
+    """Train; return the wall-clock seconds it took."""
+    started = time.perf_counter()
+    trainer.train()
+    return time.perf_counter() - started
+
+
+def load_summary(loads: list[float]) -> dict[str, float]:
+    """The 1-minute load averages sampled along a run (the cores are shared, so each run records its load)."""
+    return {"mean": sum(loads) / len(loads), "max": max(loads), "samples": len(loads)}
+
+
+@dataclass
+class BestWeights:
+    """The weights with the best validation score so far, copied in memory, and the generation batch they are from."""
+
+    score: float = -math.inf
+    generation_batch: int | None = None
+    state: dict[str, torch.Tensor] | None = None
+
+    def offer(self, score: float, generation_batch: int, model) -> None:
+        if score > self.score:
+            self.score, self.generation_batch = score, generation_batch
+            self.state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    def earlier_than(self, final_batch: int) -> bool:
+        """Whether the best weights are from a checkpoint before the last one (then they differ from the final)."""
+        return self.state is not None and self.generation_batch != final_batch
+
+
 def run_rl(method: str, lr: float, seed: int, cfg: LMConfig, out_dir: Path) -> dict[str, Any]:
     """One run of the short protocol from ``out_dir``'s SFT start; writes ``runs/<name>.json`` (curves, validation
     and test Pass@k)."""
@@ -234,9 +265,7 @@ def run_rl(method: str, lr: float, seed: int, cfg: LMConfig, out_dir: Path) -> d
         method, lr, seed, cfg, out_dir / "models" / "sft", out_dir / "models" / "rl" / run_name(method, lr, seed)
     )
     splits = make_splits(cfg)
-    start = time.perf_counter()
-    trainer.train()
-    seconds = time.perf_counter() - start
+    seconds = train_timed(trainer)
     tokenizer = trainer.processing_class
     result = {
         "method": method,
@@ -336,7 +365,7 @@ def run_long_rl(
     tokenizer = trainer.processing_class
     splits = make_splits(cfg)
     tracked: list[dict[str, Any]] = []
-    best: dict[str, Any] = {"score": -math.inf, "generation_batch": None, "state": None}
+    best = BestWeights()
     steps_between = eval_every * cfg.updates_per_generation
     loads = [os.getloadavg()[0]]  # 1-minute load average: the cores are shared, so each run records its load
 
@@ -349,12 +378,7 @@ def run_long_rl(
             score = long_selection_score(val)
             tracked.append({"generation_batch": batch, "update": state.global_step, "score": score, "val": val})
             loads.append(os.getloadavg()[0])
-            if score > best["score"]:
-                best.update(
-                    score=score,
-                    generation_batch=batch,
-                    state={k: v.detach().clone() for k, v in model.state_dict().items()},
-                )
+            best.offer(score, batch, model)
             print(
                 f"[long] {run_name(method, lr, seed)} batch {batch}: val Pass@1 {val['all']['pass@1']:.3f}, "
                 f"criterion {score:.3f}, entropy {val['all']['entropy']:.3f}",
@@ -362,9 +386,7 @@ def run_long_rl(
             )
 
     trainer.add_callback(TrackValidation())
-    start = time.perf_counter()
-    trainer.train()
-    seconds = time.perf_counter() - start
+    seconds = train_timed(trainer)
     final_batch = trainer.state.global_step // cfg.updates_per_generation
     result = {
         "method": method,
@@ -373,16 +395,16 @@ def run_long_rl(
         "start": start_dir.name,
         "train_buckets": list(train_buckets) if train_buckets else None,
         "train_seconds": seconds,
-        "load_average": {"mean": sum(loads) / len(loads), "max": max(loads), "samples": len(loads)},
+        "load_average": load_summary(loads),
         "curves": training_curves(trainer, cfg, seed),
         "batch_signals": getattr(trainer, "batch_signal_history", []),
         "tracked": tracked,
         "selection_score": tracked[-1]["score"] if tracked else None,
         "test": tracked_eval(trainer.model, tokenizer, splits.test, cfg, cfg.eval_samples, cfg.eval_seed + 1),
-        "best_val_generation_batch": best["generation_batch"],
+        "best_val_generation_batch": best.generation_batch,
     }
-    if best["state"] is not None and best["generation_batch"] != final_batch:
-        trainer.model.load_state_dict(best["state"])
+    if best.earlier_than(final_batch):
+        trainer.model.load_state_dict(best.state)
         result["best_val_test"] = tracked_eval(
             trainer.model, tokenizer, splits.test, cfg, cfg.eval_samples, cfg.eval_seed + 1
         )

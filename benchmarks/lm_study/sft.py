@@ -10,7 +10,7 @@ from typing import Any
 
 from .config import LMConfig
 from .evaluation import evaluate
-from .task import make_splits, prompt_of, sft_pairs
+from .task import Splits, make_splits, prompt_of, sft_pairs
 
 
 def run_sft(cfg: LMConfig, out_dir: Path) -> dict[str, Any]:
@@ -19,26 +19,11 @@ def run_sft(cfg: LMConfig, out_dir: Path) -> dict[str, Any]:
     sft_dir = out_dir / "models" / "sft"
     if summary_path.exists() and (sft_dir / "config.json").exists():
         return json.loads(summary_path.read_text())
-    from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
-    from trl import SFTTrainer
-
-    from riskpo_trl.tiny_model import build_tiny_model
+    from transformers import TrainerCallback
 
     splits = make_splits(cfg)
     init_dir = out_dir / "models" / "init"
-    build_tiny_model(
-        init_dir,
-        hidden_size=cfg.hidden_size,
-        num_layers=cfg.num_layers,
-        num_heads=cfg.num_heads,
-        num_kv_heads=cfg.num_kv_heads,
-        intermediate_size=cfg.intermediate_size,
-        max_position_embeddings=64,
-        seed=0,
-    )
-    pairs = sft_pairs(cfg, splits, per_bucket=cfg.sft_pairs_per_bucket)
-    train = Dataset.from_list([{"prompt": prompt_of(a, b), "completion": str(a + b)} for a, b in pairs])
+    build_init_model(cfg, init_dir)
     history: list[dict[str, Any]] = []
     easy = min(cfg.digits)
     check_cfg = replace(cfg, eval_samples=min(cfg.eval_samples, 16))
@@ -61,15 +46,16 @@ def run_sft(cfg: LMConfig, out_dir: Path) -> dict[str, Any]:
             if val[f"{easy}digit"][f"pass@{check_cfg.ks[-1]}"] >= cfg.sft_target_easy_pass16:
                 control.should_training_stop = True
 
-    args = sft_args(cfg, out_dir / "models" / "sft_run", max_steps=cfg.sft_max_steps, seed=0)
-    tokenizer = AutoTokenizer.from_pretrained(init_dir)
-    trainer = SFTTrainer(
-        model=str(init_dir),
-        args=args,
-        train_dataset=train,
-        processing_class=tokenizer,
-        callbacks=[StopWhenEasySolved()],
+    trainer = sft_trainer(
+        cfg,
+        splits,
+        init_dir,
+        out_dir / "models" / "sft_run",
+        max_steps=cfg.sft_max_steps,
+        seed=0,
+        callback=StopWhenEasySolved(),
     )
+    tokenizer = trainer.processing_class
     start = time.perf_counter()
     trainer.train()
     trainer.save_model(str(sft_dir))
@@ -86,6 +72,40 @@ def run_sft(cfg: LMConfig, out_dir: Path) -> dict[str, Any]:
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"[sft] saved after {summary['steps']} steps; test {summary['test']}", flush=True)
     return summary
+
+
+def build_init_model(cfg: LMConfig, init_dir: Path) -> None:
+    """The random-weight model every SFT start begins from: ``cfg``'s sizes, seed 0, saved in ``init_dir``."""
+    from riskpo_trl.tiny_model import build_tiny_model
+
+    build_tiny_model(
+        init_dir,
+        hidden_size=cfg.hidden_size,
+        num_layers=cfg.num_layers,
+        num_heads=cfg.num_heads,
+        num_kv_heads=cfg.num_kv_heads,
+        intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=64,
+        seed=0,
+    )
+
+
+def sft_trainer(cfg: LMConfig, splits: Splits, base_dir: Path, run_dir: Path, *, max_steps: int, seed: int, callback):
+    """TRL's ``SFTTrainer`` from ``base_dir`` on the task's fresh pairs (:func:`~.task.sft_pairs`, never a
+    validation or test problem), with :func:`sft_args` and one callback, the stopping rule."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import SFTTrainer
+
+    pairs = sft_pairs(cfg, splits, per_bucket=cfg.sft_pairs_per_bucket)
+    train = Dataset.from_list([{"prompt": prompt_of(a, b), "completion": str(a + b)} for a, b in pairs])
+    return SFTTrainer(
+        model=str(base_dir),
+        args=sft_args(cfg, run_dir, max_steps=max_steps, seed=seed),
+        train_dataset=train,
+        processing_class=AutoTokenizer.from_pretrained(base_dir),
+        callbacks=[callback],
+    )
 
 
 def sft_args(cfg: LMConfig, output_dir: Path, *, max_steps: int, seed: int):
@@ -129,13 +149,9 @@ def continue_sft(
     sft_dir = out_dir / "models" / "sft"
     if summary_path.exists() and (sft_dir / "config.json").exists():
         return json.loads(summary_path.read_text())
-    from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
-    from trl import SFTTrainer
+    from transformers import TrainerCallback
 
     splits = make_splits(cfg)
-    pairs = sft_pairs(cfg, splits, per_bucket=cfg.sft_pairs_per_bucket)
-    train = Dataset.from_list([{"prompt": prompt_of(a, b), "completion": str(a + b)} for a, b in pairs])
     check_cfg = replace(cfg, eval_samples=check_samples, ks=(1,))
     history: list[dict[str, Any]] = []
 
@@ -150,13 +166,8 @@ def continue_sft(
             if val[f"{bucket}digit"]["pass@1"] >= target_pass1:
                 control.should_training_stop = True
 
-    tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    trainer = SFTTrainer(
-        model=str(base_dir),
-        args=sft_args(cfg, out_dir / "models" / "sft_run", max_steps=max_steps, seed=1),
-        train_dataset=train,
-        processing_class=tokenizer,
-        callbacks=[StopAtTarget()],
+    trainer = sft_trainer(
+        cfg, splits, base_dir, out_dir / "models" / "sft_run", max_steps=max_steps, seed=1, callback=StopAtTarget()
     )
     start = time.perf_counter()
     trainer.train()

@@ -36,8 +36,8 @@ from benchmarks._common import RESULTS_DIR
 
 from .config import LMConfig
 from .exact import pass_at_k, problem_probabilities
-from .sft import sft_args
-from .task import make_splits, prompt_of, sft_pairs
+from .sft import build_init_model, sft_trainer
+from .task import make_splits
 
 STARTS_DIR = RESULTS_DIR / "lm_exact" / "starts"
 WEIGHTS = "model.safetensors"
@@ -135,14 +135,10 @@ def train_start(
     SHA-256 of the weights, versions)."""
     import transformers
     import trl
-    from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
-    from trl import SFTTrainer
+    from transformers import TrainerCallback
 
     torch.set_num_threads(1)
     splits = make_splits(cfg)
-    pairs = sft_pairs(cfg, splits, per_bucket=cfg.sft_pairs_per_bucket)
-    train = Dataset.from_list([{"prompt": prompt_of(a, b), "completion": str(a + b)} for a, b in pairs])
     history: list[dict[str, Any]] = []
 
     def exact_val(model, tokenizer) -> dict[str, list[float]]:
@@ -168,14 +164,9 @@ def train_start(
             if stop_rule(probs):
                 control.should_training_stop = True
 
-    tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    trainer = SFTTrainer(
-        model=str(base_dir),
-        args=sft_args(cfg, out_dir.parent / "models" / f"{out_dir.name}_run", max_steps=max_steps, seed=seed),
-        train_dataset=train,
-        processing_class=tokenizer,
-        callbacks=[StopByRule()],
-    )
+    run_dir = out_dir.parent / "models" / f"{out_dir.name}_run"
+    trainer = sft_trainer(cfg, splits, base_dir, run_dir, max_steps=max_steps, seed=seed, callback=StopByRule())
+    tokenizer = trainer.processing_class
     started = time.perf_counter()
     trainer.train()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -217,23 +208,12 @@ def bucket_pass1(bucket: int, target: float) -> Callable[[dict[str, list[float]]
 
 def build_starts(protocol, out: Path = STARTS_DIR) -> dict[str, dict[str, Any]]:
     """Build whichever of the two starts is missing under ``out`` (``low``, then ``moderate`` from it)."""
-    from riskpo_trl.tiny_model import build_tiny_model
-
     cfg = protocol.lm
     records = {}
     low, moderate = out / "low", out / "moderate"
     if not (low / RECORD).exists():
         init = out / "models" / "init"  # git ignores models/
-        build_tiny_model(
-            init,
-            hidden_size=cfg.hidden_size,
-            num_layers=cfg.num_layers,
-            num_heads=cfg.num_heads,
-            num_kv_heads=cfg.num_kv_heads,
-            intermediate_size=cfg.intermediate_size,
-            max_position_embeddings=64,
-            seed=0,
-        )
+        build_init_model(cfg, init)
         train_start(
             cfg,
             init,
