@@ -14,8 +14,8 @@ ZERO_ADVANTAGE_TOLERANCE = 1e-6
 
 def push_signals(advantages: torch.Tensor, rewards: torch.Tensor | None = None) -> dict[str, float]:
     """Which way a batch pushes its completions: the shares with a negative and with a positive advantage (beyond
-    ``ZERO_ADVANTAGE_TOLERANCE``) and, given the rewards, the Pearson correlation between a completion's own reward and its advantage (left
-    out when either has no spread). Empty for an empty batch."""
+    ``ZERO_ADVANTAGE_TOLERANCE``) and, given the rewards, the Pearson correlation between a completion's own reward
+    and its advantage (left out when either has no spread). Empty for an empty batch."""
     adv = advantages.double()
     if not adv.numel():
         return {}
