@@ -109,20 +109,12 @@ def test_exact_probability_matches_sampling():
 @pytest.mark.slow
 def test_sft_start_is_bit_identical_when_rebuilt(tmp_path):
     from benchmarks.lm_study.config import ExactProtocol
+    from benchmarks.lm_study.sft import build_init_model
     from benchmarks.lm_study.starts import train_start, weights_digest
 
     cfg = replace(ExactProtocol().scaled_down().lm, sft_max_steps=3)
     init = tmp_path / "init"
-    build_tiny_model(
-        init,
-        hidden_size=cfg.hidden_size,
-        num_layers=cfg.num_layers,
-        num_heads=cfg.num_heads,
-        num_kv_heads=cfg.num_kv_heads,
-        intermediate_size=cfg.intermediate_size,
-        max_position_embeddings=64,
-        seed=0,
-    )
+    build_init_model(cfg, init)
     records = [
         train_start(
             cfg,
