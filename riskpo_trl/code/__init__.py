@@ -13,7 +13,14 @@ _EXPORTS = {
     "executor": ("Executor", "EXECUTORS", "SandboxExecutor", "UnisolatedExecutor"),
     "judge": ("JudgeLimits", "Verdict"),
     "reward": ("CodeReward", "code_reward", "code_reward_from_settings", "extract_code"),
-    "sandbox": ("Isolation", "Sandbox", "SandboxLimits", "SandboxUnavailableError", "detect_isolation"),
+    "sandbox": (
+        "Isolation",
+        "Sandbox",
+        "SandboxLimits",
+        "SandboxStartError",
+        "SandboxUnavailableError",
+        "detect_isolation",
+    ),
     "testspec": ("TestSpec",),
 }
 
@@ -21,7 +28,14 @@ if TYPE_CHECKING:
     from .executor import EXECUTORS, Executor, SandboxExecutor, UnisolatedExecutor
     from .judge import JudgeLimits, Verdict
     from .reward import CodeReward, code_reward, code_reward_from_settings, extract_code
-    from .sandbox import Isolation, Sandbox, SandboxLimits, SandboxUnavailableError, detect_isolation
+    from .sandbox import (
+        Isolation,
+        Sandbox,
+        SandboxLimits,
+        SandboxStartError,
+        SandboxUnavailableError,
+        detect_isolation,
+    )
     from .testspec import TestSpec
 
 __getattr__, __dir__, __all__ = lazy_names(__name__, _EXPORTS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +14,7 @@ from ..rewards.completions import completion_text
 from .assertions import UndecidableTestError
 from .executor import DEFAULT_EXECUTOR, EXECUTORS, Executor, SandboxExecutor
 from .judge import JudgeLimits
-from .sandbox import Sandbox, SandboxLimits, SandboxUnavailableError
+from .sandbox import Sandbox, SandboxLimits, SandboxStartError, SandboxUnavailableError
 from .single_flight import single_flight_cache
 from .testspec import TestSpec
 
@@ -75,7 +76,7 @@ class CodeReward:
     Call it as ``reward(completions, tests, **kwargs)`` (TRL passes the dataset's ``tests`` column by name). Returns
     0.0 for a completion without a code block, failing any test, or whose run or judging failed in any way (nothing a
     program does can crash training), and None (unscorable, ignored by the trainer) when the problem's tests are
-    missing, unparseable or refused. Programs run and are judged by an `Executor` (`riskpo_trl.code.executor`); the
+    missing, unparseable or refused, or when its sandbox could not start (`SandboxStartError`, logged). Programs run and are judged by an `Executor` (`riskpo_trl.code.executor`); the
     default, `SandboxExecutor`, runs each in a bubblewrap sandbox and judges its report in a separate judge process,
     so this process never handles a value the program produced: it receives a bounded `Verdict`. Completions run
     concurrently on the executor's ``max_workers`` threads, each bounded by the executor's per-completion bound
@@ -131,6 +132,7 @@ class CodeReward:
         self.executor = executor
         self.sandbox = getattr(executor, "sandbox", None)  # the default executor's Sandbox (None for others)
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_owner = os.getpid()  # a forked child has none of the pool's threads: it makes its own
 
     def score(self, completion, tests) -> float | None:
         try:
@@ -149,6 +151,9 @@ class CodeReward:
             if code is None:
                 return 0.0
             return float(self.executor.run(code, spec).passed)
+        except SandboxStartError as exc:  # nothing of the program ran: unscorable, not wrong
+            logger.warning("Code reward: %s; that completion is unscorable (None).", str(exc)[:200])
+            return None
         except SandboxUnavailableError:
             raise  # the machine's fault, not the completion's: training must not go on rewarding 0.0 for everything
         except Exception as exc:  # noqa: BLE001 - whatever a program makes the run or the judging do scores 0.0
@@ -163,7 +168,8 @@ class CodeReward:
         if tests is None:
             return [None] * len(completions)
         self.executor.check()  # raises if bwrap does not work here; warns on every batch with isolation="none"
-        if self._pool is None:
+        if self._pool is None or self._pool_owner != os.getpid():
+            self._pool_owner = os.getpid()
             self._pool = ThreadPoolExecutor(max_workers=self.executor.max_workers, thread_name_prefix="code-reward")
         return list(self._pool.map(self.score, completions, tests))
 

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
 
-from . import cgroups
+from . import cgroups, fork_safe
 from .ahead import ReadyAhead
 from .bwrap import INSTALL_HINT, SHM_DIR, BwrapLauncher, SandboxUnavailableError
 from .fdwait import poll_ms, readable
@@ -52,6 +52,11 @@ _PYTHON_FLAGS = ["-I", "-S", "-B"]  # isolated mode, no site-packages, no byteco
 REPORT_MARGIN = 64 * 1024  # report bytes besides the outputs: framing and the error message
 KILL_WAIT_S = 10.0  # how long PID 1 may take to die after SIGKILL (the kernel ends its namespace first)
 MALFORMED_REPORT = "malformed report from the sandbox"
+SANDBOX_START_TIMEOUT_S = 10.0  # from the release of a held bwrap to its sandbox's PID 1 (milliseconds when idle)
+
+
+class SandboxStartError(RuntimeError):
+    """One run's sandbox did not start, so nothing of the program ran: the completion is unscorable, not wrong."""
 
 
 @dataclass(frozen=True)
@@ -211,8 +216,9 @@ def default_max_workers() -> int:
 
 class _BwrapStart:
     """Starts bwrap held on its option pipe, moves it into the run's cgroup, then lets it go: at once, or, with
-    ``hold``, when `release` is called (a context manager that closes every pipe end it made). ``process.stdout``
-    carries the runner's report; ``info`` the read end of the pipe where bwrap writes the sandbox's PID 1."""
+    ``hold``, when `release` is called (a context manager that closes every pipe end it made). ``report`` is the read
+    end of the pipe that carries the runner's report; ``info`` that of the pipe where bwrap writes the sandbox's PID 1.
+    Every pipe end is made by `fork_safe`, so none of them survives into a forked child of the trainer."""
 
     def __init__(
         self,
@@ -251,6 +257,7 @@ class _BwrapStart:
     ) -> None:
         args_read, args_write = self._pipe()
         self.info, info_write = self._pipe()
+        self.report, report_write = self._pipe()
         seccomp_filter = denied_syscalls_filter() if seccomp else None
         self.seccomp = seccomp_filter is not None
         seccomp_read = None
@@ -260,11 +267,13 @@ class _BwrapStart:
             self._close(seccomp_write)
         command, options = launcher.command(argv, slot, disk_bytes, args_read, info_write, seccomp_read, workdir)
         passed = tuple(fd for fd in (args_read, info_write, seccomp_read) if fd is not None)
-        self.process = launcher.popen(
-            command, slot, stdin=stdin, stdout=subprocess.PIPE, stderr=stderr, cwd="/", pass_fds=passed
-        )
-        for fd in passed:
-            self._close(fd)  # bwrap holds them now; EOF on ``info`` once it has written the child pid
+        try:
+            self.process = launcher.popen(
+                command, slot, stdin=stdin, stdout=report_write, stderr=stderr, cwd="/", pass_fds=passed
+            )
+        finally:
+            for fd in (*passed, report_write):
+                self._close(fd)  # bwrap holds them now; EOF on ``info`` once it has written the child pid
         self._args_write, self._options = args_write, options
         try:
             if cgroup is not None:
@@ -287,14 +296,14 @@ class _BwrapStart:
             self._close(self._args_write)
 
     def _pipe(self) -> tuple[int, int]:
-        read, write = os.pipe()
+        read, write = fork_safe.pipe()
         self._fds += [read, write]
         return read, write
 
     def _close(self, fd: int) -> None:
         if fd in self._fds:
             self._fds.remove(fd)
-            os.close(fd)
+            fork_safe.close(fd)
 
     def __enter__(self):
         return self
@@ -302,8 +311,6 @@ class _BwrapStart:
     def __exit__(self, *exc_info) -> None:
         for fd in list(self._fds):
             self._close(fd)
-        if self.process is not None and self.process.stdout is not None:
-            self.process.stdout.close()
 
 
 @dataclass
@@ -333,7 +340,7 @@ class _Prepared:
         except (OSError, subprocess.TimeoutExpired):
             logger.warning("Sandbox process %d did not exit after SIGKILL.", self.start.process.pid)
         self.start.__exit__()
-        self.spec_file.close()
+        fork_safe.close_file(self.spec_file)
         if self.cgroup is not None:
             self.support.release(self.cgroup)
         self.launcher.unmount_workdir(self.workdir)
@@ -353,15 +360,20 @@ def _prepare_bwrap(
     try:
         if support.hierarchies:
             cgroup = support.acquire(limits.memory_mb << 20, limits.max_processes + cgroups.EXTRA_TASKS)
-        spec_file = tempfile.TemporaryFile()
-        with open(f"/proc/self/fd/{spec_file.fileno()}", "rb") as stdin:  # read-only, its own offset at 0
+        with fork_safe.making():
+            spec_file = tempfile.TemporaryFile()
+            fork_safe.hold(spec_file.fileno())
+        stdin = fork_safe.open_fd(f"/proc/self/fd/{spec_file.fileno()}", os.O_RDONLY)  # its own offset at 0
+        try:
             start = _BwrapStart(
                 launcher, argv, slot, limits.disk_mb << 20, workdir, cgroup, seccomp, stdin=stdin, hold=True
             )
+        finally:
+            fork_safe.close(stdin)
         return _Prepared(launcher, support, workdir, cgroup, spec_file, start, os.getpid())
     except BaseException as exc:
         if spec_file is not None:
-            spec_file.close()
+            fork_safe.close_file(spec_file)
         if cgroup is not None:
             support.release(cgroup)
         launcher.unmount_workdir(workdir)
@@ -558,11 +570,11 @@ class Sandbox:
             try:
                 prepared.start.release()
             except OSError as exc:  # nothing of the program has run yet: the machine's fault, not the completion's
-                raise SandboxUnavailableError(f"Could not start a sandbox (bwrap's option pipe): {exc}") from exc
+                raise SandboxStartError(f"could not start a sandbox (bwrap's option pipe): {exc}") from exc
             init_pidfd = None
             try:
                 init_pidfd = _namespace_init(prepared.start.info, prepared.start.process, deadline)
-                return self._collect(prepared.start.process, n_tests, output_caps, deadline)
+                return self._collect(prepared.start.process, prepared.start.report, n_tests, output_caps, deadline)
             finally:
                 _kill_bwrap(prepared.start.process, init_pidfd)
         finally:
@@ -589,7 +601,7 @@ class Sandbox:
                 start_new_session=True,
             )
             try:
-                return self._collect(process, n_tests, output_caps, deadline)
+                return self._collect(process, process.stdout.fileno(), n_tests, output_caps, deadline)
             finally:
                 try:
                     os.killpg(process.pid, signal.SIGKILL)
@@ -601,12 +613,12 @@ class Sandbox:
             remove_tree(workdir)
 
     def _collect(
-        self, process: subprocess.Popen, n_tests: int, output_caps: list[int] | None, deadline: float
+        self, process: subprocess.Popen, report: int, n_tests: int, output_caps: list[int] | None, deadline: float
     ) -> tuple[bytes, str | None]:
-        """The runner's report, read up to its cap until the deadlines (`_read_report`); then a short wait for a clean
-        exit."""
+        """The runner's report from descriptor ``report``, read up to its cap until the deadlines (`_read_report`);
+        then a short wait for a clean exit."""
         data, error = _read_report(
-            process.stdout, self.report_limit(n_tests, output_caps), deadline, n_tests, self.limits.test_timeout_s
+            report, self.report_limit(n_tests, output_caps), deadline, n_tests, self.limits.test_timeout_s
         )
         if error is None:
             try:
@@ -651,14 +663,15 @@ class _TestClock:
         return restarted, None
 
 
-def _read_report(stream, limit: int, deadline: float, n_tests: int, test_timeout_s: float) -> tuple[bytes, str | None]:
+def _read_report(
+    fd: int, limit: int, deadline: float, n_tests: int, test_timeout_s: float
+) -> tuple[bytes, str | None]:
     """Everything the sandbox writes before EOF, or an error when over ``limit`` bytes (then nothing more is read:
     the trainer holds at most ``limit`` bytes of a report), on a malformed record, or on timeout: past ``deadline``,
     or when a test's record is not complete within ``test_timeout_s`` of the record before it (`_TestClock`). This
     clock is the trainer's, outside the sandbox: the caller then kills the sandbox, so nothing the program does
     extends it. Waits with poll, which has no limit on descriptor numbers."""
     data, clock, test_deadline = bytearray(), _TestClock(n_tests), None
-    fd = stream.fileno()
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     while True:
@@ -685,21 +698,30 @@ def _read_report(stream, limit: int, deadline: float, n_tests: int, test_timeout
 
 
 def _namespace_init(info: int, process: subprocess.Popen, deadline: float) -> int | None:
-    """A pidfd of the sandbox's PID 1, from the ``{"child-pid": N}`` bwrap writes to ``info`` right after starting it.
+    """A pidfd of the sandbox's PID 1, from the ``{"child-pid": N}`` bwrap writes to ``info`` right after starting it;
+    None when PID 1 has already gone. Raises `SandboxStartError` when bwrap did not start it within
+    `SANDBOX_START_TIMEOUT_S` (nothing of the program ran).
 
     The pidfd is taken only while N is still bwrap's child (checked after opening), so a reused pid is never killed.
     """
-    data = b""
-    while time.monotonic() < deadline and len(data) < 4096:
-        chunk = os.read(info, 4096) if readable(info, deadline - time.monotonic()) else b""
+    data, started = b"", time.monotonic()
+    start_deadline = min(deadline, started + SANDBOX_START_TIMEOUT_S)
+    while time.monotonic() < start_deadline and len(data) < 4096:
+        chunk = os.read(info, 4096) if readable(info, start_deadline - time.monotonic()) else b""
         if not chunk:
             break
         data += chunk
     try:
         child = int(json.loads(data)["child-pid"])
+    except (ValueError, KeyError, TypeError) as exc:
+        waited = time.monotonic() - started
+        raise SandboxStartError(
+            f"bwrap did not start the sandbox ({waited:.1f} s, exit status {process.poll()})"
+        ) from exc
+    try:
         pidfd = os.pidfd_open(child)
-    except (ValueError, KeyError, TypeError, OSError):
-        return None  # bwrap failed before starting the sandbox; killing bwrap is all there is to do
+    except OSError:
+        return None  # PID 1 already exited: its namespace is gone
     try:
         with open(f"/proc/{child}/status") as status:
             parent = next(int(line.split()[1]) for line in status if line.startswith("PPid:"))

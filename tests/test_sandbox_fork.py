@@ -1,0 +1,133 @@
+"""A trainer that forks (DataLoader workers with the fork start method, ``datasets.map(num_proc=...)``) still scores
+honest programs 1.0 at once: no pipe of a sandbox made ready ahead survives into the forked child, where it would keep
+the held bwrap from ever reading its options. A run whose sandbox cannot start is unscorable (None), never 0.0."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import replace
+
+import pytest
+
+from riskpo_trl.code import fork_safe
+from riskpo_trl.code.reward import CodeReward
+from riskpo_trl.code.sandbox import Sandbox, SandboxLimits
+from riskpo_trl.code.testspec import TestSpec
+
+LIMITS = SandboxLimits(
+    test_timeout_s=4.0, total_timeout_s=20.0, cpu_time_s=5, memory_mb=512, max_output_bytes=1 << 20, disk_mb=16
+)
+ADD = [{"role": "assistant", "content": "```python\na, b = map(int, input().split())\nprint(a + b)\n```"}]
+SPEC = TestSpec("stdin", ["1 2\n"], ["3\n"]).to_json()
+
+
+@pytest.fixture
+def reward():
+    sandbox = Sandbox(LIMITS, max_workers=2)
+    yield CodeReward(sandbox=sandbox)
+    sandbox.close()
+
+
+def fds_of(pid: int) -> set[str]:
+    """What each open descriptor of ``pid`` points at (pipe:[inode], a path...)."""
+    found = set()
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            found.add(os.readlink(f"/proc/{pid}/fd/{name}"))
+        except OSError:
+            pass
+    return found
+
+
+def held_targets() -> set[str]:
+    return {os.readlink(f"/proc/self/fd/{fd}") for fd in fork_safe.held()} - {os.devnull}
+
+
+class SlowRows:
+    """A map-style dataset whose worker stays alive (and forked) while the test scores."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        time.sleep(0.5)
+        return {"worker": os.getpid()}
+
+
+def test_honest_programs_score_one_while_a_dataloader_worker_is_forked(reward):
+    torch_data = pytest.importorskip("torch.utils.data")
+    assert reward([ADD, ADD], [SPEC] * 2) == [1.0, 1.0]  # the next runs' sandboxes are now ready, held
+    held = held_targets()
+    assert any(target.startswith("pipe:") for target in held)
+    loader = torch_data.DataLoader(
+        SlowRows(), batch_size=None, num_workers=1, multiprocessing_context="fork", persistent_workers=True
+    )
+    rows = iter(loader)
+    worker = int(next(rows)["worker"])
+    assert worker != os.getpid()
+    assert not held & fds_of(worker), "a ready sandbox's descriptor survived into the forked worker"
+    start = time.monotonic()
+    assert reward([ADD, ADD], [SPEC] * 2) == [1.0, 1.0]
+    assert time.monotonic() - start < LIMITS.total_timeout_s / 2
+    del rows, loader
+
+
+def test_no_ready_sandbox_descriptor_reaches_datasets_map_workers(reward):
+    datasets = pytest.importorskip("datasets")
+    assert reward([ADD, ADD], [SPEC] * 2) == [1.0, 1.0]
+    held = held_targets()
+    assert held
+
+    def leaked(row):
+        return {"pid": os.getpid(), "leaked": sorted(held & fds_of(os.getpid()))}
+
+    mapped = datasets.Dataset.from_dict({"x": list(range(8))}).map(leaked, num_proc=2)
+    assert os.getpid() not in mapped["pid"]  # the map ran in forked processes
+    assert not any(mapped["leaked"])
+    start = time.monotonic()
+    assert reward([ADD, ADD], [SPEC] * 2) == [1.0, 1.0]
+    assert time.monotonic() - start < LIMITS.total_timeout_s / 2
+
+
+def test_a_forked_child_does_not_use_the_parents_ready_sandboxes(reward):
+    """The child runs its own sandboxes (and frees them); the parent's ready ones still serve the parent."""
+    assert reward([ADD, ADD], [SPEC] * 2) == [1.0, 1.0]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child scores too, then exits without running the parent's clean-up
+        try:
+            os.write(write, b"%r" % reward([ADD], [SPEC]))
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read, "rb") as child:
+        assert child.read() == b"[1.0]"
+    assert reward([ADD, ADD], [SPEC] * 2) == [1.0, 1.0]
+
+
+@pytest.fixture
+def failing_bwrap():
+    """A bwrap that exits before starting any sandbox, where the sandbox uids can run it."""
+    directory = tempfile.mkdtemp()
+    os.chmod(directory, 0o755)
+    fake = os.path.join(directory, "bwrap")
+    with open(fake, "w") as file:
+        file.write("#!/bin/sh\nexit 1\n")
+    os.chmod(fake, 0o755)
+    yield fake
+    shutil.rmtree(directory)
+
+
+def test_a_sandbox_that_cannot_start_is_unscorable_not_zero(failing_bwrap):
+    isolation = Sandbox(LIMITS).check()
+    sandbox = Sandbox(LIMITS, max_workers=2, isolation=replace(isolation, bwrap=failing_bwrap))
+    try:
+        start = time.monotonic()
+        assert CodeReward(sandbox=sandbox)([ADD, ADD], [SPEC] * 2) == [None, None]
+        assert time.monotonic() - start < LIMITS.total_timeout_s / 2
+    finally:
+        sandbox.close()
