@@ -4,10 +4,15 @@ dataset_files."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import importlib.util
 import json
+import lzma
 import random
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -305,3 +310,58 @@ def test_the_tiny_recipe_trains_on_a_folder_named_as_dataset_name(tmp_path, tiny
     )
     assert json.loads((output_dir / "trainer_state.json").read_text())["global_step"] == 1
     assert "mydata" in (output_dir / "README.md").read_text()
+
+
+# --- compressed files: scanned by their first bytes, as `datasets` reads them
+
+
+def compressed(path: Path, opener) -> Path:
+    """``path`` compressed with ``opener`` in place, under the same name."""
+    data = path.read_bytes()
+    with opener(path, "wb") as file:
+        file.write(data)
+    return path
+
+
+@pytest.mark.parametrize("opener", [gzip.open, bz2.open, lzma.open], ids=["gzip", "bz2", "xz"])
+def test_a_compressed_file_under_a_plain_name_is_scanned_as_datasets_reads_it(tmp_path, opener):
+    """A deep row in ``train.jsonl`` that is really compressed: the crash the scan exists to prevent, refused."""
+    deep = compressed(file_with_deep_row(tmp_path / "train.jsonl", 200_000), opener)
+    with pytest.raises(JsonNestingError, match=r"train.jsonl, line 3: JSON nested more than 64 levels deep"):
+        load_train_dataset("json", data_files=[str(deep)])
+
+
+def test_a_compressed_file_of_honest_rows_still_loads(tmp_path):
+    path = compressed(write_jsonl(tmp_path / "train.jsonl", TEXT_ROWS), gzip.open)
+    assert len(load_train_dataset("json", data_files=[str(path)])) == len(TEXT_ROWS)
+
+
+def test_each_member_of_a_zip_archive_is_scanned(tmp_path):
+    honest = write_jsonl(tmp_path / "honest.jsonl", TEXT_ROWS)
+    deep = file_with_deep_row(tmp_path / "deep.jsonl", 200_000)
+    archive = tmp_path / "train.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
+        zipped.write(honest, "a/honest.jsonl")
+        zipped.write(deep, "b/deep.jsonl")
+    with pytest.raises(JsonNestingError, match=r"train.zip \(archive member b/deep.jsonl\), line 3: JSON nested"):
+        load_train_dataset("json", data_files=[str(archive)])
+
+
+def test_a_compressed_file_the_scan_cannot_read_is_refused_by_name(tmp_path):
+    """zstd without the zstandard package, and a gzip file cut short: one error naming the file, nothing loaded."""
+    truncated = tmp_path / "cut.jsonl"
+    truncated.write_bytes(compressed(write_jsonl(tmp_path / "whole.jsonl", TEXT_ROWS), gzip.open).read_bytes()[:30])
+    with pytest.raises(JsonNestingError, match=r"cut.jsonl: it cannot be decompressed"):
+        check_json_nesting(truncated)
+    if importlib.util.find_spec("zstandard") is None:
+        zstd = tmp_path / "rows.jsonl"
+        zstd.write_bytes(b"\x28\xb5\x2f\xfd" + bytes(64))
+        with pytest.raises(JsonNestingError, match=r"rows.jsonl: .*zstd-compressed.*pip install zstandard"):
+            check_json_nesting(zstd)
+
+
+def test_a_file_that_decompresses_past_the_cap_is_refused_by_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(json_nesting, "MAX_DECOMPRESSED_BYTES", 1000)
+    path = compressed(write_jsonl(tmp_path / "big.jsonl", TEXT_ROWS * 50), gzip.open)
+    with pytest.raises(JsonNestingError, match=r"big.jsonl: it decompresses to more than"):
+        check_json_nesting(path)

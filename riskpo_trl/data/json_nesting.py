@@ -4,6 +4,10 @@ The readers `datasets` uses recurse once per level: pyarrow's JSON reader overfl
 fault, no message) on a row nested some 20,000 deep, and Python's ``json`` raises ``RecursionError`` near 1,000.
 This scan counts brackets outside strings in fixed-size chunks, so it takes linear time and constant memory
 whatever the file holds, and names the file and line of the first row nested too deeply.
+
+It reads the bytes `datasets` reads: `datasets` picks a decompressor by the file's first bytes, not its name, so the
+scan does too (gzip, bz2, xz, zstd with the ``zstandard`` package, and each member of a zip archive), up to
+`MAX_DECOMPRESSED_BYTES`. A file it cannot read so is refused by name rather than passed unscanned.
 """
 
 from __future__ import annotations
@@ -11,8 +15,13 @@ from __future__ import annotations
 import bz2
 import functools
 import gzip
+import importlib.util
 import lzma
 import os
+import zipfile
+from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import BinaryIO
 
 import numpy as np
 
@@ -22,7 +31,12 @@ import numpy as np
 MAX_JSON_NESTING = 64
 
 CHUNK_BYTES = 1 << 20
-_OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+# What a compressed file may decompress to before the scan refuses it (a decompression bomb takes as long to scan).
+MAX_DECOMPRESSED_BYTES = 32 << 30
+_MAGIC_BYTES = 6
+_STREAM_MAGIC = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _QUOTE, _BACKSLASH, _NEWLINE = ord('"'), ord("\\"), ord("\n")
 _DEPTH_STEP = np.zeros(256, dtype=np.int8)
 _DEPTH_STEP[[ord("["), ord("{")]] = 1
@@ -39,38 +53,93 @@ def check_json_nesting(path: str | os.PathLike, limit: int = MAX_JSON_NESTING) -
     """Raise :class:`JsonNestingError` naming ``path`` and the line where brackets (``[`` or ``{`` outside strings)
     first nest deeper than ``limit``. A file unchanged since its last check is not read again."""
     stat = os.stat(path)
-    line = _deepest_line(os.path.abspath(path), stat.st_size, stat.st_mtime_ns, limit)
-    if line is not None:
+    found = _deepest_line(os.path.abspath(path), stat.st_size, stat.st_mtime_ns, limit)
+    if isinstance(found, str):
+        raise JsonNestingError(f"Dataset file {path}: {found}")
+    if found is not None:
+        member, line = found
+        where = f"{path} (archive member {member})" if member else str(path)
         raise JsonNestingError(
-            f"Dataset file {path}, line {line}: JSON nested more than {limit} levels deep ([ or {{ inside one "
+            f"Dataset file {where}, line {line}: JSON nested more than {limit} levels deep ([ or {{ inside one "
             "another), which `datasets` cannot load: Arrow holds at most 63 levels, and far deeper rows crash "
             "pyarrow's JSON reader. Fix or remove that row."
         )
 
 
 @functools.lru_cache(maxsize=256)
-def _deepest_line(path: str, size: int, mtime_ns: int, limit: int) -> int | None:
-    """The 1-based line where the nesting first exceeds ``limit``, or None (``size``, ``mtime_ns``: the cache key)."""
-    opener = _OPENERS.get(os.path.splitext(path)[1], open)
-    depth, in_string, backslash_run, lines_before = 0, False, 0, 0
-    with opener(path, "rb") as file:
-        while chunk := file.read(CHUNK_BYTES):
-            data = np.frombuffer(chunk, dtype=np.uint8)
-            # Only the bytes that matter, with their positions: brackets, quotes, backslashes, newlines.
-            positions = np.flatnonzero(_SPECIAL[data]).astype(np.int32)
-            if positions.size:
-                found = data[positions]
-                inside = _inside_strings(found, positions, in_string, backslash_run)
-                depths = depth + np.cumsum(np.where(inside, 0, _DEPTH_STEP[found]), dtype=np.int32)
-                if depths.min() < 0:  # stray closing brackets (invalid JSON): depth stays at 0, as if they were not
-                    depths -= np.minimum(np.minimum.accumulate(depths), 0)
-                too_deep = np.flatnonzero(depths > limit)
-                if too_deep.size:
-                    return lines_before + chunk.count(b"\n", 0, int(positions[too_deep[0]])) + 1
-                depth, in_string = int(depths[-1]), bool(inside[-1])
-            trailing = len(chunk) - len(chunk.rstrip(b"\\"))
-            backslash_run = backslash_run + trailing if trailing == len(chunk) else trailing
-            lines_before += chunk.count(b"\n")
+def _deepest_line(path: str, size: int, mtime_ns: int, limit: int) -> tuple[str | None, int] | str | None:
+    """(archive member or None, 1-based line) where the nesting first exceeds ``limit``; None if it never does; a
+    string saying why the file cannot be scanned (``size``, ``mtime_ns``: the cache key)."""
+    with ExitStack() as stack:
+        try:
+            for member, stream in _decompressed(stack, path):
+                line = _deepest_line_of(stream, limit)
+                if isinstance(line, str) or line is not None:
+                    return line if isinstance(line, str) else (member, line)
+        except (OSError, EOFError, lzma.LZMAError, zipfile.BadZipFile) as exc:
+            return f"it cannot be decompressed ({type(exc).__name__}: {exc}); fix or replace the file."
+    return None
+
+
+def _decompressed(stack: ExitStack, path: str) -> Iterator[tuple[str | None, BinaryIO]]:
+    """The streams `datasets` would read from ``path``, by its first bytes: (archive member or None, stream)."""
+    with open(path, "rb") as probe:
+        magic = probe.read(_MAGIC_BYTES)
+    if magic.startswith(_ZIP_MAGIC):
+        archive = stack.enter_context(zipfile.ZipFile(path))
+        for info in archive.infolist():
+            if not info.is_dir():
+                with archive.open(info) as member:
+                    head = member.read(_MAGIC_BYTES)
+                if _is_compressed(head):
+                    raise OSError(f"archive member {info.filename} is itself compressed; unpack it first")
+                yield info.filename, stack.enter_context(archive.open(info))
+        return
+    for prefix, opener in _STREAM_MAGIC.items():
+        if magic.startswith(prefix):
+            yield None, stack.enter_context(opener(path, "rb"))
+            return
+    if magic.startswith(_ZSTD_MAGIC):
+        if importlib.util.find_spec("zstandard") is None:
+            raise OSError("it is zstd-compressed and the zstandard package is not installed: pip install zstandard")
+        import zstandard
+
+        yield None, stack.enter_context(zstandard.open(path, "rb"))
+        return
+    yield None, stack.enter_context(open(path, "rb"))
+
+
+def _is_compressed(head: bytes) -> bool:
+    return head.startswith((*_STREAM_MAGIC, _ZSTD_MAGIC, *_ZIP_MAGIC))
+
+
+def _deepest_line_of(file: BinaryIO, limit: int) -> int | str | None:
+    """The 1-based line where the nesting first exceeds ``limit``, None if it never does, or why the stream is
+    refused (over `MAX_DECOMPRESSED_BYTES`)."""
+    depth, in_string, backslash_run, lines_before, total = 0, False, 0, 0, 0
+    while chunk := file.read(CHUNK_BYTES):
+        total += len(chunk)
+        if total > MAX_DECOMPRESSED_BYTES:
+            return (
+                f"it decompresses to more than {MAX_DECOMPRESSED_BYTES >> 30} GiB, which the nesting check does not "
+                "scan; decompress it and give the plain file."
+            )
+        data = np.frombuffer(chunk, dtype=np.uint8)
+        # Only the bytes that matter, with their positions: brackets, quotes, backslashes, newlines.
+        positions = np.flatnonzero(_SPECIAL[data]).astype(np.int32)
+        if positions.size:
+            found = data[positions]
+            inside = _inside_strings(found, positions, in_string, backslash_run)
+            depths = depth + np.cumsum(np.where(inside, 0, _DEPTH_STEP[found]), dtype=np.int32)
+            if depths.min() < 0:  # stray closing brackets (invalid JSON): depth stays at 0, as if they were not
+                depths -= np.minimum(np.minimum.accumulate(depths), 0)
+            too_deep = np.flatnonzero(depths > limit)
+            if too_deep.size:
+                return lines_before + chunk.count(b"\n", 0, int(positions[too_deep[0]])) + 1
+            depth, in_string = int(depths[-1]), bool(inside[-1])
+        trailing = len(chunk) - len(chunk.rstrip(b"\\"))
+        backslash_run = backslash_run + trailing if trailing == len(chunk) else trailing
+        lines_before += chunk.count(b"\n")
     return None
 
 
