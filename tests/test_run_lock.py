@@ -12,7 +12,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -362,3 +364,36 @@ def test_the_lock_does_not_make_a_hub_like_model_path_read_as_local(tmp_path, mo
         )
     assert "'outputs/tiny-qwen2' could be a Hub id" in capsys.readouterr().err
     assert not (tmp_path / "outputs").exists()
+
+
+def test_a_huge_lock_file_is_refused_by_name_not_read(tmp_path):
+    path = tmp_path / LOCK_FILE
+    with open(path, "wb") as file:
+        file.truncate(3 * 10**9)  # sparse: 3 GB that take no disk
+    with pytest.raises(OutputDirLocked, match=rf"{path} holds 3000000000 bytes.*not a run's lock file.*Remove it"):
+        acquire(str(tmp_path))
+    assert path.stat().st_size == 3 * 10**9
+
+
+def test_a_skewed_clock_does_not_make_a_lock_being_written_look_stale(tmp_path, monkeypatch):
+    """This host's clock 10 s ahead of the filesystem's (an NFS server's): a lock created empty a moment ago is still
+    being written by its run, which then holds it; judged by ``time.time() - st_mtime`` it looked 10 s old."""
+    from riskpo_trl.trainer import run_lock
+
+    skewed = types.SimpleNamespace(time=lambda: time.time() + 10, monotonic=time.monotonic, sleep=time.sleep)
+    monkeypatch.setattr(run_lock, "time", skewed)
+    path = tmp_path / LOCK_FILE
+    path.touch()  # the first run's exclusive create; it writes its content a moment later
+
+    def first_run_writes():
+        time.sleep(1.0)
+        path.write_text(json.dumps({"pid": os.getpid(), **this_machine(), "started": "now"}))
+
+    writer = threading.Thread(target=first_run_writes)
+    writer.start()
+    try:
+        with pytest.raises(OutputDirLocked, match="is in use by another run"):
+            acquire(str(tmp_path))
+    finally:
+        writer.join()
+    assert json.loads(path.read_text())["pid"] == os.getpid()

@@ -26,9 +26,11 @@ import datetime
 import json
 import os
 import socket
-import stat
+import threading
 import time
 from collections.abc import Iterator
+
+from .state_files import UntrustedFileError, read_regular_file
 
 LOCK_FILE = "_riskpo_run.lock"
 # Holding this one (also an exclusive create) is what allows removing a stale lock, so that two runs that both find
@@ -36,6 +38,7 @@ LOCK_FILE = "_riskpo_run.lock"
 BREAK_SUFFIX = ".break"
 STALE_BREAK_S = 30.0  # a break file older than this was left by a process that died while removing a stale lock
 WRITE_GRACE_S = 5.0  # an empty or unreadable lock file younger than this is being written by its run
+MAX_LOCK_BYTES = 64 * 1024  # a run's lock holds a few hundred bytes
 PID_MAX_LIMIT = 1 << 22  # the kernel's highest pid_max (64-bit), where /proc/sys/kernel/pid_max cannot be read
 
 
@@ -246,45 +249,25 @@ def _process_start(pid: int) -> int | None:
 
 
 def _read_text(path: str) -> str | None:
+    """The lock file's text; None when it is gone or is anything but a run's lock file (so never this run's)."""
     try:
-        with open(path) as file:
-            return file.read()
-    except FileNotFoundError:
+        return read_regular_file(path, MAX_LOCK_BYTES).decode(errors="replace")
+    except (FileNotFoundError, UntrustedFileError):
         return None
 
 
 def _read_lock(path: str) -> str | None:
-    """The lock file's text (None if it is gone); anything at ``path`` but a regular file is refused by name, never
-    followed (a symlink, dangling or not) nor waited on (a FIFO)."""
+    """The lock file's text (None if it is gone); anything at ``path`` but a regular file under `MAX_LOCK_BYTES` is
+    refused by name, never followed (a symlink, dangling or not), waited on (a FIFO) or read whole."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        return read_regular_file(path, MAX_LOCK_BYTES).decode(errors="replace")
     except FileNotFoundError:
         return None
-    except OSError:  # a symlink (ELOOP), or something this user cannot open
-        fd = None
-    try:
-        mode = os.fstat(fd).st_mode if fd is not None else os.lstat(path).st_mode
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(mode):
-        if fd is not None:
-            os.close(fd)
-        kinds = {
-            stat.S_IFLNK: "a symbolic link",
-            stat.S_IFDIR: "a directory",
-            stat.S_IFIFO: "a FIFO",
-            stat.S_IFSOCK: "a socket",
-            stat.S_IFCHR: "a device",
-            stat.S_IFBLK: "a device",
-        }
+    except UntrustedFileError as exc:
         raise OutputDirLocked(
-            f"{path} is {kinds.get(stat.S_IFMT(mode), 'not a regular file')}, not a run's lock file: the lock cannot "
-            f"be taken. Remove it (it is not this library's), then start the run again."
-        )
-    if fd is None:
-        raise OutputDirLocked(f"Could not open the lock {path}: check the permissions of the output_dir.")
-    with os.fdopen(fd) as file:
-        return file.read()
+            f"{exc} It is not a run's lock file: the lock cannot be taken. Remove it (it is not this library's), "
+            "then start the run again."
+        ) from None
 
 
 def _parse(text: str | None) -> dict | None:
@@ -296,7 +279,22 @@ def _parse(text: str | None) -> dict | None:
 
 
 def _age(path: str) -> float:
+    """Seconds since ``path`` was last written, by the clock of the filesystem that holds it: measured against a file
+    this run writes now in the same directory, so a network filesystem's server clock, however skewed from this
+    host's, stamps both. 0.0 when ``path`` is gone or the directory takes no new file (then nothing counts as old)."""
+    probe = f"{path}.now-{os.getpid()}-{threading.get_ident()}"
     try:
-        return time.time() - os.path.getmtime(path)
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return 0.0
+    try:
+        os.write(fd, b"now")
+        now = os.fstat(fd).st_mtime
+    finally:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(probe)
+    try:
+        return now - os.lstat(path).st_mtime
     except FileNotFoundError:
         return 0.0
