@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 
 import pytest
@@ -72,8 +73,29 @@ def set_tracker(field, value):
         (set_tracker("values", [0.9, 0.1]), "values"),
         (set_tracker("num_updates", 0), "num_updates"),
         (lambda state: state["quantile_tracker"].pop("num_updates"), "num_updates"),
+        (set_tracker("values", [-1e300, 1e300]), "values"),
+        (set_tracker("values", [-(10**400), 0.5]), "values"),
+        (set_tracker("num_updates", 10**400), "num_updates"),
+        (set_tracker("num_updates", 10**6), "num_updates"),
+        (set_tracker("score_range", [1.0, 0.0]), "score_range"),
+        (lambda state: state["regime_guard"].__setitem__("streak", -5), "streak"),
+        (lambda state: state["regime_guard"].__setitem__("warned", "false"), "warned"),
     ],
-    ids=["nan", "inf", "one_level", "unordered", "zero_updates", "no_update_count"],
+    ids=[
+        "nan",
+        "inf",
+        "one_level",
+        "unordered",
+        "zero_updates",
+        "no_update_count",
+        "far_outside_the_rewards",
+        "400_digit_integer",
+        "400_digit_update_count",
+        "more_updates_than_steps",
+        "reversed_score_range",
+        "negative_streak",
+        "warned_as_a_string",
+    ],
 )
 def test_a_damaged_tracker_state_is_refused_naming_the_file_and_field(
     tiny_model_dir, checkpoint, tmp_path, edit, field
@@ -108,3 +130,22 @@ def test_a_stated_baseline_wins_over_an_old_checkpoint(tiny_model_dir, checkpoin
     assert resumed.args.advantage_baseline == resumed.risk_estimator.choices.advantage_baseline == "loo"
     assert resumed.risk_estimator.rule.baseline is ADVANTAGE_BASELINES.get("loo")
     assert "Resumed from" in caplog.text and "advantage_baseline='loo'" in caplog.text
+
+
+@pytest.mark.parametrize("kind", ["symlink to /dev/zero", "fifo", "3 GB sparse file"])
+def test_a_state_file_that_is_not_a_small_regular_file_is_refused_by_name(tiny_model_dir, checkpoint, tmp_path, kind):
+    """Read whole, these would exhaust memory (/dev/zero, a sparse file) or block start-up for ever (a FIFO)."""
+    damaged = edited_copy(checkpoint, tmp_path, lambda state: None)
+    path = damaged / RISK_STATE_FILE
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind.startswith("symlink"):
+        path.symlink_to("/dev/zero")
+    else:
+        with open(path, "wb") as file:
+            file.truncate(3 * 10**9)
+    resumed = trainer(tiny_model_dir, config(tmp_path / "resumed", max_steps=2))
+    with pytest.raises(ValueError, match=rf"{path} (is a|holds 3000000000 bytes).*not read"):
+        resumed.train(resume_from_checkpoint=str(damaged))
+    assert resumed.state.global_step <= 1

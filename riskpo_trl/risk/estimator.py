@@ -142,8 +142,9 @@ class RiskEstimator:
     def state_dict(self) -> dict[str, Any]:
         return {"quantile_tracker": self.tracker.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.tracker.load_state_dict(state["quantile_tracker"])
+    def load_state_dict(self, state: dict[str, Any], max_updates: int | None = None) -> None:
+        """Restore :meth:`state_dict`'s output (``max_updates``: see `QuantileTracker.load_state_dict`)."""
+        self.tracker.load_state_dict(state["quantile_tracker"], max_updates)
 
     def __repr__(self) -> str:
         choices = self.choices

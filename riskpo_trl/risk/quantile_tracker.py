@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from .quantiles import empirical_quantiles
+
+MAX_FINITE_INT = int(sys.float_info.max)  # a larger JSON integer has no float
+# Estimates of a checkpoint written before trackers saved the scores they saw: no reward of this package (0 to 1)
+# or of TRL's examples comes near this, and a quantile of rewards cannot be farther out than the rewards.
+LEGACY_ESTIMATE_BOUND = 1e6
 
 
 class QuantileTracker:
@@ -42,6 +49,7 @@ class QuantileTracker:
         self.lr_decay = float(lr_decay)
         self._values: torch.Tensor | None = None
         self.num_updates = 0  # batches seen, the warm start included
+        self._score_range: tuple[float, float] | None = None  # lowest and highest finite score seen
 
     @property
     def initialized(self) -> bool:
@@ -64,6 +72,10 @@ class QuantileTracker:
         finite = finite[torch.isfinite(finite)]
         if finite.numel() == 0:
             return self._values.clone() if self._values is not None else torch.full_like(self.levels, float("nan"))
+        low, high = finite.min().item(), finite.max().item()
+        if self._score_range is not None:
+            low, high = min(low, self._score_range[0]), max(high, self._score_range[1])
+        self._score_range = (low, high)
         if self._values is None:
             self._values = empirical_quantiles(finite, self.levels)
         else:
@@ -86,18 +98,22 @@ class QuantileTracker:
             "levels": self.levels.tolist(),
             "values": None if self._values is None else self._values.tolist(),
             "num_updates": self.num_updates,
+            "score_range": None if self._score_range is None else list(self._score_range),
             "lr": self.lr,
             "lr_decay": self.lr_decay,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], max_updates: int | None = None) -> None:
         """Restore :meth:`state_dict`'s output. Raises ValueError naming the field for a state that would train on
         wrong quantiles: levels other than this tracker's, estimates that are not one finite number per level in
-        level order, or an update count that is not a whole number (positive once there are estimates)."""
+        level order, an update count that is not a whole number (positive once there are estimates, at most
+        ``max_updates``: what the checkpoint's step count allows), or estimates farther from the scores seen
+        (``score_range``) than ``num_updates`` steps of at most ``lr`` can move them. Checkpoints written before
+        ``score_range`` was saved are held to ``|estimate| <= LEGACY_ESTIMATE_BOUND``."""
         try:
-            levels = [float(level) for level in state["levels"]]
+            levels = [_finite(level, "levels") for level in state["levels"]]
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"field 'levels' must be a list of numbers, got {state.get('levels')!r}") from exc
+            raise ValueError(f"field 'levels' must be a list of numbers, got {_shown(state.get('levels'))}") from exc
         if levels != self.levels.tolist():
             raise ValueError(
                 f"The saved tracker follows levels {levels}, this one {self.levels.tolist()}: resume with the same "
@@ -105,27 +121,58 @@ class QuantileTracker:
             )
         values, count = state.get("values"), state.get("num_updates")
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValueError(f"field 'num_updates' must be a whole number >= 0, got {count!r}")
+            raise ValueError(f"field 'num_updates' must be a whole number >= 0, got {_shown(count)}")
+        if max_updates is not None and count > max_updates:
+            raise ValueError(
+                f"field 'num_updates' is {_shown(count)}, more than the {max_updates} training batches the "
+                "checkpoint's step count allows"
+            )
         if values is None:
             if count:
                 raise ValueError(f"field 'values' is null after {count} updates")
-            self._values, self.num_updates = None, 0
+            self._values, self.num_updates, self._score_range = None, 0, None
             return
-        if (
-            not isinstance(values, list)
-            or len(values) != len(levels)
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-        ):
-            raise ValueError(f"field 'values' must be a list of {len(levels)} numbers (one per level), got {values!r}")
-        restored = torch.tensor(values, dtype=torch.float64)
-        if not torch.isfinite(restored).all():
-            raise ValueError(f"field 'values' must be finite, got {values!r}")
+        if not isinstance(values, list) or len(values) != len(levels):
+            raise ValueError(
+                f"field 'values' must be a list of {len(levels)} numbers (one per level), got {_shown(values)}"
+            )
+        restored = torch.tensor([_finite(value, "values") for value in values], dtype=torch.float64)
         if not torch.equal(self._keep_ordered(restored), restored):
             raise ValueError(f"field 'values' must not decrease with the level (levels {levels}), got {values!r}")
         if count < 1:
             raise ValueError(f"field 'num_updates' must be positive once there are estimates, got {count!r}")
-        self._values, self.num_updates = restored, count
+        score_range = self._checked_score_range(state)
+        reach = count * max(self.lr, self._saved_lr(state))  # no step moves an estimate farther than lr
+        low, high = score_range if score_range is not None else (-LEGACY_ESTIMATE_BOUND, LEGACY_ESTIMATE_BOUND)
+        if score_range is None:
+            reach = 0.0
+        slack = 1e-9 * (1.0 + abs(low) + abs(high) + reach)  # float rounding of the steps taken
+        if restored.min().item() < low - reach - slack or restored.max().item() > high + reach + slack:
+            raise ValueError(
+                f"field 'values' {values!r} lies outside the scores seen ({low:g} to {high:g}) widened by what "
+                f"{count} updates of at most lr={max(self.lr, self._saved_lr(state)):g} can move it"
+            )
+        self._values, self.num_updates, self._score_range = restored, count, score_range
         # lr and lr_decay stay as configured: a resumed run may deliberately change its schedule.
+
+    @staticmethod
+    def _checked_score_range(state: dict[str, Any]) -> tuple[float, float] | None:
+        score_range = state.get("score_range")
+        if score_range is None:
+            return None
+        if not isinstance(score_range, list) or len(score_range) != 2:
+            raise ValueError(f"field 'score_range' must be [lowest, highest], got {_shown(score_range)}")
+        low, high = (_finite(value, "score_range") for value in score_range)
+        if low > high:
+            raise ValueError(f"field 'score_range' must be [lowest, highest], got {score_range!r}")
+        return low, high
+
+    @staticmethod
+    def _saved_lr(state: dict[str, Any]) -> float:
+        lr = _finite(state.get("lr", 0.0), "lr")
+        if lr < 0:
+            raise ValueError(f"field 'lr' must be >= 0, got {lr!r}")
+        return lr
 
     def __repr__(self) -> str:
         values = None if self._values is None else [round(v, 4) for v in self._values.tolist()]
@@ -133,3 +180,22 @@ class QuantileTracker:
             f"QuantileTracker(levels={self.levels.tolist()}, values={values}, lr={self.lr}, "
             f"updates={self.num_updates})"
         )
+
+
+def _finite(value: Any, field: str) -> float:
+    """``value`` as a finite float: a JSON number (not a boolean), an integer bounded before its conversion."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"field {field!r} must hold numbers, got {_shown(value)}")
+    if isinstance(value, int) and abs(value) > MAX_FINITE_INT:
+        raise ValueError(f"field {field!r} holds {_shown(value)}, beyond any float")
+    if not math.isfinite(value):
+        raise ValueError(f"field {field!r} must be finite, got {value!r}")
+    return float(value)
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message, cut short (a 400-digit number or a long list would bury the message)."""
+    text = (
+        repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"an integer of {len(str(value))} digits"
+    )
+    return text if len(text) <= 200 else text[:200] + "..."

@@ -13,13 +13,20 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 from typing import Any
 
 from torch import nn
 
+from .state_files import UntrustedFileError, read_regular_file
+
 RISK_STATE_FILE = "riskpo_state.json"
+TRAINER_STATE_FILE = "trainer_state.json"  # transformers' record of the checkpoint's step
+MAX_STATE_BYTES = 1 << 20  # riskpo_state.json holds a few kilobytes
+MAX_TRAINER_STATE_BYTES = 256 << 20  # trainer_state.json grows with the logged history
 
 # RiskPOConfig's own fields that a resumed run may change: the trackers' step size and the run's guards. Every other
 # field RiskPOConfig adds to GRPOConfig is a risk setting (a field added later is one unless listed here).
@@ -55,10 +62,9 @@ def check_resume_settings(checkpoint: str, args: Any) -> None:
     A checkpoint written before the settings were recorded tells only its trackers' levels (risk_alpha, risk_beta);
     one without RiskPO's state is left to :func:`read_state`."""
     path = os.path.join(checkpoint, RISK_STATE_FILE)
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         return
-    with open(path) as f:
-        state = json.load(f)
+    state = _load_json(path, MAX_STATE_BYTES)
     saved = state.get("settings")
     if saved is None:
         levels = state.get("quantile_tracker", {}).get("levels")
@@ -87,23 +93,61 @@ def write_state(output_dir: str, state: dict[str, Any]) -> None:
 def read_state(checkpoint: str) -> dict[str, Any]:
     """The state :func:`write_state` wrote into ``checkpoint``; a checkpoint without one is refused by name."""
     path = os.path.join(checkpoint, RISK_STATE_FILE)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         raise FileNotFoundError(
             f"{checkpoint} has no {RISK_STATE_FILE}, so the quantile trackers cannot be restored. Resume from a "
             "checkpoint written by RiskPOTrainer, or start a fresh run."
         )
-    with open(path) as f:
-        return json.load(f)
+    return _load_json(path, MAX_STATE_BYTES)
 
 
-def restore_state(checkpoint: str, state: dict[str, Any], estimator: Any, regime_guard: Any) -> None:
+def _load_json(path: str, max_bytes: int) -> dict[str, Any]:
+    """The JSON object in ``path``, read by `read_regular_file`; anything else is refused, naming the file."""
+    hint = "resume from another checkpoint, or start a fresh run."
+    try:
+        state = json.loads(read_regular_file(path, max_bytes))
+    except UntrustedFileError as exc:
+        raise ValueError(f"{exc} A checkpoint's state file is a small regular file: {hint}") from None
+    except ValueError as exc:  # not JSON, not UTF-8, or a number of more digits than Python converts
+        raise ValueError(f"{path} is not valid JSON ({exc}): {hint}") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} holds a JSON {type(state).__name__}, not an object: {hint}")
+    return state
+
+
+def max_training_batches(checkpoint: str, gradient_accumulation_steps: int) -> int | None:
+    """The most training batches a run can have scored by ``checkpoint``: one per micro-batch of each step, the one
+    in progress included; None where the step is unknown. The step is the folder's (``checkpoint-<step>``, as
+    transformers names it), else ``global_step`` in its trainer_state.json."""
+    step = _checkpoint_step(checkpoint)
+    return None if step is None else (step + 1) * max(1, gradient_accumulation_steps)
+
+
+def _checkpoint_step(checkpoint: str) -> int | None:
+    named = re.fullmatch(r"checkpoint-(\d{1,12})", os.path.basename(os.path.normpath(checkpoint)))
+    if named:
+        return int(named.group(1))
+    path = os.path.join(checkpoint, TRAINER_STATE_FILE)
+    if not os.path.lexists(path):
+        return None
+    step = _load_json(path, MAX_TRAINER_STATE_BYTES).get("global_step")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 10**12:
+        raise ValueError(f"{path} cannot be resumed from: field 'global_step' is {str(step)[:40]!r}.")
+    return step
+
+
+def restore_state(
+    checkpoint: str, state: dict[str, Any], estimator: Any, regime_guard: Any, max_batches: int | None = None
+) -> None:
     """Load ``state`` (:func:`read_state`) into the risk estimator and the regime guard. A state that would train on
-    wrong quantiles (NaN, infinite, missing or unordered levels, an update count that is not positive) is refused,
-    naming the file and the field, before any training step."""
+    wrong quantiles (NaN, infinite, missing or unordered levels, an update count that is not positive or over
+    ``max_batches``, estimates farther from the scores seen than the updates can move them) or a malformed guard
+    state is refused, naming the file and the field, before any training step."""
     path = os.path.join(checkpoint, RISK_STATE_FILE)
-    parts = [("quantile_tracker", estimator.load_state_dict, state)]
+    parts = [("quantile_tracker", functools.partial(estimator.load_state_dict, max_updates=max_batches), state)]
     if "regime_guard" in state:  # checkpoints written before the guard existed have none
-        parts.append(("regime_guard", regime_guard.load_state_dict, state["regime_guard"]))
+        guard_load = functools.partial(regime_guard.load_state_dict, max_batches=max_batches)
+        parts.append(("regime_guard", guard_load, state["regime_guard"]))
     for name, load, part in parts:
         try:
             load(part)

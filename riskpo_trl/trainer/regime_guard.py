@@ -73,8 +73,18 @@ class RegimeGuard:
     def state_dict(self) -> dict[str, Any]:
         return {"streak": self.streak, "warned": self.warned}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.streak, self.warned = int(state["streak"]), bool(state["warned"])
+    def load_state_dict(self, state: dict[str, Any], max_batches: int | None = None) -> None:
+        """Restore :meth:`state_dict`'s output; a ``streak`` that is not a whole number from 0 to ``max_batches``
+        (the training batches the checkpoint holds), or a ``warned`` that is not a JSON boolean, raises ValueError
+        naming the field."""
+        streak, warned = state["streak"], state["warned"]
+        if isinstance(streak, bool) or not isinstance(streak, int) or streak < 0:
+            raise ValueError(f"field 'streak' must be a whole number >= 0, got {str(streak)[:40]!r}")
+        if max_batches is not None and streak > max_batches:
+            raise ValueError(f"field 'streak' is {str(streak)[:40]}, more than the {max_batches} training batches run")
+        if not isinstance(warned, bool):
+            raise ValueError(f"field 'warned' must be true or false, got {warned!r}")
+        self.streak, self.warned = streak, warned
 
 
 # The scale of the evidence, stated with the warning so nobody reads more into it; the numbers live in the doc.

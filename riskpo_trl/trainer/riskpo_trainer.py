@@ -20,6 +20,7 @@ from .caller_warnings import warn_replaced_grpo_defaults  # noqa: E402
 from .checkpoints import (  # noqa: E402
     RISK_STATE_FILE,
     check_resume_settings,
+    max_training_batches,
     read_state,
     restore_state,
     resumed_baseline,
@@ -198,7 +199,8 @@ class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
             return
         check_resume_settings(checkpoint, self.args)
         state = read_state(checkpoint)
-        restore_state(checkpoint, state, self.risk_estimator, self.regime_guard)
+        max_batches = max_training_batches(checkpoint, self.args.gradient_accumulation_steps)
+        restore_state(checkpoint, state, self.risk_estimator, self.regime_guard, max_batches)
         baseline = resumed_baseline(state, self.args)
         if baseline is not None and baseline != self.args.advantage_baseline:
             logger.warning(
