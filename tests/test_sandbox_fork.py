@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -131,3 +133,101 @@ def test_a_sandbox_that_cannot_start_is_unscorable_not_zero(failing_bwrap):
         assert time.monotonic() - start < LIMITS.total_timeout_s / 2
     finally:
         sandbox.close()
+
+
+TRAINER = """
+import os, sys, time
+from riskpo_trl.code.reward import CodeReward
+from riskpo_trl.code.sandbox import Sandbox, SandboxLimits, program_cgroups
+from riskpo_trl.code.testspec import TestSpec
+limits = SandboxLimits(test_timeout_s=4.0, total_timeout_s=20.0, memory_mb=512, disk_mb=16)
+reward = CodeReward(sandbox=Sandbox(limits, max_workers=2))
+add = [{"role": "assistant", "content": "```python\\nprint(sum(map(int, input().split())))\\n```"}]
+print(reward([add, add], [TestSpec("stdin", ["1 2\\n"], ["3\\n"]).to_json()] * 2), flush=True)
+if sys.argv[1] == "fork-and-wait":
+    if os.fork() == 0:
+        time.sleep(2)  # the forked child outlives the trainer
+        os._exit(0)
+    print("ready", flush=True)
+    time.sleep(600)  # until SIGKILLed
+"""
+
+
+def parent_cgroups_of(pid: int) -> list[str]:
+    """The sandbox's parent cgroups of trainer ``pid`` in every hierarchy mounted under /sys/fs/cgroup."""
+    found = []
+    for root, directories, _ in os.walk("/sys/fs/cgroup"):
+        if root.count(os.sep) > 6:
+            directories.clear()
+        found += [os.path.join(root, name) for name in directories if name == f"riskpo-sandbox-{pid}"]
+    return found
+
+
+def test_a_sigkilled_trainer_that_had_forked_leaves_nothing_once_the_next_one_starts():
+    from riskpo_trl.code.sandbox import program_cgroups
+
+    if not program_cgroups().hierarchies:
+        pytest.skip("no cgroups can be made here")
+    killed = subprocess.Popen([sys.executable, "-c", TRAINER, "fork-and-wait"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert killed.stdout.readline().strip() == "[1.0, 1.0]"
+        assert killed.stdout.readline().strip() == "ready"
+        assert parent_cgroups_of(killed.pid)
+    finally:
+        killed.kill()
+        killed.wait()
+    time.sleep(3)  # the forked child exits too
+    next_trainer = subprocess.run(
+        [sys.executable, "-c", TRAINER, "score"], capture_output=True, text=True, timeout=120
+    )
+    assert next_trainer.stdout.strip() == "[1.0, 1.0]", next_trainer.stderr[-2000:]
+    assert parent_cgroups_of(killed.pid) == []
+    leftover = [
+        pid
+        for pid in os.listdir("/proc")
+        if pid.isdigit() and f"riskpo-sandbox-{killed.pid}" in open_text(f"/proc/{pid}/cgroup")
+    ]
+    assert leftover == []
+
+
+def open_text(path: str) -> str:
+    try:
+        with open(path) as file:
+            return file.read()
+    except OSError:
+        return ""
+
+
+ORPHAN = """
+import os, sys, time
+os.setsid()
+if os.fork():
+    os._exit(0)  # the orphan's parent becomes PID 1, as a SIGKILLed trainer's bwrap does
+os.setgid(int(sys.argv[1]))
+os.setuid(int(sys.argv[1]))
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes run as their own uids only when the trainer is root")
+def test_the_next_trainer_kills_a_sandbox_uid_process_whose_trainer_is_gone():
+    from riskpo_trl.code.bwrap import SANDBOX_UID_BASE
+
+    uid = SANDBOX_UID_BASE + 7
+    subprocess.run([sys.executable, "-c", ORPHAN, str(uid)], check=True, timeout=30)
+    deadline = time.monotonic() + 10
+    while not (orphans := [p for p in os.listdir("/proc") if p.isdigit() and owner_and_parent(p) == (uid, 1)]):
+        assert time.monotonic() < deadline, "the orphan did not start"
+        time.sleep(0.05)
+    next_trainer = subprocess.run(
+        [sys.executable, "-c", TRAINER, "score"], capture_output=True, text=True, timeout=120
+    )
+    assert next_trainer.stdout.strip() == "[1.0, 1.0]", next_trainer.stderr[-2000:]
+    assert [pid for pid in orphans if owner_and_parent(pid) == (uid, 1)] == []
+
+
+def owner_and_parent(pid: str) -> tuple[int, int] | None:
+    fields = dict(line.split(":", 1) for line in open_text(f"/proc/{pid}/status").splitlines() if ":" in line)
+    if "Uid" not in fields or fields.get("State", "").strip().startswith("Z"):
+        return None
+    return int(fields["Uid"].split()[0]), int(fields["PPid"])

@@ -27,9 +27,11 @@ import atexit
 import glob
 import itertools
 import json
+import logging
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -42,7 +44,10 @@ from pathlib import Path
 from .fdwait import readable
 from .spawner import Spawner
 
+logger = logging.getLogger(__name__)
+
 SANDBOX_UID_BASE = 61000  # host uids per worker slot when running as root; no account needs to exist
+SANDBOX_UID_SPAN = 4096  # the slots whose uids the start-up clean-up looks at (`kill_orphaned_sandbox_processes`)
 INSIDE_UID = 1000  # the uid programs see inside the sandbox
 WORKDIR = "/sandbox"  # the tmpfs working directory (also HOME and TMPDIR) inside the sandbox
 SHM_DIR = "/dev/shm"  # POSIX shared memory and semaphores (multiprocessing); writable, capped like WORKDIR
@@ -184,6 +189,34 @@ def stage_parent() -> str:
     )
 
 
+def kill_orphaned_sandbox_processes() -> list[int]:
+    """SIGKILL every process of the sandbox uids whose trainer is gone, and return their PIDs (never raises).
+
+    A trainer's bwrap processes are its children and their sandboxes bwrap's, so a process of a sandbox uid whose
+    parent is PID 1 was orphaned: its trainer was SIGKILLed (also another trainer's, sharing the uids). Run as root at
+    start-up, before this process starts any sandbox.
+    """
+    killed = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+            uid, parent = int(fields["Uid"].split()[0]), int(fields["PPid"])
+        except (OSError, ValueError, KeyError, IndexError):
+            continue
+        if parent == 1 and SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + SANDBOX_UID_SPAN:
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+                killed.append(int(entry))
+            except OSError:
+                pass
+    if killed:
+        logger.warning("Killed %d sandbox process(es) left by a trainer that no longer runs: %s", len(killed), killed)
+    return killed
+
+
 class BwrapLauncher:
     """Builds the command line that runs a program in a fresh bwrap sandbox (one per process, thread-safe)."""
 
@@ -204,6 +237,7 @@ class BwrapLauncher:
         every uid can enter, and where each run gets a tmpfs capped in bytes *and* files; sandboxes start in it. Its
         first process is a staging server (`riskpo_trl.code._stage_main`) that lives while this process does (it
         serves requests on a pipe from us), and the namespace's mounts die with it."""
+        kill_orphaned_sandbox_processes()
         self._tools = {}
         for tool in ("unshare", "nsenter"):
             self._tools[tool] = shutil.which(tool, path=TOOL_ENV["PATH"]) or shutil.which(tool)

@@ -32,6 +32,7 @@ import errno
 import itertools
 import logging
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ CPU_CORES_PER_RUN = 1  # a run's CPU cap: its runner and a program that needs no
 CPU_PERIOD_US = 100_000  # the scheduler period the quota is counted in (the kernel's default)
 V1_SHARES, V2_WEIGHT = 1024, 100  # the default weight of one cgroup (or one thread) on v1 and v2
 V1_MAX_SHARES, V2_MAX_WEIGHT = 262_144, 10_000
+PARENT_PREFIX = "riskpo-sandbox-"  # + the trainer's PID: its parent cgroup in each hierarchy
+KILL_WAIT_S = 5.0  # for the processes a dead trainer left in its cgroups to exit after SIGKILL
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,25 @@ class RunCgroup:
         for path in self.paths:
             _write(os.path.join(path, "cgroup.procs"), str(pid))
 
+    def kill(self) -> None:
+        """SIGKILL every process in the directories, and wait up to `KILL_WAIT_S` for them to leave (never raises)."""
+        deadline = time.monotonic() + KILL_WAIT_S
+        while True:
+            pids = set()
+            for path in self.paths:
+                try:
+                    pids.update(int(pid) for pid in _read(os.path.join(path, "cgroup.procs")).split())
+                except (OSError, ValueError):
+                    pass
+            if not pids or time.monotonic() > deadline:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.02)
+
     def remove(self) -> None:
         """Remove the directories once their processes are gone (retried briefly; never raises)."""
         for path in reversed(self.paths):
@@ -251,8 +273,10 @@ def _write_optional(path: str, value: str) -> None:
 
 
 def _make_parent(directory: str, version: int, controllers: tuple[str, ...]) -> str:
-    """The per-trainer-process parent cgroup in ``directory``; v2: with ``controllers`` enabled for its children."""
-    parent = os.path.join(directory, f"riskpo-sandbox-{os.getpid()}")
+    """The per-trainer-process parent cgroup in ``directory``; v2: with ``controllers`` enabled for its children.
+    First removes what SIGKILLed trainers left there (`remove_orphaned_parents`)."""
+    remove_orphaned_parents(directory)
+    parent = os.path.join(directory, f"{PARENT_PREFIX}{os.getpid()}")
     os.makedirs(parent, exist_ok=True)
     atexit.register(_remove_parent, parent)
     if version == 2:
@@ -264,6 +288,45 @@ def _make_parent(directory: str, version: int, controllers: tuple[str, ...]) -> 
         else:
             _write(os.path.join(parent, "cpu.shares"), str(min(V1_MAX_SHARES, V1_SHARES * cores)))
     return parent
+
+
+def remove_orphaned_parents(directory: str) -> list[str]:
+    """Remove the parent cgroups in ``directory`` of trainers that no longer run (a SIGKILL skips the exit hook):
+    every process still in their run cgroups (a sandbox left behind) is killed, then the cgroups are removed. A
+    trainer counts as gone when its PID runs no process here; one in another PID namespace that shares this cgroup
+    directory is not told apart (docs/code_sandbox.md). Returns the parents removed; never raises."""
+    removed = []
+    try:
+        entries = [entry for entry in os.scandir(directory) if entry.name.startswith(PARENT_PREFIX)]
+    except OSError:
+        return removed
+    for entry in entries:
+        pid = entry.name[len(PARENT_PREFIX) :]
+        if not pid.isdigit() or _pid_runs(int(pid)) or not entry.is_dir(follow_symlinks=False):
+            continue
+        runs = [RunCgroup([child.path]) for child in os.scandir(entry.path) if child.is_dir(follow_symlinks=False)]
+        for run in runs:
+            run.kill()
+        for run in runs:
+            run.remove()
+        try:
+            os.rmdir(entry.path)
+            removed.append(entry.path)
+        except OSError as exc:
+            logger.warning("Could not remove the cgroup %s of a trainer that no longer runs: %s", entry.path, exc)
+    if removed:
+        logger.info("Removed the sandbox cgroups of %d trainer(s) that no longer run: %s", len(removed), removed)
+    return removed
+
+
+def _pid_runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _remove_parent(parent: str) -> None:
