@@ -52,6 +52,9 @@ _PYTHON_FLAGS = ["-I", "-S", "-B"]  # isolated mode, no site-packages, no byteco
 REPORT_MARGIN = 64 * 1024  # report bytes besides the outputs: framing and the error message
 KILL_WAIT_S = 10.0  # how long PID 1 may take to die after SIGKILL (the kernel ends its namespace first)
 MALFORMED_REPORT = "malformed report from the sandbox"
+READ_BYTES = 1 << 16  # a pipe's default capacity
+EAGER_WAKEUPS = 64  # a run's report is read as records arrive up to this many wakeups (a few tests: no delay)...
+READ_INTERVAL_S = 0.005  # ...then at most once per interval (a test's deadline is then at most this late)
 SANDBOX_START_TIMEOUT_S = 10.0  # from the release of a held bwrap to its sandbox's PID 1 (milliseconds when idle)
 
 
@@ -657,7 +660,7 @@ class _TestClock:
                 self.outputs += 1
                 restarted = True
             elif kind in (b"E", b"D"):
-                self.ended = True  # what follows is the end mark and EOF, under the run's own deadline
+                self.ended = True  # EOF is due at once: the current test's clock keeps running
             else:
                 return restarted, MALFORMED_REPORT  # a second start mark, or outputs before it or beyond the tests
         return restarted, None
@@ -668,10 +671,13 @@ def _read_report(
 ) -> tuple[bytes, str | None]:
     """Everything the sandbox writes before EOF, or an error when over ``limit`` bytes (then nothing more is read:
     the trainer holds at most ``limit`` bytes of a report), on a malformed record, or on timeout: past ``deadline``,
-    or when a test's record is not complete within ``test_timeout_s`` of the record before it (`_TestClock`). This
-    clock is the trainer's, outside the sandbox: the caller then kills the sandbox, so nothing the program does
-    extends it. Waits with poll, which has no limit on descriptor numbers."""
-    data, clock, test_deadline = bytearray(), _TestClock(n_tests), None
+    or when a test's record is not complete within ``test_timeout_s`` of the record before it (`_TestClock`), EOF
+    included: an end or error record stops no clock, so a run takes at most (tests + 1) x ``test_timeout_s`` after
+    its start mark whatever the program writes. This clock is the trainer's, outside the sandbox: the caller then
+    kills the sandbox, so nothing the program does extends it. Waits with poll, which has no limit on descriptor
+    numbers; past `EAGER_WAKEUPS` wakeups of a run, records are read in blocks of `READ_INTERVAL_S`, so the trainer's
+    CPU per run stays bounded however many tests it has."""
+    data, clock, test_deadline, wakeups = bytearray(), _TestClock(n_tests), None, 0
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     while True:
@@ -682,7 +688,7 @@ def _read_report(
             if due == deadline:
                 return b"", "timeout: the run exceeded its total time limit"
             return b"", f"timeout: test {clock.outputs} ran past test_timeout_s={test_timeout_s:g}"
-        chunk = os.read(fd, min(1 << 16, limit + 1 - len(data)))
+        chunk = os.read(fd, min(READ_BYTES, limit + 1 - len(data)))
         if not chunk:
             return bytes(data), None
         data += chunk
@@ -693,8 +699,9 @@ def _read_report(
             return b"", error
         if restarted:
             test_deadline = time.monotonic() + test_timeout_s
-        elif clock.ended:
-            test_deadline = None
+        wakeups += 1
+        if wakeups > EAGER_WAKEUPS and len(chunk) < READ_BYTES:  # records trickle in: let them gather
+            time.sleep(max(0.0, min(READ_INTERVAL_S, due - time.monotonic())))
 
 
 def _namespace_init(info: int, process: subprocess.Popen, deadline: float) -> int | None:
