@@ -14,6 +14,12 @@ the public seams only: each run times the interval from its reward function's re
 work after scoring, the same in both trainers, plus RiskPO's advantage step); RiskPO's share is the difference of
 the two trainers' medians.
 
+For a ratio that resolves small differences, ``--fixed-length`` makes every completion exactly
+``--max-completion-length`` tokens long, so every run does the same work; each step's optimisation phase (from the
+batch observer to the step's end: loss, backward, optimizer step) is timed on its own as well; each measure gets the
+geometric mean of its pair ratios with a 95% interval; and ``--size-after N`` runs only as many pairs as the first N
+pairs' spread needs for a ±2% interval (``benchmarks.pair_design``), at most ``--pairs``.
+
 On a GPU, ``--in-process`` runs the trainers one after another in this process instead (it saves an interpreter and
 the imports per run, which matters when device time is short): each run's peak is then
 ``torch.cuda.max_memory_allocated`` minus what was allocated when it began, and RSS is left out. ``--deadline``
@@ -37,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.pair_design import log_ratio_spread, pairs_needed, ratio_interval
+from benchmarks.pair_design import describe_interval, log_ratio_spread, pairs_needed, ratio_interval
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_DISABLED", "true")
@@ -401,12 +407,6 @@ def size_from_pilot(runs: list[dict[str, Any]], most: int) -> dict[str, Any]:
         "pairs_wanted": wanted,
         "note": f"the {len(runs) // 2} pilot pairs' spread needs {needed} pairs for ±2%; running {wanted}",
     }
-
-
-def describe_interval(interval: dict[str, Any]) -> str:
-    if interval["pairs"] < 2:
-        return "n/a (one pair)"
-    return f"{interval['ratio']:.3f} ({interval['low']:.3f}-{interval['high']:.3f})"
 
 
 def forwarded_flags(args: argparse.Namespace) -> list[str]:
