@@ -19,12 +19,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 import signal
 import time
 from collections.abc import Iterator
 
 from transformers import TrainerCallback
+
+from .last_checkpoint import last_complete_checkpoint as last_complete_checkpoint  # resuming is part of stopping
 
 # EX_TEMPFAIL of sysexits.h, "temporary failure, try again later": the run stopped at a checkpoint and the same
 # command resumes it. Distinct from a crash (1), a usage error (2) and a death by signal (128 + N).
@@ -35,8 +36,6 @@ REPEAT_WINDOW_S = 1.0
 # If set, the stop line is also written to this file by each node's first process: a launcher (torchrun, under
 # `accelerate launch`) reports a process's exit code 75 as a failure and exits 1, so a wrapper script reads this file.
 STOP_FILE_ENV = "RISKPO_STOP_FILE"
-# A checkpoint's trainer state is written last, so a checkpoint without it was cut short while saving.
-CHECKPOINT_COMPLETE_MARKER = "trainer_state.json"
 
 
 class RunStopped(SystemExit):
@@ -190,24 +189,3 @@ def stopping_on_signals(trainer) -> Iterator[StopOnSignal]:
     finally:
         stop.restore()
         trainer.remove_callback(stop)
-
-
-def last_complete_checkpoint(output_dir: str) -> str | None:
-    """The last ``checkpoint-N`` in ``output_dir`` whose save finished (it has its trainer state, written last), or
-    None; later ones that a kill cut short are named in a warning and skipped."""
-    import logging
-
-    names = [
-        name
-        for name in os.listdir(output_dir)
-        if re.fullmatch(r"checkpoint-\d+", name) and os.path.isdir(os.path.join(output_dir, name))
-    ]
-    folders = [os.path.join(output_dir, name) for name in sorted(names, key=lambda n: -int(n.split("-")[1]))]
-    complete = next((path for path in folders if os.path.isfile(os.path.join(path, CHECKPOINT_COMPLETE_MARKER))), None)
-    skipped = folders[: folders.index(complete)] if complete else folders
-    if skipped:
-        logging.getLogger(__name__).warning(
-            f"Skipping {', '.join(skipped)}: no {CHECKPOINT_COMPLETE_MARKER}, so a kill cut its save short. "
-            + (f"Resuming from {complete}." if complete else "Starting from scratch.")
-        )
-    return complete
