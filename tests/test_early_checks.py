@@ -238,3 +238,24 @@ def test_the_light_reader_leaves_what_it_cannot_read(tmp_path):
     columns = tmp_path / "columns.json"
     columns.write_text(json.dumps({"prompt": ["a", "b"], "solution": ["1", "2"]}))
     assert peek_columns([str(broken)]) is None and peek_columns([str(columns)]) is None
+
+
+@needs_the_list
+def test_too_few_rows_are_refused_before_torch_loads_as_the_trainer_refuses_them(tmp_path):
+    from helpers import make_prompt_dataset
+
+    from riskpo_trl import RiskPOConfig
+    from riskpo_trl.trainer.checks import check_generation_batch_fits
+
+    rows = make_prompt_dataset(3)
+    rows.to_json(tmp_path / "rows.jsonl")
+    layout = {"per_device_train_batch_size": 8, "num_generations": 4, "steps_per_generation": 2, "bundle_size": 2}
+    layout["gradient_accumulation_steps"] = 1
+    argv = [f"--{name}={value}" for name, value in layout.items()]
+    data = ["--dataset_name", "json", "--dataset_files", str(tmp_path / "rows.jsonl")]
+    code, heavy, printed = run_cli(["--config", TINY_RECIPE, *data, *argv, "--output_dir", str(tmp_path / "r")], ROOT)
+    config = RiskPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **layout)
+    with pytest.raises(ValueError) as later:
+        check_generation_batch_fits(rows, config)
+    assert code == 2 and heavy == []
+    assert f"riskpo-train: error: {later.value}" in printed

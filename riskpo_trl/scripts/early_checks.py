@@ -21,7 +21,7 @@ from ..data.columns import training_renames
 from ..data.local_files import check_data_files, peek_columns
 from ..data.user_datasets import FILE_FORMATS
 from ..trainer.batch_layout import bundle_layout_error
-from ..trainer.checks import check_model_path, missing_prompt_message
+from ..trainer.checks import check_generation_batch_fits, check_model_path, missing_prompt_message
 from ..trainer.last_checkpoint import last_complete_checkpoint
 from ..trainer.run_lock import LOCK_FILE, acquire
 from .run_data import check_same_data
@@ -59,22 +59,33 @@ def processes() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def check_bundle_layout(values: argparse.Namespace) -> None:
-    """RiskPOConfig's batch-layout check, on the generation batch TRL's GRPOConfig derives; a layout GRPOConfig
-    itself refuses (or a trainer without bundles) is left to it."""
-    if getattr(values, "bundle_size", None) is None or values.num_generations < 2 or values.bundle_size < 1:
-        return
-    per_step = values.per_device_train_batch_size * processes()
+def generation_layout(values: argparse.Namespace) -> argparse.Namespace | None:
+    """``values`` with ``world_size``, ``steps_per_generation`` and ``generation_batch_size`` as GRPOConfig derives
+    them; None for a layout GRPOConfig itself refuses, which is left to it."""
+    world_size = processes()
+    per_step = values.per_device_train_batch_size * world_size
     steps, batch = values.steps_per_generation, values.generation_batch_size
     if steps is None and batch is None:
         steps = values.steps_per_accumulation * values.gradient_accumulation_steps
     if batch is None:
         batch = per_step * steps
     elif steps is not None or batch % per_step != 0:
+        return None
+    else:
+        steps = batch // per_step
+    if values.num_generations < 2 or batch % values.num_generations != 0:
+        return None
+    derived = argparse.Namespace(**vars(values))
+    derived.world_size, derived.steps_per_generation, derived.generation_batch_size = world_size, steps, batch
+    return derived
+
+
+def check_bundle_layout(values: argparse.Namespace) -> None:
+    """RiskPOConfig's batch-layout check (a trainer without bundles has nothing to check)."""
+    layout = generation_layout(values)
+    if layout is None or getattr(values, "bundle_size", None) is None or values.bundle_size < 1:
         return
-    if batch % values.num_generations != 0:
-        return
-    problem = bundle_layout_error(batch, values.num_generations, values.bundle_size)
+    problem = bundle_layout_error(layout.generation_batch_size, layout.num_generations, layout.bundle_size)
     if problem is not None:
         raise ValueError(problem)
 
@@ -86,21 +97,25 @@ def check_model_name(values: argparse.Namespace) -> None:
         check_model_path(path, "model_name_or_path")
 
 
-def check_data_columns(values: argparse.Namespace) -> None:
+def check_local_data(values: argparse.Namespace) -> None:
     """Local files used as they are (dataset_name json, csv or parquet): the prompt and answer columns named exist,
-    and the rows have a prompt."""
+    the rows have a prompt, and there are enough of them for one generation batch."""
     name = values.dataset_name
     if name not in FILE_FORMATS or not values.dataset_files:
         return
     found = peek_columns(check_data_files(values.dataset_files, reader=name))
     if found is None:
         return
-    columns, _ = found
+    columns, rows = found
     renames = training_renames(columns, values.prompt_column, values.answer_column, f"the training dataset {name!r}")
     read_as = {source: target for target, source in renames.items()}
     columns = [read_as.get(column, column) for column in columns]
     if "prompt" not in columns:
         raise ValueError(missing_prompt_message("training", columns))
+    layout = generation_layout(values)
+    if layout is not None:
+        limit = values.max_train_samples
+        check_generation_batch_fits(range(rows if limit is None else min(rows, limit)), layout)
 
 
 def check_output_dir(values: argparse.Namespace) -> str | None:

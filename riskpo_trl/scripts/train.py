@@ -493,7 +493,7 @@ def check_before_imports(argv: Sequence[str]) -> str | None:
         where = error_source(str(error), recipe, argv, recipe_path)
         raise ValueError(f"{where}: {error}" if where else str(error)) from None
     early_checks.check_model_name(values)
-    early_checks.check_data_columns(values)
+    early_checks.check_local_data(values)
     return early_checks.check_output_dir(values)
 
 
