@@ -27,7 +27,8 @@ before torch, transformers and TRL load (riskpo_trl.scripts.known_options).
 SIGINT (Ctrl-C), SIGTERM or SIGUSR1 during training stops the run at the end of the current generation batch, saves a
 checkpoint there, prints one line (the step, the checkpoint, "Run the same command to resume") and exits with code 75
 (``riskpo_trl.trainer.preemption.STOPPED_EXIT_CODE``), writing no model card; the same command resumes it exactly. A
-second Ctrl-C more than a second later aborts at once without saving (exit status 130). See
+second Ctrl-C more than a second later aborts at once without saving (exit status 130); once the checkpoint is
+saved, further signals are ignored and the exit code stays 75. See
 ``riskpo_trl.trainer.preemption``.
 """
 

@@ -11,7 +11,9 @@ even when the signal reached only some of them.
 A second Ctrl-C more than :data:`REPEAT_WINDOW_S` after the first aborts at once: the process kills itself with
 SIGINT (exit status 130) without saving, and ``output_dir`` keeps its earlier checkpoints. A repeat within the window
 counts as the same request (SLURM signals every process of a job step, and the launcher of ``accelerate launch``
-passes the signal on once more); a repeated SIGTERM or SIGUSR1 is ignored, as the stop is under way.
+passes the signal on once more); a repeated SIGTERM or SIGUSR1 is ignored, as the stop is under way. Once the stop's
+checkpoint is saved, every further signal is ignored until the process exits: a run that wrote its checkpoint always
+exits with :data:`STOPPED_EXIT_CODE`, however many signals arrive.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class StopOnSignal(TrainerCallback):
         self._requested_at = 0.0
         self._previous: dict[int, object] = {}
         self._first_step = 0  # TRL generates at the first step of train(), also on resume
+        self.checkpoint_saved = False  # the stop's checkpoint is written: the run exits with STOPPED_EXIT_CODE
 
     def install(self) -> None:
         for name in STOP_SIGNALS:
@@ -90,6 +93,8 @@ class StopOnSignal(TrainerCallback):
         self._previous.clear()
 
     def _handle(self, number: int, frame) -> None:
+        if self.checkpoint_saved:
+            return  # nothing is left to abort: the checkpoint is written and the process is exiting with 75
         if self.requested is None:
             self.requested, self._requested_at = number, time.monotonic()
             if _is_main_process():
@@ -138,6 +143,10 @@ class StopOnSignal(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
 
+    def on_save(self, args, state, control, **kwargs):
+        if self.stopped_at is not None and state.global_step == self.stopped_at:
+            self.checkpoint_saved = True
+
     def checkpoint(self, args) -> str:
         return os.path.join(args.output_dir, f"checkpoint-{self.stopped_at}")
 
@@ -178,8 +187,9 @@ def remove_card_without_model(output_dir: str) -> bool:
 @contextlib.contextmanager
 def stopping_on_signals(trainer) -> Iterator[StopOnSignal]:
     """Within the block (around ``trainer.train()``), SIGINT, SIGTERM and SIGUSR1 stop the run at the next
-    generation-batch boundary with a checkpoint; the previous handlers come back after it. Outside the main thread
-    (where handlers cannot be installed) signals keep their usual effect."""
+    generation-batch boundary with a checkpoint; the previous handlers come back after it, unless the stop saved its
+    checkpoint: then signals stay ignored while :meth:`StopOnSignal.finish` ends the process with exit code 75.
+    Outside the main thread (where handlers cannot be installed) signals keep their usual effect."""
     stop = StopOnSignal(generation_period(trainer.args))
     trainer.add_callback(stop)
     with contextlib.suppress(ValueError):  # not the main thread
@@ -187,5 +197,6 @@ def stopping_on_signals(trainer) -> Iterator[StopOnSignal]:
     try:
         yield stop
     finally:
-        stop.restore()
+        if not stop.checkpoint_saved:  # else the handlers stay, ignoring signals, until finish() exits with 75
+            stop.restore()
         trainer.remove_callback(stop)
