@@ -47,7 +47,7 @@ from typing import Any
 from ..data.prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
 from ..registry import closest_name
 from ..trainer.registry import TRAINERS, check_trainer_name, get_trainer_classes
-from .console import USAGE_ERRORS, pop_debug_flag, silence_known_warnings, usage_errors
+from .console import USAGE_ERRORS, pop_debug_flag, usage_errors
 from .recipe_values import check_recipe_values, error_source
 
 logger = logging.getLogger(__name__)
@@ -742,9 +742,9 @@ def cli(argv: Sequence[str] | None = None) -> None:
     ``riskpo-train: error:`` line and exit code 2 (a bare ``--debug`` shows its traceback); training itself is not
     wrapped, so a crash keeps its traceback."""
     argv, debug = pop_debug_flag(sys.argv[1:] if argv is None else argv)
-    silence_known_warnings()  # before parsing: building the config already warns
-    from ..trainer.caller_warnings import ignore_library_default_warnings
+    from ..trainer.caller_warnings import drop_deepspeed_cpu_notice, ignore_library_default_warnings
 
+    drop_deepspeed_cpu_notice()  # before parsing: building the config already warns
     ignore_library_default_warnings()  # for the whole run: what the trainers silence while they build and train
     with contextlib.ExitStack() as held:
         with usage_errors("riskpo-train", debug, (*USAGE_ERRORS, ImportError)):  # ImportError: use_vllm, report_to
