@@ -27,7 +27,7 @@ def generate() -> tuple[dict[str, str], dict[str, tuple[str, list]], dict[str, l
     script's own options, and the registered reward names (the reward registry imports TRL)."""
     import dataclasses
 
-    from ..rewards import REWARD_BUILDERS, REWARD_FUNCS
+    from ..tracks import REWARD_BUILDERS, REWARD_FUNCS
     from ..trainer.registry import TRAINERS, get_trainer_classes
     from .train import RiskPOScriptArguments, make_parser
 
