@@ -293,3 +293,14 @@ def test_the_lazy_package_roots_list_and_serve_every_public_name():
         assert all(getattr(package, name) is not None for name in package.__all__)
     from riskpo_trl import RiskPOConfig, RiskPOTrainer  # noqa: F401 - the documented import
     from riskpo_trl.code import EXECUTORS, CodeReward  # noqa: F401
+
+
+def test_the_docs_name_every_private_api_the_package_touches():
+    """docs/architecture.md's "How RiskPO plugs into GRPOTrainer" names each private method and attribute that
+    compat.py lists, so a new use of TRL's private API is explained there too."""
+    from riskpo_trl import compat
+
+    architecture = (PACKAGE_DIR.parent / "docs" / "architecture.md").read_text()
+    section = architecture.split("## How RiskPO plugs into GRPOTrainer")[1].split("\n## ")[0]
+    names = [*(name for methods in compat.PRIVATE_METHODS.values() for name in methods), *compat.PRIVATE_ATTRIBUTES]
+    assert [name for name in names if f"`{name}" not in section] == []
