@@ -258,6 +258,38 @@ def run_in_subprocess(args: argparse.Namespace, trainer: str, model: str, output
     return json.loads(Path(out_json).read_text())
 
 
+def run_pairs(args: argparse.Namespace, model: str, tmp: str) -> tuple[list, list, str | None, dict | None]:
+    """The runs in ABBA order until the pairs are done, the pilot pairs' sizing says enough, or the deadline nears:
+    the runs, their seconds, why they stopped early and the sizing (None where neither applied)."""
+    runs, run_seconds, stopped, sizing = [], [], None, None
+    wanted = args.pairs
+    on_cuda = args.device.startswith("cuda")
+    run_one = run_in_process if args.in_process else run_in_subprocess
+    for index, trainer in enumerate(abba_order(args.pairs)):
+        if index % 2 == 0 and args.size_after and index // 2 == args.size_after:
+            sizing = size_from_pilot(runs, args.pairs)
+            wanted = sizing["pairs_wanted"]
+            print(f"[overhead] {sizing['note']}", flush=True)
+        if index // 2 >= wanted:
+            break
+        if index % 2 == 0 and run_seconds and args.deadline is not None:
+            if time.time() + 2 * max(run_seconds) > args.deadline:
+                stopped = f"stopped after {index // 2} of {args.pairs} pairs: the next pair would pass the deadline"
+                print(f"[overhead] {stopped}", flush=True)
+                break
+        started = time.time()
+        runs.append(run_one(args, trainer, model, os.path.join(tmp, f"run{index}")))
+        run_seconds.append(time.time() - started)
+        print(
+            f"[overhead] run {index + 1}/{2 * args.pairs} {trainer}: median step "
+            f"{1e3 * runs[-1]['median_step_s']:.1f} ms wall, {1e3 * runs[-1]['median_step_cpu_s']:.1f} ms CPU, "
+            f"peak RSS {runs[-1]['peak_rss_mib']:.0f} MiB"
+            + (f", peak CUDA {runs[-1]['peak_cuda_allocated_mib']:.0f} MiB" if on_cuda else ""),
+            flush=True,
+        )
+    return runs, run_seconds, stopped, sizing
+
+
 def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
     from benchmarks._common import machine_info, write_results
 
@@ -268,34 +300,7 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
 
             model = os.path.join(tmp, "tiny-model")
             build_tiny_model(model)
-        runs, run_seconds, stopped, sizing = [], [], None, None
-        wanted = args.pairs
-        on_cuda = args.device.startswith("cuda")
-        run_one = run_in_process if args.in_process else run_in_subprocess
-        for index, trainer in enumerate(abba_order(args.pairs)):
-            if index % 2 == 0 and args.size_after and index // 2 == args.size_after:
-                sizing = size_from_pilot(runs, args.pairs)
-                wanted = sizing["pairs_wanted"]
-                print(f"[overhead] {sizing['note']}", flush=True)
-            if index // 2 >= wanted:
-                break
-            if index % 2 == 0 and run_seconds and args.deadline is not None:
-                if time.time() + 2 * max(run_seconds) > args.deadline:
-                    stopped = (
-                        f"stopped after {index // 2} of {args.pairs} pairs: the next pair would pass the deadline"
-                    )
-                    print(f"[overhead] {stopped}", flush=True)
-                    break
-            started = time.time()
-            runs.append(run_one(args, trainer, model, os.path.join(tmp, f"run{index}")))
-            run_seconds.append(time.time() - started)
-            print(
-                f"[overhead] run {index + 1}/{2 * args.pairs} {trainer}: median step "
-                f"{1e3 * runs[-1]['median_step_s']:.1f} ms wall, {1e3 * runs[-1]['median_step_cpu_s']:.1f} ms CPU, "
-                f"peak RSS {runs[-1]['peak_rss_mib']:.0f} MiB"
-                + (f", peak CUDA {runs[-1]['peak_cuda_allocated_mib']:.0f} MiB" if on_cuda else ""),
-                flush=True,
-            )
+        runs, run_seconds, stopped, sizing = run_pairs(args, model, tmp)
 
     summary = {
         "step_time_s": ratio_summary(runs, "median_step_s"),
