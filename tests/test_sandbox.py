@@ -633,7 +633,7 @@ def test_cgroup_v2_caps_come_from_a_delegating_parent(tmp_path):
     assert support.bounds_memory and support.bounds_processes and support.bounds_cpu and not support.missing
     assert "cpu (cgroup v2), memory (cgroup v2), pids (cgroup v2)" in support.describe()
     assert fallback_statement(support) is None
-    parent = root / f"riskpo-sandbox-{os.getpid()}"
+    parent = root / cgroups.parent_name()
     assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
     run = support.create(64 << 20, 10)
     names = ("memory.max", "memory.swap.max", "pids.max", "cpu.max")
@@ -658,11 +658,11 @@ def test_cgroup_v1_caps_and_the_honest_fallback_without_them(tmp_path):
     (tmp_path / "unified" / "cgroup.subtree_control").write_text("\n")
     support = cgroups.detect(*_fake_cgroup_host(tmp_path, mounts, "4:memory:/job\n0::/\n"))
     assert support.bounds_memory and not support.bounds_processes
-    assert (memory / "job" / f"riskpo-sandbox-{os.getpid()}").is_dir()
+    assert (memory / "job" / cgroups.parent_name()).is_dir()
     assert "no cgroup v1 pids hierarchy" in support.missing["pids"]
     assert "RLIMIT_NPROC" in fallback_statement(support)
     run = support.create(32 << 20, 4)
-    assert os.path.dirname(run.paths[0]) == str(memory / "job" / f"riskpo-sandbox-{os.getpid()}")
+    assert os.path.dirname(run.paths[0]) == str(memory / "job" / cgroups.parent_name())
     assert (Path(run.paths[0]) / "memory.limit_in_bytes").read_text() == str(32 << 20)
     nothing = cgroups.detect(*_fake_cgroup_host(tmp_path, [], "0::/user.slice/session\n"))
     assert not nothing.hierarchies and "no cgroup v2 hierarchy is mounted" in nothing.missing["memory"]

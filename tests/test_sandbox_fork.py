@@ -159,7 +159,7 @@ def parent_cgroups_of(pid: int) -> list[str]:
     for root, directories, _ in os.walk("/sys/fs/cgroup"):
         if root.count(os.sep) > 6:
             directories.clear()
-        found += [os.path.join(root, name) for name in directories if name == f"riskpo-sandbox-{pid}"]
+        found += [os.path.join(root, name) for name in directories if name.startswith(f"riskpo-sandbox-{pid}-")]
     return found
 
 
@@ -185,7 +185,7 @@ def test_a_sigkilled_trainer_that_had_forked_leaves_nothing_once_the_next_one_st
     leftover = [
         pid
         for pid in os.listdir("/proc")
-        if pid.isdigit() and f"riskpo-sandbox-{killed.pid}" in open_text(f"/proc/{pid}/cgroup")
+        if pid.isdigit() and f"riskpo-sandbox-{killed.pid}-" in open_text(f"/proc/{pid}/cgroup")
     ]
     assert leftover == []
 

@@ -314,7 +314,7 @@ def test_cpu_caps_on_cgroup_v1_and_an_honest_fallback_without_cpu(tmp_path, monk
     (tmp_path / "mountinfo").write_text(f"1 1 0:1 / {cpu} rw - cgroup cgroup rw,cpu,cpuacct\n")
     support = cgroups.detect(str(tmp_path / "mountinfo"), str(tmp_path / "cgroup"))
     assert support.bounds_cpu and "cpu (cgroup v1)" in support.describe()
-    parent = cpu / f"riskpo-sandbox-{os.getpid()}"
+    parent = cpu / cgroups.parent_name()
     assert (parent / "cpu.shares").read_text() == str(1024 * (os.cpu_count() or 1))
     run = support.create(32 << 20, 4)
     assert os.path.dirname(run.paths[0]) == str(parent)
@@ -351,7 +351,7 @@ def test_a_v1_quota_above_an_ancestors_is_left_to_the_ancestor(tmp_path, monkeyp
 
     monkeypatch.setattr(cgroups, "_write", write)
     run = support.create(32 << 20, 4)
-    assert len(run.paths) == 1 and os.path.dirname(run.paths[0]) == str(cpu / f"riskpo-sandbox-{os.getpid()}")
+    assert len(run.paths) == 1 and os.path.dirname(run.paths[0]) == str(cpu / cgroups.parent_name())
     assert (Path(run.paths[0]) / "cpu.cfs_period_us").exists()
 
 

@@ -45,7 +45,7 @@ CPU_CORES_PER_RUN = 1  # a run's CPU cap: its runner and a program that needs no
 CPU_PERIOD_US = 100_000  # the scheduler period the quota is counted in (the kernel's default)
 V1_SHARES, V2_WEIGHT = 1024, 100  # the default weight of one cgroup (or one thread) on v1 and v2
 V1_MAX_SHARES, V2_MAX_WEIGHT = 262_144, 10_000
-PARENT_PREFIX = "riskpo-sandbox-"  # + the trainer's PID: its parent cgroup in each hierarchy
+PARENT_PREFIX = "riskpo-sandbox-"  # + "<trainer's PID>-<its PID namespace's inode>": its parent cgroup per hierarchy
 KILL_WAIT_S = 5.0  # for the processes a dead trainer left in its cgroups to exit after SIGKILL
 
 
@@ -276,7 +276,7 @@ def _make_parent(directory: str, version: int, controllers: tuple[str, ...]) -> 
     """The per-trainer-process parent cgroup in ``directory``; v2: with ``controllers`` enabled for its children.
     First removes what SIGKILLed trainers left there (`remove_orphaned_parents`)."""
     remove_orphaned_parents(directory)
-    parent = os.path.join(directory, f"{PARENT_PREFIX}{os.getpid()}")
+    parent = os.path.join(directory, parent_name())
     os.makedirs(parent, exist_ok=True)
     atexit.register(_remove_parent, parent)
     if version == 2:
@@ -290,19 +290,34 @@ def _make_parent(directory: str, version: int, controllers: tuple[str, ...]) -> 
     return parent
 
 
+def parent_name(pid: int | None = None) -> str:
+    """The name of the parent cgroup of trainer ``pid`` (default: this process) of this PID namespace."""
+    return f"{PARENT_PREFIX}{os.getpid() if pid is None else pid}-{_pid_namespace()}"
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
 def remove_orphaned_parents(directory: str) -> list[str]:
     """Remove the parent cgroups in ``directory`` of trainers that no longer run (a SIGKILL skips the exit hook):
-    every process still in their run cgroups (a sandbox left behind) is killed, then the cgroups are removed. A
-    trainer counts as gone when its PID runs no process here; one in another PID namespace that shares this cgroup
-    directory is not told apart (docs/code_sandbox.md). Returns the parents removed; never raises."""
+    every process still in their run cgroups (a sandbox left behind) is killed, then the cgroups are removed. Only
+    parents of this PID namespace are looked at (their name says), where a PID that runs no process means the trainer
+    is gone. Returns the parents removed; never raises."""
     removed = []
+    suffix = f"-{_pid_namespace()}"
     try:
         entries = [entry for entry in os.scandir(directory) if entry.name.startswith(PARENT_PREFIX)]
     except OSError:
         return removed
     for entry in entries:
-        pid = entry.name[len(PARENT_PREFIX) :]
-        if not pid.isdigit() or _pid_runs(int(pid)) or not entry.is_dir(follow_symlinks=False):
+        pid = entry.name[len(PARENT_PREFIX) : -len(suffix)]
+        if not entry.name.endswith(suffix) or not pid.isdigit() or _pid_runs(int(pid)):
+            continue
+        if not entry.is_dir(follow_symlinks=False):
             continue
         runs = [RunCgroup([child.path]) for child in os.scandir(entry.path) if child.is_dir(follow_symlinks=False)]
         for run in runs:
