@@ -301,6 +301,29 @@ class RiskPOConfig(GRPOConfig):
             "None: TRL's bnpo, one token mean per micro-batch."
         },
     )
+    vllm_generation_timeout: float | None = field(
+        default=None,
+        metadata={
+            "help": "vLLM generation timeout (server mode): seconds one generation request may wait for the "
+            "server's answer before the run stops at a checkpoint with exit code 75. None: 300 s plus 1 ms per "
+            "token the batch may generate (prompts x num_generations x max_completion_length)."
+        },
+    )
+    vllm_sync_timeout: float = field(
+        default=120.0,
+        metadata={
+            "help": "vLLM sync timeout (server mode): seconds each request of a weight sync, and each tensor's "
+            "transfer to a CPU server, may take before the run stops at a checkpoint with exit code 75."
+        },
+    )
+    vllm_check_every: int = field(
+        default=10,
+        metadata={
+            "help": "vLLM sync check period (server mode, a server with this package's worker extension): verify "
+            "the server's weights and the log-prob probe after every this many syncs, the first included. The "
+            "server's identity is checked on every request whatever this is."
+        },
+    )
     per_device_train_batch_size: int = field(
         default=10,
         metadata={
