@@ -98,7 +98,11 @@ def gloo_marker(monkeypatch):
         def __init__(self, *args, **kwargs):
             self.kwargs = kwargs
 
+    class CheckedMarker(GlooMarker):
+        pass
+
     monkeypatch.setattr(sync_client, "gloo_client_class", lambda: GlooMarker)
+    monkeypatch.setattr(sync_client, "checked_client_class", lambda: CheckedMarker)
     monkeypatch.setattr(sync_client, "announce_wait", lambda *args, **kwargs: None)  # no server to ask
     return GlooMarker
 
@@ -108,10 +112,17 @@ def test_a_server_on_this_package_s_backend_gets_the_gloo_client(gloo_marker):
     assert isinstance(client, gloo_marker) and client.kwargs == {"group_port": 5}
 
 
-@pytest.mark.parametrize("backend", ["nccl", None, "no dev mode"])
-def test_other_servers_get_trl_s_client_on_cuda(gloo_marker, backend):
+@pytest.mark.parametrize("backend", [None, "no dev mode"])
+def test_a_server_without_weight_transfer_gets_trl_s_client_which_reports_it(gloo_marker, backend):
     client = sync_client.open_client(FakeTRLClient, True, SyncSettings(), backend)
     assert type(client) is FakeTRLClient
+
+
+def test_an_nccl_server_on_cuda_gets_trl_s_client_bounded_and_checked_with_the_settings(gloo_marker):
+    settings = SyncSettings(check_every=3)
+    client = sync_client.open_client(FakeTRLClient, True, settings, "nccl", group_port=5)
+    assert type(client).__name__ == "CheckedMarker" and client.kwargs == {"group_port": 5}
+    assert client.settings == settings
 
 
 def test_a_cuda_only_backend_is_refused_on_a_trainer_without_cuda_naming_the_launcher_s_fix(gloo_marker):

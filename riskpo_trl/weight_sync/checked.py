@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from .bounded import WeightSyncError
+from .bounded import QUICK_TIMEOUT_S, WeightSyncError
 from .checksums import same_checksum, sketch
 
 # GlooWeightSyncExtension's methods, called through /collective_rpc.
@@ -38,10 +38,18 @@ class CheckedClientMixin:
 
     identity: Any = None  # the workers' answers at set-up; None: no checks (no extension on the server)
     server_dtype: str | None = None
+    max_model_len: int | None = None
     syncs = 0  # syncs started
     checking = False  # whether the current (or last) sync is checked
     _seed = 0
     _sent: dict[str, tuple[list[int], list[float]]] = {}
+
+    def read_server_config(self) -> dict[str, Any]:
+        """The server's resolved vLLM config (``/server_info``); records its dtype and ``max_model_len``."""
+        info = self.control("GET", "/server_info", QUICK_TIMEOUT_S, params={"config_format": "json"})["vllm_config"]
+        self.server_dtype = str(info["model_config"]["dtype"]).removeprefix("torch.")
+        self.max_model_len = info["model_config"].get("max_model_len")
+        return info
 
     def server_identity(self) -> Any:
         """The server's workers' nonces and PIDs (one request)."""
@@ -108,6 +116,11 @@ class CheckedClientMixin:
                 f"trainer sent ({len(problems)} problems): {listed}"
             )
 
+    def probe_logprobs(self, token_ids: list[int]) -> list[float]:
+        """The server's log-prob of each token of ``token_ids`` after the first (temperature 1)."""
+        served = self.get_sequence_logprobs([token_ids], [1], top_logprobs=1)["actual_logprobs"][0]
+        return [position[0] for position in served]
+
     def server_state(self, timeout: float = STATE_TIMEOUT_S) -> list[dict[str, Any]]:
         """Each worker's `riskpo_readiness` (weights, failure, owner)."""
         return self.control("POST", "/collective_rpc", timeout, json={"method": READINESS_METHOD})["results"]
@@ -125,6 +138,11 @@ class CheckedClientMixin:
         else:
             if "broken" in states:
                 advice = "The server could not restore its weights after the broken sync: restart it."
+            elif "unknown" in states:
+                advice = (
+                    "The server's weight-transfer engine does not report its state (vLLM's NCCL engine): restart "
+                    "the server if the resumed run's first sync fails."
+                )
             elif states & {"partial", "updating"}:
                 advice = (
                     "The server aborted the sync: its weights are a mix of old and new until the next full sync, "

@@ -2,9 +2,9 @@
 
 `serve_weights_to_cpu_servers` wraps a trainer's construction (every trainer of this package: RiskPO and the GRPO/GMPO
 baselines). In server mode TRL then opens its client through `open_client`, which reads the server's weight-transfer
-backend: for ``BACKEND`` it returns a `GlooVLLMClient` (weight_sync.gloo_client), for any other backend TRL's own
-client, untouched (the CUDA path stays TRL's). The client gets the config's `SyncSettings` (its timeouts and how often
-it checks). Only the TRL 1.16 protocol is supported: with an older TRL, server mode on a trainer without CUDA is
+backend: for ``BACKEND`` it returns a `GlooVLLMClient` (weight_sync.gloo_client), for any other backend (vLLM's NCCL
+engine, on CUDA) a `CheckedVLLMClient` (weight_sync.trl_client): TRL's client and transport, with the same timeouts and
+checks. Either gets the config's `SyncSettings` (its timeouts and how often it checks). Only the TRL 1.16 protocol is supported: with an older TRL, server mode on a trainer without CUDA is
 refused at start-up (TRL's own NCCL path on CUDA is unaffected). `check_weight_syncs` (weight_sync.probe) then adds the
 log-prob probe after each checked sync.
 """
@@ -81,6 +81,11 @@ def open_client(trl_client_class: type, on_cuda: bool, settings: SyncSettings, *
             f'"{" ".join(SERVER_ARGS)}" to examples/launch/launch_single_node.sh, or these arguments to '
             "`trl vllm-serve` (docs/scale_out.md)."
         )
+    if backend is None:
+        return client  # TRL's client reports a server without weight transfer when it opens the sync
+    client.session.close()
+    client = checked_client_class()(*args, **kwargs)
+    client.settings = settings
     return client
 
 
@@ -113,6 +118,13 @@ def served_backend(client: Any) -> str | None:
     except RuntimeError:  # no VLLM_SERVER_DEV_MODE: TRL's client says so when it opens the weight sync
         return None
     return config.get("backend") if isinstance(config, dict) else None
+
+
+def checked_client_class() -> type:
+    """`CheckedVLLMClient` (weight_sync.trl_client): TRL's NCCL transport, bounded and checked."""
+    from .trl_client import CheckedVLLMClient
+
+    return CheckedVLLMClient
 
 
 def gloo_client_class() -> type:

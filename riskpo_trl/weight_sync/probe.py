@@ -1,7 +1,7 @@
 """The trainer's half of the check after each weight sync to a CPU server: the log-prob probe, and the start-up checks
 that need the trained model.
 
-`check_weight_syncs` runs once a trainer is built. Where the trainer syncs to a `GlooVLLMClient`, it refuses a server
+`check_weight_syncs` runs once a trainer is built. Where the trainer syncs through a checked client, it refuses a server
 whose dtype is not the model's or whose ``max_model_len`` is too short for the data (`context_length`), and wraps the
 trainer's ``vllm_generation.sync_weights``: every ``check_every`` syncs, after TRL's sync (whose update the client
 then verifies parameter by parameter), the server's log-probs of a fixed token sequence must equal the trained
@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from .bounded import ServerRefusedError, SyncSettings, WeightSyncError
-from .client import gloo_client_class
+from .checked import CheckedClientMixin
 from .context_length import context_refusal
 
 PROBE_LENGTH = 16
@@ -75,14 +75,15 @@ def dtype_refusal(client: Any, model: torch.nn.Module) -> str | None:
 
 
 def check_weight_syncs(trainer: Any) -> None:
-    """See the module docstring. Does nothing unless ``trainer`` generates through a `GlooVLLMClient`; every process
+    """See the module docstring. Does nothing unless ``trainer`` generates through a checked client (a
+    `GlooVLLMClient`, or TRL's NCCL client facing a server with this package's worker extension); every process
     of a multi-process run takes part (the probe's forward pass gathers a sharded model's parameters)."""
     generation = getattr(trainer, "vllm_generation", None)
     if getattr(generation, "mode", None) != "server":
         return
     client = getattr(generation, "vllm_client", None)  # the main process's only
     verdict = [False, None, SyncSettings()]
-    if isinstance(client, gloo_client_class()):
+    if isinstance(client, CheckedClientMixin) and client.identity is not None:
         verdict = [True, dtype_refusal(client, generation.model) or context_refusal(client, trainer), client.settings]
     if trainer.accelerator.num_processes > 1:
         from accelerate.utils import broadcast_object_list

@@ -71,6 +71,7 @@ class GlooInitInfo(WeightTransferInitInfo):
     timeout_s: float = DEFAULT_TIMEOUT_S  # joining the group
     transfer_timeout_s: float = DEFAULT_TIMEOUT_S  # each tensor's broadcast
     trainer: str = ""  # the trainer's host name and process id, for the messages of a refused second trainer
+    packed: bool = False  # what TRL's client adds for vLLM's NCCL engine; ignored
 
 
 @dataclass
@@ -78,6 +79,7 @@ class GlooUpdateInfo(WeightTransferUpdateInfo):
     names: list[str]
     dtype_names: list[str]
     shapes: list[list[int]]
+    packed: bool = False  # what TRL's client adds for vLLM's NCCL engine; ignored
 
     def __post_init__(self):
         if not len(self.names) == len(self.dtype_names) == len(self.shapes):
