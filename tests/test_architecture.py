@@ -242,3 +242,28 @@ def test_the_lazy_package_roots_list_and_serve_every_public_name():
         assert all(getattr(package, name) is not None for name in package.__all__)
     from riskpo_trl import RiskPOConfig, RiskPOTrainer  # noqa: F401 - the documented import
     from riskpo_trl.code import EXECUTORS, CodeReward  # noqa: F401
+
+
+# The weight sync's functions stay short enough to read as named steps.
+WEIGHT_SYNC_MAX_FUNCTION_LINES = 120
+
+
+def long_functions(source: str, limit: int) -> list[str]:
+    """``name (lines)`` of each function of ``source`` longer than ``limit`` lines, nested classes' bodies included."""
+    return [
+        f"{node.name} ({node.end_lineno - node.lineno + 1})"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > limit
+    ]
+
+
+def test_no_function_of_the_weight_sync_is_longer_than_its_limit():
+    planted = "def planted():\n" + "    x = 1\n" * WEIGHT_SYNC_MAX_FUNCTION_LINES
+    assert long_functions(planted, WEIGHT_SYNC_MAX_FUNCTION_LINES) == [
+        f"planted ({WEIGHT_SYNC_MAX_FUNCTION_LINES + 1})"
+    ]
+    found = {
+        path.name: long_functions(path.read_text(), WEIGHT_SYNC_MAX_FUNCTION_LINES)
+        for path in (PACKAGE_DIR / "weight_sync").glob("*.py")
+    }
+    assert not any(found.values()), found

@@ -631,8 +631,7 @@ class TRLStandIn:
 
     def __init__(self, base_url):
         import requests
-        from requests.adapters import HTTPAdapter
-        from urllib3.util.retry import Retry
+        from requests.adapters import HTTPAdapter, Retry
 
         self.base_url = base_url
         self.session = requests.Session()
@@ -703,7 +702,7 @@ def test_a_server_that_hangs_stops_training_at_a_checkpoint_with_exit_75_and_the
     from riskpo_trl.weight_sync.checked import CheckedClientMixin
     from riskpo_trl.weight_sync.gloo_client import GlooVLLMClient
 
-    timeout = 15
+    timeout = 40  # seconds; generous, as a generation on a loaded 2-core machine may take 15
     output_dir = tmp_path / "run"
     command = [
         *train_command(server, "riskpo", output_dir),
@@ -743,8 +742,9 @@ def test_a_server_that_hangs_stops_training_at_a_checkpoint_with_exit_75_and_the
         stop_server(server, signal.SIGCONT)
     output = capsys.readouterr()
     text = output.out + output.err
+    assert stopped_at, f"the server was never stopped (exit code {code}):\n{text[-3000:]}"
     assert code == 75, text[-3000:]
-    assert stopped_at and ended - stopped_at["time"] < 2 * timeout + 30, ended - stopped_at["time"]
+    assert ended - stopped_at["time"] < 2 * timeout + 30, ended - stopped_at["time"]
     if hang == "generation":
         assert f"Generation by {server['url']} at step 1: " in text, text[-3000:]
         assert f"did not answer /v1/completions (generation) within {timeout} s" in text
@@ -788,27 +788,24 @@ def test_a_sync_that_breaks_off_is_aborted_on_the_server_which_generates_and_tak
     def half_then_silence(update_info, named_params):
         from concurrent.futures import ThreadPoolExecutor
 
+        from riskpo_trl.weight_sync.gloo import broadcast_from_trainer
+
         with ThreadPoolExecutor(max_workers=1) as pool:
-            received = pool.submit(client.control, "POST", "/update_weights", json={"update_info": update_info})
+            received = pool.submit(client.control, "POST", "/update_weights", 60, json={"update_info": update_info})
             for index, (_, tensor) in enumerate(named_params):
                 if index == len(update_info["names"]) // 2:
                     break
-                from riskpo_trl.weight_sync.gloo import broadcast_from_trainer
-
                 broadcast_from_trainer(client.communicator, tensor, 5)
-            with pytest.raises(WeightSyncError, match="update_weights with 500"):
+            with pytest.raises(WeightSyncError, match="update_weights with 500"):  # the server's transfer timeout
                 received.result()
 
     client._transfer = half_then_silence
-    try:
+    with pytest.raises(WeightSyncError, match="finish_weight_update"):  # the server ended the sync itself
         client.update_named_params(
             [(name, "float32", list(param.shape)) for name, param in model.named_parameters()],
             ((name, param.data) for name, param in model.named_parameters()),
         )
-    except WeightSyncError:
-        pass
-    finally:
-        client.__dict__.pop("_transfer", None)
+    client.__dict__.pop("_transfer", None)
     assert readiness(client) == {"partial"}
     assert client.server_identity() == identity  # the same processes: the server survived
     assert plain_client(server).generate([[1, 2, 3]], max_tokens=4)["completion_ids"]
@@ -848,3 +845,55 @@ def test_a_server_context_shorter_than_prompt_plus_completion_is_one_error_line(
     line, _ = one_error_line(command, tmp_path, capsys)
     assert "takes at most 512 tokens per sequence (max_model_len)" in line, line
     assert "max_completion_length is 600" in line and "--max_model_len" in line
+
+
+def test_trl_s_own_client_path_runs_the_same_checks_with_its_communicator_replaced_by_gloo(
+    server, model_dir, monkeypatch
+):
+    """The checks on TRL's NCCL client path (`CheckedVLLMClient`: TRL's ``update_named_params`` with this package's
+    start, finish and checks), on CPU. The test replaces TRL's NCCL communicator with a gloo group to the CPU
+    server's engine, and TRL's NCCL broadcast of the packed tensors with gloo broadcasts: NCCL itself is not
+    exercised here (tests/test_gpu_weight_sync.py does that on a GPU with vLLM's CUDA build). A sync lands and
+    passes; with the broadcast suppressed, the check names the stale parameter."""
+    import trl.generation.vllm_client as trl_vllm_client
+
+    from riskpo_trl.weight_sync.bounded import SyncSettings, WeightSyncError
+    from riskpo_trl.weight_sync.gloo import broadcast_from_trainer
+    from riskpo_trl.weight_sync.trl_client import CheckedVLLMClient
+
+    transport = gloo_client(server)  # only its group: TRL's client sends over it
+    sent = []
+
+    def gloo_producer(iterator, group, src, post_iter_func):
+        for item in iterator:
+            sent.append(item[0])
+            broadcast_from_trainer(group, post_iter_func(item))
+
+    monkeypatch.setattr(trl_vllm_client, "packed_nccl_broadcast_producer", gloo_producer)
+    client = CheckedVLLMClient(base_url=server["url"], group_port=transport.group_port, connection_timeout=60)
+    client.settings = SyncSettings(check_every=1)
+    client.read_server_config()
+    client.communicator = transport.communicator
+    client.identity = client.extension_identity()
+    assert client.identity == transport.identity
+
+    model = load_model(model_dir)
+    with torch.no_grad():
+        change_linear(model, torch.Generator().manual_seed(3))
+    client.update_model_params(model)  # TRL's own: metadata, update_named_params, start, broadcast, finish
+    client.reset_prefix_cache()
+    assert sent == [name for name, _ in model.named_parameters()]
+    assert_probe(client, model, passes=True)
+
+    with torch.no_grad():
+        change_linear(model, torch.Generator().manual_seed(4))
+    monkeypatch.setattr(trl_vllm_client, "packed_nccl_broadcast_producer", lambda iterator, **kwargs: list(iterator))
+    post = client._post
+    monkeypatch.setattr(
+        client, "_post", lambda url, **kwargs: {} if url.endswith("/update_weights") else post(url, **kwargs)
+    )
+    with pytest.raises(
+        WeightSyncError, match=r"qkv_proj\.weight on worker 0 \(as model\.layers\.0\.self_attn\.q_proj"
+    ):
+        client.update_model_params(model)
+    assert_probe(client, model, passes=False)

@@ -88,8 +88,7 @@ class BoundedRequestsMixin:
         session = getattr(self, "session", None)
         if session is None:
             return
-        from requests.adapters import HTTPAdapter
-        from urllib3.util.retry import Retry
+        from requests.adapters import HTTPAdapter, Retry
 
         retry = Retry(
             total=5,

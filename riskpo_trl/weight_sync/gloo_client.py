@@ -8,6 +8,7 @@ import os
 import socket
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import torch
@@ -48,9 +49,7 @@ class GlooVLLMClient(CheckedClientMixin, BoundedRequestsMixin, compat.trl_vllm_c
     def check_server_config(self) -> int:
         """Records the server's dtype; refuses a sharded server; returns the group's size (the server's workers and
         this trainer)."""
-        info = self.control("GET", "/server_info", QUICK_TIMEOUT_S, params={"config_format": "json"})["vllm_config"]
-        self.server_dtype = str(info["model_config"]["dtype"]).removeprefix("torch.")
-        self.max_model_len = info["model_config"].get("max_model_len")
+        info = self.read_server_config()
         tensor_parallel = (info.get("parallel_config") or {}).get("tensor_parallel_size", 1)
         if tensor_parallel != 1:
             raise ServerRefusedError(
@@ -130,31 +129,37 @@ class GlooVLLMClient(CheckedClientMixin, BoundedRequestsMixin, compat.trl_vllm_c
             self._finish_weight_update()
 
     def _transfer(self, update_info: dict[str, list], named_params: Iterator[tuple[str, torch.Tensor]]) -> None:
-        """The server receives while this process broadcasts, so its request runs on a side thread."""
+        """The server receives while this process broadcasts, so its request runs on a side thread. Each tensor's
+        broadcast waits at most the sync timeout, and so does the server's answer after the last one."""
         timeout = self.settings.sync_timeout_s
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            received = pool.submit(self.control, "POST", "/update_weights", json={"update_info": update_info})
-            try:
-                for _, tensor in named_params:
-                    broadcast_from_trainer(self.communicator, tensor, timeout)
-            except RuntimeError as error:  # gloo: the peer closed the connection or timed out
-                kind = ServerTimeoutError if "Timed out" in str(error) else WeightSyncError
-                raise kind(
-                    f"The weight transfer to the vLLM server at {self.base_url} broke off "
-                    f"(transfer timeout {timeout:g} s, vllm_sync_timeout): {error}"
-                ) from error
-            received.result()
+        pool = ThreadPoolExecutor(max_workers=1)
+        try:
+            received = pool.submit(
+                self.control,
+                "POST",
+                "/update_weights",
+                timeout * (1 + len(update_info["names"])),
+                json={"update_info": update_info},
+            )
+            for _, tensor in named_params:
+                broadcast_from_trainer(self.communicator, tensor, timeout)
+            received.result(timeout=timeout)
+        except RuntimeError as error:  # gloo: the peer closed the connection or timed out
+            kind = ServerTimeoutError if "Timed out" in str(error) else WeightSyncError
+            raise kind(
+                f"The weight transfer to the vLLM server at {self.base_url} broke off "
+                f"(transfer timeout {timeout:g} s, vllm_sync_timeout): {error}"
+            ) from error
+        except FutureTimeout as error:
+            raise self.timed_out("/update_weights", "the end of a weight transfer", timeout, error) from error
+        finally:
+            pool.shutdown(wait=False)  # a request that timed out must not hold the trainer
 
     def prepare_for_sending(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.detach().to("cpu").contiguous()
 
     def reset_prefix_cache(self) -> None:
         self.control("POST", "/reset_prefix_cache")
-
-    def probe_logprobs(self, token_ids: list[int]) -> list[float]:
-        """The server's log-prob of each token of ``token_ids`` after the first (temperature 1)."""
-        served = self.get_sequence_logprobs([token_ids], [1], top_logprobs=1)["actual_logprobs"][0]
-        return [position[0] for position in served]
 
     def close_communicator(self) -> None:
         self.communicator = None
