@@ -187,6 +187,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--out", type=Path, default=None, help="also write the figures to this JSON file")
+    parser.add_argument("--url", help="a running CPU server (SERVER_ARGS) of --model, instead of starting one")
+    parser.add_argument("--model", help="the tiny model that server serves (with --url)")
     args = parser.parse_args(argv)
 
     from riskpo_trl.tiny_model import VLLM_CPU_SIZES, build_tiny_model
@@ -194,18 +196,22 @@ def main(argv: list[str] | None = None) -> None:
     from riskpo_trl.weight_sync.checksums import SKETCH_COLUMNS
 
     work = Path(tempfile.mkdtemp(prefix="weight-sync-cost-"))
-    model_dir = str(work / "tiny")
-    build_tiny_model(model_dir, **VLLM_CPU_SIZES, initializer_range=0.2)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = start_server(model_dir, port, work / "server.log")
-    try:
-        wait_healthy(url, server, work / "server.log")
-        pieces = measure_pieces(url, model_dir, args.repeats)
-        steps = measure_steps(url, model_dir, args.steps, work)
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(60)
+    if args.url:
+        pieces = measure_pieces(args.url, args.model, args.repeats)
+        steps = measure_steps(args.url, args.model, args.steps, work)
+    else:
+        model_dir = str(work / "tiny")
+        build_tiny_model(model_dir, **VLLM_CPU_SIZES, initializer_range=0.2)
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        server = start_server(model_dir, port, work / "server.log")
+        try:
+            wait_healthy(url, server, work / "server.log")
+            pieces = measure_pieces(url, model_dir, args.repeats)
+            steps = measure_steps(url, model_dir, args.steps, work)
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(60)
     every = DEFAULT_CHECK_EVERY
     identity = pieces["identity_check"]["median_s"]
     checked = pieces["held_weights_check"]["median_s"] + pieces["probe"]["median_s"]

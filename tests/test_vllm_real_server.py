@@ -14,6 +14,7 @@ Three servers, started together once for the module (each takes minutes on 2 sha
 
 from __future__ import annotations
 
+import gc
 import os
 import shlex
 import signal
@@ -683,6 +684,7 @@ def run_training_in_process(command: list[str], *args: str) -> int:
         return stopped.code
     finally:
         release_in_process_vllm()
+        gc.collect()  # the run's trainer, and with it the weight-sync group holding its port, as a new process has
     return 0
 
 
@@ -706,6 +708,8 @@ def test_a_server_that_hangs_stops_training_at_a_checkpoint_with_exit_75_and_the
     output_dir = tmp_path / "run"
     command = [
         *train_command(server, "riskpo", output_dir),
+        "--model_name_or_path",
+        model_dir,
         "--vllm_generation_timeout",
         str(timeout),
         "--vllm_sync_timeout",

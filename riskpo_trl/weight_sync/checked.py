@@ -150,7 +150,7 @@ class CheckedClientMixin:
                 )
             else:
                 advice = f"The server reports its weights as {', '.join(sorted(states))}; no restart needed."
-        return type(error)(f"{error} {advice}")
+        return type(error)(f"{str(error).rstrip('. ')}. {advice}")
 
 
 def compare_held(sent: dict[str, tuple[list[int], list[float]]], per_worker: list[list[dict[str, Any]]]) -> list[str]:

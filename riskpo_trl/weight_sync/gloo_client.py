@@ -3,7 +3,6 @@ running `GlooWeightTransferEngine`, and checked (`CheckedClientMixin`). Imported
 
 from __future__ import annotations
 
-import atexit
 import os
 import socket
 from collections.abc import Iterable, Iterator
@@ -44,7 +43,8 @@ class GlooVLLMClient(CheckedClientMixin, BoundedRequestsMixin, compat.trl_vllm_c
         store = self.open_group_store(address, world_size)
         self.communicator = self.join_group(address, world_size, store)
         self.identity = self.server_identity()
-        atexit.register(self.close_communicator)
+        # No atexit hook, as TRL's NCCL client has: it would keep the group, and its port, alive as long as the
+        # process, past the trainer that owns it. Process exit closes the group's sockets.
 
     def check_server_config(self) -> int:
         """Records the server's dtype; refuses a sharded server; returns the group's size (the server's workers and
