@@ -145,12 +145,14 @@ class GlooVLLMClient(CheckedClientMixin, BoundedRequestsMixin, compat.trl_vllm_c
                 broadcast_from_trainer(self.communicator, tensor, timeout)
             received.result(timeout=timeout)
         except RuntimeError as error:  # gloo: the peer closed the connection or timed out
+            self.close_communicator()  # a broken group: its sockets close, so the server's receive fails at once
             kind = ServerTimeoutError if "Timed out" in str(error) else WeightSyncError
             raise kind(
                 f"The weight transfer to the vLLM server at {self.base_url} broke off "
                 f"(transfer timeout {timeout:g} s, vllm_sync_timeout): {error}"
             ) from error
         except FutureTimeout as error:
+            self.close_communicator()
             raise self.timed_out("/update_weights", "the end of a weight transfer", timeout, error) from error
         finally:
             pool.shutdown(wait=False)  # a request that timed out must not hold the trainer
@@ -162,6 +164,7 @@ class GlooVLLMClient(CheckedClientMixin, BoundedRequestsMixin, compat.trl_vllm_c
         self.control("POST", "/reset_prefix_cache")
 
     def close_communicator(self) -> None:
+        """Drop the group: its sockets and the store's port close once nothing else holds it."""
         self.communicator = None
 
 
