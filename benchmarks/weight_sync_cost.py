@@ -116,7 +116,10 @@ def measure_pieces(url: str, model_dir: str, repeats: int) -> dict[str, object]:
     from transformers import AutoModelForCausalLM
     from trl.generation.vllm_client import VLLMClient
 
+    torch.set_num_threads(1)  # as the training script sets on a loaded CPU machine (scripts.cpu_threads)
+
     from riskpo_trl.weight_sync.bounded import SyncSettings
+    from riskpo_trl.weight_sync.checksums import sketch
     from riskpo_trl.weight_sync.client import open_client
     from riskpo_trl.weight_sync.probe import check_probe, model_logprobs, probe_tokens
 
@@ -129,20 +132,16 @@ def measure_pieces(url: str, model_dir: str, repeats: int) -> dict[str, object]:
         client.update_named_params(metadata, ((name, param.data) for name, param in model.named_parameters()))
 
     transfer()  # the first sync is checked; the timed ones are not (check_every)
-    client._seed = 1
-    sent = {}
-    from riskpo_trl.weight_sync.checksums import sketch
-
-    for name, param in model.named_parameters():
-        sent[name] = (list(param.shape), sketch(param.data, client._seed))
+    pieces = {"transfer": median_time(transfer, repeats)}
+    client._seed = 1  # the seed the held-weights request sends; the trainer's sketches below use it too
+    sent = {name: (list(param.shape), sketch(param.data, client._seed)) for name, param in model.named_parameters()}
     token_ids = probe_tokens(model.config.vocab_size)
-    return {
-        "transfer": median_time(transfer, repeats),
-        "held_weights_check": median_time(lambda: client.verify(sent), repeats),
-        "probe": median_time(lambda: check_probe(client, token_ids, model_logprobs(model, token_ids)), repeats),
-        "identity_check": median_time(lambda: client.check_identity("the benchmark"), repeats),
-        "parameters": sum(param.numel() for param in model.parameters()),
-    }
+    model_logprobs(model, token_ids)  # the first forward pass warms up
+    pieces["held_weights_check"] = median_time(lambda: client.verify(sent), repeats)
+    pieces["probe"] = median_time(lambda: check_probe(client, token_ids, model_logprobs(model, token_ids)), repeats)
+    pieces["identity_check"] = median_time(lambda: client.check_identity("the benchmark"), repeats)
+    pieces["parameters"] = sum(param.numel() for param in model.parameters())
+    return pieces
 
 
 def measure_steps(url: str, model_dir: str, steps: int, work: Path) -> dict[str, object]:
