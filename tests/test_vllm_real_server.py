@@ -901,3 +901,18 @@ def test_trl_s_own_client_path_runs_the_same_checks_with_its_communicator_replac
     ):
         client.update_model_params(model)
     assert_probe(client, model, passes=False)
+
+
+def test_a_sync_its_trainer_left_unfinished_is_aborted_by_the_next_trainer_s_set_up(server, model_dir):
+    """A trainer that started an update and died before finishing it leaves the server mid-reload (every layer on
+    the meta device, generation would crash it): the next trainer's set-up aborts it, and its sync lands."""
+    first = gloo_client(server)
+    first.control("POST", "/start_weight_update", json={})
+    assert readiness(first) == {"updating"}
+    second = gloo_client(server)  # the set-up aborts the unfinished update
+    assert readiness(second) == {"partial"}
+    assert plain_client(server).generate([[1, 2, 3]], max_tokens=4)["completion_ids"]
+    model = load_model(model_dir)
+    sync(second, model)
+    assert_probe(second, model, passes=True)
+    assert readiness(second) == {"synced"}
