@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import compat
 from ..risk.choices import RiskChoices
+from ..risk.defaults import warn_if_resolved_by_scaling
 from .caller_warnings import caller_stacklevel
 from .checks import check_loss_type
 
@@ -29,6 +30,7 @@ def check_config(config: Any, grpo_checks: Callable[[], None]) -> None:
 def _check_risk_fields(config: Any) -> None:
     # The named choices, the pairs they form and the quantile levels they allow: checked where they are resolved.
     RiskChoices.from_config(config).resolve((config.risk_alpha, config.risk_beta))
+    warn_if_resolved_by_scaling(config.advantage_baseline, config.advantage_scaling)
     if config.risk_omega < 0:
         raise ValueError(
             f"risk_omega={config.risk_omega} must be >= 0: it is the extra weight on the lower tail (the paper uses "
