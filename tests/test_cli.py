@@ -102,14 +102,14 @@ def test_the_option_list_is_the_configs_own():
     and the registered rewards; at other versions its options are not used (the full parser checks, later)."""
     from riskpo_trl.scripts import known_options, known_options_build, known_options_data
 
-    versions, options, rewards = known_options_build.generate()
+    versions, options, rewards, layout = known_options_build.generate()
     assert rewards == known_options_data.REWARDS  # what the short --help lists
     if versions != known_options_data.VERSIONS:
         assert known_options.light_parser("riskpo", object) is None
         pytest.skip(f"the list is for {known_options_data.VERSIONS}; installed: {versions}")
-    assert known_options_build.render(versions, options, rewards) == known_options_build.DATA_FILE.read_text(), (
-        "stale: run python -m riskpo_trl.scripts.known_options_build"
-    )
+    assert (
+        known_options_build.render(versions, options, rewards, layout) == known_options_build.DATA_FILE.read_text()
+    ), "stale: run python -m riskpo_trl.scripts.known_options_build"
 
 
 @pytest.mark.parametrize(

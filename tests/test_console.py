@@ -11,7 +11,7 @@ import warnings
 import pytest
 
 from riskpo_trl.risk import RISK_PROFILES
-from riskpo_trl.scripts.console import compact_log_line, silence_known_warnings, use_compact_log
+from riskpo_trl.scripts.console import compact_log_line, use_compact_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -103,11 +103,11 @@ def test_importing_the_library_changes_no_warning_filter():
 
 def test_only_the_known_warnings_are_silenced():
     """What riskpo-train installs for the whole run."""
-    from riskpo_trl.trainer.caller_warnings import ignore_library_default_warnings
+    from riskpo_trl.trainer.caller_warnings import drop_deepspeed_cpu_notice, ignore_library_default_warnings
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        silence_known_warnings()
+        drop_deepspeed_cpu_notice()
         ignore_library_default_warnings()
         warnings.warn("`gradient_checkpointing_enable` is deprecated and will be removed in v6. Use x.", FutureWarning)
         warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6. Use x.", FutureWarning)
@@ -215,3 +215,15 @@ def test_a_field_the_user_set_keeps_its_deprecation_warning(tmp_path):
         warnings.simplefilter("always")
         RiskPOConfig(output_dir=str(tmp_path), use_cpu=True, gradient_checkpointing=True)
     assert any("`gradient_checkpointing` is deprecated" in message for message in library_default_warnings(caught))
+
+
+def test_a_script_that_only_imports_the_config_drops_deepspeeds_cpu_notice():
+    """As riskpo-train does: user scripts and notebooks never call the console's set-up."""
+    code = (
+        "import logging, sys; records = []; handler = logging.Handler(); handler.emit = records.append; "
+        "logging.getLogger('DeepSpeed').addHandler(handler); import riskpo_trl; riskpo_trl.RiskPOConfig; "
+        "logging.getLogger('DeepSpeed').warning('Setting accelerator to CPU. If you have GPU ...'); "
+        "logging.getLogger('DeepSpeed').warning('another notice'); print([r.getMessage() for r in records])"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.stdout.strip().splitlines()[-1] == "['another notice']", result.stderr[-2000:]

@@ -306,3 +306,21 @@ def test_the_tiny_recipe_trains_on_a_folder_named_as_dataset_name(tmp_path, tiny
     )
     assert json.loads((output_dir / "trainer_state.json").read_text())["global_step"] == 1
     assert "mydata" in (output_dir / "README.md").read_text()
+
+
+def test_a_registered_dataset_reads_a_csv_file_as_csv(tmp_path):
+    """One reader decided by extension for every path: a CSV in the registered dataset's schema is not read as JSON."""
+    from riskpo_trl.data.local_files import load_local_files, reader_of
+
+    path = tmp_path / "gsm8k_rows.csv"
+    Dataset.from_list(GSM8K_ROWS).to_csv(path, index=False)
+    assert [reader_of(p) for p in ("a.csv", "a.parquet", "a.jsonl", "a.json", "a.jsonl.gz")] == [
+        "csv",
+        "parquet",
+        "json",
+        "json",
+        "json",
+    ]
+    assert load_local_files(str(path)).to_list() == GSM8K_ROWS
+    dataset = load_train_dataset("gsm8k", data_files=str(path))
+    assert dataset[0]["solution"] == "3" and len(dataset) == len(GSM8K_ROWS)

@@ -72,3 +72,17 @@ def test_from_grpo_config_and_the_cli_say_nothing(tiny_model_dir, tmp_path, capl
     caplog.clear()
     _, training_args, _ = train.parse_args(["--config", str(TINY_RECIPE), "--output_dir", str(tmp_path / "cli")])
     assert build(tiny_model_dir, training_args, caplog) == []
+
+
+def test_the_replaced_defaults_warning_is_wrapped_without_splitting_a_setting(tmp_path, caplog):
+    import logging
+
+    from riskpo_trl.trainer.caller_warnings import WARNING_WIDTH, replaced_grpo_defaults, warn_replaced_grpo_defaults
+
+    args = RiskPOConfig(output_dir=str(tmp_path), use_cpu=True)
+    with caplog.at_level(logging.WARNING):
+        warn_replaced_grpo_defaults(args, logging.getLogger("riskpo_test"))
+    [message] = [record.getMessage() for record in caplog.records]
+    assert all(len(line) <= WARNING_WIDTH for line in message.splitlines()), message
+    assert all(setting in message.splitlines()[1] or setting in message for setting in replaced_grpo_defaults(args))
+    assert len(message.splitlines()) > 3

@@ -238,3 +238,15 @@ def test_every_settings_row_label_closes_its_parentheses(tmp_path):
         "| Regime guard threshold (the guard is opt-in: see regime_guard_patience) | `regime_guard_threshold=0.5` | "
         "`0.5` |" in rows
     )
+
+
+def test_a_card_says_when_the_base_model_is_the_tiny_random_one(tiny_model_dir, tmp_path):
+    from riskpo_trl.tiny_model import TINY_MODEL_MARK
+    from riskpo_trl.trainer.model_card import TINY_RANDOM_NOTE
+
+    trainer = make_trainer(tiny_model_dir, tmp_path / "run")
+    body = header_and_body(str(build_model_card(trainer, dataset_files=["rows.jsonl"])))[1]
+    assert TINY_RANDOM_NOTE in body and body.index(TINY_RANDOM_NOTE) < body.index("## Quick start")
+    setattr(trainer.model.config, TINY_MODEL_MARK, False)  # as a real model's config: no mark
+    trainer.model.config._name_or_path = "Qwen/Qwen2.5-0.5B-Instruct"
+    assert "tiny random model" not in str(build_model_card(trainer))

@@ -71,4 +71,6 @@ def test_quickstart_notebook_executes_as_a_copy_outside_the_repository(tmp_path)
     assert not [o for o in outputs if o.output_type == "error"]
     printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "RiskPO" in printed and "riskpo" in printed  # the model card
+    assert "trained on `tiny_arithmetic.jsonl`" in printed and "openai/gsm8k" not in printed  # its real data
+    assert "The base model is a tiny random model" in printed
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the risk-metrics plot

@@ -297,6 +297,7 @@ HANDLER_PROCESS = """
 import sys, time
 from riskpo_trl.trainer.preemption import StopOnSignal
 stop = StopOnSignal(4)
+stop.checkpoint_saved = sys.argv[2] == "saved"
 stop.install()
 print("ready", flush=True)
 end = time.monotonic() + float(sys.argv[1])
@@ -306,9 +307,9 @@ print("requested", stop.requested, flush=True)
 """
 
 
-def handler_process(seconds: float) -> subprocess.Popen:
+def handler_process(seconds: float, saved: bool = False) -> subprocess.Popen:
     process = subprocess.Popen(
-        [sys.executable, "-c", HANDLER_PROCESS, str(seconds)],
+        [sys.executable, "-c", HANDLER_PROCESS, str(seconds), "saved" if saved else "running"],
         env=environment(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -342,3 +343,26 @@ def test_a_second_ctrl_c_aborts_at_once_and_a_quick_repeat_does_not():
     out, err = process.communicate(timeout=60)
     assert process.returncode == -signal.SIGINT and time.monotonic() - sent < 10
     assert "Second Ctrl-C: aborting without saving" in err and "Traceback" not in err
+
+
+def test_once_the_stop_checkpoint_is_saved_no_signal_changes_the_exit():
+    """Three Ctrl-Cs over more than the repeat window, after the stop's checkpoint is written: none aborts."""
+    process = handler_process(seconds=3, saved=True)
+    for _ in range(3):
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.6)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0 and out.strip() == "requested None", err
+    assert "aborting" not in err
+
+
+def test_the_checkpoint_counts_as_saved_at_the_stop_step_only():
+    args = SimpleNamespace(steps_per_generation=1, gradient_accumulation_steps=1, num_iterations=1, device="cpu")
+    stop = StopOnSignal(1)
+    stop.on_save(args, TrainerState(max_steps=9, global_step=2), TrainerControl())
+    assert not stop.checkpoint_saved  # a scheduled checkpoint, no stop asked
+    stop.requested = signal.SIGINT
+    stop.on_step_end(args, TrainerState(max_steps=9, global_step=3), TrainerControl())
+    stop.on_save(args, TrainerState(max_steps=9, global_step=3), TrainerControl())
+    assert stop.stopped_at == 3 and stop.checkpoint_saved

@@ -82,17 +82,24 @@ def check_mapping(
     return renames
 
 
+def training_renames(
+    columns: Sequence[str], prompt_column: str | None, answer_column: str | None, where: str
+) -> dict[str, str]:
+    """:func:`check_mapping` of ``prompt_column`` to ``prompt`` and ``answer_column`` to ``solution``."""
+    return check_mapping(
+        columns,
+        {"prompt": prompt_column, "solution": answer_column},
+        where,
+        {"prompt": "prompt_column", "solution": "answer_column"},
+    )
+
+
 def map_training_columns(
     dataset, prompt_column: str | None = None, answer_column: str | None = None, where: str = "the training dataset"
 ):
     """``dataset`` with ``prompt_column`` read as ``prompt`` and ``answer_column`` as ``solution`` (the math rewards'
     gold answer); GSM8K-style answers in ``solution`` become their final answer (logged)."""
-    renames = check_mapping(
-        dataset.column_names,
-        {"prompt": prompt_column, "solution": answer_column},
-        where,
-        {"prompt": "prompt_column", "solution": "answer_column"},
-    )
+    renames = training_renames(dataset.column_names, prompt_column, answer_column, where)
     for target, source in renames.items():
         dataset = dataset.rename_column(source, target)
     if "solution" not in dataset.column_names:

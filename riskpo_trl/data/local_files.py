@@ -14,13 +14,18 @@ FOLDER_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": 
 
 
 def load_local_files(data_files: str | Sequence[str]):
-    """Local Parquet (by extension) or JSON/JSONL files, or folders of them, as one ``datasets.Dataset``; Parquet
-    keeps features such as images."""
+    """Local files, or folders of them, as one ``datasets.Dataset``, read by their extension (:func:`reader_of`: JSON
+    lines, JSON, CSV or Parquet, which keeps features such as images)."""
     import datasets
 
     files = check_data_files(data_files)
-    builder = "parquet" if str(files[0]).endswith(".parquet") else "json"
-    return datasets.load_dataset(builder, data_files=files, split="train")
+    return datasets.load_dataset(reader_of(files[0]), data_files=files, split="train")
+
+
+def reader_of(path: str | os.PathLike) -> str:
+    """The `datasets` builder that reads ``path`` by its extension: JSON unless it ends in ``.csv`` or ``.parquet``
+    (a compressed ``rows.jsonl.gz`` is JSON)."""
+    return FOLDER_FORMATS.get(_extension(path), "json")
 
 
 def check_data_files(data_files: str | Sequence[str], reader: str | None = None) -> list[str]:
@@ -106,8 +111,7 @@ def _check_file(path: str, reader: str | None) -> None:
             f"Dataset file {path} is {by_extension} by its extension, but dataset_name {reader!r} reads it "
             f"as {reader}. Set dataset_name {by_extension}."
         )
-    reads_json = reader == "json" if reader is not None else _extension(path) not in (".parquet", ".csv")
-    if reads_json:
+    if (reader or reader_of(path)) == "json":
         check_json_nesting(path)
 
 
@@ -123,3 +127,60 @@ def _is_empty(path: str | os.PathLike) -> bool:
         return False
     with open(path, "rb") as file:
         return not file.read(1 << 16).strip() and os.path.getsize(path) <= 1 << 16
+
+
+# --- the columns and row count of local files, read without `datasets` (riskpo-train's checks before torch loads)
+
+MAX_PEEKED_BYTES = 64 << 20  # larger text files are left to `datasets`: reading them here would cost seconds
+
+
+def peek_columns(files: Sequence[str]) -> tuple[list[str], int] | None:
+    """``(columns, rows)`` of uncompressed JSON lines, JSON list, CSV or Parquet files (the columns in order of first
+    appearance, as `datasets` names them), or None for anything this light reader does not read."""
+    columns: dict[str, None] = {}
+    rows = 0
+    for path in files:
+        found = _peek_file(str(path))
+        if found is None:
+            return None
+        columns.update(dict.fromkeys(found[0]))
+        rows += found[1]
+    return list(columns), rows
+
+
+def _peek_file(path: str) -> tuple[list[str], int] | None:
+    reader = FOLDER_FORMATS.get(_extension(path))
+    if reader == "parquet":
+        import pyarrow.parquet
+
+        metadata = pyarrow.parquet.read_metadata(path)
+        return metadata.schema.to_arrow_schema().names, metadata.num_rows
+    if reader is None or os.path.getsize(path) > MAX_PEEKED_BYTES:
+        return None
+    with open(path, encoding="utf-8", newline="" if reader == "csv" else None) as file:
+        if reader == "csv":
+            import csv
+
+            table = list(csv.reader(file))
+            return (table[0], len(table) - 1) if table else None
+        return _json_columns(file.read())
+
+
+def _json_columns(text: str) -> tuple[list[str], int] | None:
+    import json
+
+    try:
+        if text.lstrip().startswith("["):
+            rows = json.loads(text)
+        else:
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    except (ValueError, RecursionError):
+        return None  # `datasets` reports it, with its own message
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        return None
+    if len(rows) == 1 and all(isinstance(value, list) for value in rows[0].values()):
+        return None  # one object of columns, or one row of lists: left to `datasets`, which tells them apart
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    return list(columns), len(rows)

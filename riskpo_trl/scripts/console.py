@@ -1,18 +1,13 @@
-"""A readable console for training runs: the known warning walls that no user can act on are silenced, each
-logging step prints one compact line with the metrics instead of the full metrics dict (the callback is in
-`console_callback`), and the console scripts report a user's mistake as one ``error:`` line (this module stays light,
+"""A readable console for training runs: each logging step prints one compact line with the metrics instead of the
+full metrics dict, and the console scripts report a user's mistake as one ``error:`` line (this module stays light,
 for entry points to call before their heavy imports)."""
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
-
-# DeepSpeed announces its CPU fallback on every process of a CPU run, where the CPU is what was asked for.
-DEEPSPEED_CPU_NOTICE = "Setting accelerator to CPU."
 
 # What a console script reports as a user's mistake (one line, exit code 2) while it sets a run up: bad options, files
 # or values. Anything else, and anything raised once training runs, is a crash and keeps its traceback.
@@ -42,20 +37,6 @@ COMPACT_METRICS = (
     ),
     ("", (("lr", "learning_rate"),)),
 )
-
-
-class _DropDeepSpeedCpuNotice(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(DEEPSPEED_CPU_NOTICE)
-
-
-def silence_known_warnings() -> None:
-    """Drop the DeepSpeed notice above (idempotent). The libraries' warnings about their own defaults are filtered
-    by ``riskpo_trl.trainer.caller_warnings.ignore_library_default_warnings``, which riskpo-train installs with it
-    (this module imports nothing from the package)."""
-    deepspeed_logger = logging.getLogger("DeepSpeed")
-    if not any(isinstance(f, _DropDeepSpeedCpuNotice) for f in deepspeed_logger.filters):
-        deepspeed_logger.addFilter(_DropDeepSpeedCpuNotice())
 
 
 def pop_debug_flag(argv: Sequence[str]) -> tuple[list[str], bool]:

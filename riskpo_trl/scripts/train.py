@@ -27,7 +27,8 @@ before torch, transformers and TRL load (riskpo_trl.scripts.known_options).
 SIGINT (Ctrl-C), SIGTERM or SIGUSR1 during training stops the run at the end of the current generation batch, saves a
 checkpoint there, prints one line (the step, the checkpoint, "Run the same command to resume") and exits with code 75
 (``riskpo_trl.trainer.preemption.STOPPED_EXIT_CODE``), writing no model card; the same command resumes it exactly. A
-second Ctrl-C more than a second later aborts at once without saving (exit status 130). See
+second Ctrl-C more than a second later aborts at once without saving (exit status 130); once the checkpoint is
+saved, further signals are ignored and the exit code stays 75. See
 ``riskpo_trl.trainer.preemption``.
 """
 
@@ -38,7 +39,6 @@ import functools
 import json
 import logging
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,7 +48,7 @@ from ..data.prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
 from ..registry import closest_name
 from ..risk.defaults import DEFAULT_ADVANTAGE_BASELINE, resolve_advantage_baseline
 from ..trainer.registry import TRAINERS, check_trainer_name, get_trainer_classes
-from .console import USAGE_ERRORS, pop_debug_flag, silence_known_warnings, usage_errors
+from .console import USAGE_ERRORS, pop_debug_flag, usage_errors
 from .recipe_values import check_recipe_values, error_source
 
 logger = logging.getLogger(__name__)
@@ -443,18 +443,60 @@ def show_resolved_defaults(parser, config_class: type, recipe: dict[str, Any]) -
 
 def check_options_before_imports(
     full_recipe: dict[str, Any], recipe: dict[str, Any], argv: Sequence[str], trainer: str
-) -> None:
+):
     """Field names, recipe values and command-line values checked against the generated option list, before torch,
-    transformers and TRL load (riskpo_trl.scripts.known_options); skipped with versions the list does not hold."""
+    transformers and TRL load (riskpo_trl.scripts.known_options); skipped with versions the list does not hold.
+    Returns the light parser that checked them, or None when skipped."""
     from .known_options import light_parser
 
     light = light_parser(trainer, RiskPOScriptArguments)
     if light is None:
-        return
+        return None
     parser, config_name = light
     _check_field_names(parser, full_recipe, argv, trainer, config_name)
     check_recipe_values(parser, recipe, _option_value(argv, "config"))
     parser.parse_known_args(_without_config(argv))  # a bad value raises, naming its option
+    return parser
+
+
+def check_before_imports(argv: Sequence[str]) -> str | None:
+    """The start-up checks that need no model, torch or TRL (riskpo_trl.scripts.early_checks), on the values the full
+    parser will see; returns the "Nothing to train" line when output_dir's run is already finished. A mistake raises
+    with the message, and the flag or recipe field, that the later check would give."""
+    from . import early_checks
+
+    argv = list(argv)
+    if {"-h", "--help", "--help-all"} & set(argv):
+        return None
+    from .run_data import recipe_for_command_line
+
+    full_recipe = _read_recipe(argv)
+    trainer = _option_value(argv, "trainer") or full_recipe.get("trainer", DEFAULT_TRAINER)
+    check_trainer_name(trainer)
+    recipe = recipe_for_command_line(full_recipe, argv)
+    light = check_options_before_imports(full_recipe, recipe, argv, trainer)
+    if light is None:
+        return None
+    recipe_path = _option_value(argv, "config")
+    resolved = []
+    if recipe_path is not None:
+        from .recipe_paths import resolved_path_options
+
+        resolved = resolved_path_options(recipe, recipe_path, argv)
+    light.set_defaults(**{name: value for name, value in recipe.items() if name != "env"})
+    parsed, _ = light.parse_known_args(_without_config([*argv, *resolved]))
+    values = early_checks.with_layout_defaults(parsed, trainer)
+    if values is None:
+        return None
+    check_tiny_model_path(values, values.model_name_or_path)
+    try:
+        early_checks.check_bundle_layout(values)
+    except ValueError as error:  # said as the config's own validation says it: with its flag or recipe field
+        where = error_source(str(error), recipe, argv, recipe_path)
+        raise ValueError(f"{where}: {error}" if where else str(error)) from None
+    early_checks.check_model_name(values)
+    early_checks.check_local_data(values)
+    return early_checks.check_output_dir(values)
 
 
 def _parse_with_recipe(parser, argv: Sequence[str], recipe: dict[str, Any]):
@@ -617,23 +659,10 @@ def hub_datasets(script_args: RiskPOScriptArguments) -> list[str]:
     return [TRAIN_DATASETS[part].hub_id for part in parts if part in TRAIN_DATASETS]
 
 
-# What a checkpoint holds besides the model files that save_model writes into output_dir.
-TRAINING_STATE_FILES = (
-    "optimizer.pt",
-    "scheduler.pt",
-    "rng_state",
-    "training_args.bin",
-    "riskpo_state.json",
-    "global_step",
-    "latest",
-    "zero_to_fp32.py",
-)
-
-
 def resume_checkpoint(training_args) -> str | None:
     """``resume_from_checkpoint`` if set, else the last checkpoint in ``output_dir`` (a killed run picks up where it
     stopped), else None."""
-    from ..trainer.preemption import last_complete_checkpoint
+    from ..trainer.last_checkpoint import last_complete_checkpoint
 
     if training_args.resume_from_checkpoint is not None:
         return training_args.resume_from_checkpoint
@@ -642,44 +671,13 @@ def resume_checkpoint(training_args) -> str | None:
     return None
 
 
-def finished_run(checkpoint: str | None, training_args) -> str | None:
-    """Why ``checkpoint`` already ends the run this command asks for (it reached ``max_steps``, or trained all the
-    epochs), or None. Resuming such a checkpoint would take one more step (transformers checks the end only after a
-    step)."""
-    state_file = os.path.join(checkpoint or "", "trainer_state.json")
-    if checkpoint is None or not os.path.isfile(state_file):
-        return None
-    with open(state_file) as f:
-        state = json.load(f)
-    step = state.get("global_step", 0)
-    if training_args.max_steps > 0:
-        if step >= training_args.max_steps:
-            return f"{checkpoint} is at step {step} of max_steps={training_args.max_steps}"
-        return None
-    epoch = state.get("epoch") or 0.0
-    if step >= state.get("max_steps", float("inf")) and epoch >= training_args.num_train_epochs - 1e-6:
-        return f"{checkpoint} has trained {epoch:g} of num_train_epochs={training_args.num_train_epochs:g}"
-    return None
-
-
-def restore_final_save(checkpoint: str, output_dir: str) -> bool:
-    """If ``output_dir`` lacks the final save (a run killed between its last checkpoint and the end), copy the model
-    files and the trainer state from ``checkpoint``, which holds the same weights; True if it copied."""
-    if any(os.path.isfile(os.path.join(output_dir, name)) for name in ("config.json", "adapter_config.json")):
-        return False
-    for name in os.listdir(checkpoint):
-        source = os.path.join(checkpoint, name)
-        if os.path.isfile(source) and not name.startswith(TRAINING_STATE_FILES):
-            shutil.copy2(source, os.path.join(output_dir, name))
-    return True
-
-
 def prepare(script_args: RiskPOScriptArguments, training_args, model_args):
     """``(trainer, checkpoint to resume from or None)``, or ``(None, checkpoint)`` when that checkpoint already
     finished the run this command asks for: then nothing is built, and a missing final save is restored from it."""
     from accelerate import PartialState
 
     from ..trainer.checks import check_run_requirements
+    from .early_checks import finished_run, nothing_to_train, restore_final_save
 
     check_run_requirements(training_args)  # vLLM, report_to, push_to_hub: before the model loads
     checkpoint = resume_checkpoint(training_args)
@@ -697,11 +695,7 @@ def prepare(script_args: RiskPOScriptArguments, training_args, model_args):
     state = PartialState()
     with state.main_process_first():
         restored = state.is_main_process and restore_final_save(checkpoint, training_args.output_dir)
-    state.print(
-        f"Nothing to train: the run in {training_args.output_dir} is finished ({finished})"
-        f"{'; its final model was copied from that checkpoint' if restored else ''}. Raise max_steps (or "
-        "num_train_epochs) to train further, or choose another output_dir."
-    )
+    state.print(nothing_to_train(training_args.output_dir, finished, restored))
     return None, checkpoint
 
 
@@ -749,12 +743,16 @@ def cli(argv: Sequence[str] | None = None) -> None:
     ``riskpo-train: error:`` line and exit code 2 (a bare ``--debug`` shows its traceback); training itself is not
     wrapped, so a crash keeps its traceback."""
     argv, debug = pop_debug_flag(sys.argv[1:] if argv is None else argv)
-    silence_known_warnings()  # before parsing: building the config already warns
-    from ..trainer.caller_warnings import ignore_library_default_warnings
+    from ..trainer.caller_warnings import drop_deepspeed_cpu_notice, ignore_library_default_warnings
 
+    drop_deepspeed_cpu_notice()  # before parsing: building the config already warns
     ignore_library_default_warnings()  # for the whole run: what the trainers silence while they build and train
     with contextlib.ExitStack() as held:
         with usage_errors("riskpo-train", debug, (*USAGE_ERRORS, ImportError)):  # ImportError: use_vllm, report_to
+            finished = check_before_imports(argv)  # each mistake that needs no model, before torch and TRL load
+            if finished is not None:
+                print(finished)
+                return
             script_args, training_args, model_args = parse_args(argv)
             from ..trainer.run_lock import lock_output_dir
             from .cpu_threads import use_default_cpu_threads

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import sys
 import warnings
@@ -23,12 +24,30 @@ from collections.abc import Iterator
 # names transformers 5 deprecates; torch's DataLoader says pin_memory does nothing where there is no accelerator,
 # which is what transformers' default `dataloader_pin_memory=True` asks for on a CPU. Other warnings still show.
 GRADIENT_CHECKPOINTING_DEPRECATION = r"`(is_)?gradient_checkpointing\w*` is deprecated and will be removed in v6"
+WARNING_WIDTH = 100  # a long warning is wrapped to lines a terminal or notebook shows whole
 SET_FIELDS_ATTRIBUTE = "_fields_set_by_caller"  # on a config: the fields its constructor's caller passed
 PIN_MEMORY_WITHOUT_ACCELERATOR = r"'pin_memory' argument is set as true but no accelerator is found"
 LIBRARY_DEFAULT_WARNINGS = (
     (FutureWarning, GRADIENT_CHECKPOINTING_DEPRECATION),
     (UserWarning, PIN_MEMORY_WITHOUT_ACCELERATOR),
 )
+
+
+# DeepSpeed announces its CPU fallback on every process of a CPU run, where the CPU is what was asked for.
+DEEPSPEED_CPU_NOTICE = "Setting accelerator to CPU."
+
+
+class _DropDeepSpeedCpuNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(DEEPSPEED_CPU_NOTICE)
+
+
+def drop_deepspeed_cpu_notice() -> None:
+    """Filter :data:`DEEPSPEED_CPU_NOTICE` out of DeepSpeed's logger (idempotent). Installed when the config module
+    loads, so user scripts and notebooks get it as riskpo-train does; every other DeepSpeed message still shows."""
+    deepspeed_logger = logging.getLogger("DeepSpeed")
+    if not any(isinstance(f, _DropDeepSpeedCpuNotice) for f in deepspeed_logger.filters):
+        deepspeed_logger.addFilter(_DropDeepSpeedCpuNotice())
 
 
 def ignore_library_default_warnings() -> None:
@@ -130,11 +149,24 @@ def warn_replaced_grpo_defaults(config, logger) -> None:
     """One warning naming :func:`replaced_grpo_defaults`, with the way to keep GRPO's."""
     replaced = replaced_grpo_defaults(config)
     if replaced:
+        name = type(config).__name__
+        listed = "\n".join(f"  {line}" for line in _comma_lines(replaced, WARNING_WIDTH - 2))
         logger.warning(
-            f"{type(config).__name__} left these at the paper's layout, not GRPOConfig's defaults: "
-            f"{', '.join(replaced)}. Set them to choose, or keep a GRPO script's with "
-            f"{type(config).__name__}.from_grpo_config(GRPOConfig(...), bundle_size=...)."
+            f"{name} left these at the paper's layout, not GRPOConfig's defaults:\n{listed}\nSet them to choose, or "
+            f"keep a GRPO script's with\n  {name}.from_grpo_config(GRPOConfig(...), bundle_size=...)."
         )
+
+
+def _comma_lines(items: list[str], width: int) -> list[str]:
+    """``items`` joined by ", " into lines of at most ``width`` characters, never splitting an item."""
+    lines = [items[0]]
+    for item in items[1:]:
+        if len(lines[-1]) + 2 + len(item) + 1 > width:
+            lines[-1] += ","
+            lines.append(item)
+        else:
+            lines[-1] += f", {item}"
+    return lines
 
 
 def _defaults(config_class: type) -> dict:

@@ -186,12 +186,7 @@ def _check_split(dataset: Any, reward_funcs: Any, environment_factory: Any, spli
     if dataset is None or columns is None:  # no dataset, or a streaming one that does not know its columns
         return
     if environment_factory is None and "prompt" not in columns:
-        raise ValueError(
-            f"The {split} dataset has no 'prompt' column (its columns: {columns}). RiskPOTrainer, like GRPOTrainer, "
-            "reads each example's prompt from 'prompt': a string, or a list of chat messages [{'role': 'user', "
-            "'content': ...}]. Rename or build that column (e.g. dataset.rename_column('question', 'prompt'), "
-            "riskpo-train's --prompt_column question, or the adapters in riskpo_trl.data)."
-        )
+        raise ValueError(missing_prompt_message(split, columns))
     if isinstance(environment_factory, dict) and "environment" not in columns:
         raise ValueError(
             f"The {split} dataset has no 'environment' column (its columns: {columns}). With a dict of environments "
@@ -214,6 +209,15 @@ def _check_split(dataset: Any, reward_funcs: Any, environment_factory: Any, spli
                 check(dataset)
             except ValueError as error:
                 raise ValueError(f"The {split} dataset does not fit the reward function {name}: {error}") from None
+
+
+def missing_prompt_message(split: str, columns: list[str]) -> str:
+    return (
+        f"The {split} dataset has no 'prompt' column (its columns: {columns}). RiskPOTrainer, like GRPOTrainer, "
+        "reads each example's prompt from 'prompt': a string, or a list of chat messages [{'role': 'user', "
+        "'content': ...}]. Rename or build that column (e.g. dataset.rename_column('question', 'prompt'), "
+        "riskpo-train's --prompt_column question, or the adapters in riskpo_trl.data)."
+    )
 
 
 # --- model names that are local paths, not Hub ids: said at once, instead of a Hub lookup that retries for half a

@@ -13,6 +13,7 @@ from .. import compat
 from ..risk.choices import RiskChoices
 from ..risk.credit import CREDIT_ASSIGNMENTS
 from ..risk.defaults import warn_if_resolved_by_scaling
+from .batch_layout import bundle_layout_error, divisors
 from .caller_warnings import caller_stacklevel
 from .checks import check_loss_type
 
@@ -92,17 +93,9 @@ def _refuse_unsourced_combinations(config: Any) -> None:
 def _check_batch_layout(config: Any) -> None:
     """Prompts per generation batch must form whole bundle groups (an evaluation batch's last group may be
     partial); checkpoints should fall between generation batches."""
-    prompts = config.generation_batch_size // config.num_generations
-    if prompts % config.bundle_size != 0:
-        raise ValueError(
-            f"A generation batch holds {prompts} prompts (generation_batch_size={config.generation_batch_size} / "
-            f"num_generations={config.num_generations}), which is not a multiple of bundle_size={config.bundle_size}. "
-            f"Make generation_batch_size a multiple of num_generations * bundle_size = "
-            f"{config.num_generations * config.bundle_size} "
-            f"({_multiples(config.num_generations * config.bundle_size)}), "
-            "e.g. through per_device_train_batch_size x num_processes x steps_per_generation, or choose a "
-            f"bundle_size that divides {prompts} ({_divisors(prompts)})."
-        )
+    problem = bundle_layout_error(config.generation_batch_size, config.num_generations, config.bundle_size)
+    if problem is not None:
+        raise ValueError(problem)
     generate_every = config.steps_per_generation * config.num_iterations
     off_boundary = _checkpoints_off_generation_boundaries(config, generate_every)
     if off_boundary:
@@ -147,7 +140,7 @@ def _check_token_mean_groups(config: Any) -> None:
         raise ValueError(
             f"loss_token_mean_sequences={size} must be a positive multiple of per_device_train_batch_size="
             f"{per_device}, so each group holds whole micro-batches: set per_device_train_batch_size to a "
-            f"divisor of {size} ({_divisors(size) if size >= 1 else 'none'})."
+            f"divisor of {size} ({divisors(size) if size >= 1 else 'none'})."
         )
     per_step = per_device * config.world_size * config.gradient_accumulation_steps
     if per_step % size != 0:
@@ -194,11 +187,3 @@ def _checkpoints_off_generation_boundaries(args: Any, generate_every: int) -> li
         return [step for step in range(every, args.max_steps, every) if off(step)]
     period = generate_every // math.gcd(generate_every, args.gradient_accumulation_steps)
     return [step for step in range(every, every * period + 1, every) if off(step)][:1]
-
-
-def _multiples(step: int, count: int = 3) -> str:
-    return ", ".join(str(step * k) for k in range(1, count + 1)) + ", ..."
-
-
-def _divisors(n: int) -> str:
-    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)

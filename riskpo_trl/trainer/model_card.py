@@ -49,6 +49,13 @@ Lambert, Nathan and Huang, Shengyi and Rasul, Kashif and Gallouédec, Quentin},
   year    = {2020}
 }"""
 
+# Said near the top of every card whose run started from `riskpo_trl.tiny_model`'s random model.
+TINY_RANDOM_NOTE = (
+    "**The base model is a tiny random model**, built by `riskpo_trl.tiny_model` for CPU smoke runs and tests. It "
+    "started from random weights and has learned next to nothing: this run checks a pipeline, and its model is not "
+    "meant for use."
+)
+
 TEXT_QUICK_START = """\
 from transformers import pipeline
 
@@ -235,6 +242,8 @@ def build_model_card(
     # Without a Hub repository the model is where the card is: its absolute path loads from any directory.
     usage_id = getattr(trainer, "hub_model_id", None) or args.hub_model_id or os.path.abspath(args.output_dir)
     sections = [f"# Model Card for {model_name}", _provenance(base_model, hub_datasets, local_files)]
+    if _is_tiny_random(trainer.model, base_name):
+        sections.append(TINY_RANDOM_NOTE)
     if adapter is not None:
         sections.append(_adapter_note(adapter, base_model, base_name))
     sections.append(f"## Quick start\n\n```python\n{quick_start(trainer, usage_id)}\n```")
@@ -254,6 +263,16 @@ def build_model_card(
     citations.append(f"Cite TRL as:\n\n```bibtex\n{TRL_CITATION}\n```")
     sections.append("\n\n".join(citations))
     return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
+
+
+def _is_tiny_random(model: Any, base_name: str | None) -> bool:
+    """Whether the run started from this package's tiny random model: the loaded model's config carries its mark, or,
+    for an adapter, the base model's directory does."""
+    from ..tiny_model import is_tiny_random_model
+
+    return is_tiny_random_model(model) or bool(
+        base_name and os.path.isdir(base_name) and is_tiny_random_model(base_name)
+    )
 
 
 def save_model_card(trainer: Any, **card_fields) -> str | None:

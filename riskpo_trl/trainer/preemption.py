@@ -11,7 +11,9 @@ even when the signal reached only some of them.
 A second Ctrl-C more than :data:`REPEAT_WINDOW_S` after the first aborts at once: the process kills itself with
 SIGINT (exit status 130) without saving, and ``output_dir`` keeps its earlier checkpoints. A repeat within the window
 counts as the same request (SLURM signals every process of a job step, and the launcher of ``accelerate launch``
-passes the signal on once more); a repeated SIGTERM or SIGUSR1 is ignored, as the stop is under way.
+passes the signal on once more); a repeated SIGTERM or SIGUSR1 is ignored, as the stop is under way. Once the stop's
+checkpoint is saved, every further signal is ignored until the process exits: a run that wrote its checkpoint always
+exits with :data:`STOPPED_EXIT_CODE`, however many signals arrive.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 import signal
 import time
 from collections.abc import Iterator
 
 from transformers import TrainerCallback
+
+from .last_checkpoint import last_complete_checkpoint as last_complete_checkpoint  # resuming is part of stopping
 
 # EX_TEMPFAIL of sysexits.h, "temporary failure, try again later": the run stopped at a checkpoint and the same
 # command resumes it. Distinct from a crash (1), a usage error (2) and a death by signal (128 + N).
@@ -35,8 +38,6 @@ REPEAT_WINDOW_S = 1.0
 # If set, the stop line is also written to this file by each node's first process: a launcher (torchrun, under
 # `accelerate launch`) reports a process's exit code 75 as a failure and exits 1, so a wrapper script reads this file.
 STOP_FILE_ENV = "RISKPO_STOP_FILE"
-# A checkpoint's trainer state is written last, so a checkpoint without it was cut short while saving.
-CHECKPOINT_COMPLETE_MARKER = "trainer_state.json"
 
 
 class RunStopped(SystemExit):
@@ -78,6 +79,7 @@ class StopOnSignal(TrainerCallback):
         self._requested_at = 0.0
         self._previous: dict[int, object] = {}
         self._first_step = 0  # TRL generates at the first step of train(), also on resume
+        self.checkpoint_saved = False  # the stop's checkpoint is written: the run exits with STOPPED_EXIT_CODE
 
     def install(self) -> None:
         for name in STOP_SIGNALS:
@@ -91,6 +93,8 @@ class StopOnSignal(TrainerCallback):
         self._previous.clear()
 
     def _handle(self, number: int, frame) -> None:
+        if self.checkpoint_saved:
+            return  # nothing is left to abort: the checkpoint is written and the process is exiting with 75
         if self.requested is None:
             self.requested, self._requested_at = number, time.monotonic()
             if _is_main_process():
@@ -139,6 +143,10 @@ class StopOnSignal(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
 
+    def on_save(self, args, state, control, **kwargs):
+        if self.stopped_at is not None and state.global_step == self.stopped_at:
+            self.checkpoint_saved = True
+
     def checkpoint(self, args) -> str:
         return os.path.join(args.output_dir, f"checkpoint-{self.stopped_at}")
 
@@ -179,8 +187,9 @@ def remove_card_without_model(output_dir: str) -> bool:
 @contextlib.contextmanager
 def stopping_on_signals(trainer) -> Iterator[StopOnSignal]:
     """Within the block (around ``trainer.train()``), SIGINT, SIGTERM and SIGUSR1 stop the run at the next
-    generation-batch boundary with a checkpoint; the previous handlers come back after it. Outside the main thread
-    (where handlers cannot be installed) signals keep their usual effect."""
+    generation-batch boundary with a checkpoint; the previous handlers come back after it, unless the stop saved its
+    checkpoint: then signals stay ignored while :meth:`StopOnSignal.finish` ends the process with exit code 75.
+    Outside the main thread (where handlers cannot be installed) signals keep their usual effect."""
     stop = StopOnSignal(generation_period(trainer.args))
     trainer.add_callback(stop)
     with contextlib.suppress(ValueError):  # not the main thread
@@ -188,26 +197,6 @@ def stopping_on_signals(trainer) -> Iterator[StopOnSignal]:
     try:
         yield stop
     finally:
-        stop.restore()
+        if not stop.checkpoint_saved:  # else the handlers stay, ignoring signals, until finish() exits with 75
+            stop.restore()
         trainer.remove_callback(stop)
-
-
-def last_complete_checkpoint(output_dir: str) -> str | None:
-    """The last ``checkpoint-N`` in ``output_dir`` whose save finished (it has its trainer state, written last), or
-    None; later ones that a kill cut short are named in a warning and skipped."""
-    import logging
-
-    names = [
-        name
-        for name in os.listdir(output_dir)
-        if re.fullmatch(r"checkpoint-\d+", name) and os.path.isdir(os.path.join(output_dir, name))
-    ]
-    folders = [os.path.join(output_dir, name) for name in sorted(names, key=lambda n: -int(n.split("-")[1]))]
-    complete = next((path for path in folders if os.path.isfile(os.path.join(path, CHECKPOINT_COMPLETE_MARKER))), None)
-    skipped = folders[: folders.index(complete)] if complete else folders
-    if skipped:
-        logging.getLogger(__name__).warning(
-            f"Skipping {', '.join(skipped)}: no {CHECKPOINT_COMPLETE_MARKER}, so a kill cut its save short. "
-            + (f"Resuming from {complete}." if complete else "Starting from scratch.")
-        )
-    return complete
