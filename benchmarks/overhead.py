@@ -262,35 +262,60 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
 
             model = os.path.join(tmp, "tiny-model")
             build_tiny_model(model)
-        runs, run_seconds, stopped, sizing = [], [], None, None
-        wanted = args.pairs
-        on_cuda = args.device.startswith("cuda")
-        run_one = run_in_process if args.in_process else run_in_subprocess
-        for index, trainer in enumerate(abba_order(args.pairs)):
-            if index % 2 == 0 and args.size_after and index // 2 == args.size_after:
-                sizing = size_from_pilot(runs, args.pairs)
-                wanted = sizing["pairs_wanted"]
-                print(f"[overhead] {sizing['note']}", flush=True)
-            if index // 2 >= wanted:
-                break
-            if index % 2 == 0 and run_seconds and args.deadline is not None:
-                if time.time() + 2 * max(run_seconds) > args.deadline:
-                    stopped = (
-                        f"stopped after {index // 2} of {args.pairs} pairs: the next pair would pass the deadline"
-                    )
-                    print(f"[overhead] {stopped}", flush=True)
-                    break
-            started = time.time()
-            runs.append(run_one(args, trainer, model, os.path.join(tmp, f"run{index}")))
-            run_seconds.append(time.time() - started)
-            print(
-                f"[overhead] run {index + 1}/{2 * args.pairs} {trainer}: median step "
-                f"{1e3 * runs[-1]['median_step_s']:.1f} ms wall, {1e3 * runs[-1]['median_step_cpu_s']:.1f} ms CPU, "
-                f"peak RSS {runs[-1]['peak_rss_mib']:.0f} MiB"
-                + (f", peak CUDA {runs[-1]['peak_cuda_allocated_mib']:.0f} MiB" if on_cuda else ""),
-                flush=True,
-            )
+        runs, run_seconds, stopped, sizing = run_pairs(args, model, tmp)
 
+    summary = comparison_summary(args, runs, run_seconds, stopped, sizing)
+    settings = {
+        k: v
+        for k, v in vars(args).items()
+        if k not in ("worker", "worker_out", "output_dir", "verbose", "allocated_at_start")
+    }
+    settings["model"] = args.model or "build_tiny_model() defaults"
+    markdown = comparison_markdown(args, settings, summary, runs, stopped)
+    payload = {"machine": machine_info(), "settings": settings, "summary": summary, "runs": runs}
+    name = "overhead" if args.device == "cpu" and args.model is None else f"overhead_{args.device.split(':')[0]}"
+    write_results(name, payload, markdown, args.out)
+    print(markdown)
+    return payload
+
+
+def run_pairs(args: argparse.Namespace, model: str, tmp: str) -> tuple[list, list, str | None, dict | None]:
+    """The runs in ABBA order, sized after the pilot and stopped before a pair would pass the deadline; with their
+    seconds, why they stopped early (or None) and the sizing (or None)."""
+    runs, run_seconds, stopped, sizing = [], [], None, None
+    wanted = args.pairs
+    on_cuda = args.device.startswith("cuda")
+    run_one = run_in_process if args.in_process else run_in_subprocess
+    for index, trainer in enumerate(abba_order(args.pairs)):
+        if index % 2 == 0 and args.size_after and index // 2 == args.size_after:
+            sizing = size_from_pilot(runs, args.pairs)
+            wanted = sizing["pairs_wanted"]
+            print(f"[overhead] {sizing['note']}", flush=True)
+        if index // 2 >= wanted:
+            break
+        if index % 2 == 0 and run_seconds and args.deadline is not None:
+            if time.time() + 2 * max(run_seconds) > args.deadline:
+                stopped = f"stopped after {index // 2} of {args.pairs} pairs: the next pair would pass the deadline"
+                print(f"[overhead] {stopped}", flush=True)
+                break
+        started = time.time()
+        runs.append(run_one(args, trainer, model, os.path.join(tmp, f"run{index}")))
+        run_seconds.append(time.time() - started)
+        print(
+            f"[overhead] run {index + 1}/{2 * args.pairs} {trainer}: median step "
+            f"{1e3 * runs[-1]['median_step_s']:.1f} ms wall, {1e3 * runs[-1]['median_step_cpu_s']:.1f} ms CPU, "
+            f"peak RSS {runs[-1]['peak_rss_mib']:.0f} MiB"
+            + (f", peak CUDA {runs[-1]['peak_cuda_allocated_mib']:.0f} MiB" if on_cuda else ""),
+            flush=True,
+        )
+
+    return runs, run_seconds, stopped, sizing
+
+
+def comparison_summary(
+    args: argparse.Namespace, runs: list, run_seconds: list, stopped: str | None, sizing: dict | None
+) -> dict[str, Any]:
+    """The ratios of the two trainers' medians, RiskPO's own work per step, and how the runs went."""
     summary = {
         "step_time_s": ratio_summary(runs, "median_step_s"),
         "step_cpu_time_s": ratio_summary(runs, "median_step_cpu_s"),
@@ -319,12 +344,13 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
         summary["stopped_early"] = stopped
     if sizing:
         summary["sizing"] = sizing
-    settings = {
-        k: v
-        for k, v in vars(args).items()
-        if k not in ("worker", "worker_out", "output_dir", "verbose", "allocated_at_start")
-    }
-    settings["model"] = args.model or "build_tiny_model() defaults"
+    return summary
+
+
+def comparison_markdown(
+    args: argparse.Namespace, settings: dict[str, Any], summary: dict[str, Any], runs: list, stopped: str | None
+) -> str:
+    """The report: the table of measures, the per-run CPU times, RiskPO's own work and the target."""
     lines = [
         f"# RiskPO vs GRPO overhead ({settings['model']}, {args.device}, {args.threads} thread(s))",
         "",
@@ -376,12 +402,7 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
             "(time.process_time, one torch thread) is the steadier measure of the work each trainer does."
         ),
     ]
-    markdown = "\n".join(lines)
-    payload = {"machine": machine_info(), "settings": settings, "summary": summary, "runs": runs}
-    name = "overhead" if args.device == "cpu" and args.model is None else f"overhead_{args.device.split(':')[0]}"
-    write_results(name, payload, markdown, args.out)
-    print(markdown)
-    return payload
+    return "\n".join(lines)
 
 
 def size_from_pilot(runs: list[dict[str, Any]], most: int) -> dict[str, Any]:
