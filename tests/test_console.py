@@ -156,6 +156,7 @@ def test_tiny_run_console_has_the_risk_line_no_warning_walls_and_an_honest_card(
     assert result.returncode == 0, output[-4000:]
     assert "[step 1/2] loss" in output and "[step 2/2] loss" in output
     assert "| risk: q_alpha" in output
+    assert ", mvar " in output  # the run's profile's objective, by the metric its registry entry names
     assert "'risk/q_alpha'" not in output and "{'loss'" not in output  # each step's dict is replaced by its line
     assert "Setting accelerator to CPU" not in output
     assert "gradient_checkpointing" not in output
