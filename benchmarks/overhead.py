@@ -14,6 +14,12 @@ the public seams only: each run times the interval from its reward function's re
 work after scoring, the same in both trainers, plus RiskPO's advantage step); RiskPO's share is the difference of
 the two trainers' medians.
 
+For a ratio that resolves small differences, ``--fixed-length`` makes every completion exactly
+``--max-completion-length`` tokens long, so every run does the same work; each step's optimisation phase (from the
+batch observer to the step's end: loss, backward, optimizer step) is timed on its own as well; each measure gets the
+geometric mean of its pair ratios with a 95% interval; and ``--size-after N`` runs only as many pairs as the first N
+pairs' spread needs for a ±2% interval (``benchmarks.pair_design``), at most ``--pairs``.
+
 On a GPU, ``--in-process`` runs the trainers one after another in this process instead (it saves an interpreter and
 the imports per run, which matters when device time is short): each run's peak is then
 ``torch.cuda.max_memory_allocated`` minus what was allocated when it began, and RSS is left out. ``--deadline``
@@ -37,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.pair_design import log_ratio_spread, pairs_needed, ratio_interval
+from benchmarks.pair_design import describe_interval, log_ratio_spread, pairs_needed, ratio_interval
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_DISABLED", "true")
@@ -252,36 +258,9 @@ def run_in_subprocess(args: argparse.Namespace, trainer: str, model: str, output
     return json.loads(Path(out_json).read_text())
 
 
-def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks._common import machine_info, write_results
-
-    with tempfile.TemporaryDirectory() as tmp:
-        model = args.model
-        if model is None:
-            from riskpo_trl.tiny_model import build_tiny_model
-
-            model = os.path.join(tmp, "tiny-model")
-            build_tiny_model(model)
-        runs, run_seconds, stopped, sizing = run_pairs(args, model, tmp)
-
-    summary = comparison_summary(args, runs, run_seconds, stopped, sizing)
-    settings = {
-        k: v
-        for k, v in vars(args).items()
-        if k not in ("worker", "worker_out", "output_dir", "verbose", "allocated_at_start")
-    }
-    settings["model"] = args.model or "build_tiny_model() defaults"
-    markdown = comparison_markdown(args, settings, summary, runs, stopped)
-    payload = {"machine": machine_info(), "settings": settings, "summary": summary, "runs": runs}
-    name = "overhead" if args.device == "cpu" and args.model is None else f"overhead_{args.device.split(':')[0]}"
-    write_results(name, payload, markdown, args.out)
-    print(markdown)
-    return payload
-
-
 def run_pairs(args: argparse.Namespace, model: str, tmp: str) -> tuple[list, list, str | None, dict | None]:
-    """The runs in ABBA order, sized after the pilot and stopped before a pair would pass the deadline; with their
-    seconds, why they stopped early (or None) and the sizing (or None)."""
+    """The runs in ABBA order until the pairs are done, the pilot pairs' sizing says enough, or the deadline nears:
+    the runs, their seconds, why they stopped early and the sizing (None where neither applied)."""
     runs, run_seconds, stopped, sizing = [], [], None, None
     wanted = args.pairs
     on_cuda = args.device.startswith("cuda")
@@ -308,14 +287,21 @@ def run_pairs(args: argparse.Namespace, model: str, tmp: str) -> tuple[list, lis
             + (f", peak CUDA {runs[-1]['peak_cuda_allocated_mib']:.0f} MiB" if on_cuda else ""),
             flush=True,
         )
-
     return runs, run_seconds, stopped, sizing
 
 
-def comparison_summary(
-    args: argparse.Namespace, runs: list, run_seconds: list, stopped: str | None, sizing: dict | None
-) -> dict[str, Any]:
-    """The ratios of the two trainers' medians, RiskPO's own work per step, and how the runs went."""
+def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks._common import machine_info, write_results
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.model
+        if model is None:
+            from riskpo_trl.tiny_model import build_tiny_model
+
+            model = os.path.join(tmp, "tiny-model")
+            build_tiny_model(model)
+        runs, run_seconds, stopped, sizing = run_pairs(args, model, tmp)
+
     summary = {
         "step_time_s": ratio_summary(runs, "median_step_s"),
         "step_cpu_time_s": ratio_summary(runs, "median_step_cpu_s"),
@@ -344,13 +330,12 @@ def comparison_summary(
         summary["stopped_early"] = stopped
     if sizing:
         summary["sizing"] = sizing
-    return summary
-
-
-def comparison_markdown(
-    args: argparse.Namespace, settings: dict[str, Any], summary: dict[str, Any], runs: list, stopped: str | None
-) -> str:
-    """The report: the table of measures, the per-run CPU times, RiskPO's own work and the target."""
+    settings = {
+        k: v
+        for k, v in vars(args).items()
+        if k not in ("worker", "worker_out", "output_dir", "verbose", "allocated_at_start")
+    }
+    settings["model"] = args.model or "build_tiny_model() defaults"
     lines = [
         f"# RiskPO vs GRPO overhead ({settings['model']}, {args.device}, {args.threads} thread(s))",
         "",
@@ -402,7 +387,12 @@ def comparison_markdown(
             "(time.process_time, one torch thread) is the steadier measure of the work each trainer does."
         ),
     ]
-    return "\n".join(lines)
+    markdown = "\n".join(lines)
+    payload = {"machine": machine_info(), "settings": settings, "summary": summary, "runs": runs}
+    name = "overhead" if args.device == "cpu" and args.model is None else f"overhead_{args.device.split(':')[0]}"
+    write_results(name, payload, markdown, args.out)
+    print(markdown)
+    return payload
 
 
 def size_from_pilot(runs: list[dict[str, Any]], most: int) -> dict[str, Any]:
@@ -422,12 +412,6 @@ def size_from_pilot(runs: list[dict[str, Any]], most: int) -> dict[str, Any]:
         "pairs_wanted": wanted,
         "note": f"the {len(runs) // 2} pilot pairs' spread needs {needed} pairs for ±2%; running {wanted}",
     }
-
-
-def describe_interval(interval: dict[str, Any]) -> str:
-    if interval["pairs"] < 2:
-        return "n/a (one pair)"
-    return f"{interval['ratio']:.3f} ({interval['low']:.3f}-{interval['high']:.3f})"
 
 
 def forwarded_flags(args: argparse.Namespace) -> list[str]:
