@@ -259,3 +259,24 @@ def test_too_few_rows_are_refused_before_torch_loads_as_the_trainer_refuses_them
         check_generation_batch_fits(rows, config)
     assert code == 2 and heavy == []
     assert f"riskpo-train: error: {later.value}" in printed
+
+
+def test_riskpo_eval_refuses_a_wrong_answer_column_before_torch_loads(tmp_path):
+    rows = write_rows(tmp_path / "questions.jsonl", QUESTIONS)
+    (tmp_path / "model").mkdir()
+    probe = PROBE.replace("riskpo_trl.scripts.train", "riskpo_trl.scripts.eval")
+    argv = ["--model", str(tmp_path / "model"), "--dataset_files", str(rows), "--answer_column", "answr"]
+    argv += ["--prompt_column", "question", "--output_dir", str(tmp_path / "eval")]
+    result = subprocess.run(
+        [sys.executable, "-c", probe.format(heavy=HEAVY_MODULES), *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"},
+        check=False,
+    )
+    assert f"riskpo-eval: error: answer_column='answr': {rows} has no such column (did you mean answer?)" in (
+        result.stderr
+    )
+    assert result.stdout.split() == ["PROBE", "2"], result.stdout  # exit code 2, no heavy module imported
