@@ -1,10 +1,13 @@
 """The GPU check: one command that checks this package on a CUDA GPU and measures RiskPO against GRPO there.
 
     python -m benchmarks.gpu_wheels install --wheels .whl     # first, on the GPU machine (it has no network)
-    python -m benchmarks.gpu_check --out "$OUT"               # about 6 minutes on one H100
-    python -m benchmarks.gpu_check --dry-run                  # the same code on CPU with tiny models, < 5 minutes
+    python -m benchmarks.gpu_check --out "$OUT"               # at most 9 minutes (--budget-s 540)
+    python -m benchmarks.gpu_check --dry-run                  # the same code on CPU with tiny models
+    python -m benchmarks.gpu_check --parts deepspeed performance   # a rerun: only these parts
 
-Parts, in this order, each run only if the time budget (``--budget-s``) still holds it, else skipped with a note:
+Parts, in this order, each run only if the time budget (``--budget-s``) still holds its minimum and leaves the later
+parts theirs, else skipped with a note. The files are written again after every part, so a call cut short still
+returns what was done.
 
 1. Environment: versions of torch, CUDA, transformers, accelerate, peft, TRL, datasets and math-verify, the GPU and
    its driver, and what the package's pins make of them. Releases outside the tested range are run anyway with
@@ -13,13 +16,19 @@ Parts, in this order, each run only if the time budget (``--budget-s``) still ho
    profile, advantage scaling, quantile source, credit rule, and any registry added later) and of its on/off switches,
    stepped on the same reward batches on the GPU and on the CPU: bundles, tracker, advantages and metrics must agree.
 3. Training: the tiny model trained 4 steps in bf16 on the GPU, and again from its step-2 checkpoint: steps 3 and 4
-   must repeat exactly (tracker, bundles, completions, advantages); the weights' largest difference is reported.
+   must repeat exactly (tracker, bundles, completions, advantages), the tracker restored; the weights' largest
+   difference is reported.
 4. Loss: TRL's sequence-level loss and its gradients on the GPU against the direct implementation of the paper's
    objective in tests/test_loss.py (in fp32, with that test's tolerances).
-5. Performance: ``benchmarks.overhead`` on random-weight models with the sizes of Qwen2.5-0.5B and Qwen2.5-1.5B,
-   transformers generation, bf16, the paper's batch shape scaled down: step-time and peak-memory ratios over at least
-   5 interleaved GRPO/RiskPO pairs, RiskPO's own time per step and completion tokens per second; then the same with
-   gradient checkpointing while time is left.
+5. LoRA: the training check with a LoRA adapter (PEFT) in bf16: only the adapter trains, the checkpoint holds it, and
+   the resumed steps repeat exactly.
+6. DeepSpeed (``benchmarks.gpu_deepspeed``): RiskPO and GRPO on Qwen2.5-0.5B's sizes with random weights, under
+   ``accelerate launch`` with the recipes' ZeRO-2 and ZeRO-3 configs in bf16 on one GPU: the first step against the
+   same step without DeepSpeed, an exact resume under ZeRO-3, peak memory per stage.
+7. Performance: ``benchmarks.overhead`` on a random-weight model with Qwen2.5-0.5B's sizes, transformers generation,
+   bf16, the paper's batch shape scaled down, every completion exactly 64 tokens, one seed: GRPO/RiskPO pairs in
+   ABBA order, the whole step and its optimisation phase timed; 4 pilot pairs, then as many as their spread needs
+   for a ±2% interval of the ratio (``benchmarks.pair_design``) while the budget holds them.
 
 It writes gpu_check.json and gpu_check.md (a table ready for docs/benchmarks.md) under ``--out`` (default
 benchmarks/results/gpu) and prints a one-line summary last. A dry run writes gpu_check_dry_run.{json,md}, to a
@@ -44,6 +53,8 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from benchmarks.pair_design import log_ratio_spread, pairs_needed
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_DISABLED", "true")
@@ -112,8 +123,8 @@ DRY_RUN_SIZES = {
     ),
 }
 # The paper trains on 512 prompts x 10 completions per batch, bundles of 5, up to 3072 tokens (section 5). Scaled to
-# a few seconds a step: 10 prompts (two bundle groups) x 10 completions, 64 tokens; random weights never stop early,
-# so every completion has the full length.
+# a few seconds a step: 10 prompts (two bundle groups) x 10 completions of exactly 64 tokens (min_new_tokens equal to
+# max_new_tokens), the same seed in every run, so every run does the same work.
 PERF_FLAGS = [
     "--num-generations",
     "10",
@@ -121,19 +132,38 @@ PERF_FLAGS = [
     "10",
     "--bundle-size",
     "5",
-    "--pairs",
-    "5",
     "--steps",
-    "4",
+    "3",
     "--warmup",
     "1",
     "--threads",
     "4",
+    "--seed",
+    "0",
     "--in-process",
+    "--fixed-length",
 ]
 PERF_LENGTH = {"gpu": 64, "dry_run": 8}
-# Seconds a part needs at least; a part starts only with that much of the budget left.
-PART_MINIMUM_S = {"risk_math": 20, "training": 45, "loss": 15, "performance": 60}
+PERF_MODELS = ("Qwen2.5-0.5B",)  # the 1.5B's figures of 2026-11-27 stand; --perf-models adds it back
+# The pairs are sized on the device, in two stages: PERF_PILOT_PAIRS pairs, then as many as their spread needs for a
+# ±2% interval (benchmarks.pair_design.pairs_needed), at most PERF_PAIRS and while the budget holds them. The CPU dry
+# run's spread cannot size them: on 2 shared cores at load 5.7-12.6 it was 0.38 (step) and 0.29 (optimisation phase),
+# which asks 1,430 pairs; it measures the machine's load, not the GPU. The dry run runs the same two stages, smaller.
+PERF_PILOT_PAIRS = {"gpu": 4, "dry_run": 2}
+PERF_PAIRS = {"gpu": 60, "dry_run": 3}
+# The whole check's default time: on a GPU it leaves, of 12 minutes, about 1.5 for the machine's start and the wheels'
+# install (45 s and 10 s on 2026-11-27, DeepSpeed's wheel not yet among them) and a margin.
+BUDGET_S = {"gpu": 540.0, "dry_run": 1200.0}
+# Seconds a part needs at least; a part starts only with that much of the budget left, and a part that runs until
+# a deadline stops early enough to leave the later parts theirs.
+PART_MINIMUM_S = {
+    "risk_math": 20,
+    "training": 45,
+    "loss": 15,
+    "lora": 30,
+    "deepspeed": 200,
+    "performance": 100,
+}
 
 
 # --- 1. environment ------------------------------------------------------------------------------------------------
@@ -375,34 +405,25 @@ def check_risk_math(device: str, tolerance: float = 1e-6) -> dict[str, Any]:
 # --- 3. training in bf16 and its resume ----------------------------------------------------------------------------
 
 
-def check_training_resume(device: str, workdir: Path) -> dict[str, Any]:
-    """Train the tiny model 4 steps in bf16 on ``device``, then again from the step-2 checkpoint; steps 3 and 4 must
-    repeat exactly."""
+def check_training_resume(device: str, workdir: Path, lora: bool = False) -> dict[str, Any]:
+    """Train the tiny model 4 steps in bf16 on ``device`` (with ``lora``: a LoRA adapter, PEFT), then again from the
+    step-2 checkpoint; steps 3 and 4 must repeat exactly, and the tracker must be restored."""
     import torch
-    from transformers import TrainerCallback
 
     from benchmarks.overhead import digit_reward, prompts
+    from benchmarks.step_records import StepRecorder, steps_differing
     from riskpo_trl import RiskPOConfig, RiskPOTrainer
     from riskpo_trl.tiny_model import build_tiny_model
 
     model_dir = workdir / "tiny-model"
-    build_tiny_model(model_dir)
+    if not model_dir.exists():
+        build_tiny_model(model_dir)
+    name = "lora" if lora else "bf16"
+    peft_config = None
+    if lora:
+        from peft import LoraConfig
 
-    class Recorder(TrainerCallback):
-        def __init__(self, trainer):
-            self.trainer, self.latest, self.steps = trainer, None, {}
-
-        def observe(self, scored):
-            self.latest = scored
-
-        def on_step_end(self, args, state, control, **kwargs):
-            scored = self.latest
-            self.steps[state.global_step] = {
-                "tracker": self.trainer.quantile_tracker.values.clone(),
-                "advantages": scored.risk.advantages.detach().cpu().clone(),
-                "bundle_ids": scored.risk.bundle_ids.detach().cpu().clone(),
-                "completion_ids": scored.outputs["completion_ids"].detach().cpu().clone(),
-            }
+        peft_config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM")
 
     def train(output_dir: Path, resume_from: Path | None = None, **overrides) -> RiskPOTrainer:
         settings = dict(
@@ -422,29 +443,28 @@ def check_training_resume(device: str, workdir: Path) -> dict[str, Any]:
         )
         settings.update(overrides)
         trainer = RiskPOTrainer(
-            str(model_dir), reward_funcs=digit_reward, args=RiskPOConfig(**settings), train_dataset=prompts(20)
+            str(model_dir),
+            reward_funcs=digit_reward,
+            args=RiskPOConfig(**settings),
+            train_dataset=prompts(20),
+            peft_config=peft_config,
         )
-        recorder = Recorder(trainer)
-        trainer.add_callback(recorder)
-        trainer.add_batch_observer(recorder.observe)
+        trainer.recorder = StepRecorder(trainer)
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-        trainer.recorder = recorder
         return trainer
 
-    full = train(workdir / "full", save_strategy="steps", save_steps=2)
-    resumed = train(workdir / "resumed", resume_from=workdir / "full" / "checkpoint-2")
-    differing = [
-        f"step {step}: {key}"
-        for step in (3, 4)
-        for key in ("tracker", "bundle_ids", "completion_ids", "advantages")
-        if not torch.equal(full.recorder.steps[step][key], resumed.recorder.steps[step][key])
-    ]
+    full = train(workdir / f"{name}-full", save_strategy="steps", save_steps=2)
+    checkpoint = workdir / f"{name}-full" / "checkpoint-2"
+    resumed = train(workdir / f"{name}-resumed", resume_from=checkpoint)
+    differing = steps_differing(full.recorder.steps, resumed.recorder.steps, (3, 4))
+    if resumed.recorder.tracker_at_start != full.recorder.steps[2]["tracker"]:
+        differing.append("the tracker restored at the resume is not the one saved at step 2")
     weights = max(
         (a.float() - b.float()).abs().max().item()
         for a, b in zip(full.model.state_dict().values(), resumed.model.state_dict().values())
     )
     losses = [e["loss"] for e in full.state.log_history if "loss" in e]
-    return {
+    result = {
         "ok": not differing and all(math.isfinite(loss) for loss in losses),
         "device": str(full.model.device),
         "mixed_precision": str(full.accelerator.mixed_precision),
@@ -453,6 +473,26 @@ def check_training_resume(device: str, workdir: Path) -> dict[str, Any]:
         "resumed_steps_differing": differing,
         "largest_weight_difference_after_step_4": weights,
     }
+    if lora:
+        trainable = [n for n, p in full.model.named_parameters() if p.requires_grad]
+        adapter_saved = (checkpoint / "adapter_model.safetensors").exists()
+        only_lora = bool(trainable) and all("lora_" in n for n in trainable)
+        result.update(
+            ok=result["ok"] and adapter_saved and only_lora,
+            trainable_parameters=sum(p.numel() for p in full.model.parameters() if p.requires_grad),
+            only_lora_parameters_trainable=only_lora,
+            adapter_saved_in_checkpoint=adapter_saved,
+            adapter_dtype=str(next(p.dtype for n, p in full.model.named_parameters() if "lora_" in n)),
+        )
+    if device == "cuda":
+        del full, resumed
+        torch.cuda.empty_cache()
+    return result
+
+
+def check_lora_resume(device: str, workdir: Path) -> dict[str, Any]:
+    """The training check with a LoRA adapter (PEFT) in bf16: the adapter alone trains, is saved, and resumes exactly."""
+    return check_training_resume(device, workdir, lora=True)
 
 
 # --- 4. the loss against the direct implementation -----------------------------------------------------------------
@@ -527,15 +567,21 @@ def run_performance(
     dry_run: bool,
     workdir: Path,
     deadline: float,
-    checkpointing_settings: tuple[bool, ...] = (False, True),
+    checkpointing_settings: tuple[bool, ...] = (False,),
+    models: tuple[str, ...] = PERF_MODELS,
+    pairs: int | None = None,
 ) -> dict[str, Any]:
-    """benchmarks.overhead for each model, without and then with gradient checkpointing, while time is left."""
+    """benchmarks.overhead for each model and checkpointing setting: ABBA pairs of runs that generate completions of
+    one fixed length from one seed, timed as whole steps and as their optimisation phase. The pilot pairs' spread
+    sizes the rest (at most ``pairs``, the default's maximum unless given)."""
     import torch
 
     from benchmarks import overhead
 
-    sizes = DRY_RUN_SIZES if dry_run else QWEN25_SIZES
-    length = PERF_LENGTH["dry_run" if dry_run else "gpu"]
+    sizes = DRY_RUN_SIZES if dry_run else {name: QWEN25_SIZES[name] for name in models}
+    kind = "dry_run" if dry_run else "gpu"
+    length, pilot = PERF_LENGTH[kind], PERF_PILOT_PAIRS[kind]
+    pairs = pairs or PERF_PAIRS[kind]
     results, notes, slowest_run = {}, [], 0.0
     for checkpointing, name in itertools.product(checkpointing_settings, sizes):
         label = f"{name}, gradient checkpointing {'on' if checkpointing else 'off'}"
@@ -548,6 +594,10 @@ def run_performance(
             build_random_model(path, sizes[name], device)
         flags = [
             *PERF_FLAGS,
+            "--pairs",
+            str(pairs),
+            "--size-after",
+            str(min(pilot, pairs)),
             "--device",
             device,
             "--model",
@@ -571,18 +621,45 @@ def run_performance(
             "settings": payload["settings"],
             "summary": summary,
             "runs": payload["runs"],
+            "resolution": resolution(summary),
         }
-        if summary["pairs_done"] < 5:
-            notes.append(f"{label}: only {summary['pairs_done']} pair(s) fitted the time budget")
+        wanted = summary.get("sizing", {}).get("pairs_wanted", pairs)
+        if summary["pairs_done"] < wanted:
+            notes.append(f"{label}: only {summary['pairs_done']} of {wanted} pair(s) fitted the time budget")
         if device == "cuda":
             torch.cuda.empty_cache()
     return {
         "ok": bool(results),
         "results": results,
         "notes": notes,
-        "batch_shape": "10 prompts x 10 completions per step, bundles of 5, completions of "
+        "pairs_planned": f"{min(pilot, pairs)} pilot pairs, then as many as their spread needs for ±2%, at most {pairs}",
+        "batch_shape": "10 prompts x 10 completions per step, bundles of 5, completions of exactly "
         f"{length} tokens (the paper: 512 x 10, bundles of 5, up to 3072 tokens)",
     }
+
+
+def resolution(summary: dict[str, Any]) -> dict[str, Any]:
+    """Per timed measure: its ratio's 95% interval, whether it resolves ±2%, and how many pairs the spread seen here
+    would need (the sizing rule of benchmarks.pair_design, for the next run)."""
+    measures = {}
+    for key in ("step_time_s", "optimisation_time_s"):
+        if key not in summary or len(summary[key]["pair_ratios"]) < 2:
+            continue
+        spread = log_ratio_spread(summary[key]["pair_ratios"])
+        measures[key] = {**summary[key]["interval"], "spread": spread, "pairs_needed": pairs_needed(spread)}
+    return measures
+
+
+def check_deepspeed(device: str, dry_run: bool, workdir: Path, deadline: float) -> dict[str, Any]:
+    """The DeepSpeed part (benchmarks.gpu_deepspeed) on the performance part's first model: Qwen2.5-0.5B's sizes with
+    random weights on a GPU, the tiny stand-in in a dry run."""
+    from benchmarks import gpu_deepspeed
+
+    name, sizes = next(iter(DRY_RUN_SIZES.items())) if dry_run else (PERF_MODELS[0], QWEN25_SIZES[PERF_MODELS[0]])
+    path = workdir / "models" / name
+    if not path.exists():
+        build_random_model(path, sizes, device)
+    return {"model": name, **gpu_deepspeed.check_deepspeed(device, dry_run, workdir, path, deadline)}
 
 
 # --- output --------------------------------------------------------------------------------------------------------
@@ -630,30 +707,43 @@ def markdown_report(report: dict[str, Any]) -> str:
         ("risk_math", describe_risk_math),
         ("training", describe_training),
         ("loss", describe_loss),
+        ("lora", describe_lora),
+        ("deepspeed", describe_deepspeed),
     ):
         result = report["parts"].get(part, {})
         details = describe(result) if "ok" in result else ""
         lines.append(f"| {part.replace('_', ' ')} | {verdict(result)} | {details} |")
+    deepspeed = report["parts"].get("deepspeed", {})
+    if deepspeed.get("first_step_against_plain") or deepspeed.get("peak_memory_mib"):
+        lines += ["", *deepspeed_table(deepspeed)]
     performance = report["parts"].get("performance", {})
     if performance.get("results"):
         lines += [
             "",
-            f"RiskPO against GRPO, same settings ({performance['batch_shape']}; sequence-level ratio, loss_type grpo, "
-            "beta 0, one update per generation batch, transformers generation, bf16 where the GPU has it). Ratios "
-            "are RiskPO / GRPO, the median of the per-pair ratios; step times and tokens/s are medians over runs.",
+            f"RiskPO against GRPO, same settings ({performance['batch_shape']}; one seed; sequence-level ratio, "
+            "loss_type grpo, beta 0, one update per generation batch, transformers generation, bf16 where the GPU "
+            "has it). Ratios are RiskPO / GRPO: the geometric mean of the ABBA pairs' ratios with its 95% interval "
+            f"(t on the log ratios); pairs: {performance['pairs_planned']}. The "
+            "optimisation phase runs from the batch observer (generation and scoring done) to the step's end.",
             "",
-            "| model | grad. ckpt | pairs | GRPO step (ms) | RiskPO step (ms) | step-time ratio | peak memory GRPO / "
-            "RiskPO (MiB) | memory ratio | RiskPO's own work (ms/step) | tokens/s GRPO / RiskPO |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| model | grad. ckpt | pairs | GRPO step (ms) | RiskPO step (ms) | step-time ratio (95% interval) | "
+            "optimisation-phase ratio (95% interval) | within ±2% (step; optimisation) | pairs the spread needs "
+            "(step; optimisation) | peak memory GRPO / RiskPO (MiB) | memory ratio | RiskPO's own work (ms/step) | "
+            "tokens/s GRPO / RiskPO |",
+            "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
         ]
         for result in performance["results"].values():
             s = result["summary"]
             memory = s.get("peak_cuda_allocated_mib")
             tokens = s.get("completion_tokens_per_s")
+            measures = result.get("resolution", {})
+            step, optimisation = measures.get("step_time_s", {}), measures.get("optimisation_time_s", {})
             lines.append(
                 f"| {result['model']} | {'on' if result['gradient_checkpointing'] else 'off'} | {s['pairs_done']} | "
                 f"{1e3 * s['step_time_s']['grpo']:.0f} | {1e3 * s['step_time_s']['riskpo']:.0f} | "
-                f"{s['step_time_s']['median_pair_ratio']:.3f} | "
+                f"{describe_interval(step)} | {describe_interval(optimisation)} | "
+                f"{yes_no(step.get('resolved'))}; {yes_no(optimisation.get('resolved'))} | "
+                f"{step.get('pairs_needed', 'n/a')}; {optimisation.get('pairs_needed', 'n/a')} | "
                 + (
                     f"{memory['grpo']:.0f} / {memory['riskpo']:.0f} | {memory['median_pair_ratio']:.3f} | "
                     if memory
@@ -695,6 +785,68 @@ def describe_training(r: dict[str, Any]) -> str:
     )
 
 
+def describe_interval(measure: dict[str, Any]) -> str:
+    if "low" not in measure or math.isnan(measure["low"]):
+        return "n/a"
+    return f"{measure['ratio']:.3f} ({measure['low']:.3f}-{measure['high']:.3f})"
+
+
+def yes_no(flag: bool | None) -> str:
+    return "n/a" if flag is None else ("yes" if flag else "no")
+
+
+def describe_lora(r: dict[str, Any]) -> str:
+    return (
+        describe_training(r)
+        + f"; {r['trainable_parameters']} trainable parameters, LoRA only: {yes_no(r['only_lora_parameters_trainable'])}"
+        f", adapter in {r['adapter_dtype']}, saved in the checkpoint: {yes_no(r['adapter_saved_in_checkpoint'])}"
+    )
+
+
+def describe_deepspeed(r: dict[str, Any]) -> str:
+    first = r.get("first_step_against_plain", {})
+    agreeing = [label for label, c in first.items() if c["ok"]]
+    resume = r.get("zero3_resume")
+    return (
+        f"{r.get('model')}, {r['steps']} steps per run; first step within tolerance of the run without DeepSpeed: "
+        f"{len(agreeing)} of {len(first)} runs; ZeRO-3 resume from step {r['saved_at']}: "
+        + (
+            "not compared"
+            if resume is None
+            else ("steps repeat exactly" if not resume["differing"] else "differs: " + ", ".join(resume["differing"]))
+        )
+        + f"; optimizers {', '.join(r['optimizers'])}"
+        + (f"; errors in {', '.join(r['errors'])}" if r["errors"] else "")
+        + (f"; {'; '.join(r['notes'])}" if r["notes"] else "")
+    )
+
+
+def deepspeed_table(r: dict[str, Any]) -> list[str]:
+    """The first step of each DeepSpeed run against the run without it, and every run's peak memory."""
+    lines = [
+        f"DeepSpeed, one process per run ({r.get('model')}; tolerance {r['tolerance']}, relative, absolute below 1; "
+        f"memory: {r['memory_measure']}).",
+        "",
+        "| run | ZeRO stage | first-step loss (plain / DeepSpeed) | entropy | grad norm | same completions | agree | "
+        "peak memory (MiB) |",
+        "|---|---:|---:|---:|---:|---|---|---:|",
+    ]
+    first = r.get("first_step_against_plain", {})
+    for label, memory in r.get("peak_memory_mib", {}).items():
+        compared = first.get(label)
+        figures = (
+            [f"{v['plain']:.6g} / {v['deepspeed']:.6g}" for v in compared["figures"].values()]
+            if compared
+            else ["", "", ""]
+        )
+        lines.append(
+            f"| {label} | {r['zero_stages'].get(label) or '-'} | {' | '.join(figures)} | "
+            f"{yes_no(compared['same_completions']) if compared else ''} | "
+            f"{yes_no(compared['ok']) if compared else ''} | {memory:.0f} |"
+        )
+    return lines
+
+
 def describe_loss(r: dict[str, Any]) -> str:
     return (
         f"on {r['device']} in {r['dtype']}: loss {r['trl_loss']:.6f} vs {r['paper_loss']:.6f}, largest gradient "
@@ -708,9 +860,11 @@ def summary_line(report: dict[str, Any], written: Path) -> str:
     for result in report["parts"].get("performance", {}).get("results", {}).values():
         s = result["summary"]
         memory = s.get("peak_cuda_allocated_mib")
+        measures = result.get("resolution", {})
         figures.append(
             f"{result['model']}{' ckpt' if result['gradient_checkpointing'] else ''} step x"
-            f"{s['step_time_s']['median_pair_ratio']:.3f}"
+            f"{describe_interval(measures.get('step_time_s', {}))} optimisation x"
+            f"{describe_interval(measures.get('optimisation_time_s', {}))}"
             + (f" mem x{memory['median_pair_ratio']:.3f}" if memory else "")
         )
     device = report["environment"].get("gpu", {}).get("name", "CPU")
@@ -755,7 +909,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=None,
         help="Seconds for the whole check; parts that would not fit are skipped with a note "
-        "(default 330 on a GPU, 240 in a dry run).",
+        f"(default {BUDGET_S['gpu']:.0f} on a GPU, {BUDGET_S['dry_run']:.0f} in a dry run).",
     )
     parser.add_argument(
         "--out",
@@ -774,14 +928,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--gradient-checkpointing",
         choices=("off", "on", "both"),
-        default="both",
-        help="The performance part's settings: without gradient checkpointing, with it, or both (default: off, then "
-        "on, while time is left).",
+        default="off",
+        help="The performance part's settings: without gradient checkpointing, with it, or both, while time is left "
+        "(default: off).",
+    )
+    parser.add_argument(
+        "--perf-models",
+        nargs="+",
+        choices=list(QWEN25_SIZES),
+        default=list(PERF_MODELS),
+        help=f"The performance part's model sizes (default: {', '.join(PERF_MODELS)}; a dry run: the tiny model).",
+    )
+    parser.add_argument(
+        "--perf-pairs",
+        type=int,
+        default=None,
+        help=f"The most GRPO/RiskPO pairs per performance setting (default {PERF_PAIRS['gpu']}, a dry run "
+        f"{PERF_PAIRS['dry_run']}); after {PERF_PILOT_PAIRS['gpu']} pilot pairs, as many run as their spread needs "
+        "for a ±2%% interval, while the budget holds them.",
     )
     args = parser.parse_args(argv)
     if args.budget_s is None:
-        args.budget_s = 240.0 if args.dry_run else 330.0
+        args.budget_s = BUDGET_S["dry_run" if args.dry_run else "gpu"]
+    if args.perf_pairs is not None and args.perf_pairs < 2:
+        parser.error(f"--perf-pairs must be at least 2 (an interval needs two pair ratios), got {args.perf_pairs}.")
     return args
+
+
+def part_deadlines(asked: list[str], deadline: float) -> dict[str, float]:
+    """Each asked part's own deadline: the check's, less the minimum of every asked part after it."""
+    order = [name for name in PART_MINIMUM_S if name in asked]
+    return {name: deadline - sum(PART_MINIMUM_S[later] for later in order[i + 1 :]) for i, name in enumerate(order)}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -808,30 +985,47 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "it shows the code runs, not that CUDA agrees"
         )
     report["environment"] = environment_report(device)
+    out = args.out or (Path(tempfile.mkdtemp(prefix="gpu_check-dry-run-")) if args.dry_run else RESULTS_DIR)
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
         workdir = Path(tmp)
         checkpointing = {"off": (False,), "on": (True,), "both": (False, True)}[args.gradient_checkpointing]
         parts = {
-            "risk_math": (check_risk_math, device),
-            "training": (check_training_resume, device, workdir),
-            "loss": (check_loss, device, workdir),
-            "performance": (run_performance, device, args.dry_run, workdir, deadline, checkpointing),
+            "risk_math": lambda until: check_risk_math(device),
+            "training": lambda until: check_training_resume(device, workdir),
+            "loss": lambda until: check_loss(device, workdir),
+            "lora": lambda until: check_lora_resume(device, workdir),
+            "deepspeed": lambda until: check_deepspeed(device, args.dry_run, workdir, until),
+            "performance": lambda until: run_performance(
+                device,
+                args.dry_run,
+                workdir,
+                until,
+                checkpointing_settings=checkpointing,
+                models=tuple(args.perf_models),
+                pairs=args.perf_pairs,
+            ),
         }
-        for name, (fn, *fn_args) in parts.items():
+        deadlines = part_deadlines(args.parts, deadline)
+        for name, fn in parts.items():
             if name in args.parts:
-                run_part(report, name, deadline, fn, *fn_args)
+                run_part(report, name, deadlines[name], fn, deadlines[name])
             else:
                 report["parts"][name] = {"skipped": "not asked for (--parts)"}
-    report["total_s"] = round(time.time() - started, 1)
-    out = args.out or (Path(tempfile.mkdtemp(prefix="gpu_check-dry-run-")) if args.dry_run else RESULTS_DIR)
+            report["total_s"] = round(time.time() - started, 1)
+            write_report(report, out)  # after every part: a device call cut short still returns what was done
+    print(markdown_report(report))
+    print(summary_line(report, write_report(report, out)), flush=True)
+    return report
+
+
+def write_report(report: dict[str, Any], out: Path) -> Path:
+    """Write the JSON and markdown files; returns the JSON's path (also kept as ``report["written"]``)."""
+    name = "gpu_check_dry_run" if report["dry_run"] else "gpu_check"
     out.mkdir(parents=True, exist_ok=True)
-    name = "gpu_check_dry_run" if args.dry_run else "gpu_check"
+    report["written"] = str(out / f"{name}.json")
     (out / f"{name}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     (out / f"{name}.md").write_text(markdown_report(report) + "\n")
-    print(markdown_report(report))
-    print(summary_line(report, out / f"{name}.json"), flush=True)
-    report["written"] = str(out / f"{name}.json")
-    return report
+    return out / f"{name}.json"
 
 
 if __name__ == "__main__":

@@ -12,15 +12,22 @@ which datasets caps, is the case that matters). datasets comes in two releases w
 multiprocess and fsspec, so pip can take whichever fits the image. The folder must travel with the working tree, so
 ``build`` refuses a folder over 64 MiB or over what the working tree leaves of the 64 MiB that one call may carry.
 
-``install`` runs ``pip install --no-index --find-links <wheels>`` on this package and the tested TRL: pip keeps every
-installed release that satisfies the pins and takes the rest from the folder.
+DeepSpeed comes as a wheel that ``build`` makes from its source with ``DS_BUILD_OPS=0`` (and ``DS_ACCELERATOR=cuda``,
+so it describes the GPU machine, not this one): pure Python, no compiled op. DeepSpeed would compile an op on first
+use, which needs a CUDA toolkit; the GPU check's optimizer is torch's AdamW, so it uses none. ``build`` refuses a
+DeepSpeed wheel that holds a compiled file or says an op was built.
+
+``install`` runs ``pip install --no-index --find-links <wheels>`` on this package, the tested TRL and DeepSpeed: pip
+keeps every installed release that satisfies the pins and takes the rest from the folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import email.parser
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -52,6 +59,7 @@ def marker_environment(python_version: str) -> dict[str, str]:
 # and the fallback where the image's pyarrow is older than datasets 5.2.0 needs (>= 24).
 ROOTS = ("trl==1.16.0", "datasets==5.2.0", "datasets==4.7.0", "math-verify==0.9.0")
 FALLBACK_MAX_BYTES = 2 * MIB
+DEEPSPEED = "deepspeed==0.19.8"  # the release the CPU suite's ZeRO runs use
 # The Python packages of the GPU machines' image ('cuda'), as listed on 2026-11-17.
 DEVICE_PACKAGES = frozenset(
     [
@@ -350,6 +358,55 @@ def pip_download(requirement: str, out: Path, python_version: str = PYTHON_VERSI
     return max(fitting, key=lambda path: Version(path.name.split("-")[1]))
 
 
+def build_deepspeed_wheel(out: Path, requirement: str = DEEPSPEED) -> Path:
+    """DeepSpeed built from its source without ops, for a CUDA machine; a ``SystemExit`` if the wheel is not pure."""
+    before = set(out.iterdir())
+    env = {**os.environ, "DS_BUILD_OPS": "0", "DS_ACCELERATOR": "cuda"}
+    # No cache: pip would reuse a wheel built earlier with other settings (another accelerator, or with ops).
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "--no-cache-dir",
+        "--no-binary",
+        "deepspeed",
+    ]
+    subprocess.run([*command, "-w", str(out), requirement], check=True, env=env)
+    wheel = next(path for path in set(out.iterdir()) - before if path.name.startswith("deepspeed-"))
+    problem = deepspeed_wheel_problem(wheel)
+    if problem:
+        wheel.unlink()
+        raise SystemExit(
+            f"The DeepSpeed wheel built from {requirement} {problem}; it must be built with DS_BUILD_OPS=0 and "
+            "DS_ACCELERATOR=cuda, as this function does (a wheel pip reused from its cache can differ)."
+        )
+    return wheel
+
+
+def deepspeed_wheel_problem(wheel: Path) -> str | None:
+    """What makes ``wheel`` unfit to carry: a compiled file, an op marked as built, or another accelerator."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        info = archive.read("deepspeed/git_version_info_installed.py").decode()
+    compiled = [name for name in names if name.endswith((".so", ".pyd", ".dll"))]
+    if compiled or not wheel.name.endswith("-none-any.whl"):
+        return f"holds compiled files ({', '.join(compiled[:3]) or wheel.name})"
+    values = {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in ast.parse(info).body
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+    }
+    built = [op for op, installed in values.get("installed_ops", {}).items() if installed]
+    if built:
+        return f"says these ops were built: {', '.join(built)}"
+    if values.get("accelerator_name") != "cuda":
+        return f"was built for the accelerator {values.get('accelerator_name')!r}, not 'cuda'"
+    return None
+
+
 def build(out: Path, python_version: str = PYTHON_VERSION) -> dict:
     """Fill ``out`` with the wheels for ``python_version`` (the GPU image's by default; another one to rehearse the
     install elsewhere); returns what was carried, what is left to the image, and the sizes."""
@@ -365,9 +422,11 @@ def build(out: Path, python_version: str = PYTHON_VERSION) -> dict:
         if not was_there:
             shutil.rmtree(path, ignore_errors=True)
     own = next(out.glob("riskpo_trl-*.whl"))
+    deepspeed = build_deepspeed_wheel(out)
     queue = list(ROOTS) + wheel_requirements(own, python_version=python_version)
-    seen: set[str] = set()
-    carried, left_to_image, fallbacks = [own.name], set(), []
+    queue += wheel_requirements(deepspeed, python_version=python_version)
+    seen: set[str] = {DEEPSPEED}
+    carried, left_to_image, fallbacks = [own.name, deepspeed.name], set(), []
     while queue:
         line = queue.pop(0)
         if line in seen:
@@ -401,7 +460,7 @@ def build(out: Path, python_version: str = PYTHON_VERSION) -> dict:
 
 
 def install(wheels: Path) -> int:
-    """Install this package and the tested TRL from ``wheels`` alone (no index); pip's exit status."""
+    """Install this package, the tested TRL and DeepSpeed from ``wheels`` alone (no index); pip's exit status."""
     command = [
         sys.executable,
         "-m",
@@ -414,6 +473,7 @@ def install(wheels: Path) -> int:
         "riskpo-trl",
         "trl==1.16.0",
         "math-verify",
+        DEEPSPEED,
     ]
     print("[gpu_wheels]", " ".join(command), flush=True)
     # Not from the repository root: there `python -m pip` would take a riskpo_trl.egg-info for an installed package.

@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.pair_design import log_ratio_spread, pairs_needed, ratio_interval
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_DISABLED", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -78,10 +80,13 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
             torch.cuda.synchronize()
         return time.perf_counter(), time.process_time()
 
+    observed_at: list[tuple[float, float]] = []  # when the batch observer ran, per generation batch
+
     class StepTimer(TrainerCallback):
         def __init__(self) -> None:
             self.wall: list[float] = []
             self.cpu: list[float] = []
+            self.optimisation: list[float] = []  # from the batch observer to the step's end: loss, backward, step
             self._start = (0.0, 0.0)
 
         def on_step_begin(self, *a, **k):
@@ -91,6 +96,8 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
             end = clocks()
             self.wall.append(end[0] - self._start[0])
             self.cpu.append(end[1] - self._start[1])
+            if observed_at and observed_at[-1][0] >= self._start[0]:  # this step generated its own batch
+                self.optimisation.append(end[0] - observed_at[-1][0])
 
     scored_at: list[tuple[float, float]] = []  # when the reward function returned, per generation batch
     after_scoring: list[tuple[float, float]] = []  # from then to the batch observer
@@ -103,6 +110,7 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     def observe(batch) -> None:
         end, start = clocks(), scored_at[-1]
         after_scoring.append((end[0] - start[0], end[1] - start[1]))
+        observed_at.append(end)
 
     num_prompts_per_step = args.prompts_per_step
     common = {
@@ -128,6 +136,8 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
         "bf16": on_gpu and torch.cuda.is_bf16_supported(),
         "gradient_checkpointing": args.gradient_checkpointing,
     }
+    if args.fixed_length:  # every completion max_completion_length tokens long, so every run does the same work
+        common["generation_kwargs"] = {"min_new_tokens": args.max_completion_length}
     config_class, trainer_class = get_trainer_classes(args.worker)
     risk = {"bundle_size": args.bundle_size} if args.worker == "riskpo" else {}
     timer = StepTimer()
@@ -152,6 +162,7 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
         "step_cpu_times_s": timer.cpu,
         "median_step_s": statistics.median(timer.wall[args.warmup :]),
         "median_step_cpu_s": statistics.median(timer.cpu[args.warmup :]),
+        "optimisation_times_s": timer.optimisation,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # Linux reports KiB
         "peak_rss_before_train_mib": rss_before_train / 1024,
         "mean_completion_length": statistics.fmean(lengths) if lengths else None,
@@ -159,6 +170,8 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     }
     if lengths:  # completion tokens generated and trained on per second of a whole step
         result["completion_tokens_per_s"] = statistics.fmean(lengths) * completions_per_step / result["median_step_s"]
+    if len(timer.optimisation) == len(timer.wall):
+        result["median_optimisation_s"] = statistics.median(timer.optimisation[args.warmup :])
     kept = after_scoring[args.warmup :] or after_scoring
     result["median_after_scoring_s"] = statistics.median(a[0] for a in kept)
     result["median_after_scoring_cpu_s"] = statistics.median(a[1] for a in kept)
@@ -192,6 +205,7 @@ def ratio_summary(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
         "ratio": medians["riskpo"] / medians["grpo"],
         "pair_ratios": pair_ratios,
         "median_pair_ratio": statistics.median(pair_ratios),
+        "interval": ratio_interval(pair_ratios),
         "per_run": per_run,
     }
 
@@ -248,10 +262,17 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
 
             model = os.path.join(tmp, "tiny-model")
             build_tiny_model(model)
-        runs, run_seconds, stopped = [], [], None
+        runs, run_seconds, stopped, sizing = [], [], None, None
+        wanted = args.pairs
         on_cuda = args.device.startswith("cuda")
         run_one = run_in_process if args.in_process else run_in_subprocess
         for index, trainer in enumerate(abba_order(args.pairs)):
+            if index % 2 == 0 and args.size_after and index // 2 == args.size_after:
+                sizing = size_from_pilot(runs, args.pairs)
+                wanted = sizing["pairs_wanted"]
+                print(f"[overhead] {sizing['note']}", flush=True)
+            if index // 2 >= wanted:
+                break
             if index % 2 == 0 and run_seconds and args.deadline is not None:
                 if time.time() + 2 * max(run_seconds) > args.deadline:
                     stopped = (
@@ -274,6 +295,8 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
         "step_time_s": ratio_summary(runs, "median_step_s"),
         "step_cpu_time_s": ratio_summary(runs, "median_step_cpu_s"),
     }
+    if all("median_optimisation_s" in r for r in runs):
+        summary["optimisation_time_s"] = ratio_summary(runs, "median_optimisation_s")
     if not args.in_process:  # in one process the RSS peak is the whole sequence's, not a run's
         summary["peak_rss_mib"] = ratio_summary(runs, "peak_rss_mib")
     after_scoring = ratio_summary(runs, "median_after_scoring_s")
@@ -294,6 +317,8 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
     summary["run_seconds"] = run_seconds
     if stopped:
         summary["stopped_early"] = stopped
+    if sizing:
+        summary["sizing"] = sizing
     settings = {
         k: v
         for k, v in vars(args).items()
@@ -311,11 +336,12 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
             + (f" {stopped[0].upper()}{stopped[1:]}." if stopped else "")
         ),
         "",
-        "| measure | GRPO | RiskPO | ratio of medians | median of pair ratios |",
-        "|---|---:|---:|---:|---:|",
+        "| measure | GRPO | RiskPO | ratio of medians | median of pair ratios | geometric mean, 95% interval |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     rows = [
         ("step time (ms)", "step_time_s", 1e3, ".1f"),
+        ("optimisation phase (ms)", "optimisation_time_s", 1e3, ".1f"),
         ("step CPU time (ms)", "step_cpu_time_s", 1e3, ".1f"),
         ("peak RSS (MiB)", "peak_rss_mib", 1, ".0f"),
         ("peak CUDA allocated (MiB)", "peak_cuda_allocated_mib", 1, ".0f"),
@@ -326,7 +352,7 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
             row = summary[key]
             lines.append(
                 f"| {label} | {scale * row['grpo']:{digits}} | {scale * row['riskpo']:{digits}} | "
-                f"{row['ratio']:.3f} | {row['median_pair_ratio']:.3f} |"
+                f"{row['ratio']:.3f} | {row['median_pair_ratio']:.3f} | {describe_interval(row['interval'])} |"
             )
     added = summary["riskpo_added_per_step"]
     lines += [
@@ -358,6 +384,31 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
     return payload
 
 
+def size_from_pilot(runs: list[dict[str, Any]], most: int) -> dict[str, Any]:
+    """The pairs the pilot pairs' spread needs for a ±2% interval (the larger of the whole step's and the optimisation
+    phase's), at most ``most``: the second stage of a two-stage design."""
+    spreads = {
+        key: log_ratio_spread(ratio_summary(runs, key)["pair_ratios"])
+        for key in ("median_step_s", "median_optimisation_s")
+        if all(key in run for run in runs)
+    }
+    needed = pairs_needed(max(spreads.values()))
+    wanted = max(len(runs) // 2, min(most, needed))
+    return {
+        "pilot_pairs": len(runs) // 2,
+        "pilot_spreads": spreads,
+        "pairs_needed": needed,
+        "pairs_wanted": wanted,
+        "note": f"the {len(runs) // 2} pilot pairs' spread needs {needed} pairs for ±2%; running {wanted}",
+    }
+
+
+def describe_interval(interval: dict[str, Any]) -> str:
+    if interval["pairs"] < 2:
+        return "n/a (one pair)"
+    return f"{interval['ratio']:.3f} ({interval['low']:.3f}-{interval['high']:.3f})"
+
+
 def forwarded_flags(args: argparse.Namespace) -> list[str]:
     flags = [
         "--device",
@@ -379,7 +430,11 @@ def forwarded_flags(args: argparse.Namespace) -> list[str]:
         "--seed",
         str(args.seed),
     ]
-    return flags + (["--gradient-checkpointing"] if args.gradient_checkpointing else [])
+    return (
+        flags
+        + (["--gradient-checkpointing"] if args.gradient_checkpointing else [])
+        + (["--fixed-length"] if args.fixed_length else [])
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -396,12 +451,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-completion-length", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--gradient-checkpointing", action="store_true", help="For large models on GPU.")
+    parser.add_argument(
+        "--fixed-length",
+        action="store_true",
+        help="Generate exactly --max-completion-length tokens (min_new_tokens equal to it), so runs do equal work.",
+    )
     parser.add_argument("--out", default=None, help="Results directory (default: benchmarks/results).")
     parser.add_argument("--verbose", action="store_true", help="Show the runs' training logs.")
     parser.add_argument(
         "--in-process",
         action="store_true",
         help="Run the trainers in this process, one after another (for CUDA; see above).",
+    )
+    parser.add_argument(
+        "--size-after",
+        type=int,
+        default=None,
+        help="After this many pilot pairs, run only as many pairs as their spread needs for a ±2%% interval "
+        "(benchmarks.pair_design), at most --pairs.",
     )
     parser.add_argument(
         "--deadline", type=float, default=None, help="Seconds since the epoch; no pair starts that would end after it."
@@ -411,6 +478,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output-dir", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--allocated-at-start", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.size_after is not None and not 2 <= args.size_after <= args.pairs:
+        parser.error(f"--size-after ({args.size_after}) must be between 2 and --pairs ({args.pairs}).")
     if args.warmup >= args.steps:
         parser.error(f"--warmup ({args.warmup}) must be smaller than --steps ({args.steps}).")
     if args.prompts_per_step % args.bundle_size:

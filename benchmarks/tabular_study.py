@@ -595,6 +595,8 @@ def markdown(
     methods: list[str],
     matched: dict[str, Any],
 ) -> str:
+    """The study's markdown report: the start, every cell, the chosen rates, the matched levels, Proposition 1, the
+    gradient diagnostics and the timing."""
     top = cfg.ks[-1]
     theta0, start_p = starting_logits(cfg)
     start = policy_metrics(theta0, start_p, cfg.ks)
@@ -607,7 +609,18 @@ def markdown(
         f"(start P(correct) < 0.05, {int((start_p < 0.05).sum())} questions) Pass@{top} "
         f"{start[f'hard/pass@{top}']:.3f}.",
     ]
-    lines += [
+    lines += _cell_tables(cfg, summary, methods)
+    lines += _matched_table(methods, matched)
+    lines += _proposition1_table(cfg, prop1, methods)
+    lines += _gradient_table(cfg, grads, methods)
+    lines += _timing_note(summary)
+    return "\n".join(lines)
+
+
+def _cell_tables(cfg: TabularConfig, summary: dict[str, Any], methods: list[str]) -> list[str]:
+    """Every cell's final policy, and the rate chosen per method and batch size."""
+    top = cfg.ks[-1]
+    lines = [
         "",
         "## Every cell (final policy)",
         "",
@@ -647,7 +660,12 @@ def markdown(
                 f"lr {lr:g}: P@1 {c['pass@1'][0]:.3f}, P@{top} {c[f'pass@{top}'][0]:.3f}, H {c['entropy'][0]:.2f}"
             )
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
-    lines += [
+    return lines
+
+
+def _matched_table(methods: list[str], matched: dict[str, Any]) -> list[str]:
+    """Entropy and Pass@16 at equal Pass@1."""
+    lines = [
         "",
         "## At equal Pass@1 (first crossing of each cell's seed-mean curve; mean over the cells where every "
         "method "
@@ -668,7 +686,12 @@ def markdown(
                 else f"{r['entropy']:.2f} / {r['pass@16']:.3f} / {r['hard/pass@16']:.3f} ({r['cells']})"
             )
         lines.append(f"| {METHOD_LABELS[m]} | " + " | ".join(cells) + " |")
-    lines += [
+    return lines
+
+
+def _proposition1_table(cfg: TabularConfig, prop1: dict[str, Any], methods: list[str]) -> list[str]:
+    """Proposition 1's covariance and the natural-gradient step's error, per policy and method."""
+    lines = [
         "",
         "## Proposition 1 (natural-gradient step, per question)",
         "",
@@ -685,7 +708,12 @@ def markdown(
                 + " | ".join(f"{r['etas'][f'{e:g}']['relative_error']:.2e}" for e in cfg.prop1_etas)
                 + " |"
             )
-    lines += [
+    return lines
+
+
+def _gradient_table(cfg: TabularConfig, grads: dict[str, Any], methods: list[str]) -> list[str]:
+    """The gradient diagnostics at the starting policy."""
+    lines = [
         "",
         f"## Gradient diagnostics at the starting policy ({cfg.grad_batches} batches of {cfg.grad_prompts} prompts)",
         "",
@@ -701,8 +729,13 @@ def markdown(
             f"{g['cosine_of_mean_gradient']:.3f} | {share['hard']:.2f} / {share['medium']:.2f} / "
             f"{share['easy']:.2f} |"
         )
+    return lines
+
+
+def _timing_note(summary: dict[str, Any]) -> list[str]:
+    """What the runs recorded of their own time."""
     run_seconds = sum(r.get("seconds", 0.0) for r in summary.get("runs_seconds", []))
-    lines += [
+    return [
         "",
         f"Timing: the {len(summary.get('runs_seconds', []))} training runs took {run_seconds:.0f} s in all, one "
         "torch thread each, on CPU cores shared with other jobs, as each run recorded it (`seconds` in its run "
@@ -710,7 +743,6 @@ def markdown(
         "and the gradient diagnostics are recomputed by every report: their last digits depend on the CPU's "
         "vector kernels.",
     ]
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ texts and documentation lists are generated from the entries' ``help``.
 from __future__ import annotations
 
 import difflib
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -48,6 +49,12 @@ def closest_names(names: Iterable[str], choices: Iterable[str], aliases: Mapping
     choices = sorted(choices)
     pairs = [(name, match) for name in names for match in [closest(name, choices, aliases)] if match]
     return " (did you mean " + ", ".join(f"{match} for {name}" for name, match in pairs) + "?)" if pairs else ""
+
+
+def unimported_hint(module: str, entries: str) -> str:
+    """' (...: `import module` first)' while ``module``, which registers ``entries`` from a higher layer, is not
+    imported yet; '' once it is. A lower layer names such a module without importing it."""
+    return "" if module in sys.modules else f" ({entries}: `import {module}` first)"
 
 
 class Registry(Mapping[str, T], Generic[T]):

@@ -35,10 +35,23 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(f"{left_out} tests marked slow were left out: {RUN_SLOW_HINT}")
 
 
+# pytest-timeout's limit for the long kinds of test, where the suite's default (pyproject.toml: 600 s) is too short.
+LONG_TEST_MARKERS = ("slow", "distributed", "vllm_real")
+LONG_TEST_TIMEOUT_S = 1800
+
+
 def pytest_collection_modifyitems(config, items):
+    give_long_tests_a_longer_timeout(items)
     leave_out_slow(config, items)
     skip_vllm_real_without_vllm(items)
     skip_gpu_without_cuda(items)
+
+
+def give_long_tests_a_longer_timeout(items):
+    for item in items:
+        long = any(item.get_closest_marker(marker) is not None for marker in LONG_TEST_MARKERS)
+        if long and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(LONG_TEST_TIMEOUT_S))
 
 
 def leave_out_slow(config, items):

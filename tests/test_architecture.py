@@ -1,17 +1,18 @@
-"""The package's imports flow one way: no cycle (imports inside functions count) and no module imports a folder on a
-higher layer of docs/architecture.md (a library module never imports an entry point; the risk math never imports the
-trainer)."""
+"""The package's imports flow one way: no cycle between modules nor between folders (imports inside functions count)
+and no module imports a folder on a higher layer of docs/architecture.md (a library module never imports an entry
+point; the risk math never imports the trainer; the data and reward layers never import a track)."""
 
 from __future__ import annotations
 
 import ast
+import shutil
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "riskpo_trl"
 ENTRY_POINTS = ("riskpo_trl.scripts",)
 
 # The layers of docs/architecture.md, bottom (0) to top; a module may import its own layer and those below. Folders
-# on one layer sit beside each other; the cycle check keeps them from leaning on each other both ways.
+# on one layer sit beside each other; the folder cycle check keeps them from leaning on each other both ways.
 LAYERS = {
     "riskpo_trl.registry": 0,
     "riskpo_trl.compat": 0,
@@ -21,27 +22,32 @@ LAYERS = {
     "riskpo_trl.risk": 1,
     "riskpo_trl.rewards": 1,
     "riskpo_trl.data": 1,
-    "riskpo_trl.code": 1,
-    "riskpo_trl.multimodal": 1,
     "riskpo_trl.weight_sync": 1,
-    "riskpo_trl.evaluation": 2,
-    "riskpo_trl.trainer": 2,
-    "riskpo_trl.scripts": 3,
-    "riskpo_trl": 4,  # the package's lazy __init__ re-exports the public names
+    "riskpo_trl.code": 2,
+    "riskpo_trl.multimodal": 2,
+    "riskpo_trl.tracks": 2,  # the tracks' entries in the data and reward registries
+    "riskpo_trl.evaluation": 3,
+    "riskpo_trl.trainer": 3,
+    "riskpo_trl.scripts": 4,
+    "riskpo_trl": 5,  # the package's lazy __init__ re-exports the public names
 }
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts
+def module_name(path: Path, package_dir: Path = PACKAGE_DIR) -> str:
+    parts = path.relative_to(package_dir.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {module_name(path): path for path in PACKAGE_DIR.rglob("*.py")}
+def package_modules(package_dir: Path) -> dict[str, Path]:
+    return {module_name(path, package_dir): path for path in package_dir.rglob("*.py")}
 
 
-def imported_modules(name: str, path: Path) -> set[str]:
-    """Every riskpo_trl module ``name`` imports, at any depth of its code; ``from pkg import sub`` counts as ``sub``
-    when ``sub`` is a module, else as ``pkg``."""
+MODULES = package_modules(PACKAGE_DIR)
+
+
+def imported_modules(name: str, path: Path, modules: dict[str, Path] = MODULES) -> set[str]:
+    """Every riskpo_trl module ``name`` imports, at any depth of its code (inside functions too); ``from pkg import
+    sub`` counts as ``sub`` when ``sub`` is a module, else as ``pkg``."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -55,19 +61,39 @@ def imported_modules(name: str, path: Path) -> set[str]:
             else:
                 source = node.module or ""
             targets = [
-                f"{source}.{alias.name}" if f"{source}.{alias.name}" in MODULES else source for alias in node.names
+                f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source for alias in node.names
             ]
         else:
             continue
         for target in targets:
-            while target and target not in MODULES:  # `import riskpo_trl.x.y` of an attribute path
+            while target and target not in modules:  # `import riskpo_trl.x.y` of an attribute path
                 target = target.rpartition(".")[0]
             if target and target != name:
                 found.add(target)
     return found
 
 
-GRAPH = {name: imported_modules(name, path) for name, path in MODULES.items()}
+def import_graph(package_dir: Path) -> dict[str, set[str]]:
+    modules = package_modules(package_dir)
+    return {name: imported_modules(name, path, modules) for name, path in modules.items()}
+
+
+GRAPH = import_graph(PACKAGE_DIR)
+
+
+def folder_of(module: str) -> str:
+    """The folder (sub-package) ``module`` lives in, or the module itself for a top-level one."""
+    return ".".join(module.split(".")[:2])
+
+
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Which folder imports which: one arrow per module import that crosses folders."""
+    folders: dict[str, set[str]] = {}
+    for name, targets in graph.items():
+        folders.setdefault(folder_of(name), set()).update(
+            folder_of(t) for t in targets if folder_of(t) != folder_of(name)
+        )
+    return folders
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -108,11 +134,36 @@ def upward_imports(graph: dict[str, set[str]]) -> dict[str, list[str]]:
 
 
 def test_the_walk_sees_imports_inside_functions_and_relative_ones():
-    assert "riskpo_trl.code.data" in GRAPH["riskpo_trl.data.datasets"]  # imported inside a loader function
+    assert "riskpo_trl.code.data" in GRAPH["riskpo_trl.tracks"]  # imported inside a loader function
     assert "riskpo_trl.rewards.grading" in GRAPH["riskpo_trl.rewards.registry"]  # `from .grading import ...`
     assert "riskpo_trl.trainer.riskpo_trainer" in GRAPH["riskpo_trl.trainer.registry"]
-    assert "riskpo_trl.code.reward" in GRAPH["riskpo_trl.rewards.registry"]  # lazily, inside the code builder
+    assert "riskpo_trl.code.reward" in GRAPH["riskpo_trl.tracks"]  # lazily, inside the code builder
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_folder_leans_on_another_both_ways():
+    """No ring of folders, e.g. data -> code (a track's loader) -> data (local files): a track is registered from
+    the floor above, so the data and reward layers never import it."""
+    cycle = find_cycle(folder_graph(GRAPH))
+    assert cycle is None, "folder cycle: " + " -> ".join(cycle)
+
+
+def test_a_function_level_import_that_closes_a_ring_is_caught(tmp_path):
+    """Plant, in a copy of the package, a data loader that imports a track inside its function body (as the data layer
+    once did): the folder check finds the ring, and the layer check the import that points up."""
+    copy = tmp_path / "riskpo_trl"
+    shutil.copytree(PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    datasets_module = copy / "data" / "datasets.py"
+    planted = "\n\ndef _planted_loader(split):\n    from ..code.data import load_archer_code\n\n    return load_archer_code(split)\n"
+    datasets_module.write_text(datasets_module.read_text() + planted)
+    graph = import_graph(copy)
+    assert find_cycle(graph) is None  # no cycle between modules: only the folders form a ring
+    assert find_cycle(folder_graph(graph)) is not None
+    assert "riskpo_trl.data" in find_cycle(folder_graph(graph)) and "riskpo_trl.code" in find_cycle(
+        folder_graph(graph)
+    )
+    assert upward_imports(graph)["riskpo_trl.data.datasets"] == ["riskpo_trl.code.data"]
+    assert find_cycle(folder_graph(import_graph(PACKAGE_DIR))) is None  # the copy's ring is the planted import alone
 
 
 def test_every_module_has_a_layer():
@@ -242,3 +293,14 @@ def test_the_lazy_package_roots_list_and_serve_every_public_name():
         assert all(getattr(package, name) is not None for name in package.__all__)
     from riskpo_trl import RiskPOConfig, RiskPOTrainer  # noqa: F401 - the documented import
     from riskpo_trl.code import EXECUTORS, CodeReward  # noqa: F401
+
+
+def test_the_docs_name_every_private_api_the_package_touches():
+    """docs/architecture.md's "How RiskPO plugs into GRPOTrainer" names each private method and attribute that
+    compat.py lists, so a new use of TRL's private API is explained there too."""
+    from riskpo_trl import compat
+
+    architecture = (PACKAGE_DIR.parent / "docs" / "architecture.md").read_text()
+    section = architecture.split("## How RiskPO plugs into GRPOTrainer")[1].split("\n## ")[0]
+    names = [*(name for methods in compat.PRIVATE_METHODS.values() for name in methods), *compat.PRIVATE_ATTRIBUTES]
+    assert [name for name in names if f"`{name}" not in section] == []

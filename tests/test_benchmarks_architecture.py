@@ -3,10 +3,12 @@
 Read from the source (imports inside functions included), so a cycle hidden in a lazy import fails here too."""
 
 import ast
+import itertools
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -182,9 +184,22 @@ def planted_plan(folder: Path) -> list[Job]:
     return [job["a"], job["b"], *([job["c"]] if (folder / "a.json").exists() else [])]
 
 
+def bounded(plan: Callable[[], list[Job]], limit: int = 50) -> Callable[[], list[Job]]:
+    """``plan``, failing once asked ``limit`` times: a runner that forgets a failed run runs it again and again in one
+    pass, so its test fails here rather than hanging."""
+    calls = itertools.count(1)
+
+    def again() -> list[Job]:
+        if next(calls) > limit:
+            raise AssertionError(f"the runner asked for its plan {limit} times in one pass: it forgot a failed run")
+        return plan()
+
+    return again
+
+
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])  # 2: fresh processes (minutes)
 def test_runner_runs_in_plan_order_rereads_the_plan_reports_a_failure_once_and_resumes(tmp_path, workers):
-    log = run_jobs(lambda: planted_plan(tmp_path), workers, "test")
+    log = run_jobs(bounded(lambda: planted_plan(tmp_path)), workers, "test")
     attempts = (tmp_path / "attempts.txt").read_text().split()
     assert sorted(attempts) == ["a", "b", "c"]  # b failed and was not retried in this pass
     if workers == 0:
@@ -193,9 +208,29 @@ def test_runner_runs_in_plan_order_rereads_the_plan_reports_a_failure_once_and_r
     assert json.loads((tmp_path / "c.json").read_text()) == "C"
 
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*.json")}
-    again = run_jobs(lambda: planted_plan(tmp_path), workers, "test")
+    again = run_jobs(bounded(lambda: planted_plan(tmp_path)), workers, "test")
     assert [line.split(":")[0] for line in again] == ["b"]  # the cached runs are skipped; the failed one retried
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*.json")} == stamps
+
+
+def test_a_runner_that_forgets_a_failed_run_fails_the_runner_test(tmp_path, monkeypatch):
+    """Mutation: the pipeline without its set of failed runs (in a copy) reruns the failing run without end; the
+    bounded plan turns that into a failure."""
+    import importlib.util
+
+    source = (BENCHMARKS / "pipeline.py").read_text()
+    assert source.count("failed.add(job.path)") == 1
+    mutant_path = tmp_path / "forgetful_pipeline.py"
+    mutant_path.write_text(source.replace("failed.add(job.path)", "pass  # forgets the failure"))
+    spec = importlib.util.spec_from_file_location("forgetful_pipeline", mutant_path)
+    mutant = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mutant)  # its dataclass looks its module up
+    spec.loader.exec_module(mutant)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    with pytest.raises(AssertionError, match="it forgot a failed run"):
+        mutant.run_jobs(bounded(lambda: planted_plan(runs)), 0, "test")
+    assert run_jobs(bounded(lambda: planted_plan(runs)), 0, "test")  # the real runner, on the same plan, ends
 
 
 def kill_own_process(path: Path) -> None:
@@ -206,8 +241,8 @@ def kill_own_process(path: Path) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-@pytest.mark.slow  # fresh processes (a minute or more)
 def test_a_run_whose_process_dies_is_reported_and_the_runner_goes_on(tmp_path):
+    """The broken pool is replaced by a fresh one (three fresh processes: about 20 s on a loaded 2-core machine)."""
     import threading
 
     dies = Job("dies", tmp_path / "dies.json", kill_own_process, (tmp_path / "dies.json",))
@@ -216,7 +251,7 @@ def test_a_run_whose_process_dies_is_reported_and_the_runner_goes_on(tmp_path):
     result: list[list[str]] = []
     runner = threading.Thread(target=lambda: result.append(run_jobs(lambda: [dies, *rest], 1, "test")), daemon=True)
     runner.start()
-    runner.join(timeout=600)
+    runner.join(timeout=300)
     assert not runner.is_alive(), "the runner waits on a dead process"
     (log,) = result
     assert log[0].startswith("dies: FAILED its process died")

@@ -172,8 +172,8 @@ def test_help_all_shows_the_defaults_the_config_resolves(capsys):
 
 
 def test_the_short_help_lists_every_registered_reward(capsys):
-    from riskpo_trl.rewards import REWARD_BUILDERS, REWARD_FUNCS
     from riskpo_trl.scripts import train
+    from riskpo_trl.tracks import REWARD_BUILDERS, REWARD_FUNCS
 
     with pytest.raises(SystemExit):
         train.parse_args(["--help"])

@@ -20,9 +20,9 @@ from riskpo_trl.data import (
     DatasetUnavailableError,
     adapt_dataset,
     load_benchmark,
-    load_train_dataset,
 )
 from riskpo_trl.rewards import math_verify_reward, verl_by_source_reward
+from riskpo_trl.tracks import load_train_dataset
 
 # One or two rows per source, in the source's own columns (values invented).
 RAW_ROWS = {
@@ -251,3 +251,24 @@ def test_hub_dataset_unavailable_offline_names_the_local_file_form(monkeypatch):
         load_benchmark("math500")
     with pytest.raises(DatasetUnavailableError, match=r"'archer_code' .*dataset_files"):
         load_train_dataset("archer_code")
+
+
+def test_a_track_dataset_asked_of_the_data_layer_alone_names_the_module_that_registers_it():
+    """The data layer never imports a track: before `riskpo_trl.tracks` is imported, a track's name is unknown to it
+    and the error says which import adds it; after, the same call finds it."""
+    import subprocess
+    import sys
+
+    probe = (
+        "from riskpo_trl.data import load_train_dataset\n"
+        "try:\n    load_train_dataset('archer_code')\nexcept ValueError as error:\n    print(error)\n"
+        "import riskpo_trl.tracks\n"
+        "from riskpo_trl.data import TRAIN_DATASETS\n"
+        "print('archer_code' in TRAIN_DATASETS, 'geometry3k' in TRAIN_DATASETS)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    error, found = done.stdout.strip().splitlines()[-2:]
+    assert "dataset_name='archer_code' is unknown" in error
+    assert "(the code and geometry tracks: `import riskpo_trl.tracks` first)" in error
+    assert found == "True True"

@@ -15,10 +15,11 @@ from datasets import Dataset
 from test_start_up_errors import run_cli  # the single 'error:' line, exit code 2, no traceback
 from test_user_datasets import ROWS, TEXT_ROWS, recipe_without_data, run_cli_error, write_jsonl
 
-from riskpo_trl.data import json_nesting, load_train_dataset
+from riskpo_trl.data import json_nesting
 from riskpo_trl.data.json_nesting import MAX_JSON_NESTING, JsonNestingError, check_json_nesting
 from riskpo_trl.scripts import eval as eval_script
 from riskpo_trl.scripts import train
+from riskpo_trl.tracks import load_train_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"

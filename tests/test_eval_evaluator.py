@@ -12,11 +12,11 @@ import pytest
 from helpers import TINY_ARCHER_SOLUTIONS, fenced, geometry3k_parquet
 from PIL import Image
 
-from riskpo_trl.data import load_benchmark
 from riskpo_trl.evaluation import EvalConfig, evaluate, load_rows_file
 from riskpo_trl.evaluation.generation import Sample, is_vllm_available, load_backend
 from riskpo_trl.multimodal import build_tiny_vlm
 from riskpo_trl.scripts.eval import main as eval_main
+from riskpo_trl.tracks import load_benchmark
 
 TOY_ROWS = str(Path(__file__).parent / "data" / "toy_math.jsonl")
 TINY_ARCHER_CODE = str(Path(__file__).parents[1] / "examples" / "data" / "tiny_archer_code.jsonl")

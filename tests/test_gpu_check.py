@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from benchmarks import gpu_check, gpu_wheels, overhead
+from benchmarks import gpu_check, gpu_wheels, overhead, pair_design
 from riskpo_trl.risk import (
     ADVANTAGE_BASELINES,
     ADVANTAGE_SCALINGS,
@@ -24,12 +24,12 @@ from riskpo_trl.tiny_model import build_char_tokenizer
 
 
 @pytest.mark.slow
-def test_the_dry_run_runs_every_part_and_writes_dry_run_files(tmp_path):
+def test_the_dry_run_runs_every_in_process_part_and_writes_dry_run_files(tmp_path):
     # A generous budget: on a loaded machine the default one would rightly skip parts; skipping has its own test.
-    report = gpu_check.main(["--dry-run", "--out", str(tmp_path), "--budget-s", "900"])
-    assert {name: gpu_check.verdict(part) for name, part in report["parts"].items()} == dict.fromkeys(
-        ("risk_math", "training", "loss", "performance"), "pass"
-    )
+    in_process = ["risk_math", "training", "loss", "lora", "performance"]
+    report = gpu_check.main(["--dry-run", "--out", str(tmp_path), "--budget-s", "900", "--parts", *in_process])
+    verdicts = {name: gpu_check.verdict(part) for name, part in report["parts"].items()}
+    assert verdicts == {**dict.fromkeys(in_process, "pass"), "deepspeed": "skipped: not asked for (--parts)"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu_check_dry_run.json", "gpu_check_dry_run.md"]
     assert "DRY RUN" in (tmp_path / "gpu_check_dry_run.md").read_text()
     written = json.loads((tmp_path / "gpu_check_dry_run.json").read_text())
@@ -38,11 +38,51 @@ def test_the_dry_run_runs_every_part_and_writes_dry_run_files(tmp_path):
     assert risk["batches_compared"] == 4 * risk["combinations"] > 100
     training = written["parts"]["training"]
     assert training["mixed_precision"] == "bf16" and not training["resumed_steps_differing"]
-    performance = written["parts"]["performance"]["results"]
-    first = performance["tiny, gradient checkpointing off"]["summary"]
-    assert first["pairs_done"] == 5 and len(first["step_time_s"]["pair_ratios"]) == 5
+    lora = written["parts"]["lora"]
+    assert lora["only_lora_parameters_trainable"] and lora["adapter_saved_in_checkpoint"]
+    assert lora["mixed_precision"] == "bf16" and not lora["resumed_steps_differing"]
+    performance = written["parts"]["performance"]
+    result = performance["results"]["tiny, gradient checkpointing off"]
+    first = result["summary"]
+    pairs = gpu_check.PERF_PAIRS["dry_run"]  # the two pilot pairs' spread asks at least 3, the dry run's most
+    assert first["sizing"]["pilot_pairs"] == gpu_check.PERF_PILOT_PAIRS["dry_run"]
+    assert first["pairs_done"] == pairs and len(first["step_time_s"]["pair_ratios"]) == pairs
     after_scoring = first["riskpo_added_per_step"]["after_scoring_s"]  # both trainers, from the public seams
     assert after_scoring["grpo"] > 0 and after_scoring["riskpo"] > 0 and first["completion_tokens_per_s"]["grpo"] > 0
+    # The design: every completion has the fixed length, and the optimisation phase is timed on its own.
+    assert {run["mean_completion_length"] for run in result["runs"]} == {gpu_check.PERF_LENGTH["dry_run"]}
+    for run in result["runs"]:
+        assert len(run["optimisation_times_s"]) == len(run["step_times_s"])
+        assert all(0 < o < s for o, s in zip(run["optimisation_times_s"], run["step_times_s"]))
+    for measure in ("step_time_s", "optimisation_time_s"):
+        interval = result["resolution"][measure]
+        assert interval["pairs"] == pairs and interval["low"] < interval["ratio"] < interval["high"]
+        assert interval["pairs_needed"] == pair_design.pairs_needed(interval["spread"])
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_the_deepspeed_dry_run_compares_zero2_and_zero3_with_the_plain_run_and_resumes_exactly(tmp_path):
+    # accelerate launch with the recipes' ZeRO configs on the CPU (gloo, fp32), the tiny model, 2 steps per run.
+    pytest.importorskip("deepspeed")
+    report = gpu_check.main(["--dry-run", "--out", str(tmp_path), "--budget-s", "1500", "--parts", "deepspeed"])
+    result = report["parts"]["deepspeed"]
+    assert gpu_check.verdict(result) == "pass", result
+    assert result["zero_stages"] == {
+        "plain-grpo": None,
+        "plain-riskpo": None,
+        "zero2-grpo": 2,
+        "zero2-riskpo": 2,
+        "zero3-grpo": 3,
+        "zero3-riskpo": 3,
+        "zero3-riskpo-resumed": 3,
+    }
+    assert set(result["first_step_against_plain"]) == {"zero2-grpo", "zero2-riskpo", "zero3-grpo", "zero3-riskpo"}
+    for compared in result["first_step_against_plain"].values():
+        assert compared["same_completions"] and compared["figures"]["grad_norm"]["plain"] > 0
+    assert result["zero3_resume"] == {"steps_compared": [2], "differing": []}
+    assert result["optimizers"] == ["torch.optim.adamw.AdamW"]
+    assert "| zero3-riskpo | 3 |" in (tmp_path / "gpu_check_dry_run.md").read_text()
 
 
 def test_the_risk_math_grid_covers_every_registry_the_estimator_takes():
@@ -140,13 +180,51 @@ def test_the_wheels_for_the_gpu_machine_fit_beside_the_working_tree(tmp_path):
     # Downloads from PyPI (a few MiB): the folder a lent GPU machine installs from, without a network.
     summary = gpu_wheels.build(tmp_path / "whl")
     carried = " ".join(summary["carried"])
-    for name in ("riskpo_trl-", "trl-1.16.0-", "datasets-5.2.0-", "math_verify-", "latex2sympy2_extended-"):
+    for name in (
+        "riskpo_trl-",
+        "trl-1.16.0-",
+        "datasets-5.2.0-",
+        "math_verify-",
+        "latex2sympy2_extended-",
+        "deepspeed-0.19.8-py3-none-any",
+        "hjson-",
+        "pydantic-",
+    ):
         assert name in carried
+    [deepspeed] = (tmp_path / "whl").glob("deepspeed-*.whl")
+    assert gpu_wheels.deepspeed_wheel_problem(deepspeed) is None  # no compiled file, no op built, for CUDA
     assert not any(
         name.startswith(("torch-", "transformers-", "numpy-", "pyarrow-"))
         for name in summary["carried"] + summary["fallbacks"]
     )
     assert summary["size_mib"] + summary["tree_mib"] < 64
+
+
+def fake_deepspeed_wheel(folder, name="deepspeed-0.19.8-py3-none-any.whl", ops=None, accelerator="cuda", extra=()):
+    import zipfile
+
+    ops = ops if ops is not None else {"fused_adam": False, "cpu_adam": False}
+    path = folder / name
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(
+            "deepspeed/git_version_info_installed.py",
+            f"version='0.19.8'\ninstalled_ops={ops!r}\naccelerator_name={accelerator!r}\n",
+        )
+        for member in extra:
+            archive.writestr(member, b"")
+    return path
+
+
+def test_a_deepspeed_wheel_with_a_compiled_op_or_for_another_accelerator_is_refused(tmp_path):
+    assert gpu_wheels.deepspeed_wheel_problem(fake_deepspeed_wheel(tmp_path)) is None
+    built = fake_deepspeed_wheel(tmp_path, name="a-py3-none-any.whl", ops={"fused_adam": True, "cpu_adam": False})
+    assert gpu_wheels.deepspeed_wheel_problem(built) == "says these ops were built: fused_adam"
+    shared = fake_deepspeed_wheel(tmp_path, name="b-py3-none-any.whl", extra=["deepspeed/ops/adam.so"])
+    assert "holds compiled files (deepspeed/ops/adam.so)" in gpu_wheels.deepspeed_wheel_problem(shared)
+    platform = fake_deepspeed_wheel(tmp_path, name="deepspeed-0.19.8-cp312-cp312-linux_x86_64.whl")
+    assert "holds compiled files" in gpu_wheels.deepspeed_wheel_problem(platform)
+    cpu = fake_deepspeed_wheel(tmp_path, name="c-py3-none-any.whl", accelerator="cpu")
+    assert gpu_wheels.deepspeed_wheel_problem(cpu) == "was built for the accelerator 'cpu', not 'cuda'"
 
 
 def test_the_qwen_sizes_give_the_parameter_counts_the_model_cards_state():
@@ -165,15 +243,35 @@ def test_parts_not_asked_for_are_named_as_such_and_not_run(tmp_path, monkeypatch
     monkeypatch.setattr(gpu_check, "check_risk_math", lambda device: ran.append("risk_math") or {"ok": True})
     report = gpu_check.main(["--dry-run", "--out", str(tmp_path), "--parts", "loss"])
     assert ran == [] and gpu_check.verdict(report["parts"]["loss"]) == "pass"
-    for name in ("risk_math", "training", "performance"):
+    for name in ("risk_math", "training", "lora", "deepspeed", "performance"):
         assert report["parts"][name] == {"skipped": "not asked for (--parts)"}
     assert "| risk math | skipped: not asked for (--parts) |" in (tmp_path / "gpu_check_dry_run.md").read_text()
 
 
 def test_the_performance_part_runs_only_the_checkpointing_settings_asked_for(tmp_path, monkeypatch):
     settings = []
-    monkeypatch.setattr(
-        gpu_check, "run_performance", lambda *args: settings.append(args[-1]) or {"ok": True, "results": {}}
-    )
+
+    def fake(*args, checkpointing_settings, models, pairs):
+        settings.append((checkpointing_settings, pairs))
+        return {"ok": True, "results": {}}
+
+    monkeypatch.setattr(gpu_check, "run_performance", fake)
     gpu_check.main(["--dry-run", "--out", str(tmp_path), "--parts", "performance", "--gradient-checkpointing", "on"])
-    assert settings == [(True,)]
+    gpu_check.main(["--dry-run", "--out", str(tmp_path), "--parts", "performance", "--perf-pairs", "7"])
+    assert settings == [((True,), None), ((False,), 7)]
+
+
+def test_each_part_stops_in_time_for_the_minimum_of_the_parts_after_it():
+    minimum = gpu_check.PART_MINIMUM_S
+    deadlines = gpu_check.part_deadlines(["risk_math", "deepspeed", "performance"], 1000.0)
+    assert deadlines == {
+        "risk_math": 1000.0 - minimum["deepspeed"] - minimum["performance"],
+        "deepspeed": 1000.0 - minimum["performance"],
+        "performance": 1000.0,
+    }
+
+
+def test_the_gpu_budget_and_the_machines_start_fit_in_twelve_minutes():
+    # Start and install as measured on 2026-11-27 (45 s and 10 s), doubled for DeepSpeed's wheel and a margin.
+    assert gpu_check.BUDGET_S["gpu"] + 2 * (45 + 10) < 12 * 60
+    assert sum(gpu_check.PART_MINIMUM_S.values()) < gpu_check.BUDGET_S["gpu"]

@@ -4,6 +4,7 @@ releases it, so resuming in the same directory works; under accelerate launch th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -362,3 +363,50 @@ def test_the_lock_does_not_make_a_hub_like_model_path_read_as_local(tmp_path, mo
         )
     assert "'outputs/tiny-qwen2' could be a Hub id" in capsys.readouterr().err
     assert not (tmp_path / "outputs").exists()
+
+
+def _hold_and_report(output_dir: str, contents) -> None:
+    contents.put(acquire(output_dir).content)
+    time.sleep(600)  # until the test kills it
+
+
+def lock_after_the_first_holder_releases(output_dir: Path) -> tuple[str | None, str]:
+    """A first run's lock taken over by a second run, in another process (the first judged gone: a requeued job's
+    earlier start), then released by the first run as it exits: the lock file's text, and the second run's. The
+    second run still holds the lock when the test reads it, and is killed after."""
+    first = acquire(str(output_dir))
+    os.unlink(first.path)  # the takeover removes the stale lock
+    context = multiprocessing.get_context("fork")
+    contents = context.Queue()
+    second = context.Process(target=_hold_and_report, args=(str(output_dir), contents), daemon=True)
+    second.start()
+    try:
+        second_content = contents.get(timeout=60)
+        first.release()
+        path = output_dir / LOCK_FILE
+        text = path.read_text() if path.exists() else None
+        if text == second_content:
+            with pytest.raises(OutputDirLocked, match="is in use by another run"):
+                acquire(str(output_dir))  # the second run still holds output_dir
+        return text, second_content
+    finally:
+        second.kill()
+        second.join(timeout=60)
+
+
+def test_a_second_holders_lock_survives_the_first_holders_release(tmp_path):
+    text, second = lock_after_the_first_holder_releases(tmp_path)
+    assert text == second
+
+
+def test_a_release_that_ignores_ownership_fails_the_survival_test(tmp_path, monkeypatch):
+    """Mutation: release without "only if it is still ours" removes the second run's lock."""
+    from riskpo_trl.trainer.run_lock import RunLock
+
+    def release_whatever_holds_it(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    monkeypatch.setattr(RunLock, "release", release_whatever_holds_it)
+    text, second = lock_after_the_first_holder_releases(tmp_path)
+    assert text is None  # the survival test above fails on this release

@@ -9,10 +9,9 @@ import yaml
 
 from riskpo_trl import RiskPOConfig
 from riskpo_trl.code import CodeReward, SandboxLimits
-from riskpo_trl.data import BENCHMARKS, TRAIN_DATASETS
 from riskpo_trl.multimodal import geometry_accuracy_reward
-from riskpo_trl.rewards import get_reward_funcs
 from riskpo_trl.scripts import train
+from riskpo_trl.tracks import BENCHMARKS, TRAIN_DATASETS, get_reward_funcs
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"

@@ -13,8 +13,8 @@ from PIL import Image
 from transformers import AutoProcessor
 
 from riskpo_trl.code import CodeReward, code_reward_from_settings
-from riskpo_trl.data import load_benchmark, load_train_dataset
 from riskpo_trl.scripts import train
+from riskpo_trl.tracks import load_benchmark, load_train_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE_RECIPE = ROOT / "recipes/DeepSeek-R1-Distill-Qwen-1.5B/riskpo/config_archer_code.yaml"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -134,87 +135,117 @@ def write_report(out: Path, name: str, lines: list[str], payload: dict[str, Any]
     print("\n".join(lines), flush=True)
 
 
-def start_report(protocol: ExactProtocol, out: Path, start: str) -> tuple[dict[str, Any], list[str]]:
-    path = out / start / "start_eval.json"
-    if not json_exists(path):
-        return {"start": start, "runs": 0}, [f"## Start `{start}`", "", "Not evaluated yet.", ""]
-    start_eval = read_json(path)
-    runs = load_runs(protocol, out, start)
-    buckets = buckets_of(protocol)
-    methods = [m for m in protocol.methods if runs[m]]
-    kwargs = {"resamples": protocol.bootstrap_resamples, "seed": protocol.bootstrap_seed}
-    ks = [k for k in protocol.table_ks if k <= protocol.max_k]
-    start_p = probs_matrix([start_eval["test_p"]], buckets)
-    p_of = {m: probs_matrix([r["test_p"] for r in runs[m]], buckets) for m in methods}
-    lines = [
-        f"## Start `{start}`",
-        "",
-        f"Runs finished (seeds per method): {seeds_note(runs, list(protocol.methods))} of "
-        f"{len(protocol.seeds)} each. Start weights SHA-256 `{start_eval['sha256'][:16]}...`.",
-        "",
-    ]
-    payload: dict[str, Any] = {"start": start, "seeds": {m: [r["seed"] for r in runs[m]] for m in protocol.methods}}
+@dataclass(frozen=True)
+class StartRuns:
+    """What every section of one start's report reads: its evaluation, its cached runs and the exact Pass@k inputs."""
 
-    # Pass@k levels, with the two-level CI of the mean (a single seed: problem level only).
-    lines += [
+    protocol: ExactProtocol
+    start: str
+    start_eval: dict[str, Any]
+    runs: dict[str, list[dict[str, Any]]]
+    buckets: list[str]
+    methods: list[str]  # those with a finished run
+    ks: list[int]
+    start_p: np.ndarray
+    p_of: dict[str, np.ndarray]
+
+    @classmethod
+    def load(cls, protocol: ExactProtocol, out: Path, start: str, start_eval: dict[str, Any]) -> StartRuns:
+        runs = load_runs(protocol, out, start)
+        buckets = buckets_of(protocol)
+        methods = [m for m in protocol.methods if runs[m]]
+        return cls(
+            protocol,
+            start,
+            start_eval,
+            runs,
+            buckets,
+            methods,
+            ks=[k for k in protocol.table_ks if k <= protocol.max_k],
+            start_p=probs_matrix([start_eval["test_p"]], buckets),
+            p_of={m: probs_matrix([r["test_p"] for r in runs[m]], buckets) for m in methods},
+        )
+
+    @property
+    def bootstrap(self) -> dict[str, int]:
+        return {"resamples": self.protocol.bootstrap_resamples, "seed": self.protocol.bootstrap_seed}
+
+    def k_header(self, first: str, label: str) -> list[str]:
+        return [
+            f"| {first} | " + " | ".join(label.format(k=k) for k in self.ks) + " |",
+            "|---|" + "---|" * len(self.ks),
+        ]
+
+
+def pass_at_k_section(s: StartRuns) -> tuple[list[str], dict[str, Any]]:
+    """Pass@k levels, with the two-level CI of the mean (a single seed: problem level only)."""
+    lines = [
         "### Exact test Pass@k (final weights): mean over seeds, 95% two-level bootstrap CI",
         "",
-        "| method (lr, seeds) | " + " | ".join(f"Pass@{k}" for k in ks) + " |",
-        "|---|" + "---|" * len(ks),
+        *s.k_header("method (lr, seeds)", "Pass@{k}"),
     ]
-    lines.append("| start | " + " | ".join(f"{pass_at_k(start_p, k).mean():.3f}" for k in ks) + " |")
-    payload["pass_at_k"] = {"start": {k: float(pass_at_k(start_p, k).mean()) for k in ks}}
-    for m in methods:
-        cells = [two_level_bootstrap(pass_at_k(p_of[m], k), **kwargs) for k in ks]
-        payload["pass_at_k"][m] = {k: c.as_dict() for k, c in zip(ks, cells)}
+    lines.append("| start | " + " | ".join(f"{pass_at_k(s.start_p, k).mean():.3f}" for k in s.ks) + " |")
+    levels: dict[str, Any] = {"start": {k: float(pass_at_k(s.start_p, k).mean()) for k in s.ks}}
+    for m in s.methods:
+        cells = [two_level_bootstrap(pass_at_k(s.p_of[m], k), **s.bootstrap) for k in s.ks]
+        levels[m] = {k: c.as_dict() for k, c in zip(s.ks, cells)}
         lines.append(
-            f"| {METHOD_LABELS[m]} ({protocol.lr(start, m):g}, {len(runs[m])}) | "
+            f"| {METHOD_LABELS[m]} ({s.protocol.lr(s.start, m):g}, {len(s.runs[m])}) | "
             + " | ".join(fmt_level(c) for c in cells)
             + " |"
         )
     lines.append("")
+    return lines, levels
 
-    # The gap against k, paired by problem.
-    lines += [
+
+def gap_section(s: StartRuns) -> tuple[list[str], dict[str, Any]]:
+    """The gap against k, paired by problem."""
+    lines = [
         "### The gap against k: difference of exact test Pass@k, paired by problem",
         "",
         "Each cell: estimate [95% two-level CI (seeds, then problems)]; below it the problem-level CI of the "
         "seed means.",
         "",
-        "| comparison (seeds) | " + " | ".join(f"k = {k}" for k in ks) + " |",
-        "|---|" + "---|" * len(ks),
+        *s.k_header("comparison (seeds)", "k = {k}"),
     ]
-    payload["gaps"] = {}
+    gaps: dict[str, Any] = {}
     for a, b in COMPARISONS:
-        if a not in p_of or b not in p_of:
+        if a not in s.p_of or b not in s.p_of:
             continue
-        two = [two_level_bootstrap(pass_at_k(p_of[a], k), pass_at_k(p_of[b], k), **kwargs) for k in ks]
-        one = [paired_problem_bootstrap(pass_at_k(p_of[a], k), pass_at_k(p_of[b], k), **kwargs) for k in ks]
-        payload["gaps"][f"{a}-{b}"] = {
-            k: {"two_level": t.as_dict(), "problem_level": o.as_dict()} for k, t, o in zip(ks, two, one)
+        pairs = [(pass_at_k(s.p_of[a], k), pass_at_k(s.p_of[b], k)) for k in s.ks]
+        two = [two_level_bootstrap(x, y, **s.bootstrap) for x, y in pairs]
+        one = [paired_problem_bootstrap(x, y, **s.bootstrap) for x, y in pairs]
+        gaps[f"{a}-{b}"] = {
+            k: {"two_level": t.as_dict(), "problem_level": o.as_dict()} for k, t, o in zip(s.ks, two, one)
         }
         lines.append(
-            f"| {a} - {b} ({len(runs[a])} / {len(runs[b])}) | " + " | ".join(fmt_interval(t) for t in two) + " |"
+            f"| {a} - {b} ({len(s.runs[a])} / {len(s.runs[b])}) | " + " | ".join(fmt_interval(t) for t in two) + " |"
         )
         lines.append("| (problem level) | " + " | ".join(f"[{o.low:+.3f}, {o.high:+.3f}]" for o in one) + " |")
     lines.append("")
+    return lines, gaps
 
-    # The boundary effect: each method against the start.
-    lines += [
+
+def vs_start_section(s: StartRuns) -> tuple[list[str], dict[str, Any]]:
+    """The boundary effect: each method against the start."""
+    lines = [
         "### Against the start (the boundary effect): method minus start, exact test Pass@k",
         "",
-        "| method (seeds) | " + " | ".join(f"k = {k}" for k in ks) + " |",
-        "|---|" + "---|" * len(ks),
+        *s.k_header("method (seeds)", "k = {k}"),
     ]
-    payload["vs_start"] = {}
-    for m in methods:
-        cells = [two_level_bootstrap(pass_at_k(p_of[m], k), pass_at_k(start_p, k), **kwargs) for k in ks]
-        payload["vs_start"][m] = {k: c.as_dict() for k, c in zip(ks, cells)}
-        lines.append(f"| {m} ({len(runs[m])}) | " + " | ".join(fmt_interval(c) for c in cells) + " |")
+    differences: dict[str, Any] = {}
+    for m in s.methods:
+        cells = [two_level_bootstrap(pass_at_k(s.p_of[m], k), pass_at_k(s.start_p, k), **s.bootstrap) for k in s.ks]
+        differences[m] = {k: c.as_dict() for k, c in zip(s.ks, cells)}
+        lines.append(f"| {m} ({len(s.runs[m])}) | " + " | ".join(fmt_interval(c) for c in cells) + " |")
     lines.append("")
+    return lines, differences
 
-    # Per bucket, and entropy.
-    lines += [
+
+def bucket_and_entropy_section(s: StartRuns) -> tuple[list[str], dict[str, Any]]:
+    """Per bucket, and the sampled entropy over the start's."""
+    buckets = s.buckets
+    lines = [
         "### Per bucket (exact test Pass@1 / Pass@64 / Pass@1024, mean over seeds) and sampled test entropy",
         "",
         "| method | "
@@ -233,20 +264,20 @@ def start_report(protocol: ExactProtocol, out: Path, start: str) -> tuple[dict[s
 
     lines.append(
         "| start | "
-        + " | ".join(bucket_cells([start_eval["test_p"]]))
+        + " | ".join(bucket_cells([s.start_eval["test_p"]]))
         + " | 1 | "
         + " | ".join("1" for _ in buckets)
         + " |"
     )
-    payload["entropy_ratio"] = {}
-    for m in methods:
+    entropy_ratio: dict[str, Any] = {}
+    for m in s.methods:
         ratios = {
-            b: [r["test_entropy"][b] / start_eval["test_entropy"][b] for r in runs[m]] for b in ["all", *buckets]
+            b: [r["test_entropy"][b] / s.start_eval["test_entropy"][b] for r in s.runs[m]] for b in ["all", *buckets]
         }
-        payload["entropy_ratio"][m] = ratios
+        entropy_ratio[m] = ratios
         lines.append(
             f"| {m} | "
-            + " | ".join(bucket_cells([r["test_p"] for r in runs[m]]))
+            + " | ".join(bucket_cells([r["test_p"] for r in s.runs[m]]))
             + " | "
             + " | ".join(
                 f"{np.mean(ratios[b]):.2f} ({np.min(ratios[b]):.2f}-{np.max(ratios[b]):.2f})"
@@ -257,33 +288,38 @@ def start_report(protocol: ExactProtocol, out: Path, start: str) -> tuple[dict[s
     lines += [
         "",
         "Entropy: the sampling policy's token entropy on the test split from "
-        f"{protocol.entropy_samples} sampled completions per problem (each run its own seed), over the "
+        f"{s.protocol.entropy_samples} sampled completions per problem (each run its own seed), over the "
         "start's; mean (min-max) over seeds.",
         "",
     ]
+    return lines, entropy_ratio
 
-    # The best validation checkpoint (secondary).
-    best = {m: [r.get("best_val_test_p", r["test_p"]) for r in runs[m]] for m in methods}
-    if methods:
-        lines += [
-            "### Best validation checkpoint (secondary): exact test Pass@1 / Pass@64, mean over seeds",
-            "",
-            "| method | Pass@1 | Pass@64 | best validation batch per seed |",
-            "|---|---|---|---|",
-        ]
-        for m in methods:
-            p = probs_matrix(best[m], buckets)
-            lines.append(
-                f"| {m} | {pass_at_k(p, 1).mean():.3f} | {pass_at_k(p, 64).mean():.3f} | "
-                + ", ".join(str(r["best_val_generation_batch"]) for r in runs[m])
-                + " |"
-            )
-        lines.append("")
 
-    # Verdict rows.
-    rows = [claim_row(protocol, c, start, runs, start_eval, buckets) for c in EXACT_CLAIMS]
-    payload["claims"] = rows
-    lines += [
+def best_checkpoint_section(s: StartRuns) -> tuple[list[str], None]:
+    """The best validation checkpoint (secondary)."""
+    if not s.methods:
+        return [], None
+    lines = [
+        "### Best validation checkpoint (secondary): exact test Pass@1 / Pass@64, mean over seeds",
+        "",
+        "| method | Pass@1 | Pass@64 | best validation batch per seed |",
+        "|---|---|---|---|",
+    ]
+    for m in s.methods:
+        p = probs_matrix([r.get("best_val_test_p", r["test_p"]) for r in s.runs[m]], s.buckets)
+        lines.append(
+            f"| {m} | {pass_at_k(p, 1).mean():.3f} | {pass_at_k(p, 64).mean():.3f} | "
+            + ", ".join(str(r["best_val_generation_batch"]) for r in s.runs[m])
+            + " |"
+        )
+    lines.append("")
+    return lines, None
+
+
+def verdict_section(s: StartRuns) -> tuple[list[str], list[dict[str, Any]]]:
+    """The verdict rows of the protocol's claims, by its rule."""
+    rows = [claim_row(s.protocol, c, s.start, s.runs, s.start_eval, s.buckets) for c in EXACT_CLAIMS]
+    lines = [
         "### Verdict rows (final weights, by the rule)",
         "",
         f"Rule: {EXACT_VERDICT_RULE}",
@@ -291,27 +327,32 @@ def start_report(protocol: ExactProtocol, out: Path, start: str) -> tuple[dict[s
         *verdict_table(rows),
         "",
     ]
+    return lines, rows
 
-    # The regime guard's post hoc signal, described (no collapse definition is part of this protocol).
 
-    lines += [
+def collapse_section(s: StartRuns) -> tuple[list[str], dict[str, Any]]:
+    """The regime guard's post hoc signal, described (no collapse definition is part of this protocol)."""
+    lines = [
         "### Coverage collapse and the all-wrong share (the regime guard's post hoc signal), descriptive",
         "",
         "Not part of this protocol's claims. Per run: the lowest tracked exact validation Pass@64 over the "
         "start's, and the first tracked generation batch where it is below half (the long protocol's "
         "definition of a coverage collapse, applied here after the fact); the mean share of training prompts "
-        f"whose {protocol.lm.num_generations} completions all failed, and the first generation batch at which "
+        f"whose {s.protocol.lm.num_generations} completions all failed, and the first generation batch at which "
         f"it stayed >= 0.5 for {GUARD_PATIENCE} batches in a row.",
         "",
         "| method | seed | lowest val Pass@64 / start | below half at | mean all-wrong share | rule >= 0.5 fires at |",
         "|---|---|---|---|---|---|",
     ]
-    start_val64 = float(pass_at_k(probs_matrix([start_eval["val_p"]], buckets), 64).mean())
-    payload["collapse_and_all_wrong"] = {}
-    for m in protocol.methods:
-        for r in runs[m]:
+    start_val64 = float(pass_at_k(probs_matrix([s.start_eval["val_p"]], s.buckets), 64).mean())
+    signals: dict[str, Any] = {}
+    for m in s.protocol.methods:
+        for r in s.runs[m]:
             ratios = [
-                (e["generation_batch"], float(pass_at_k(probs_matrix([e["val_p"]], buckets), 64).mean()) / start_val64)
+                (
+                    e["generation_batch"],
+                    float(pass_at_k(probs_matrix([e["val_p"]], s.buckets), 64).mean()) / start_val64,
+                )
                 for e in r["tracked"]
             ]
             lowest = min((x for _, x in ratios), default=None)
@@ -319,7 +360,7 @@ def start_report(protocol: ExactProtocol, out: Path, start: str) -> tuple[dict[s
             series = [b.get("frac_prompts_all_wrong") for b in r["batch_signals"]]
             known = [v for v in series if v is not None]
             fired = guard_alarm(series, ">=", 0.5, GUARD_PATIENCE)
-            payload["collapse_and_all_wrong"][f"{m}-seed{r['seed']}"] = {
+            signals[f"{m}-seed{r['seed']}"] = {
                 "lowest_val_pass64_ratio": lowest,
                 "below_half_at": below,
                 "mean_all_wrong": float(np.mean(known)) if known else None,
@@ -333,14 +374,52 @@ def start_report(protocol: ExactProtocol, out: Path, start: str) -> tuple[dict[s
                 + f" | {fired if fired else 'never'} |"
             )
     lines.append("")
+    return lines, signals
 
-    # Wall time and load.
-    lines += ["### Runs", "", "| run | train min | mean load |", "|---|---|---|"]
-    for m in protocol.methods:
-        for r in runs[m]:
+
+def runs_section(s: StartRuns) -> tuple[list[str], None]:
+    """Wall time and load of each run."""
+    lines = ["### Runs", "", "| run | train min | mean load |", "|---|---|---|"]
+    for m in s.protocol.methods:
+        for r in s.runs[m]:
             lines.append(f"| {m} seed {r['seed']} | {r['train_seconds'] / 60:.1f} | {r['load_average']['mean']:.1f} |")
     lines.append("")
-    payload["runs"] = sum(len(v) for v in runs.values())
+    return lines, None
+
+
+# A start's sections in report order, each with its payload key (None: a table the payload does not repeat).
+START_SECTIONS = (
+    ("pass_at_k", pass_at_k_section),
+    ("gaps", gap_section),
+    ("vs_start", vs_start_section),
+    ("entropy_ratio", bucket_and_entropy_section),
+    (None, best_checkpoint_section),
+    ("claims", verdict_section),
+    ("collapse_and_all_wrong", collapse_section),
+    (None, runs_section),
+)
+
+
+def start_report(protocol: ExactProtocol, out: Path, start: str) -> tuple[dict[str, Any], list[str]]:
+    """One start's markdown section and payload, from its cached runs (``START_SECTIONS`` in order)."""
+    path = out / start / "start_eval.json"
+    if not json_exists(path):
+        return {"start": start, "runs": 0}, [f"## Start `{start}`", "", "Not evaluated yet.", ""]
+    s = StartRuns.load(protocol, out, start, read_json(path))
+    lines = [
+        f"## Start `{start}`",
+        "",
+        f"Runs finished (seeds per method): {seeds_note(s.runs, list(protocol.methods))} of "
+        f"{len(protocol.seeds)} each. Start weights SHA-256 `{s.start_eval['sha256'][:16]}...`.",
+        "",
+    ]
+    payload: dict[str, Any] = {"start": start, "seeds": {m: [r["seed"] for r in s.runs[m]] for m in protocol.methods}}
+    for key, section in START_SECTIONS:
+        section_lines, value = section(s)
+        lines += section_lines
+        if key is not None:
+            payload[key] = value
+    payload["runs"] = sum(len(v) for v in s.runs.values())
     return payload, lines
 
 

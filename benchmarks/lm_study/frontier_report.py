@@ -6,6 +6,7 @@ Run it with ``python -m benchmarks.lm_study.frontier_protocol --report-only``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,27 +60,44 @@ def seeds_label(runs_by_arm: dict[tuple[str, float], list], method: str) -> str:
     return ", ".join(f"{lr:g}: {len(runs)}" for (m, lr), runs in runs_by_arm.items() if m == method)
 
 
-def start_section(protocol: FrontierProtocol, out: Path, reference: Path, start: str) -> tuple[dict, list[str]]:
-    path = reference / start / "start_eval.json"
-    if not json_exists(path):
-        return {"start": start, "complete": False}, [f"## Start `{start}`", "", "Not evaluated yet.", ""]
-    start_eval = read_json(path)
-    buckets = buckets_of(protocol)
-    start_p = probs_matrix([start_eval["test_p"]], buckets)
-    levels = protocol.pass1_levels(start)
-    lines = [
-        f"## Start `{start}`",
-        "",
-        (
-            f"Start: exact test Pass@1 {start_p.mean():.4f}. Pre-registered Pass@1 interval: "
-            f"[{levels[0]:.3f}, {levels[-1]:.3f}], {len(levels)} levels."
-        ),
-        "",
-    ]
-    payload: dict[str, Any] = {"start": start, "start_pass1": float(start_p.mean()), "levels": list(levels)}
+@dataclass(frozen=True)
+class FrontierStart:
+    """What every section of one start's report reads: its evaluation, its comparison runs per arm and their values
+    at the matched Pass@1 levels."""
 
-    # The grid and the choice (validation only).
-    lines += [
+    protocol: FrontierProtocol
+    out: Path
+    reference: Path
+    start: str
+    start_eval: dict[str, Any]
+    buckets: list[str]
+    start_p: np.ndarray
+    levels: Any
+    runs_by_arm: dict[tuple[str, float], list[dict[str, Any]]]
+    methods: list[str]  # those with a finished comparison run
+    values: dict[int, dict[tuple[str, float], np.ndarray]]  # k -> arm -> (seeds, levels, problems)
+
+    @classmethod
+    def load(
+        cls, protocol: FrontierProtocol, out: Path, reference: Path, start: str, start_eval: dict
+    ) -> FrontierStart:
+        buckets = buckets_of(protocol)
+        levels = protocol.pass1_levels(start)
+        named = arms(protocol, out, reference, start)
+        runs_by_arm = {arm: arm_runs(protocol, out, start, *arm) for arm in named}
+        methods = [m for m in protocol.methods() if any(runs for (am, _), runs in runs_by_arm.items() if am == m)]
+        values = {
+            k: {arm: arm_values(runs, start_eval, buckets, k, levels) for arm, runs in runs_by_arm.items() if runs}
+            for k in (protocol.primary_k, protocol.secondary_k)
+        }
+        start_p = probs_matrix([start_eval["test_p"]], buckets)
+        return cls(protocol, out, reference, start, start_eval, buckets, start_p, levels, runs_by_arm, methods, values)
+
+
+def grid_section(s: FrontierStart) -> tuple[list[str], dict[str, Any]]:
+    """The grid and the choice (validation only)."""
+    protocol = s.protocol
+    lines = [
         (
             "### Learning rate of the paper's and the authors' advantage (seed "
             f"{protocol.grid_seed}, final exact validation criterion)"
@@ -88,45 +106,40 @@ def start_section(protocol: FrontierProtocol, out: Path, reference: Path, start:
         "| method | " + " | ".join(f"{lr:g}" for lr in protocol.grid_rates) + " | chosen |",
         "|---|" + "---|" * (len(protocol.grid_rates) + 1),
     ]
-    payload["grid"] = {}
+    grid: dict[str, Any] = {}
     for method in protocol.ruled_methods:
-        scores = {lr: grid_score(protocol, out, reference, start, method, lr) for lr in protocol.grid_rates}
-        lr = chosen_lr(protocol, out, reference, start, method)
-        payload["grid"][method] = {"scores": {f"{r:g}": s for r, s in scores.items()}, "chosen": lr}
+        scores = {lr: grid_score(protocol, s.out, s.reference, s.start, method, lr) for lr in protocol.grid_rates}
+        lr = chosen_lr(protocol, s.out, s.reference, s.start, method)
+        grid[method] = {"scores": {f"{r:g}": score for r, score in scores.items()}, "chosen": lr}
         lines.append(
             f"| {METHOD_LABELS[method]} | "
-            + " | ".join("not finished" if s is None else f"{s:.4f}" for s in scores.values())
+            + " | ".join("not finished" if score is None else f"{score:.4f}" for score in scores.values())
             + f" | {'pending' if lr is None else f'{lr:g}'} |"
         )
     lines.append("")
+    return lines, grid
 
-    named = arms(protocol, out, reference, start)
-    runs_by_arm = {arm: arm_runs(protocol, out, start, *arm) for arm in named}
-    methods = [m for m in protocol.methods() if any(runs for (am, _), runs in runs_by_arm.items() if am == m)]
-    kwargs = {"resamples": protocol.bootstrap_resamples, "seed": protocol.bootstrap_seed}
-    values = {
-        k: {arm: arm_values(runs, start_eval, buckets, k, levels) for arm, runs in runs_by_arm.items() if runs}
-        for k in (protocol.primary_k, protocol.secondary_k)
-    }
 
-    # The frontier table: each method's envelope of seed means over its rates, per level.
-    payload["frontier"] = {}
-    if not methods:
-        lines += ["No comparison run has finished yet.", ""]
-    for k, by_arm in values.items():
-        if not methods:
-            break
+def frontier_section(s: FrontierStart) -> tuple[list[str], dict[int, Any]]:
+    """The frontier table: each method's envelope of seed means over its rates, per level."""
+    if not s.methods:
+        return ["No comparison run has finished yet.", ""], {}
+    lines: list[str] = []
+    frontier: dict[int, Any] = {}
+    for k, by_arm in s.values.items():
         lines += [
             (
                 f"### Frontier: exact test Pass@{k} at matched test Pass@1 (seed mean; a method's best rate per "
                 "level; '-': no rate of it reaches the level with every seed)"
             ),
             "",
-            "| Pass@1 | " + " | ".join(f"{METHOD_LABELS[m]} ({seeds_label(runs_by_arm, m)})" for m in methods) + " |",
-            "|---|" + "---|" * len(methods),
+            "| Pass@1 | "
+            + " | ".join(f"{METHOD_LABELS[m]} ({seeds_label(s.runs_by_arm, m)})" for m in s.methods)
+            + " |",
+            "|---|" + "---|" * len(s.methods),
         ]
         table = {}
-        for m in methods:
+        for m in s.methods:
             arm_means = [
                 np.where(arm_reaches(v), np.nan_to_num(v).mean(axis=(0, 2)), -np.inf)
                 for (am, _), v in by_arm.items()
@@ -134,52 +147,58 @@ def start_section(protocol: FrontierProtocol, out: Path, reference: Path, start:
             ]
             best = np.max(arm_means, axis=0)
             table[m] = [None if not np.isfinite(x) else float(x) for x in best]
-        for i, level in enumerate(levels):
+        for i, level in enumerate(s.levels):
             lines.append(
                 f"| {level:.3f} | "
-                + " | ".join("-" if table[m][i] is None else f"{table[m][i]:.4f}" for m in methods)
+                + " | ".join("-" if table[m][i] is None else f"{table[m][i]:.4f}" for m in s.methods)
                 + " |"
             )
-        payload["frontier"][k] = table
+        frontier[k] = table
         lines.append("")
+    return lines, frontier
 
-    # The verdicts.
-    rows = []
-    for variant in protocol.variants:
-        for k, role in ((protocol.primary_k, "primary"), (protocol.secondary_k, "secondary")):
-            var = [v for arm, v in values[k].items() if arm[0] == variant]
-            ref = [v for arm, v in values[k].items() if arm[0] == protocol.reference]
-            row: dict[str, Any] = {
-                "variant": variant,
-                "k": k,
-                "role": role,
-                "seeds": {
-                    f"{m} {lr:g}": len(r) for (m, lr), r in runs_by_arm.items() if m in (variant, protocol.reference)
-                },
-            }
-            if not var or not ref:
-                row["verdict"] = "pending: no finished run"
-                rows.append(row)
-                continue
-            diff = frontier_difference(var, ref, levels, **kwargs)
-            row["difference"] = diff.as_dict()
-            by_rule = margin_verdict(diff.low, diff.high, protocol.margin)
-            expected_arms = 2 if variant in dict(protocol.fixed_arms) else 1
-            counts = list(row["seeds"].values())
-            complete = len(counts) == expected_arms + len(dict(protocol.fixed_arms)[protocol.reference]) and all(
-                n == len(protocol.seeds) for n in counts
-            )
-            row["complete"] = complete
-            row["verdict"] = (
-                by_rule
-                if complete
-                else (
-                    f"interim ({min(counts)}-{max(counts)} of {len(protocol.seeds)} seeds per arm): {by_rule} so far"
-                )
-            )
-            rows.append(row)
-    payload["verdicts"] = rows
-    lines += [
+
+def verdict_row(s: FrontierStart, variant: str, k: int, role: str) -> dict[str, Any]:
+    """One variant's verdict at Pass@``k`` against the reference method, by the rule (interim on fewer seeds)."""
+    protocol = s.protocol
+    var = [v for arm, v in s.values[k].items() if arm[0] == variant]
+    ref = [v for arm, v in s.values[k].items() if arm[0] == protocol.reference]
+    row: dict[str, Any] = {
+        "variant": variant,
+        "k": k,
+        "role": role,
+        "seeds": {f"{m} {lr:g}": len(r) for (m, lr), r in s.runs_by_arm.items() if m in (variant, protocol.reference)},
+    }
+    if not var or not ref:
+        row["verdict"] = "pending: no finished run"
+        return row
+    kwargs = {"resamples": protocol.bootstrap_resamples, "seed": protocol.bootstrap_seed}
+    diff = frontier_difference(var, ref, s.levels, **kwargs)
+    row["difference"] = diff.as_dict()
+    by_rule = margin_verdict(diff.low, diff.high, protocol.margin)
+    expected_arms = 2 if variant in dict(protocol.fixed_arms) else 1
+    counts = list(row["seeds"].values())
+    complete = len(counts) == expected_arms + len(dict(protocol.fixed_arms)[protocol.reference]) and all(
+        n == len(protocol.seeds) for n in counts
+    )
+    row["complete"] = complete
+    row["verdict"] = (
+        by_rule
+        if complete
+        else (f"interim ({min(counts)}-{max(counts)} of {len(protocol.seeds)} seeds per arm): {by_rule} so far")
+    )
+    return row
+
+
+def verdict_section(s: FrontierStart) -> tuple[list[str], list[dict[str, Any]]]:
+    """The verdicts, per variant and k."""
+    protocol = s.protocol
+    rows = [
+        verdict_row(s, variant, k, role)
+        for variant in protocol.variants
+        for k, role in ((protocol.primary_k, "primary"), (protocol.secondary_k, "secondary"))
+    ]
+    lines = [
         (
             f"### Verdicts: variant minus {METHOD_LABELS[protocol.reference]}, mean over the matched Pass@1 levels "
             f"(margin ±{protocol.margin:g})"
@@ -198,38 +217,71 @@ def start_section(protocol: FrontierProtocol, out: Path, reference: Path, start:
             )
             continue
         used = d["levels"]
-        clipped = "" if len(used) == len(levels) else " (clipped)"
+        clipped = "" if len(used) == len(s.levels) else " (clipped)"
         lines.append(
             f"| {METHOD_LABELS[row['variant']]} | Pass@{row['k']} ({row['role']}) | {seeds} | "
             f"[{used[0]:.3f}, {used[-1]:.3f}]{clipped} | {d['estimate']:+.4f} [{d['low']:+.4f}, "
             f"{d['high']:+.4f}] | {row['verdict']} |"
         )
     lines.append("")
+    return lines, rows
 
-    # End points, descriptive.
-    ks = (1, protocol.primary_k, protocol.secondary_k)
-    lines += [
+
+def end_points_section(s: FrontierStart) -> tuple[list[str], dict[str, Any]]:
+    """End points, descriptive."""
+    ks = (1, s.protocol.primary_k, s.protocol.secondary_k)
+    lines = [
         "### End points (final weights; descriptive only): seed mean of exact test Pass@k",
         "",
         "| arm (seeds) | " + " | ".join(f"Pass@{k}" for k in ks) + " |",
         "|---|" + "---|" * len(ks),
-        "| start | " + " | ".join(f"{pass_at_k(start_p, k).mean():.4f}" for k in ks) + " |",
+        "| start | " + " | ".join(f"{pass_at_k(s.start_p, k).mean():.4f}" for k in ks) + " |",
     ]
-    payload["end_points"] = {}
-    for (m, lr), runs in runs_by_arm.items():
+    end_points: dict[str, Any] = {}
+    for (m, lr), runs in s.runs_by_arm.items():
         if not runs:
             continue
-        final = probs_matrix([r["checkpoints"][-1]["test_p"] for r in runs], buckets)
+        final = probs_matrix([r["checkpoints"][-1]["test_p"] for r in runs], s.buckets)
         cells = [float(pass_at_k(final, k).mean()) for k in ks]
-        payload["end_points"][f"{m} {lr:g}"] = dict(zip(ks, cells))
+        end_points[f"{m} {lr:g}"] = dict(zip(ks, cells))
         lines.append(f"| {METHOD_LABELS[m]} at {lr:g} ({len(runs)}) | " + " | ".join(f"{c:.4f}" for c in cells) + " |")
     lines.append("")
+    return lines, end_points
 
+
+# A start's sections in report order, each with its payload key.
+START_SECTIONS = (
+    ("grid", grid_section),
+    ("frontier", frontier_section),
+    ("verdicts", verdict_section),
+    ("end_points", end_points_section),
+)
+
+
+def start_section(protocol: FrontierProtocol, out: Path, reference: Path, start: str) -> tuple[dict, list[str]]:
+    """One start's markdown section and payload, from the cached runs (``START_SECTIONS`` in order)."""
+    path = reference / start / "start_eval.json"
+    if not json_exists(path):
+        return {"start": start, "complete": False}, [f"## Start `{start}`", "", "Not evaluated yet.", ""]
+    s = FrontierStart.load(protocol, out, reference, start, read_json(path))
+    lines = [
+        f"## Start `{start}`",
+        "",
+        (
+            f"Start: exact test Pass@1 {s.start_p.mean():.4f}. Pre-registered Pass@1 interval: "
+            f"[{s.levels[0]:.3f}, {s.levels[-1]:.3f}], {len(s.levels)} levels."
+        ),
+        "",
+    ]
+    payload: dict[str, Any] = {"start": start, "start_pass1": float(s.start_p.mean()), "levels": list(s.levels)}
+    for key, section in START_SECTIONS:
+        section_lines, payload[key] = section(s)
+        lines += section_lines
     payload["reached"] = {
-        k: {m: bool(method_reaches([v for (am, _), v in by_arm.items() if am == m]).all()) for m in methods}
-        for k, by_arm in values.items()
+        k: {m: bool(method_reaches([v for (am, _), v in by_arm.items() if am == m]).all()) for m in s.methods}
+        for k, by_arm in s.values.items()
     }
-    payload["complete"] = all(row.get("complete") for row in rows)
+    payload["complete"] = all(row.get("complete") for row in payload["verdicts"])
     payload["runs"] = [
         {
             "arm": f"{m} {lr:g}",
@@ -237,7 +289,7 @@ def start_section(protocol: FrontierProtocol, out: Path, reference: Path, start:
             "train_minutes": r["train_seconds"] / 60,
             "mean_load": r["load_average"]["mean"],
         }
-        for (m, lr), runs in runs_by_arm.items()
+        for (m, lr), runs in s.runs_by_arm.items()
         for r in runs
     ]
     return payload, lines

@@ -292,10 +292,20 @@ def _start_section(
     verdicts: dict[str, Any],
     methods: list[str],
 ) -> list[str]:
+    """One start's markdown: the start, the grid, the test tables, the best checkpoints and the verdict numbers."""
+    return [
+        *_start_table(protocol, start, sft, start_eval),
+        *_grid_table(protocol, start_eval, runs, by_method, methods),
+        *_test_tables(protocol, start_eval, by_method),
+        *_best_checkpoint_table(protocol, by_method),
+        *_verdict_tables(protocol, verdicts),
+    ]
+
+
+def _start_table(protocol: LongProtocol, start: str, sft: dict[str, Any], start_eval: dict[str, Any]) -> list[str]:
+    """Where the start comes from, and its validation and test figures per bucket."""
     cfg = protocol.lm
     top = f"pass@{cfg.eval_samples}"
-    track_top = f"pass@{protocol.track_samples}"
-    shown = [k for k in SHOWN_KS if k <= cfg.eval_samples]
     if start == "low":
         origin = f"the short protocol's SFT start ({sft['steps']} SFT steps)"
     else:
@@ -319,8 +329,20 @@ def _start_section(
             for b in (*BUCKETS, "all")
         ]
         lines.append(f"| {split} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _grid_table(
+    protocol: LongProtocol,
+    start_eval: dict[str, Any],
+    runs: dict[str, dict[str, Any]],
+    by_method: dict[str, list[dict[str, Any]]],
+    methods: list[str],
+) -> list[str]:
+    """The learning-rate grid and the chosen rate per method."""
+    cfg = protocol.lm
     chosen = {m: rs[0]["lr"] for m, rs in by_method.items() if rs}
-    lines += [
+    lines = [
         "",
         f"### The learning-rate grid (seed {cfg.grid_seed}; selection: {LONG_SELECTION_CRITERION})",
         "",
@@ -343,7 +365,17 @@ def _start_section(
                 f"{collapse_batch(r, start_eval, protocol, 'coverage') or '-'} | "
                 f"{collapse_batch(r, start_eval, protocol, 'entropy') or '-'} | {run_time(r)} |"
             )
-    lines += [
+    return lines
+
+
+def _test_tables(
+    protocol: LongProtocol, start_eval: dict[str, Any], by_method: dict[str, list[dict[str, Any]]]
+) -> list[str]:
+    """Test Pass@k at the chosen rate, in all and per bucket."""
+    cfg = protocol.lm
+    top = f"pass@{cfg.eval_samples}"
+    shown = [k for k in SHOWN_KS if k <= cfg.eval_samples]
+    lines = [
         "",
         "### Test at the chosen learning rate (mean ± std over seeds)",
         "",
@@ -372,23 +404,38 @@ def _start_section(
             f"{_fmt([r['test'][b]['pass@1'] for r in rs])} | {_fmt([r['test'][b][top] for r in rs])}" for b in BUCKETS
         ]
         lines.append(f"| {METHOD_LABELS[m]} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _best_checkpoint_table(protocol: LongProtocol, by_method: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The best validation checkpoint, where it is not the last."""
+    cfg = protocol.lm
+    top = f"pass@{cfg.eval_samples}"
     best_rows = [(m, r) for m, rs in by_method.items() for r in rs if "best_val_test" in r]
-    if best_rows:
-        lines += [
-            "",
-            "### The best validation checkpoint, where it is not the last",
-            "",
-            f"| method | seed | best at batch | test Pass@1 (best / last) | test Pass@{cfg.eval_samples} "
-            "(best / last) |",
-            "|---|---|---|---|---|",
-        ]
-        for m, r in best_rows:
-            lines.append(
-                f"| {METHOD_LABELS[m]} | {r['seed']} | {r['best_val_generation_batch']} | "
-                f"{r['best_val_test']['all']['pass@1']:.3f} / {r['test']['all']['pass@1']:.3f} | "
-                f"{r['best_val_test']['all'][top]:.3f} / {r['test']['all'][top]:.3f} |"
-            )
-    lines += [
+    if not best_rows:
+        return []
+    lines = [
+        "",
+        "### The best validation checkpoint, where it is not the last",
+        "",
+        f"| method | seed | best at batch | test Pass@1 (best / last) | test Pass@{cfg.eval_samples} (best / last) |",
+        "|---|---|---|---|---|",
+    ]
+    for m, r in best_rows:
+        lines.append(
+            f"| {METHOD_LABELS[m]} | {r['seed']} | {r['best_val_generation_batch']} | "
+            f"{r['best_val_test']['all']['pass@1']:.3f} / {r['test']['all']['pass@1']:.3f} | "
+            f"{r['best_val_test']['all'][top]:.3f} / {r['test']['all'][top]:.3f} |"
+        )
+    return lines
+
+
+def _verdict_tables(protocol: LongProtocol, verdicts: dict[str, Any]) -> list[str]:
+    """The verdict numbers: entropy and collapses, and, with two methods, the gap, the solved sets and the figures at
+    equal Pass@1."""
+    cfg = protocol.lm
+    track_top = f"pass@{protocol.track_samples}"
+    lines = [
         "",
         "### Verdict numbers",
         "",

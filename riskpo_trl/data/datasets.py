@@ -15,8 +15,9 @@ Use :func:`load_train_dataset` for training sets, :func:`load_benchmark` for eva
 tests, the bundled ``examples/data/tiny_arithmetic.jsonl``). :func:`adapt_dataset` maps an already loaded dataset.
 
 The code and multi-modal tracks have rows of another shape (``prompt`` + ``tests``; ``prompt`` + ``images`` +
-``solution``), made by their own loaders in :mod:`riskpo_trl.code.data` and :mod:`riskpo_trl.multimodal`. They sit in
-the same registries as :class:`LoaderSpec` entries, so every dataset is picked by name the same way.
+``solution``), made by their own loaders. :mod:`riskpo_trl.tracks`, on the floor above, adds them to the same
+registries as :class:`LoaderSpec` entries, so every dataset is picked by name the same way and this module never
+imports a track.
 
 The column names of each source were looked up in public code that loads it (the reference is next to each spec),
 not guessed; a dataset without the expected columns fails with an error naming the column.
@@ -37,7 +38,7 @@ from ..rewards.grading import last_boxed
 from .columns import answer_text, gsm8k_answer, map_training_columns
 from .local_files import load_local_files
 from .prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
-from .user_datasets import HUB, check_prompt_template_unset, load_user_dataset, user_dataset_kind
+from .user_datasets import HUB, check_prompt_template_unset, load_user_dataset, tracks_hint, user_dataset_kind
 
 logger = logging.getLogger(__name__)
 
@@ -125,24 +126,16 @@ class LoaderSpec:
     kind: str  # how its completions are graded: "code" (tests in the sandbox), "geometry" (the math verifier)
 
 
-# The track loaders are imported on use: the multi-modal package pulls in torch and the VLM classes.
-def _archer_code(split: str, data_files: str | Sequence[str] | None) -> Dataset:
-    from ..code.data import load_archer_code
-
-    return load_archer_code(split, data_files=data_files)
-
-
-def _geometry3k(split: str, data_files: str | Sequence[str] | None) -> Dataset:
-    from ..multimodal.geometry3k import load_geometry3k
-
-    return load_geometry3k(split, data_files=data_files)
+def add_dataset(registry: Registry[DatasetSpec | LoaderSpec], name: str, spec: DatasetSpec | LoaderSpec) -> None:
+    """Register ``spec`` as ``name`` in ``registry``, helped by where it lives."""
+    registry.add(name, spec, help=f"{spec.hub_id}, {spec.split} split")
 
 
 def _registry(field: str, specs: dict[str, DatasetSpec | LoaderSpec]) -> Registry[DatasetSpec | LoaderSpec]:
-    """A registry of ``specs``, each helped by where it lives; more entries: ``registry.add(name, spec, help=...)``."""
+    """A registry of ``specs``; more entries: :func:`add_dataset`."""
     registry: Registry[DatasetSpec | LoaderSpec] = Registry(field)
     for name, spec in specs.items():
-        registry.add(name, spec, help=f"{spec.hub_id}, {spec.split} split")
+        add_dataset(registry, name, spec)
     return registry
 
 
@@ -174,10 +167,6 @@ TRAIN_DATASETS = _registry(
         "gsm8k": DatasetSpec(
             "openai/gsm8k", "train", "question", "answer", get_answer=gsm8k_answer, config_name="main"
         ),
-        # Code track: ArcherCodeR's training file (Archer-6K), rows prompt + tests (riskpo_trl.code.data).
-        "archer_code": LoaderSpec("wizardII/ArcherCodeR-Dataset", "train", _archer_code, kind="code"),
-        # Multi-modal track: Geometry3K, rows prompt + images + solution (riskpo_trl.multimodal.geometry3k).
-        "geometry3k": LoaderSpec("hiyouga/geometry3k", "train", _geometry3k, kind="geometry"),
     },
 )
 
@@ -213,10 +202,6 @@ BENCHMARKS = _registry(
         "gsm8k": DatasetSpec(
             "openai/gsm8k", "test", "question", "answer", get_answer=gsm8k_answer, config_name="main"
         ),
-        # LiveCodeBench v5 as ArcherCodeR ships it (test/livecodebench_v5.json): plain-JSON test cases, so nothing has to
-        # be unpickled (the full release's compressed private tests need riskpo_trl.code.data.load_livecodebench).
-        "livecodebench_v5": LoaderSpec("wizardII/ArcherCodeR-Dataset", "test", _archer_code, kind="code"),
-        "geometry3k_test": LoaderSpec("hiyouga/geometry3k", "test", _geometry3k, kind="geometry"),
     },
 )
 
@@ -324,7 +309,7 @@ def _load_spec(
 def _lookup(
     registry: Registry[DatasetSpec | LoaderSpec], name: str, extra: Sequence[str] = ()
 ) -> DatasetSpec | LoaderSpec:
-    registry.check_all([name], also=extra)
+    registry.check_all([name], also=extra, otherwise=tracks_hint())
     return registry[name]
 
 

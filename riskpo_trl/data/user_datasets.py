@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
-from ..registry import closest_name
+from ..registry import closest_name, unimported_hint
 from .local_files import check_data_files, folder_data_files, folder_format
 from .prompts import DEFAULT_PROMPT_TEMPLATE
 
@@ -25,6 +25,12 @@ FILE_FORMATS = ("json", "csv", "parquet")
 
 # What each kind of name is, for messages and the model card.
 HUB, DIRECTORY, FILES = "hub", "directory", "files"
+
+
+def tracks_hint() -> str:
+    """Said with an unknown dataset name until :mod:`riskpo_trl.tracks` (which this layer never imports) adds the
+    other tracks' datasets."""
+    return unimported_hint("riskpo_trl.tracks", "the code and geometry tracks")
 
 
 def user_dataset_kind(name: str, data_files: str | Sequence[str] | None, registered: Sequence[str]) -> str:
@@ -53,7 +59,7 @@ def user_dataset_kind(name: str, data_files: str | Sequence[str] | None, registe
         raise ValueError(
             f"dataset_name={name!r} is unknown{closest_name(name, choices)}: give a registered dataset "
             f"({', '.join(registered)}), a Hub id (namespace/name), a local dataset directory, or one of "
-            f"{list(FILE_FORMATS)} with dataset_files."
+            f"{list(FILE_FORMATS)} with dataset_files{tracks_hint()}."
         )
     try:
         validate_repo_id(name)

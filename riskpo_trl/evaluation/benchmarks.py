@@ -10,10 +10,10 @@ from typing import Any
 
 from datasets import Dataset
 
-from ..data import BENCHMARKS, load_benchmark
 from ..data.columns import check_columns_exist, gold_answer
 from ..data.local_files import check_data_files
 from ..data.prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS, make_prompt
+from ..tracks import BENCHMARKS, load_benchmark
 from .config import EvalConfig
 
 

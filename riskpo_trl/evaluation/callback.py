@@ -146,7 +146,7 @@ def add_pass_at_k_callback(trainer, settings: TrainingPassAtK, prompt_template: 
     ``max_completion_length`` unless ``settings.max_new_tokens`` says otherwise."""
     from datasets import concatenate_datasets
 
-    from ..data import load_benchmark
+    from ..tracks import load_benchmark
 
     template = {} if prompt_template is None else {"prompt_template": prompt_template}
     parts = []

@@ -267,7 +267,7 @@ class TrainingPassAtK:
         return settings
 
     def _check(self) -> None:
-        from ..data import BENCHMARKS
+        from ..tracks import BENCHMARKS
 
         for entry in self.benchmarks:
             name = entry.partition("=")[0]

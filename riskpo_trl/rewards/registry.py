@@ -1,7 +1,8 @@
 """Verifiable math rewards for RiskPO / GRPO training, and a registry to pick them by name from a config.
 
-The registry also names the other tracks' rewards: ``geometry_accuracy`` (Geometry3K) and ``code``, which is built
-from its recipe's ``code_sandbox:`` settings (:data:`REWARD_BUILDERS`).
+The registry also names the multi-modal track's reward, ``geometry_accuracy`` (Geometry3K). The code track's ``code``
+reward, built from its recipe's ``code_sandbox:`` settings, is added to :data:`REWARD_BUILDERS` by
+:mod:`riskpo_trl.tracks`, so this layer never imports the sandbox.
 
 Why not just ``trl.rewards.accuracy_reward``? TRL's reward (which we also register, as ``trl_accuracy``) only reads
 LaTeX answers (``\\boxed{}`` or ``$...$``) and lets math-verify match *any* expression of the completion. The paper's
@@ -24,7 +25,7 @@ from typing import Any
 
 from trl.rewards import accuracy_reward, think_format_reward
 
-from ..registry import Registry
+from ..registry import Registry, unimported_hint
 from .completions import completion_text
 from .grading import final_answer_preview, last_boxed, verify_answer
 from .verl_graders import DAPO_ANSWER, GRADERS_BY_SOURCE, GSM8K_STRICT, MATH_EQUIV, Grader, grader_for_source
@@ -148,17 +149,9 @@ REWARD_FUNCS.add("verl_math_dapo", verl_math_dapo_reward)
 REWARD_FUNCS.add("verl_by_source", verl_by_source_reward)
 
 
-def _code_reward(settings: Mapping[str, Any] | None) -> RewardFunc:
-    """Code track: runs the completion's last ```python block on the row's `tests` in the sandbox. The sandbox is
-    imported here, on use, so a math-only run never loads it."""
-    from ..code.reward import code_reward_from_settings
-
-    return code_reward_from_settings(settings)
-
-
 # Rewards built from settings (a block of the recipe, e.g. ``code_sandbox:``): name -> builder(settings) -> reward.
+# riskpo_trl.tracks adds the code track's "code"; this layer never imports a track.
 REWARD_BUILDERS: Registry[Callable[[Mapping[str, Any] | None], RewardFunc]] = Registry("reward_funcs")
-REWARD_BUILDERS.add("code", _code_reward)
 
 # TRL's names for the rewards registered above under ours, offered when one of them is given.
 TRL_REWARD_NAMES = {"accuracy_reward": "trl_accuracy", "think_format_reward": "think_format"}
@@ -176,7 +169,9 @@ def get_reward_funcs(
         names = [names]
     if not names:
         raise ValueError(f"No reward function given; choose from {sorted([*REWARD_FUNCS, *REWARD_BUILDERS])}.")
-    REWARD_FUNCS.check_all(names, also=REWARD_BUILDERS)
+    REWARD_FUNCS.check_all(
+        names, also=REWARD_BUILDERS, otherwise=unimported_hint("riskpo_trl.tracks", "the code reward")
+    )
     settings = settings or {}
     stray = [name for name in settings if name not in REWARD_BUILDERS]
     if stray:

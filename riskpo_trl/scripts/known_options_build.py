@@ -56,7 +56,7 @@ def generate() -> tuple[dict[str, str], dict[str, tuple[str, list]], dict[str, l
     :func:`layout_defaults`."""
     import dataclasses
 
-    from ..rewards import REWARD_BUILDERS, REWARD_FUNCS
+    from ..tracks import REWARD_BUILDERS, REWARD_FUNCS
     from ..trainer.registry import TRAINERS, get_trainer_classes
     from .train import RiskPOScriptArguments, make_parser
 

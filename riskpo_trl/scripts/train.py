@@ -161,7 +161,7 @@ class RiskPOScriptArguments:
     )
 
     def __post_init__(self):
-        from ..data import BENCHMARKS
+        from ..tracks import BENCHMARKS
 
         # Fail at start-up, before any model or dataset is loaded, on names that do not exist.
         check_trainer_name(self.trainer)
@@ -198,7 +198,7 @@ class RiskPOScriptArguments:
     def dataset_kind(self) -> str:
         """``"registered"`` for an adapted dataset, else how the dataset is read as it is (``"hub"``, ``"directory"``,
         ``"files"``; riskpo_trl.data.user_datasets). Raises on a name that fits none."""
-        from ..data import TRAIN_DATASETS, TRAIN_MIXTURES
+        from ..tracks import TRAIN_DATASETS, TRAIN_MIXTURES
 
         if self.dataset_name in TRAIN_DATASETS or self.dataset_name in TRAIN_MIXTURES:
             if self.dataset_config is not None:
@@ -224,7 +224,7 @@ class RiskPOScriptArguments:
     @functools.cached_property
     def reward_functions(self) -> list:
         """The reward functions the trainer gets, built from ``reward_funcs`` and ``reward_settings``."""
-        from ..rewards import get_reward_funcs
+        from ..tracks import get_reward_funcs
 
         return get_reward_funcs(self.reward_funcs, self.reward_settings)
 
@@ -528,8 +528,8 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     from accelerate import PartialState
     from trl import get_peft_config, get_quantization_config
 
-    from ..data import load_benchmark, load_train_dataset
     from ..tiny_model import warn_if_tiny_random_model
+    from ..tracks import load_benchmark, load_train_dataset
     from ..trainer.checks import check_model_path
     from .console import use_compact_log
 
@@ -647,7 +647,7 @@ def check_tiny_model_path(script_args: RiskPOScriptArguments, model_path: str | 
 
 def hub_datasets(script_args: RiskPOScriptArguments) -> list[str]:
     """Hub ids of the datasets the run really downloaded: none when it read ``dataset_files`` or a local directory."""
-    from ..data import TRAIN_DATASETS, TRAIN_MIXTURES
+    from ..tracks import TRAIN_DATASETS, TRAIN_MIXTURES
 
     if script_args.dataset_files or script_args.dataset_kind == "directory":
         return []
