@@ -154,6 +154,11 @@ def main(argv: list[str] | None = None) -> dict:
             for label, (argv, code) in TRAIN_COMMANDS.items()
         }
         timings = {label: time_command(command, args.runs, code) for label, (command, code) in commands.items()}
+        # The answers name the temporary folder: shown as FIXTURES, so the results name no path of this machine.
+        timings = {
+            label: (times, cpu, answer.replace(fixtures, "FIXTURES"))
+            for label, (times, cpu, answer) in timings.items()
+        }
     for label, (times, cpu, answer) in timings.items():
         rows.append(
             {

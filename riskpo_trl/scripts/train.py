@@ -339,7 +339,7 @@ RiskPOConfig = trl.GRPOConfig + risk_alpha, risk_beta, risk_omega, bundle_size, 
 # What RiskPOConfig resolves advantage_baseline to when unset (a test checks it against the config).
 DEFAULT_ADVANTAGE_BASELINE = "loo"
 # benchmarks/cli_startup.py's medians for --help-all, with their load (benchmarks/results/cli_startup.md).
-HELP_ALL_TIME = "9 s of CPU time (16 s on 2 cores at load 3-5)"
+HELP_ALL_TIME = "11 s of CPU time (77 s on 2 shared cores at load 5-8)"
 
 
 def reward_funcs_help() -> str:
