@@ -381,6 +381,21 @@ def print_short_help() -> None:
     parser.print_help()
 
 
+def print_help_all_without_recipe(argv: Sequence[str]) -> None:
+    """``--help-all`` without ``--config``: print it from the generated list and exit, before torch and TRL load. With
+    a recipe (whose values become the defaults shown), or at other library versions, the full parser prints it."""
+    from .known_options import help_all_parser
+
+    if _option_value(argv, "config") is not None:
+        return
+    trainer = _option_value(argv, "trainer") or DEFAULT_TRAINER
+    check_trainer_name(trainer)
+    parser = help_all_parser(trainer)
+    if parser is not None:
+        parser.print_help()
+        raise SystemExit(0)
+
+
 def parse_args(argv: Sequence[str] | None = None):
     """``(script_args, training_args, model_args)`` from ``--config`` and the command line.
 
@@ -393,6 +408,7 @@ def parse_args(argv: Sequence[str] | None = None):
         print_short_help()
         raise SystemExit(0)
     if "--help-all" in argv:
+        print_help_all_without_recipe(argv)
         argv = [token if token != "--help-all" else "--help" for token in argv]
     from .run_data import recipe_for_command_line
 
@@ -423,6 +439,11 @@ def parse_args(argv: Sequence[str] | None = None):
         raise ValueError(f"{where}: {error}") from error
 
 
+# Fields a config resolves from the machine it runs on (an accelerator, the log level): their help says how, and
+# --help-all, which may be printed from a list generated elsewhere, shows no value for them.
+MACHINE_RESOLVED = ("bf16", "disable_tqdm")
+
+
 def show_resolved_defaults(parser, config_class: type, recipe: dict[str, Any]) -> None:
     """For ``--help-all``: each option whose default is None and that the config resolves at start-up
     (``advantage_baseline``, ``steps_per_generation``, ``bf16``, ...) shows the value a config built from the recipe
@@ -436,7 +457,11 @@ def show_resolved_defaults(parser, config_class: type, recipe: dict[str, Any]) -
         return
     for action in parser._actions:
         value = getattr(config, action.dest, None) if action.dest in fields else None
-        if action.default is None and isinstance(value, (str, int, float, bool)):
+        if (
+            action.default is None
+            and isinstance(value, (str, int, float, bool))
+            and action.dest not in MACHINE_RESOLVED
+        ):
             action.resolved_default = value
 
 
