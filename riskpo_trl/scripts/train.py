@@ -331,15 +331,15 @@ RiskPOConfig = trl.GRPOConfig + risk_alpha, risk_beta, risk_omega, bundle_size, 
   --advantage_baseline   RiskPO's baseline: {DEFAULT_ADVANTAGE_BASELINE} (the default) or none (the paper exactly)
   --output_dir           where checkpoints, the model and its card go; a run there resumes
   --max_steps, --learning_rate, --num_generations, --bundle_size, --risk_alpha, --risk_beta
-`riskpo-train --help-all [--trainer NAME]` lists them all with their defaults; it loads transformers and TRL,
-{HELP_ALL_TIME}.
+`riskpo-train --help-all [--trainer NAME]` lists them all with their defaults, at once; with --config, with the
+recipe's, after loading transformers and TRL ({HELP_ALL_TIME}).
 """
 
 
 # What RiskPOConfig resolves advantage_baseline to when unset (a test checks it against the config).
 DEFAULT_ADVANTAGE_BASELINE = "loo"
-# benchmarks/cli_startup.py's medians for --help-all, with their load (benchmarks/results/cli_startup.md).
-HELP_ALL_TIME = "11 s of CPU time (77 s on 2 shared cores at load 5-8)"
+# benchmarks/cli_startup.py's medians for --help-all --config, with their load (benchmarks/results/cli_startup.md).
+HELP_ALL_TIME = "11 s of CPU time, 31 s on 2 shared cores at load 7-11"
 
 
 def reward_funcs_help() -> str:
