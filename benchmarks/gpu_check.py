@@ -54,7 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.pair_design import log_ratio_spread, pairs_needed
+from benchmarks.pair_design import describe_interval, log_ratio_spread, pairs_needed
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_DISABLED", "true")
@@ -783,12 +783,6 @@ def describe_training(r: dict[str, Any]) -> str:
         f"resumed steps 3-4 {'differ: ' + ', '.join(differing) if differing else 'identical'}; largest weight "
         f"difference after step 4: {r['largest_weight_difference_after_step_4']:.2g}"
     )
-
-
-def describe_interval(measure: dict[str, Any]) -> str:
-    if "low" not in measure or math.isnan(measure["low"]):
-        return "n/a"
-    return f"{measure['ratio']:.3f} ({measure['low']:.3f}-{measure['high']:.3f})"
 
 
 def yes_no(flag: bool | None) -> str:

@@ -14,6 +14,12 @@ the public seams only: each run times the interval from its reward function's re
 work after scoring, the same in both trainers, plus RiskPO's advantage step); RiskPO's share is the difference of
 the two trainers' medians.
 
+For a ratio that resolves small differences, ``--fixed-length`` makes every completion exactly
+``--max-completion-length`` tokens long, so every run does the same work; each step's optimisation phase (from the
+batch observer to the step's end: loss, backward, optimizer step) is timed on its own as well; each measure gets the
+geometric mean of its pair ratios with a 95% interval; and ``--size-after N`` runs only as many pairs as the first N
+pairs' spread needs for a ±2% interval (``benchmarks.pair_design``), at most ``--pairs``.
+
 On a GPU, ``--in-process`` runs the trainers one after another in this process instead (it saves an interpreter and
 the imports per run, which matters when device time is short): each run's peak is then
 ``torch.cuda.max_memory_allocated`` minus what was allocated when it began, and RSS is left out. ``--deadline``
@@ -37,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.pair_design import log_ratio_spread, pairs_needed, ratio_interval
+from benchmarks.pair_design import describe_interval, log_ratio_spread, pairs_needed, ratio_interval
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_DISABLED", "true")
@@ -252,6 +258,38 @@ def run_in_subprocess(args: argparse.Namespace, trainer: str, model: str, output
     return json.loads(Path(out_json).read_text())
 
 
+def run_pairs(args: argparse.Namespace, model: str, tmp: str) -> tuple[list, list, str | None, dict | None]:
+    """The runs in ABBA order until the pairs are done, the pilot pairs' sizing says enough, or the deadline nears:
+    the runs, their seconds, why they stopped early and the sizing (None where neither applied)."""
+    runs, run_seconds, stopped, sizing = [], [], None, None
+    wanted = args.pairs
+    on_cuda = args.device.startswith("cuda")
+    run_one = run_in_process if args.in_process else run_in_subprocess
+    for index, trainer in enumerate(abba_order(args.pairs)):
+        if index % 2 == 0 and args.size_after and index // 2 == args.size_after:
+            sizing = size_from_pilot(runs, args.pairs)
+            wanted = sizing["pairs_wanted"]
+            print(f"[overhead] {sizing['note']}", flush=True)
+        if index // 2 >= wanted:
+            break
+        if index % 2 == 0 and run_seconds and args.deadline is not None:
+            if time.time() + 2 * max(run_seconds) > args.deadline:
+                stopped = f"stopped after {index // 2} of {args.pairs} pairs: the next pair would pass the deadline"
+                print(f"[overhead] {stopped}", flush=True)
+                break
+        started = time.time()
+        runs.append(run_one(args, trainer, model, os.path.join(tmp, f"run{index}")))
+        run_seconds.append(time.time() - started)
+        print(
+            f"[overhead] run {index + 1}/{2 * args.pairs} {trainer}: median step "
+            f"{1e3 * runs[-1]['median_step_s']:.1f} ms wall, {1e3 * runs[-1]['median_step_cpu_s']:.1f} ms CPU, "
+            f"peak RSS {runs[-1]['peak_rss_mib']:.0f} MiB"
+            + (f", peak CUDA {runs[-1]['peak_cuda_allocated_mib']:.0f} MiB" if on_cuda else ""),
+            flush=True,
+        )
+    return runs, run_seconds, stopped, sizing
+
+
 def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
     from benchmarks._common import machine_info, write_results
 
@@ -262,34 +300,7 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
 
             model = os.path.join(tmp, "tiny-model")
             build_tiny_model(model)
-        runs, run_seconds, stopped, sizing = [], [], None, None
-        wanted = args.pairs
-        on_cuda = args.device.startswith("cuda")
-        run_one = run_in_process if args.in_process else run_in_subprocess
-        for index, trainer in enumerate(abba_order(args.pairs)):
-            if index % 2 == 0 and args.size_after and index // 2 == args.size_after:
-                sizing = size_from_pilot(runs, args.pairs)
-                wanted = sizing["pairs_wanted"]
-                print(f"[overhead] {sizing['note']}", flush=True)
-            if index // 2 >= wanted:
-                break
-            if index % 2 == 0 and run_seconds and args.deadline is not None:
-                if time.time() + 2 * max(run_seconds) > args.deadline:
-                    stopped = (
-                        f"stopped after {index // 2} of {args.pairs} pairs: the next pair would pass the deadline"
-                    )
-                    print(f"[overhead] {stopped}", flush=True)
-                    break
-            started = time.time()
-            runs.append(run_one(args, trainer, model, os.path.join(tmp, f"run{index}")))
-            run_seconds.append(time.time() - started)
-            print(
-                f"[overhead] run {index + 1}/{2 * args.pairs} {trainer}: median step "
-                f"{1e3 * runs[-1]['median_step_s']:.1f} ms wall, {1e3 * runs[-1]['median_step_cpu_s']:.1f} ms CPU, "
-                f"peak RSS {runs[-1]['peak_rss_mib']:.0f} MiB"
-                + (f", peak CUDA {runs[-1]['peak_cuda_allocated_mib']:.0f} MiB" if on_cuda else ""),
-                flush=True,
-            )
+        runs, run_seconds, stopped, sizing = run_pairs(args, model, tmp)
 
     summary = {
         "step_time_s": ratio_summary(runs, "median_step_s"),
@@ -401,12 +412,6 @@ def size_from_pilot(runs: list[dict[str, Any]], most: int) -> dict[str, Any]:
         "pairs_wanted": wanted,
         "note": f"the {len(runs) // 2} pilot pairs' spread needs {needed} pairs for ±2%; running {wanted}",
     }
-
-
-def describe_interval(interval: dict[str, Any]) -> str:
-    if interval["pairs"] < 2:
-        return "n/a (one pair)"
-    return f"{interval['ratio']:.3f} ({interval['low']:.3f}-{interval['high']:.3f})"
 
 
 def forwarded_flags(args: argparse.Namespace) -> list[str]:

@@ -68,3 +68,10 @@ def pairs_needed(spread: float, half_width: float = TARGET_HALF_WIDTH, at_least:
     while t_quantile_975(n - 1) * spread / math.sqrt(n) >= limit:
         n += 1
     return n
+
+
+def describe_interval(interval: dict) -> str:
+    """``"ratio (low-high)"`` for a report, or ``"n/a"`` where there is no interval (fewer than two pairs)."""
+    if not interval or math.isnan(interval.get("low", math.nan)):
+        return "n/a"
+    return f"{interval['ratio']:.3f} ({interval['low']:.3f}-{interval['high']:.3f})"

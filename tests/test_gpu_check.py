@@ -275,3 +275,34 @@ def test_the_gpu_budget_and_the_machines_start_fit_in_twelve_minutes():
     # Start and install as measured on 2026-11-27 (45 s and 10 s), doubled for DeepSpeed's wheel and a margin.
     assert gpu_check.BUDGET_S["gpu"] + 2 * (45 + 10) < 12 * 60
     assert sum(gpu_check.PART_MINIMUM_S.values()) < gpu_check.BUDGET_S["gpu"]
+
+
+def test_the_pilot_pairs_spread_sizes_the_rest_and_a_wider_spread_runs_more(monkeypatch, tmp_path):
+    def fake_runs(riskpo_steps):
+        steps = iter(riskpo_steps)
+
+        def run(args, trainer, model, output_dir):
+            step = 1.0 if trainer == "grpo" else next(steps)
+            return {
+                "trainer": trainer,
+                "median_step_s": step,
+                "median_optimisation_s": step,
+                "median_step_cpu_s": 1.0,
+                "peak_rss_mib": 1.0,
+            }
+
+        return run
+
+    def pairs_run(riskpo_steps):
+        monkeypatch.setattr(overhead, "run_in_process", fake_runs(riskpo_steps))
+        args = overhead.parse_args(["--in-process", "--pairs", "40", "--size-after", "2"])
+        runs, _, stopped, sizing = overhead.run_pairs(args, "model", str(tmp_path))
+        assert stopped is None and sizing["pilot_pairs"] == 2
+        assert len(runs) // 2 == sizing["pairs_wanted"] == min(40, sizing["pairs_needed"])
+        return sizing
+
+    narrow = pairs_run([1.010, 1.012] + [1.011] * 80)
+    wide = pairs_run([1.00, 1.06] + [1.03] * 80)
+    assert narrow["pairs_needed"] == pair_design.pairs_needed(max(narrow["pilot_spreads"].values())) == 3
+    assert wide["pairs_needed"] == pair_design.pairs_needed(math.log(1.06) / math.sqrt(2)) > 10
+    assert wide["pairs_wanted"] > narrow["pairs_wanted"]

@@ -48,3 +48,11 @@ def test_one_pair_has_no_interval_and_bad_sizes_are_refused():
         pair_design.log_ratio_spread([1.0])
     with pytest.raises(ValueError, match="half_width > 0"):
         pair_design.pairs_needed(0.01, half_width=0)
+
+
+def test_a_report_shows_the_interval_or_says_there_is_none():
+    interval = pair_design.ratio_interval([1.0, 1.1, 1.2])
+    text = pair_design.describe_interval(interval)
+    assert text == f"{interval['ratio']:.3f} ({interval['low']:.3f}-{interval['high']:.3f})"
+    assert pair_design.describe_interval(pair_design.ratio_interval([1.0])) == "n/a"
+    assert pair_design.describe_interval({}) == "n/a"
