@@ -75,8 +75,8 @@ def help_all_parser(trainer: str) -> argparse.ArgumentParser | None:
     if installed_versions() != data.VERSIONS or trainer not in data.HELP_ALL["options"]:
         return None
     parser = argparse.ArgumentParser()
-    texts = data.HELP_ALL["texts"]
-    for flags, dest, nargs, metavar, choices, text in data.HELP_ALL["options"][trainer]:
+    texts, rows = data.HELP_ALL["texts"], data.HELP_ALL["rows"]
+    for flags, dest, nargs, metavar, choices, text in (rows[index] for index in data.HELP_ALL["options"][trainer]):
         shown = {"dest": dest, "help": texts[text].replace("%", "%%") or None}
         if nargs == 0:
             parser.add_argument(*flags, action="store_const", const=None, **shown)

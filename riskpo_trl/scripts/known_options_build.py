@@ -50,12 +50,12 @@ def layout_defaults(config_class: type) -> dict:
     return defaults
 
 
-def help_rows(parser: argparse.ArgumentParser, texts: list[str]) -> list[tuple]:
-    """``--help-all``'s options as the full parser shows them without a recipe: (flags, dest, nargs, metavar, choices,
-    index of the help text in ``texts``), each help text with its default (or the default the config resolves) and a
-    registry's entries written out."""
+def help_rows(parser: argparse.ArgumentParser, texts: list[str], rows: list[tuple]) -> list[int]:
+    """``--help-all``'s options as the full parser shows them without a recipe, as indexes into ``rows``: each row is
+    (flags, dest, nargs, metavar, choices, index of the help text in ``texts``), the help text with its default (or
+    the default the config resolves) and a registry's entries written out. What the trainers share is kept once."""
     formatter = parser._get_formatter()
-    rows = []
+    used = []
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction):
             continue
@@ -63,10 +63,11 @@ def help_rows(parser: argparse.ArgumentParser, texts: list[str]) -> list[tuple]:
         if text not in texts:
             texts.append(text)
         choices = None if action.choices is None else [str(getattr(c, "value", c)) for c in action.choices]
-        rows.append(
-            (list(action.option_strings), action.dest, action.nargs, action.metavar, choices, texts.index(text))
-        )
-    return rows
+        row = (list(action.option_strings), action.dest, action.nargs, action.metavar, choices, texts.index(text))
+        if row not in rows:
+            rows.append(row)
+        used.append(rows.index(row))
+    return used
 
 
 def generate() -> tuple[dict[str, str], dict[str, tuple[str, list]], dict[str, list[str]], dict[str, dict], dict]:
@@ -80,7 +81,7 @@ def generate() -> tuple[dict[str, str], dict[str, tuple[str, list]], dict[str, l
     from .train import RiskPOScriptArguments, make_parser, show_resolved_defaults
 
     script_fields = {field.name for field in dataclasses.fields(RiskPOScriptArguments)}
-    options, layout, texts, help_options = {}, {}, [], {}
+    options, layout, texts, help_table, help_options = {}, {}, [], [], {}
     for trainer in TRAINERS:
         config_class, _ = get_trainer_classes(trainer)
         rows = []
@@ -97,9 +98,9 @@ def generate() -> tuple[dict[str, str], dict[str, tuple[str, list]], dict[str, l
         layout[trainer] = layout_defaults(config_class)
         full = make_parser(config_class)
         show_resolved_defaults(full, config_class, {})
-        help_options[trainer] = help_rows(full, texts)
+        help_options[trainer] = help_rows(full, texts, help_table)
     rewards = {"functions": list(REWARD_FUNCS), "builders": list(REWARD_BUILDERS)}
-    return installed_versions(), options, rewards, layout, {"texts": texts, "options": help_options}
+    return installed_versions(), options, rewards, layout, {"texts": texts, "rows": help_table, "options": help_options}
 
 
 def render(
