@@ -100,7 +100,8 @@ def generate() -> tuple[dict[str, str], dict[str, tuple[str, list]], dict[str, l
         show_resolved_defaults(full, config_class, {})
         help_options[trainer] = help_rows(full, texts, help_table)
     rewards = {"functions": list(REWARD_FUNCS), "builders": list(REWARD_BUILDERS)}
-    return installed_versions(), options, rewards, layout, {"texts": texts, "rows": help_table, "options": help_options}
+    help_all = {"texts": texts, "rows": help_table, "options": help_options}
+    return installed_versions(), options, rewards, layout, help_all
 
 
 def render(
