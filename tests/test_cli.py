@@ -166,10 +166,12 @@ def test_help_all_shows_the_defaults_the_config_resolves(capsys):
     with pytest.raises(SystemExit):
         train.parse_args(["--help-all"])
     printed = " ".join(capsys.readouterr().out.split())
+    from riskpo_trl.risk.defaults import DEFAULT_ADVANTAGE_BASELINE
+
     resolved = RiskPOConfig(output_dir="unused", use_cpu=True)
-    assert f"(default: {resolved.advantage_baseline}, resolved from None)" in printed
+    assert f"(default: {DEFAULT_ADVANTAGE_BASELINE}, resolved from None)" in printed
     assert f"(default: {resolved.steps_per_generation}, resolved from None)" in printed
-    assert resolved.advantage_baseline == train.DEFAULT_ADVANTAGE_BASELINE  # what the short --help states
+    assert train.DEFAULT_ADVANTAGE_BASELINE is DEFAULT_ADVANTAGE_BASELINE  # what the short --help states
 
 
 def test_the_short_help_lists_every_registered_reward(capsys):

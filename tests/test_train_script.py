@@ -93,9 +93,9 @@ class _DatasetsLoaded(Exception):
 
 
 def test_prompt_template_reaches_the_training_and_the_evaluation_set(monkeypatch, tmp_path):
-    from riskpo_trl import tracks  # where the script loads its datasets from
+    from riskpo_trl import tracks as data  # the script reads the registries with every track in
 
-    asked, load_train_dataset = {}, tracks.load_train_dataset
+    asked, load_train_dataset = {}, data.load_train_dataset
 
     def training_set(*args, prompt_template, **kwargs):
         asked["train"] = prompt_template
@@ -105,8 +105,8 @@ def test_prompt_template_reaches_the_training_and_the_evaluation_set(monkeypatch
         asked["eval"] = prompt_template
         raise _DatasetsLoaded
 
-    monkeypatch.setattr(tracks, "load_train_dataset", training_set)
-    monkeypatch.setattr(tracks, "load_benchmark", benchmark)
+    monkeypatch.setattr(data, "load_train_dataset", training_set)
+    monkeypatch.setattr(data, "load_benchmark", benchmark)
     args = train.parse_args(
         [
             "--config",
@@ -141,12 +141,12 @@ def test_baselines_built_by_the_script_never_sample_a_vlms_image_token(trainer_n
     from datasets import Dataset
     from helpers import geometry3k_rows
 
-    from riskpo_trl import tracks  # where the script loads its datasets from
+    from riskpo_trl import tracks as data  # the script reads the registries with every track in
     from riskpo_trl.multimodal import build_tiny_vlm, geometry3k_to_riskpo
 
     build_tiny_vlm(tmp_path / "tiny-vlm")
     rows = Dataset.from_list([geometry3k_to_riskpo(row) for row in geometry3k_rows(8)])
-    monkeypatch.setattr(tracks, "load_train_dataset", lambda *args, **kwargs: rows)
+    monkeypatch.setattr(data, "load_train_dataset", lambda *args, **kwargs: rows)
     recipe = ROOT / f"recipes/Qwen2.5-Math-1.5B-Instruct/{trainer_name}/config_math_gsm8k.yaml"
     args = train.parse_args(
         [

@@ -46,6 +46,7 @@ from typing import Any
 
 from ..data.prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
 from ..registry import closest_name
+from ..risk.defaults import DEFAULT_ADVANTAGE_BASELINE, resolve_advantage_baseline
 from ..trainer.registry import TRAINERS, check_trainer_name, get_trainer_classes
 from .console import USAGE_ERRORS, pop_debug_flag, usage_errors
 from .recipe_values import check_recipe_values, error_source
@@ -336,8 +337,6 @@ recipe's, after loading transformers and TRL ({HELP_ALL_TIME}).
 """
 
 
-# What RiskPOConfig resolves advantage_baseline to when unset (a test checks it against the config).
-DEFAULT_ADVANTAGE_BASELINE = "loo"
 # benchmarks/cli_startup.py's medians for --help-all --config, with their load (benchmarks/results/cli_startup.md).
 HELP_ALL_TIME = "11 s of CPU time, 31 s on 2 shared cores at load 7-11"
 
@@ -457,6 +456,8 @@ def show_resolved_defaults(parser, config_class: type, recipe: dict[str, Any]) -
         return
     for action in parser._actions:
         value = getattr(config, action.dest, None) if action.dest in fields else None
+        if action.dest == "advantage_baseline":
+            value = resolve_advantage_baseline(config.advantage_baseline, config.advantage_scaling)
         if (
             action.default is None
             and isinstance(value, (str, int, float, bool))

@@ -25,7 +25,6 @@ from ..risk import (  # noqa: E402
     CREDIT_ASSIGNMENTS,
     QUANTILE_SOURCES,
     RISK_PROFILES,
-    resolve_advantage_baseline,
 )
 from ..risk.choices import DEFAULT_CHOICES  # noqa: E402
 from .caller_warnings import config_default_warnings_silenced  # noqa: E402
@@ -351,9 +350,6 @@ class RiskPOConfig(GRPOConfig):
         return from_grpo_config(cls, grpo_config, risk_fields, UPDATES_PER_GENERATION)
 
     def __post_init__(self):
-        # Remembered for resume: a checkpoint that predates recorded settings was trained with the paper's 'none'.
-        self._advantage_baseline_unset = self.advantage_baseline is None
-        self.advantage_baseline = resolve_advantage_baseline(self.advantage_baseline, self.advantage_scaling)
         if self.bf16 is None:
             self.bf16 = not self.fp16 and (self.use_cpu or is_torch_bf16_gpu_available())
         if self.ddp_backend is None and _deepspeed_launch_without_accelerator():
