@@ -1,7 +1,8 @@
 """How long each console script takes to answer ``--help`` (it must be under 1 s), how long ``riskpo-train`` takes to
 refuse a misspelled option and each of a new user's common mistakes (a bundle that does not divide the batch, a
 missing model path, data without a prompt column or with a wrong answer column, a busy or finished ``output_dir``:
-all checked before torch, transformers and TRL load) and to print ``--help-all``, as a fresh process.
+all checked before torch, transformers and TRL load) and to print ``--help-all`` (from the generated option list;
+with a recipe, from the full parser), as a fresh process.
 
     python -m benchmarks.cli_startup [--runs 7]
 
@@ -65,6 +66,10 @@ TRAIN_COMMANDS = {
         0,
     ),
     "riskpo-train --help-all": (["--help-all"], 0),
+    "riskpo-train --help-all --config TINY (the recipe's defaults: loads TRL)": (
+        ["--help-all", "--config", TINY_RECIPE],
+        0,
+    ),
 }
 
 
@@ -154,6 +159,11 @@ def main(argv: list[str] | None = None) -> dict:
             for label, (argv, code) in TRAIN_COMMANDS.items()
         }
         timings = {label: time_command(command, args.runs, code) for label, (command, code) in commands.items()}
+        # The answers name the temporary folder: shown as FIXTURES, so the results name no path of this machine.
+        timings = {
+            label: (times, cpu, answer.replace(fixtures, "FIXTURES"))
+            for label, (times, cpu, answer) in timings.items()
+        }
     for label, (times, cpu, answer) in timings.items():
         rows.append(
             {

@@ -66,17 +66,24 @@ class Registry(Mapping[str, T], Generic[T]):
         self.aliases = dict(aliases or {})  # other projects' names for entries: hinted, not accepted
         self._entries: dict[str, T] = {}
         self._help: dict[str, str] = {}
+        self._about: dict[str, dict[str, Any]] = {}
 
-    def add(self, name: str, entry: T, help: str = "") -> T:
+    def add(self, name: str, entry: T, help: str = "", **about: Any) -> T:
+        """Register ``entry`` as ``name``; ``about``: what the entry says of itself beyond its help (its words on a
+        model card, the properties its contract test checks), read back with :meth:`about`."""
         if name in self._entries:
             raise ValueError(f"{self.field} {name!r} is registered twice.")
         self._entries[name] = entry
         self._help[name] = help
+        self._about[name] = dict(about)
         return entry
 
-    def register(self, name: str, help: str = "") -> Callable[[T], T]:
-        """Decorator: register the decorated object as ``name``."""
-        return lambda entry: self.add(name, entry, help)
+    def register(self, name: str, help: str = "", **about: Any) -> Callable[[T], T]:
+        """Decorator: register the decorated object as ``name`` (``about`` as in :meth:`add`)."""
+        return lambda entry: self.add(name, entry, help, **about)
+
+    def about(self, name: str) -> dict[str, Any]:
+        return self._about[name]
 
     def check(self, name: Any, *, where: str = "", otherwise: str = "") -> None:
         """Raise a ``ValueError`` naming the closest registered name and every choice, unless ``name`` is one.

@@ -19,6 +19,7 @@ from riskpo_trl.risk import (
     mvar_advantage,
     positional_bundles,
 )
+from riskpo_trl.risk.defaults import resolve_advantage_baseline
 
 NAN = float("nan")
 
@@ -66,7 +67,10 @@ def test_the_default_is_loo_and_none_is_the_papers_advantage_bit_for_bit(tmp_pat
     assert torch.allclose(loo.advantages.double(), leave_one_out_baseline(paper.advantages.double(), scorable, 4))
     settings = dict(num_generations=4, bundle_size=2, alpha=0.2, beta=0.8, omega=0.5)
     assert RiskEstimator(**settings).choices.advantage_baseline == DEFAULT_ADVANTAGE_BASELINE == "loo"
-    assert RiskPOConfig(output_dir=str(tmp_path)).advantage_baseline == "loo"
+    unset = RiskPOConfig(output_dir=str(tmp_path))
+    assert unset.advantage_baseline is None  # the config keeps what was set; the risk layer resolves it
+    assert resolve_advantage_baseline(unset.advantage_baseline, unset.advantage_scaling) == "loo"
+    assert RiskEstimator.from_config(unset).choices.advantage_baseline == "loo"
     assert RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="none").advantage_baseline == "none"
 
 
@@ -215,9 +219,10 @@ def test_the_authors_scaling_alone_resolves_the_default_to_none(tmp_path, caplog
     """The default "loo" is refused with the authors' scaling, so choosing that scaling without naming a baseline
     gets their code's "none" (a warning, once); naming "loo" with it stays an error (above)."""
     authors = dict(advantage_scaling="authors_code", quantile_source="group", credit_assignment="std")
-    with caplog.at_level("WARNING", logger="riskpo_trl.risk.baselines"):
+    with caplog.at_level("WARNING", logger="riskpo_trl.risk.defaults"):
         config = RiskPOConfig(output_dir=str(tmp_path), **authors)
-    assert config.advantage_baseline == "none"
+    assert config.advantage_baseline is None
+    assert resolve_advantage_baseline(config.advantage_baseline, config.advantage_scaling) == "none"
     [record] = [r for r in caplog.records if "advantage_baseline not set" in r.getMessage()]
     assert record.levelname == "WARNING"
     assert "advantage_baseline not set with advantage_scaling='authors_code': using 'none'" in record.getMessage()
@@ -308,3 +313,68 @@ def test_the_authors_scaling_resolution_reaches_a_users_terminal(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "advantage_baseline not set with advantage_scaling='authors_code': using 'none'" in done.stderr
+
+
+def test_the_baseline_default_is_written_in_one_module():
+    """The rule "unset means loo, or none with the authors' scaling" lives in risk/defaults.py; the config, the
+    checkpoints, the model card, the CLI and the GRPO conversion ask it rather than restate it."""
+    import re
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "riskpo_trl"
+    writers = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if re.search(r"^\s*(DEFAULT|PAPER)_ADVANTAGE_BASELINE\s*=", path.read_text(), re.MULTILINE)
+        or "_advantage_baseline_unset" in path.read_text()
+        or "def resolve_advantage_baseline" in path.read_text()
+    )
+    assert writers == ["risk/defaults.py"]
+
+
+def baseline_contract_violations(baseline, about: dict, num_generations: int = 4, prompts: int = 3) -> list[str]:
+    """What ``baseline`` breaks of the contract its registry entry states: a centred one gives each prompt's
+    advantages a mean of 0 (over random draws, every completion scorable); one that does not use a completion's own
+    reward moves that completion's result by exactly what its own advantage moves."""
+    generator = torch.Generator().manual_seed(0)
+    scorable = torch.ones(prompts * num_generations, dtype=torch.bool)
+    broken = []
+    draws = torch.randn(500, prompts * num_generations, generator=generator, dtype=torch.float64) - 0.7
+    outputs = torch.stack([baseline(draw, scorable, num_generations) for draw in draws])
+    prompt_means = outputs.view(len(draws), prompts, num_generations).mean(dim=2)
+    if about["centred"] and prompt_means.mean().abs() > 1e-6:
+        broken.append(f"centred, but its prompts' advantages average {prompt_means.mean().item():+.3f}")
+    if not about["uses_own_reward"]:
+        for j in range(num_generations):
+            moved = draws[0].clone()
+            moved[j] += 1.0
+            change = baseline(moved, scorable, num_generations)[j] - outputs[0][j]
+            if not torch.isclose(change, torch.tensor(1.0, dtype=change.dtype)):
+                broken.append(
+                    f"completion {j}'s own advantage enters its baseline (a +1 moved it {change.item():+.3f})"
+                )
+                break
+    return broken
+
+
+@pytest.mark.parametrize("name", list(ADVANTAGE_BASELINES))
+def test_every_registered_baseline_keeps_the_contract_its_entry_states(name):
+    about = ADVANTAGE_BASELINES.about(name)
+    assert {"card", "centred", "uses_own_reward"} <= set(about), f"{name}: its entry says what the contract checks"
+    assert baseline_contract_violations(ADVANTAGE_BASELINES[name], about) == []
+
+
+def test_a_baseline_whose_mean_includes_the_completion_itself_breaks_the_contract():
+    """Mutation: the prompt's plain mean (the completion included) centres the advantages but uses each completion's
+    own reward, which biases the gradient; the contract test names it."""
+
+    def mean_with_itself(advantages, scorable, num_generations):
+        rows = advantages.view(-1, num_generations)
+        return (rows - rows.mean(dim=1, keepdim=True)).reshape(-1)
+
+    broken = baseline_contract_violations(mean_with_itself, {"centred": True, "uses_own_reward": False})
+    assert len(broken) == 1 and "own advantage enters its baseline" in broken[0]
+    not_centred = baseline_contract_violations(
+        ADVANTAGE_BASELINES["none"], {"centred": True, "uses_own_reward": False}
+    )
+    assert len(not_centred) == 1 and "centred, but" in not_centred[0]

@@ -102,13 +102,14 @@ def test_the_option_list_is_the_configs_own():
     and the registered rewards; at other versions its options are not used (the full parser checks, later)."""
     from riskpo_trl.scripts import known_options, known_options_build, known_options_data
 
-    versions, options, rewards, layout = known_options_build.generate()
+    versions, options, rewards, layout, help_all = known_options_build.generate()
     assert rewards == known_options_data.REWARDS  # what the short --help lists
     if versions != known_options_data.VERSIONS:
         assert known_options.light_parser("riskpo", object) is None
         pytest.skip(f"the list is for {known_options_data.VERSIONS}; installed: {versions}")
     assert (
-        known_options_build.render(versions, options, rewards, layout) == known_options_build.DATA_FILE.read_text()
+        known_options_build.render(versions, options, rewards, layout, help_all)
+        == known_options_build.DATA_FILE.read_text()
     ), "stale: run python -m riskpo_trl.scripts.known_options_build"
 
 
@@ -165,10 +166,12 @@ def test_help_all_shows_the_defaults_the_config_resolves(capsys):
     with pytest.raises(SystemExit):
         train.parse_args(["--help-all"])
     printed = " ".join(capsys.readouterr().out.split())
+    from riskpo_trl.risk.defaults import DEFAULT_ADVANTAGE_BASELINE
+
     resolved = RiskPOConfig(output_dir="unused", use_cpu=True)
-    assert f"(default: {resolved.advantage_baseline}, resolved from None)" in printed
+    assert f"(default: {DEFAULT_ADVANTAGE_BASELINE}, resolved from None)" in printed
     assert f"(default: {resolved.steps_per_generation}, resolved from None)" in printed
-    assert resolved.advantage_baseline == train.DEFAULT_ADVANTAGE_BASELINE  # what the short --help states
+    assert train.DEFAULT_ADVANTAGE_BASELINE is DEFAULT_ADVANTAGE_BASELINE  # what the short --help states
 
 
 def test_the_short_help_lists_every_registered_reward(capsys):
@@ -179,3 +182,37 @@ def test_the_short_help_lists_every_registered_reward(capsys):
         train.parse_args(["--help"])
     printed = capsys.readouterr().out
     assert all(f"'{name}'" in printed for name in [*REWARD_FUNCS, *REWARD_BUILDERS])
+
+
+@pytest.mark.parametrize("trainer", ["riskpo", "grpo", "gmpo"])
+def test_help_all_from_the_list_is_the_full_parsers_help(capsys, monkeypatch, trainer):
+    """Without a recipe --help-all is printed from the generated list, before torch loads; it must be the full
+    parser's help, option for option and default for default."""
+    from riskpo_trl.scripts import known_options, train
+
+    if known_options.help_all_parser(trainer) is None:
+        pytest.skip("the option list is for other TRL/transformers versions: the full parser prints it")
+    monkeypatch.setenv("COLUMNS", "119")
+    with pytest.raises(SystemExit):
+        train.parse_args(["--help-all", "--trainer", trainer])
+    from_the_list = capsys.readouterr().out
+    monkeypatch.setattr(known_options, "help_all_parser", lambda trainer: None)
+    with pytest.raises(SystemExit):
+        train.parse_args(["--help-all", "--trainer", trainer])
+    assert from_the_list == capsys.readouterr().out
+
+
+def test_help_all_without_a_recipe_loads_no_heavy_library():
+    result = subprocess.run(
+        [sys.executable, "-c", HELP_PROBE.replace('"--help"', '"--help-all"').format(heavy=HEAVY_MODULES)]
+        + [CONSOLE_SCRIPTS["riskpo-train"], "riskpo-train"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    probe = result.stdout.strip().splitlines()[-1].split(" ")
+    assert probe[:2] == ["PROBE", "0"] and probe[2:] in ([], [""]), result.stdout[-500:] + result.stderr[-2000:]
+    assert "--advantage_baseline" in result.stdout and "(default: loo, resolved from None)" in " ".join(
+        result.stdout.split()
+    )

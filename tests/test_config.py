@@ -203,3 +203,22 @@ def test_configuration_md_names_every_field_riskpoconfig_declares():
     assert declared - documented_fields(markdown) == set()
     assert documented_fields(markdown) - declared == set()  # no row for a field that is not the config's
     assert "regime_guard_patience" not in documented_fields(markdown.replace("| `regime_guard_patience`", "| x"))
+
+
+@pytest.mark.parametrize("name", ["score", "std", "sum_mean"])
+def test_a_credit_rule_outside_its_scaling_is_refused_or_warned_with_its_entrys_reason(tmp_path, name):
+    from riskpo_trl.risk import CREDIT_ASSIGNMENTS
+
+    about = CREDIT_ASSIGNMENTS.about(name)
+    assert about["scaling"] == "authors_code" and about["other_scaling"] in ("refuse", "warn")
+    expected = re.escape(f"credit_assignment={name!r} {about['reason']}")
+    if about["other_scaling"] == "refuse":
+        with pytest.raises(ValueError, match=expected):
+            RiskPOConfig(output_dir=str(tmp_path), credit_assignment=name, quantile_source="group")
+    else:
+        with pytest.warns(UserWarning, match=expected):
+            RiskPOConfig(output_dir=str(tmp_path), credit_assignment=name, quantile_source="group")
+    authors = dict(advantage_scaling="authors_code", quantile_source="group", advantage_baseline="none")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        RiskPOConfig(output_dir=str(tmp_path), credit_assignment=name, **authors)  # its own scaling: accepted

@@ -10,6 +10,7 @@ from helpers import contains_digit_reward, make_prompt_dataset
 from trl import GRPOConfig
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
+from riskpo_trl.risk.defaults import resolve_advantage_baseline
 
 
 def grpo_config(tmp_path, **overrides) -> GRPOConfig:
@@ -79,7 +80,8 @@ def test_a_chosen_generation_batch_carries_over(tmp_path):
 
 
 def test_from_grpo_config_gets_the_default_baseline_or_the_authors_none(tmp_path):
-    assert RiskPOConfig.from_grpo_config(grpo_config(tmp_path), bundle_size=4).advantage_baseline == "loo"
+    default = RiskPOConfig.from_grpo_config(grpo_config(tmp_path), bundle_size=4)
+    assert resolve_advantage_baseline(default.advantage_baseline, default.advantage_scaling) == "loo"
     paper = RiskPOConfig.from_grpo_config(grpo_config(tmp_path), bundle_size=4, advantage_baseline="none")
     assert paper.advantage_baseline == "none"
     authors = RiskPOConfig.from_grpo_config(
@@ -89,7 +91,7 @@ def test_from_grpo_config_gets_the_default_baseline_or_the_authors_none(tmp_path
         quantile_source="group",
         credit_assignment="sum_mean",
     )
-    assert authors.advantage_baseline == "none"
+    assert resolve_advantage_baseline(authors.advantage_baseline, authors.advantage_scaling) == "none"
 
 
 def test_unknown_risk_field_is_named_with_the_closest_field(tmp_path):

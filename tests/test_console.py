@@ -10,6 +10,7 @@ import warnings
 
 import pytest
 
+from riskpo_trl.risk import RISK_PROFILES
 from riskpo_trl.scripts.console import compact_log_line, use_compact_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,9 +30,13 @@ def test_compact_line_shows_the_risk_metrics_and_skips_empty_ones():
         "[step 2/6] loss 0.09, reward 0.5 | risk: q_alpha 0.02, q_beta 0.08 | lr 5e-05"
     )
     evaluation = {"eval_loss": 0.1, "eval_reward": 0.5, "eval_risk/mvar": -0.5}
-    assert compact_log_line(evaluation, 4, 6) == "[eval step 4/6] loss 0.1, reward 0.5 | risk: mvar -0.5"
+    mvar = RISK_PROFILES["mvar"].metric
+    assert compact_log_line(evaluation, 4, 6, mvar) == "[eval step 4/6] loss 0.1, reward 0.5 | risk: mvar -0.5"
     seeking = {"loss": 0.1, "reward": 0.5, "risk/risk_seeking": 1.5}  # each profile logs its own objective
-    assert compact_log_line(seeking, 1, 6) == "[step 1/6] loss 0.1, reward 0.5 | risk: risk_seeking 1.5"
+    line = compact_log_line(seeking, 1, 6, RISK_PROFILES["risk_seeking"].metric)
+    assert line == "[step 1/6] loss 0.1, reward 0.5 | risk: risk_seeking 1.5"
+    # A profile the console has never heard of shows by the metric its registry entry names.
+    assert compact_log_line({"loss": 0.1, "risk/mean": 2.0}, 1, 6, "risk/mean") == "[step 1/6] loss 0.1 | risk: mean 2"
     assert compact_log_line({"train_runtime": 3.0}, 6, 6) is None  # the run summary prints as before
     baseline = {"loss": 0.1, "reward": 0.25, "learning_rate": 1e-4}
     assert compact_log_line(baseline, 1, 6) == "[step 1/6] loss 0.1, reward 0.25 | lr 0.0001"
@@ -151,6 +156,7 @@ def test_tiny_run_console_has_the_risk_line_no_warning_walls_and_an_honest_card(
     assert result.returncode == 0, output[-4000:]
     assert "[step 1/2] loss" in output and "[step 2/2] loss" in output
     assert "| risk: q_alpha" in output
+    assert ", mvar " in output  # the run's profile's objective, by the metric its registry entry names
     assert "'risk/q_alpha'" not in output and "{'loss'" not in output  # each step's dict is replaced by its line
     assert "Setting accelerator to CPU" not in output
     assert "gradient_checkpointing" not in output

@@ -33,15 +33,17 @@ LIST_MATCHES = known_options.installed_versions() == known_options_data.VERSIONS
 needs_the_list = pytest.mark.skipif(not LIST_MATCHES, reason="the option list is for other TRL/transformers versions")
 
 
-def run_cli(argv: list[str], cwd: Path) -> tuple[int, list[str], str]:
-    """(exit code, the heavy modules imported, stdout + stderr) of ``riskpo-train ARGV`` in a fresh interpreter."""
+def run_cli(argv: list[str], cwd: Path, script: str = "train") -> tuple[int, list[str], str]:
+    """(exit code, the heavy modules imported, stdout + stderr) of ``riskpo-train ARGV`` (or the console script of
+    ``riskpo_trl.scripts.<script>``) in a fresh interpreter, offline."""
+    probe = PROBE.replace("riskpo_trl.scripts.train", f"riskpo_trl.scripts.{script}")
     result = subprocess.run(
-        [sys.executable, "-c", PROBE.format(heavy=HEAVY_MODULES), *argv],
+        [sys.executable, "-c", probe.format(heavy=HEAVY_MODULES), *argv],
         capture_output=True,
         text=True,
         cwd=cwd,
         timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"},
         check=False,
     )
     probe = result.stdout.strip().splitlines()[-1].split(" ")
@@ -259,3 +261,13 @@ def test_too_few_rows_are_refused_before_torch_loads_as_the_trainer_refuses_them
         check_generation_batch_fits(rows, config)
     assert code == 2 and heavy == []
     assert f"riskpo-train: error: {later.value}" in printed
+
+
+def test_riskpo_eval_refuses_a_wrong_answer_column_before_torch_loads(tmp_path):
+    rows = write_rows(tmp_path / "questions.jsonl", QUESTIONS)
+    (tmp_path / "model").mkdir()
+    argv = ["--model", str(tmp_path / "model"), "--dataset_files", str(rows), "--answer_column", "answr"]
+    argv += ["--prompt_column", "question", "--output_dir", str(tmp_path / "eval")]
+    code, heavy, printed = run_cli(argv, ROOT, script="eval")
+    assert code == 2 and heavy == []
+    assert f"riskpo-eval: error: answer_column='answr': {rows} has no such column (did you mean answer?)" in printed

@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 120
 # Functions not yet split, each to leave this list when it is (a test below fails once one is short enough).
-NOT_YET_SPLIT = {"riskpo_trl/weight_sync/client.py::gloo_client_class"}
+NOT_YET_SPLIT: set[str] = set()
 
 
 def long_functions(source: str, where: str, limit: int = MAX_LINES) -> dict[str, int]:

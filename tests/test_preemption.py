@@ -345,6 +345,86 @@ def test_a_second_ctrl_c_aborts_at_once_and_a_quick_repeat_does_not():
     assert "Second Ctrl-C: aborting without saving" in err and "Traceback" not in err
 
 
+class TimingOutTrainer:
+    """The parts of a trainer `stopping_on_signals` and `StopOnSignal.finish` use; ``train`` raises a server timeout
+    at ``global_step``, and ``_save_checkpoint`` writes what marks a complete checkpoint."""
+
+    def __init__(self, output_dir: Path, global_step: int):
+        self.args = SimpleNamespace(
+            steps_per_generation=1,
+            gradient_accumulation_steps=1,
+            num_iterations=1,
+            output_dir=str(output_dir),
+            should_save=True,
+        )
+        self.state = TrainerState(max_steps=10, global_step=global_step)
+        self.saved, self.printed = [], []
+        self.accelerator = SimpleNamespace(
+            wait_for_everyone=lambda: None,
+            end_training=lambda: None,
+            print=self.printed.append,
+            is_local_main_process=True,
+        )
+
+    def add_callback(self, callback):
+        pass
+
+    def remove_callback(self, callback):
+        pass
+
+    def train(self):
+        from riskpo_trl.weight_sync.bounded import ServerTimeoutError
+
+        raise ServerTimeoutError(f"Generation by http://server:8000 at step {self.state.global_step}: no answer.")
+
+    def _save_checkpoint(self, model, trial):
+        folder = Path(self.args.output_dir, f"checkpoint-{self.state.global_step}")
+        folder.mkdir(parents=True)
+        (folder / "trainer_state.json").write_text("{}")
+        self.saved.append(folder.name)
+
+    model = None
+
+
+@pytest.mark.parametrize(("step", "saved"), [(4, ["checkpoint-4"]), (0, [])])
+def test_a_server_timeout_stops_at_a_checkpoint_of_the_last_step_with_exit_75(tmp_path, step, saved):
+    """The training script's stop path (the same calls as after a signal): the timeout ends train(), a checkpoint of
+    the last completed step is saved (none before the first step), and finish prints the error and the stop line
+    and exits 75."""
+    from riskpo_trl.trainer.preemption import RunStopped, stopping_on_signals
+
+    trainer = TimingOutTrainer(tmp_path, step)
+    with stopping_on_signals(trainer) as stop:
+        trainer.train()
+    assert stop.stopped_at == step and trainer.saved == saved
+    with pytest.raises(RunStopped) as stopped:
+        stop.finish(trainer)
+    assert stopped.value.code == STOPPED_EXIT_CODE
+    error, line = trainer.printed
+    assert error == f"Generation by http://server:8000 at step {step}: no answer."
+    assert line.startswith(f"Stopped by a vLLM server timeout at step {step} of 10: ")
+    assert (f"saved {tmp_path}/checkpoint-4" if step else "no step to save yet") in line
+
+
+def test_a_server_timeout_keeps_the_checkpoint_the_step_already_saved(tmp_path):
+    trainer = TimingOutTrainer(tmp_path, 3)
+    trainer._save_checkpoint(None, None)
+    from riskpo_trl.trainer.preemption import stopping_on_signals
+
+    with stopping_on_signals(trainer) as stop:
+        trainer.train()
+    assert stop.stopped_at == 3 and trainer.saved == ["checkpoint-3"]  # not saved twice
+
+
+def test_other_errors_of_training_are_not_turned_into_a_stop(tmp_path):
+    from riskpo_trl.trainer.preemption import stopping_on_signals
+    from riskpo_trl.weight_sync.bounded import WeightSyncError
+
+    trainer = TimingOutTrainer(tmp_path, 2)
+    with pytest.raises(WeightSyncError), stopping_on_signals(trainer):
+        raise WeightSyncError("a checksum differs")
+
+
 def test_once_the_stop_checkpoint_is_saved_no_signal_changes_the_exit():
     """Three Ctrl-Cs over more than the repeat window, after the stop's checkpoint is written: none aborts."""
     process = handler_process(seconds=3, saved=True)

@@ -20,6 +20,7 @@ LAZY_PACKAGES = [
     "riskpo_trl.data",
     "riskpo_trl.evaluation",
     "riskpo_trl.rewards",
+    "riskpo_trl.risk",
     "riskpo_trl.trainer",
 ]
 HEAVY = ("torch", "transformers", "trl", "datasets")

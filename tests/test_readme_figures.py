@@ -88,3 +88,15 @@ def test_the_replication_pages_verdict_table_is_the_reports(variant):
     [row] = [line for line in replication.splitlines() if line.startswith(f"| {label} | ") and "[" in line]
     quoted = re.findall(r"[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", row)
     assert quoted == [interval(primary(start, variant)["difference"]) for start in ("moderate", "low")], row
+
+
+def test_the_choosing_settings_figures_are_the_reports():
+    training = " ".join((ROOT / "docs/training.md").read_text().split())
+    section = training.split("## Choosing settings", 1)[1].split(" ## ", 1)[0]
+    pairs = []
+    for start in ("moderate", "low"):
+        finals = REPORT["starts"][start]["end_points"]
+        pairs.append(f"{finals['riskpo_loo 1e-05']['64']:.4f} against {finals['riskpo_loo 3e-05']['64']:.4f}")
+        gap = finals["riskpo_loo 1e-05"]["64"] - finals["riskpo 1e-05"]["64"]
+        assert f"{gap:+.3f} ({start} start)" in section, start
+    assert f"({pairs[0]}, and {pairs[1]};" in section

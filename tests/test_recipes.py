@@ -10,6 +10,7 @@ import yaml
 from accelerate.commands.config.config_args import load_config_from_file
 
 from riskpo_trl import RiskPOConfig
+from riskpo_trl.risk.defaults import resolve_advantage_baseline
 from riskpo_trl.scripts import train
 from riskpo_trl.trainer.registry import get_trainer_classes
 
@@ -107,19 +108,23 @@ def test_riskpo_recipes_state_their_baseline(path):
         assert differs == {"advantage_baseline", "output_dir"}
 
 
+def resolved_baseline(args) -> str:
+    return resolve_advantage_baseline(args.advantage_baseline, args.advantage_scaling)
+
+
 def test_command_line_sets_the_baseline(tmp_path):
     path = ROOT / "recipes/Qwen2.5-Math-1.5B-Instruct/riskpo/config_math_gsm8k.yaml"
     assert parse(path, "--advantage_baseline", "loo")[1].advantage_baseline == "loo"
     # A recipe that does not state it gets the default; with the authors' scaling alone, their "none".
     unstated = write_recipe(tmp_path, drop=("advantage_baseline",))
-    assert parse(unstated)[1].advantage_baseline == "loo"
+    assert resolved_baseline(parse(unstated)[1]) == "loo"
     assert parse(unstated, "--advantage_baseline", "none")[1].advantage_baseline == "none"
     authors = yaml.safe_load(
         (ROOT / "recipes/Qwen2.5-1.5B-Instruct/riskpo_authors/config_math_gsm8k.yaml").read_text()
     )
     authors.pop("advantage_baseline")
     (tmp_path / "authors.yaml").write_text(yaml.safe_dump(authors))
-    assert parse(tmp_path / "authors.yaml")[1].advantage_baseline == "none"
+    assert resolved_baseline(parse(tmp_path / "authors.yaml")[1]) == "none"
     with pytest.raises(ValueError, match="advantage_baseline='loo' with advantage_scaling='authors_code'"):
         parse(
             ROOT / "recipes/Qwen2.5-1.5B-Instruct/riskpo_authors/config_math_gsm8k.yaml", "--advantage_baseline", "loo"

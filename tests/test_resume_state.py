@@ -112,7 +112,7 @@ def test_a_checkpoint_without_recorded_settings_resumes_with_the_papers_advantag
 ):
     old = edited_copy(checkpoint, tmp_path, lambda state: state.pop("settings"))
     args = config(tmp_path / "resumed", max_steps=2)
-    assert args.advantage_baseline == "loo"  # today's default for a config that does not state it
+    assert args.advantage_baseline is None  # unset: today's default, "loo", for a config that does not state it
     resumed = trainer(tiny_model_dir, args)
     with caplog.at_level(logging.INFO, logger="riskpo_trl"):
         resumed.train(resume_from_checkpoint=str(old))

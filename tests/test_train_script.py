@@ -93,7 +93,7 @@ class _DatasetsLoaded(Exception):
 
 
 def test_prompt_template_reaches_the_training_and_the_evaluation_set(monkeypatch, tmp_path):
-    from riskpo_trl import data
+    from riskpo_trl import tracks as data  # the script reads the registries with every track in
 
     asked, load_train_dataset = {}, data.load_train_dataset
 
@@ -141,7 +141,7 @@ def test_baselines_built_by_the_script_never_sample_a_vlms_image_token(trainer_n
     from datasets import Dataset
     from helpers import geometry3k_rows
 
-    from riskpo_trl import data
+    from riskpo_trl import tracks as data  # the script reads the registries with every track in
     from riskpo_trl.multimodal import build_tiny_vlm, geometry3k_to_riskpo
 
     build_tiny_vlm(tmp_path / "tiny-vlm")

@@ -14,6 +14,7 @@ Three servers, started together once for the module (each takes minutes on 2 sha
 
 from __future__ import annotations
 
+import gc
 import os
 import shlex
 import signal
@@ -346,14 +347,21 @@ def train_in_server_mode(
     return served
 
 
-def gloo_client(server, group_port: int | None = None):
-    """The trainers' client for ``server``, its weight sync set up."""
+def gloo_client(server, group_port: int | None = None, **settings):
+    """The trainers' client for ``server``, its weight sync set up; it checks every sync unless ``settings`` say
+    otherwise."""
     from trl.generation.vllm_client import VLLMClient
 
+    from riskpo_trl.weight_sync.bounded import SyncSettings
     from riskpo_trl.weight_sync.client import open_client
 
     client = open_client(
-        VLLMClient, False, base_url=server["url"], group_port=group_port or free_port(), connection_timeout=60
+        VLLMClient,
+        False,
+        SyncSettings(**{"check_every": 1, **settings}),
+        base_url=server["url"],
+        group_port=group_port or free_port(),
+        connection_timeout=60,
     )
     assert type(client).__name__ == "GlooVLLMClient"
     client.init_communicator(device="cpu")
@@ -495,7 +503,10 @@ def test_a_replaced_server_is_caught_before_generation_and_before_a_sync_naming_
         mode="server", vllm_client=client, model=model, sync_weights=lambda: sync(client, model)
     )
     trainer = SimpleNamespace(
-        vllm_generation=generation, accelerator=SimpleNamespace(num_processes=1), state=SimpleNamespace(global_step=5)
+        vllm_generation=generation,
+        accelerator=SimpleNamespace(num_processes=1),
+        state=SimpleNamespace(global_step=5),
+        args=SimpleNamespace(),
     )
     check_weight_syncs(trainer)
     generation.sync_weights()  # checked, probe included
@@ -586,3 +597,322 @@ def test_a_wrong_server_port_prints_a_waiting_line_first_and_fails_naming_the_ad
     assert f"can't be reached at http://127.0.0.1:{port} after 4.0 seconds" in line, line
     waiting = f"Waiting up to 4 s for the vLLM server at http://127.0.0.1:{port} (vllm_server_timeout) ..."
     assert waiting in lines and lines.index(waiting) < lines.index(line)
+
+
+class HangingServer:
+    """A TCP server that accepts connections and never answers: a vLLM server stopped with SIGSTOP, as its clients
+    see it."""
+
+    def __enter__(self):
+        import socket
+
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen(16)
+        self.accepted = []
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def _accept(self):
+        while True:
+            try:
+                self.accepted.append(self.socket.accept()[0])
+            except OSError:
+                return
+
+    def __exit__(self, *exc):
+        self.socket.close()
+        for connection in self.accepted:
+            connection.close()
+
+
+class TRLStandIn:
+    """TRL's client as the mixins see it: a retrying session, ``base_url``, and ``generate`` through ``_post``."""
+
+    def __init__(self, base_url):
+        import requests
+        from requests.adapters import HTTPAdapter, Retry
+
+        self.base_url = base_url
+        self.session = requests.Session()
+        self.session.mount("http://", HTTPAdapter(max_retries=Retry(total=5, read=5, allowed_methods=["POST"])))
+        self._updating_weights = False
+
+    def generate(self, prompts, n=1, max_tokens=16, **kwargs):
+        return self._post(f"{self.base_url}/v1/completions", json={"prompt": prompts, "n": n})
+
+
+def bounded_client(base_url, **settings):
+    from riskpo_trl.weight_sync.bounded import BoundedRequestsMixin, SyncSettings
+
+    class Client(BoundedRequestsMixin, TRLStandIn):
+        pass
+
+    client = Client(base_url)
+    client.settings = SyncSettings(**settings)
+    return client
+
+
+def test_a_generation_the_server_never_answers_times_out_once_naming_server_and_request():
+    """No vLLM needed, but `requests` (the vllm extra's), which the main suite lacks."""
+    from riskpo_trl.weight_sync.bounded import ServerTimeoutError
+
+    with HangingServer() as server:
+        client = bounded_client(server.url, generation_timeout_s=1.0)
+        started = time.monotonic()
+        with pytest.raises(
+            ServerTimeoutError, match=rf"{server.url} did not answer /v1/completions \(generation\) within 1 s"
+        ):
+            client.generate([[1, 2]], n=2, max_tokens=4)
+        assert time.monotonic() - started < 4  # no retry after the timeout (TRL's would wait 5 more times)
+        assert len(server.accepted) == 1
+        with pytest.raises(ServerTimeoutError, match=r"/start_weight_update \(a weight-sync request\) within 1 s"):
+            bounded_client(server.url, sync_timeout_s=1.0).control("POST", "/start_weight_update", json={})
+
+
+def run_training_in_process(command: list[str], *args: str) -> int:
+    """The training script of a launcher's training command, run in this process (see `one_error_line`) with
+    ``args`` added; returns its exit code (0 when it returns)."""
+    from helpers import release_in_process_vllm
+
+    from riskpo_trl.scripts.train import cli
+
+    try:
+        cli([*command[command.index("riskpo_trl.scripts.train") + 1 :], *args])
+    except SystemExit as stopped:
+        return stopped.code
+    finally:
+        release_in_process_vllm()
+        gc.collect()  # the run's trainer, and with it the weight-sync group holding its port, as a new process has
+    return 0
+
+
+def stop_server(server, signal_number: int) -> None:
+    """SIGSTOP or SIGCONT to every process of the server (the API server, its engine core and workers)."""
+    os.killpg(server["process"].pid, signal_number)
+
+
+@pytest.mark.parametrize("hang", ["generation", "sync"])
+def test_a_server_that_hangs_stops_training_at_a_checkpoint_with_exit_75_and_the_same_command_resumes(
+    server, model_dir, tmp_path, capsys, monkeypatch, hang
+):
+    """The server's processes stopped (SIGSTOP) right after the identity check before a generation, or as the first
+    tensor of a sync leaves: the run ends within the configured timeout with one message naming the server, the
+    request and the step, a checkpoint of the last step and exit code 75. After SIGCONT the same command resumes
+    from that checkpoint, syncs (the server aborted the broken sync, if any, and takes the full one) and finishes."""
+    from riskpo_trl.weight_sync.checked import CheckedClientMixin
+    from riskpo_trl.weight_sync.gloo_client import GlooVLLMClient
+
+    timeout = 40  # seconds; generous, as a generation on a loaded 2-core machine may take 15
+    output_dir = tmp_path / "run"
+    command = [
+        *train_command(server, "riskpo", output_dir),
+        "--model_name_or_path",
+        model_dir,
+        "--vllm_generation_timeout",
+        str(timeout),
+        "--vllm_sync_timeout",
+        str(timeout),
+    ]
+    stopped_at = {}
+
+    def stop_after_step_1(trainer_step: int) -> None:
+        if trainer_step >= 1 and not stopped_at:
+            stopped_at["time"] = time.monotonic()
+            stop_server(server, signal.SIGSTOP)
+
+    if hang == "generation":
+        check_identity = CheckedClientMixin.check_identity
+
+        def identity_then_stop(client, before):
+            check_identity(client, before)
+            if before == "generation":
+                stop_after_step_1(client.syncs - 1)  # the first sync comes before step 0's generation
+
+        monkeypatch.setattr(CheckedClientMixin, "check_identity", identity_then_stop)
+    else:
+        prepare = GlooVLLMClient.prepare_for_sending
+
+        def stop_as_the_first_tensor_leaves(client, tensor):
+            stop_after_step_1(client.syncs - 1)
+            return prepare(client, tensor)
+
+        monkeypatch.setattr(GlooVLLMClient, "prepare_for_sending", stop_as_the_first_tensor_leaves)
+    try:
+        code = run_training_in_process(command)
+        ended = time.monotonic()
+    finally:
+        stop_server(server, signal.SIGCONT)
+    output = capsys.readouterr()
+    text = output.out + output.err
+    assert stopped_at, f"the server was never stopped (exit code {code}):\n{text[-3000:]}"
+    assert code == 75, text[-3000:]
+    assert ended - stopped_at["time"] < 2 * timeout + 30, ended - stopped_at["time"]
+    if hang == "generation":
+        assert f"Generation by {server['url']} at step 1: " in text, text[-3000:]
+        assert f"did not answer /v1/completions (generation) within {timeout} s" in text
+    else:
+        assert f"Weight sync to {server['url']} before the generation at step 1: " in text, text[-3000:]
+        assert f"within {timeout} s" in text or f"transfer timeout {timeout} s" in text
+    assert f"Stopped by a vLLM server timeout at step 1 of {STEPS}: saved" in text, text[-3000:]
+    assert (output_dir / "checkpoint-1" / "trainer_state.json").is_file()
+
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert run_training_in_process(command) == 0
+    assert "Resuming from" in capsys.readouterr().out
+    assert (output_dir / f"checkpoint-{STEPS}").is_dir()
+    seqs = sequences(model_dir)
+    served = server_logprobs(plain_client(server), seqs)
+    assert largest_gap(served, model_logprobs(output_dir / f"checkpoint-{STEPS - 1}", seqs)) < LOGPROB_TOLERANCE
+
+
+def readiness(client) -> set[str]:
+    return {state["weights"] for state in client.server_state()}
+
+
+def test_a_sync_that_breaks_off_is_aborted_on_the_server_which_generates_and_takes_the_next_full_sync(
+    server, model_dir
+):
+    """A sync whose trainer stops sending halfway (its transfer timeout passes on the server): the server aborts it,
+    reports its weights as partial (never synced while half-reloaded), still generates for another client (no
+    parameter left on the meta device), and the next trainer's full sync lands and passes the checks. The trainer's
+    error says no restart is needed."""
+    from riskpo_trl.weight_sync.bounded import WeightSyncError
+
+    client = gloo_client(server, sync_timeout_s=5)
+    model = load_model(model_dir)
+    sync(client, model)
+    assert readiness(client) == {"synced"}
+    identity = client.identity
+    with torch.no_grad():
+        change_linear(model, torch.Generator().manual_seed(2))
+
+    def half_then_silence(update_info, named_params):
+        from concurrent.futures import ThreadPoolExecutor
+
+        from riskpo_trl.weight_sync.gloo import broadcast_from_trainer
+
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            received = pool.submit(client.control, "POST", "/update_weights", 60, json={"update_info": update_info})
+            for index, (_, tensor) in enumerate(named_params):
+                if index == len(update_info["names"]) // 2:
+                    break
+                broadcast_from_trainer(client.communicator, tensor, 5)
+            with pytest.raises(WeightSyncError, match="update_weights with 500"):  # the server's transfer timeout
+                received.result()
+
+    client._transfer = half_then_silence
+    with pytest.raises(WeightSyncError, match="finish_weight_update"):  # the server ended the sync itself
+        client.update_named_params(
+            [(name, "float32", list(param.shape)) for name, param in model.named_parameters()],
+            ((name, param.data) for name, param in model.named_parameters()),
+        )
+    client.__dict__.pop("_transfer", None)
+    assert readiness(client) == {"partial"}
+    assert client.server_identity() == identity  # the same processes: the server survived
+    assert plain_client(server).generate([[1, 2, 3]], max_tokens=4)["completion_ids"]
+    assert "no restart needed" in str(client.with_server_state(WeightSyncError("A sync broke off.")))
+
+    fresh = gloo_client(server)
+    sync(fresh, model)  # checked: every parameter as sent
+    assert_probe(fresh, model, passes=True)
+    assert readiness(fresh) == {"synced"}
+
+
+def test_a_second_trainer_on_a_busy_server_is_one_error_line_and_the_first_trains_on(
+    server, model_dir, tmp_path, capsys, monkeypatch
+):
+    """While a trainer owns the server (its group port answers), a second one's start-up is one `error:` line naming
+    the first's address and group port; the first then syncs and is checked as before."""
+    from riskpo_trl.weight_sync import gloo_client as gloo_client_module
+
+    first = gloo_client(server)
+    model = load_model(model_dir)
+    sync(first, model)
+    # Another trainer: another process, as the server sees it.
+    monkeypatch.setattr(gloo_client_module, "this_trainer", lambda: "second-host pid 1")
+    line, _ = one_error_line(server["train"]["riskpo"], tmp_path, capsys)
+    assert "already syncs weights with another trainer" in line, line
+    assert f"group port {first.group_port}" in line and "One trainer per server" in line
+    monkeypatch.undo()
+    with torch.no_grad():
+        change_norm(model, None)
+    sync(first, model)
+    assert_probe(first, model, passes=True)
+
+
+def test_a_server_context_shorter_than_prompt_plus_completion_is_one_error_line(server, tmp_path, capsys):
+    """The server's max_model_len (the tiny model's 512) against the longest prompt plus max_completion_length."""
+    command = [*server["train"]["riskpo"], "--max_completion_length", "600"]
+    line, _ = one_error_line(command, tmp_path, capsys)
+    assert "takes at most 512 tokens per sequence (max_model_len)" in line, line
+    assert "max_completion_length is 600" in line and "--max_model_len" in line
+
+
+def test_trl_s_own_client_path_runs_the_same_checks_with_its_communicator_replaced_by_gloo(
+    server, model_dir, monkeypatch
+):
+    """The checks on TRL's NCCL client path (`CheckedVLLMClient`: TRL's ``update_named_params`` with this package's
+    start, finish and checks), on CPU. The test replaces TRL's NCCL communicator with a gloo group to the CPU
+    server's engine, and TRL's NCCL broadcast of the packed tensors with gloo broadcasts: NCCL itself is not
+    exercised here (tests/test_gpu_weight_sync.py does that on a GPU with vLLM's CUDA build). A sync lands and
+    passes; with the broadcast suppressed, the check names the stale parameter."""
+    import trl.generation.vllm_client as trl_vllm_client
+
+    from riskpo_trl.weight_sync.bounded import SyncSettings, WeightSyncError
+    from riskpo_trl.weight_sync.gloo import broadcast_from_trainer
+    from riskpo_trl.weight_sync.trl_client import CheckedVLLMClient
+
+    transport = gloo_client(server)  # only its group: TRL's client sends over it
+    sent = []
+
+    def gloo_producer(iterator, group, src, post_iter_func):
+        for item in iterator:
+            sent.append(item[0])
+            broadcast_from_trainer(group, post_iter_func(item))
+
+    monkeypatch.setattr(trl_vllm_client, "packed_nccl_broadcast_producer", gloo_producer)
+    client = CheckedVLLMClient(base_url=server["url"], group_port=transport.group_port, connection_timeout=60)
+    client.settings = SyncSettings(check_every=1)
+    client.read_server_config()
+    client.communicator = transport.communicator
+    client.identity = client.extension_identity()
+    assert client.identity == transport.identity
+
+    model = load_model(model_dir)
+    with torch.no_grad():
+        change_linear(model, torch.Generator().manual_seed(3))
+    client.update_model_params(model)  # TRL's own: metadata, update_named_params, start, broadcast, finish
+    client.reset_prefix_cache()
+    assert sent == [name for name, _ in model.named_parameters()]
+    assert_probe(client, model, passes=True)
+
+    with torch.no_grad():
+        change_linear(model, torch.Generator().manual_seed(4))
+    monkeypatch.setattr(trl_vllm_client, "packed_nccl_broadcast_producer", lambda iterator, **kwargs: list(iterator))
+    post = client._post
+    monkeypatch.setattr(
+        client, "_post", lambda url, **kwargs: {} if url.endswith("/update_weights") else post(url, **kwargs)
+    )
+    with pytest.raises(
+        WeightSyncError, match=r"qkv_proj\.weight on worker 0 \(as model\.layers\.0\.self_attn\.q_proj"
+    ):
+        client.update_model_params(model)
+    assert_probe(client, model, passes=False)
+
+
+def test_a_sync_its_trainer_left_unfinished_is_aborted_by_the_next_trainer_s_set_up(server, model_dir):
+    """A trainer that started an update and died before finishing it leaves the server mid-reload (every layer on
+    the meta device, generation would crash it): the next trainer's set-up aborts it, and its sync lands."""
+    first = gloo_client(server)
+    first.control("POST", "/start_weight_update", json={})
+    assert readiness(first) == {"updating"}
+    second = gloo_client(server)  # the set-up aborts the unfinished update
+    assert readiness(second) == {"partial"}
+    assert plain_client(server).generate([[1, 2, 3]], max_tokens=4)["completion_ids"]
+    model = load_model(model_dir)
+    sync(second, model)
+    assert_probe(second, model, passes=True)
+    assert readiness(second) == {"synced"}

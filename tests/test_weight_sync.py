@@ -13,6 +13,8 @@ import torch
 from riskpo_trl import compat
 from riskpo_trl.weight_sync import BACKEND, SERVER_ARGS, WORKER_EXTENSION
 from riskpo_trl.weight_sync import client as sync_client
+from riskpo_trl.weight_sync.bounded import SyncSettings
+from riskpo_trl.weight_sync.checked import compare_held
 from riskpo_trl.weight_sync.checksums import checksum, same_checksum
 from riskpo_trl.weight_sync.gloo import address_towards, broadcast_from_trainer, open_group
 
@@ -96,28 +98,39 @@ def gloo_marker(monkeypatch):
         def __init__(self, *args, **kwargs):
             self.kwargs = kwargs
 
+    class CheckedMarker(GlooMarker):
+        pass
+
     monkeypatch.setattr(sync_client, "gloo_client_class", lambda: GlooMarker)
+    monkeypatch.setattr(sync_client, "checked_client_class", lambda: CheckedMarker)
     monkeypatch.setattr(sync_client, "announce_wait", lambda *args, **kwargs: None)  # no server to ask
     return GlooMarker
 
 
 def test_a_server_on_this_package_s_backend_gets_the_gloo_client(gloo_marker):
-    client = sync_client.open_client(FakeTRLClient, False, BACKEND, group_port=5)
+    client = sync_client.open_client(FakeTRLClient, False, SyncSettings(), BACKEND, group_port=5)
     assert isinstance(client, gloo_marker) and client.kwargs == {"group_port": 5}
 
 
-@pytest.mark.parametrize("backend", ["nccl", None, "no dev mode"])
-def test_other_servers_get_trl_s_client_on_cuda(gloo_marker, backend):
-    client = sync_client.open_client(FakeTRLClient, True, backend)
+@pytest.mark.parametrize("backend", [None, "no dev mode"])
+def test_a_server_without_weight_transfer_gets_trl_s_client_which_reports_it(gloo_marker, backend):
+    client = sync_client.open_client(FakeTRLClient, True, SyncSettings(), backend)
     assert type(client) is FakeTRLClient
+
+
+def test_an_nccl_server_on_cuda_gets_trl_s_client_bounded_and_checked_with_the_settings(gloo_marker):
+    settings = SyncSettings(check_every=3)
+    client = sync_client.open_client(FakeTRLClient, True, settings, "nccl", group_port=5)
+    assert type(client).__name__ == "CheckedMarker" and client.kwargs == {"group_port": 5}
+    assert client.settings == settings
 
 
 def test_a_cuda_only_backend_is_refused_on_a_trainer_without_cuda_naming_the_launcher_s_fix(gloo_marker):
     with pytest.raises(sync_client.ServerRefusedError, match="'nccl' engine, which needs CUDA") as error:
-        sync_client.open_client(FakeTRLClient, False, "nccl")
+        sync_client.open_client(FakeTRLClient, False, SyncSettings(), "nccl")
     assert "--vllm-args" in str(error.value) and " ".join(SERVER_ARGS) in str(error.value)
     # A server without weight transfer, or without its development endpoints: TRL's client reports it.
-    assert type(sync_client.open_client(FakeTRLClient, False, None)) is FakeTRLClient
+    assert type(sync_client.open_client(FakeTRLClient, False, SyncSettings(), None)) is FakeTRLClient
 
 
 def server_mode(**settings):
@@ -147,7 +160,7 @@ def test_while_a_trainer_is_built_trl_opens_its_server_client_through_open_clien
     original = module.VLLMClient
     with sync_client.serve_weights_to_cpu_servers(server_mode()):
         hooked = module.VLLMClient
-        assert hooked.func is sync_client.open_client and hooked.args == (original, False)
+        assert hooked.func is sync_client.open_client and hooked.args == (original, False, SyncSettings())
         with sync_client.serve_weights_to_cpu_servers(server_mode()):  # RiskPOTrainer inside the training script's
             assert module.VLLMClient is hooked
     assert module.VLLMClient is original
@@ -171,23 +184,23 @@ def test_compare_held_names_every_way_a_server_can_differ_from_what_was_sent():
         held("model.embed_tokens.weight", embed),
         held("model.embed_tokens.weight", embed, held_as="lm_head.weight"),
     ]
-    assert sync_client.compare_held(sent, [server]) == []
+    assert compare_held(sent, [server]) == []
 
     stale_head = held("model.embed_tokens.weight", embed - 0.01, held_as="lm_head.weight")
-    [problem] = sync_client.compare_held(sent, [server[:2] + [stale_head]])
+    [problem] = compare_held(sent, [server[:2] + [stale_head]])
     assert problem.startswith("lm_head.weight on worker 0 (as model.embed_tokens.weight): checksum")
-    [problem] = sync_client.compare_held(sent, [server[1:]])
+    [problem] = compare_held(sent, [server[1:]])
     assert problem == "model.norm.weight: worker 0 holds nothing under this name"
     unsent = held(
         "model.layers.0.mlp.gate_proj.weight", torch.ones(2, 2), held_as="model.layers.0.mlp.gate_up_proj.weight"
     )
-    [problem] = sync_client.compare_held(sent, [server + [unsent]])
+    [problem] = compare_held(sent, [server + [unsent]])
     assert "gate_up_proj.weight on worker 0 (as model.layers.0.mlp.gate_proj.weight): no tensor" in problem
-    [problem] = sync_client.compare_held(sent, [server[:2] + [{**server[2], "checksum": None}]])
+    [problem] = compare_held(sent, [server[:2] + [{**server[2], "checksum": None}]])
     assert "empty, and cannot be read back" in problem
-    [problem] = sync_client.compare_held(sent, [server[:2] + [{**server[2], "shape": [32, 8]}]])
+    [problem] = compare_held(sent, [server[:2] + [{**server[2], "shape": [32, 8]}]])
     assert "shape [32, 8], sent [16, 8]" in problem
-    assert len(sync_client.compare_held(sent, [server, server[1:]])) == 1  # every worker is checked
+    assert len(compare_held(sent, [server, server[1:]])) == 1  # every worker is checked
 
 
 class ProbedServer:
@@ -271,3 +284,121 @@ def test_trl_s_client_has_what_the_gloo_client_builds_on():
     # VLLMGeneration syncs through update_named_params and builds its client as VLLMClient(base_url=..., ...).
     generation = inspect.getsource(compat.trl_vllm_generation_module().VLLMGeneration)
     assert "self.vllm_client.update_named_params(" in generation and "VLLMClient(" in generation
+
+
+def test_a_sketch_reads_the_columns_the_seed_draws_the_same_on_both_sides():
+    from riskpo_trl.weight_sync.checksums import SKETCH_COLUMNS, sketch, sketch_columns
+
+    columns = sketch_columns(12345, 1000)
+    assert columns == sketch_columns(12345, 1000) != sketch_columns(54321, 1000)
+    assert len(set(columns)) == SKETCH_COLUMNS and all(0 <= column < 1000 for column in columns)
+    assert sketch_columns(1, 5) == [0, 1, 2, 3, 4]  # a narrow matrix: every column
+    matrix = torch.randn(16, 1000)
+    assert sketch(matrix, 12345) == checksum(matrix[:, columns])
+    vector = torch.randn(7)
+    assert sketch(vector, 12345) == checksum(vector)
+    # A change in a drawn column is seen; one outside them is not (the false pass the docs quantify).
+    unseen = next(column for column in range(1000) if column not in columns)
+    for column, seen in ((columns[0], True), (unseen, False)):
+        changed = matrix.clone()
+        changed[3, column] += 1.0
+        assert same_checksum(sketch(matrix, 12345), sketch(changed, 12345)) is not seen
+
+
+def test_a_generation_s_timeout_grows_with_the_batch_unless_set():
+    from riskpo_trl.weight_sync.bounded import GENERATION_TIMEOUT_FLOOR_S, generation_timeout
+
+    derived = SyncSettings()
+    assert generation_timeout(derived, 2, 4, 16) == GENERATION_TIMEOUT_FLOOR_S + 1
+    assert generation_timeout(derived, 480, 10, 3072) == GENERATION_TIMEOUT_FLOOR_S + 14746
+    assert generation_timeout(SyncSettings(generation_timeout_s=42.0), 480, 10, 3072) == 42.0
+
+
+class StatedServer:
+    """A checked client's view of a server's readiness after a failed sync."""
+
+    def __init__(self, states):
+        self.states = states
+
+    def control(self, method, path, timeout=None, json=None):
+        if self.states is None:
+            raise sync_client.ServerTimeoutError("did not answer /collective_rpc within 10 s")
+        return {"results": [{"weights": state, "failure": "", "owner": None} for state in self.states]}
+
+
+@pytest.mark.parametrize(
+    ("states", "advice"),
+    [
+        (["partial"], "The server aborted the sync"),
+        (["synced", "partial"], "The server aborted the sync"),
+        (["broken"], "restart it."),
+        (None, "The server does not answer now either"),
+    ],
+)
+def test_a_failed_sync_s_error_says_whether_the_server_needs_a_restart(states, advice):
+    from riskpo_trl.weight_sync.checked import CheckedClientMixin
+
+    class Client(StatedServer, CheckedClientMixin):
+        pass
+
+    error = Client(states).with_server_state(sync_client.ServerTimeoutError("Transfer timed out."))
+    assert type(error) is sync_client.ServerTimeoutError  # still stops the run at a checkpoint
+    assert str(error).startswith("Transfer timed out. ") and advice in str(error)
+    assert ("no restart needed" in str(error)) == (states is not None and "broken" not in states)
+
+
+class TinyTokenizer:
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": text.split()}
+
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize, return_dict, **kwargs):
+        assert add_generation_prompt and tokenize and not return_dict
+        return ["<turn>"] + [word for message in messages for word in message["content"].split()] + ["<gen>"]
+
+
+def context_trainer(prompts, max_completion_length=10):
+    from datasets import Dataset
+
+    return SimpleNamespace(
+        train_dataset=Dataset.from_dict({"prompt": prompts}),
+        processing_class=TinyTokenizer(),
+        args=SimpleNamespace(max_completion_length=max_completion_length, chat_template_kwargs=None),
+    )
+
+
+def test_a_server_context_shorter_than_the_longest_prompt_plus_completion_is_refused_naming_both():
+    from riskpo_trl.weight_sync.context_length import context_refusal, longest_prompt_tokens
+
+    chat = [[{"role": "user", "content": "a b c"}], [{"role": "user", "content": "a b c d e f"}]]
+    assert longest_prompt_tokens(context_trainer(chat)) == 8
+    assert longest_prompt_tokens(context_trainer(["one two", "one two three"])) == 3
+    server = SimpleNamespace(base_url="http://server:8000", max_model_len=18)
+    assert context_refusal(server, context_trainer(chat)) is None  # 8 + 10 fits exactly
+    refusal = context_refusal(server, context_trainer(chat, max_completion_length=11))
+    assert "takes at most 18 tokens per sequence (max_model_len), and this run needs 19" in refusal
+    assert "longest prompt has 8 tokens and max_completion_length is 11" in refusal
+    assert "--max_model_len 19" in refusal
+    assert context_refusal(SimpleNamespace(max_model_len=None), context_trainer(chat, 11)) is None
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"vllm_sync_timeout": 0}, "vllm_sync_timeout=0 must be > 0"),
+        ({"vllm_generation_timeout": -1.0}, "vllm_generation_timeout=-1.0 must be > 0"),
+        ({"vllm_check_every": 0}, "vllm_check_every=0 must be >= 1"),
+    ],
+)
+def test_bad_server_settings_are_refused_when_the_config_is_built(tmp_path, setting, message):
+    from riskpo_trl.trainer.config import RiskPOConfig
+
+    with pytest.raises(ValueError, match=message):
+        RiskPOConfig(output_dir=str(tmp_path), use_cpu=True, num_generations=4, bundle_size=2, **setting)
+
+
+def test_the_config_s_settings_reach_the_client_and_other_configs_get_the_defaults():
+    settings = SyncSettings.from_args(
+        SimpleNamespace(vllm_generation_timeout=30.0, vllm_sync_timeout=20.0, vllm_check_every=3)
+    )
+    assert settings == SyncSettings(generation_timeout_s=30.0, sync_timeout_s=20.0, check_every=3)
+    assert SyncSettings.from_args(SimpleNamespace()) == SyncSettings()

@@ -10,86 +10,103 @@ Every choice is a registry filled by a decorator (:data:`BUNDLINGS`, :data:`RISK
 :data:`ADVANTAGE_SCALINGS`, :data:`CREDIT_ASSIGNMENTS`, :data:`ADVANTAGE_BASELINES`, :data:`QUANTILE_SOURCES`).
 """
 
-from .advantages import (
-    ADVANTAGE_SCALINGS,
-    RISK_PROFILES,
-    AdvantageScaling,
-    RiskProfile,
-    ScaledAdvantage,
-    authors_code_mvar_advantage,
-    authors_code_risk_seeking_advantage,
-    mvar_advantage,
-    register_risk_profile,
-    register_scaled_advantage,
-    risk_seeking_advantage,
-    rvar_advantage,
-    rvar_window,
-    scaled_advantage,
-)
-from .baselines import (
-    ADVANTAGE_BASELINES,
-    DEFAULT_ADVANTAGE_BASELINE,
-    leave_one_out_baseline,
-    no_baseline,
-    resolve_advantage_baseline,
-)
-from .batch import RiskPOBatch, apply_advantage_rule, riskpo_advantages
-from .bundling import BUNDLINGS, permutation_bundles, positional_bundles
-from .choices import DEFAULT_CHOICES, AdvantageRule, RiskChoices
-from .credit import CREDIT_ASSIGNMENTS, score_credit, std_credit, sum_mean_credit, uniform_credit
-from .estimator import RiskEstimator
-from .metrics import (
-    frac_prompts_all_failed,
-    mvar_objective,
-    push_signals,
-    risk_seeking_objective,
-    rvar_objective,
-)
-from .quantile_tracker import QuantileTracker
-from .quantiles import QUANTILE_SOURCES, empirical_quantiles, group_quantiles
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "ADVANTAGE_BASELINES",
-    "ADVANTAGE_SCALINGS",
-    "BUNDLINGS",
-    "CREDIT_ASSIGNMENTS",
-    "DEFAULT_ADVANTAGE_BASELINE",
-    "DEFAULT_CHOICES",
-    "QUANTILE_SOURCES",
-    "RISK_PROFILES",
-    "AdvantageRule",
-    "AdvantageScaling",
-    "QuantileTracker",
-    "RiskChoices",
-    "RiskEstimator",
-    "RiskPOBatch",
-    "RiskProfile",
-    "ScaledAdvantage",
-    "authors_code_mvar_advantage",
-    "authors_code_risk_seeking_advantage",
-    "apply_advantage_rule",
-    "empirical_quantiles",
-    "frac_prompts_all_failed",
-    "group_quantiles",
-    "leave_one_out_baseline",
-    "mvar_advantage",
-    "mvar_objective",
-    "no_baseline",
-    "permutation_bundles",
-    "positional_bundles",
-    "push_signals",
-    "register_risk_profile",
-    "register_scaled_advantage",
-    "resolve_advantage_baseline",
-    "risk_seeking_advantage",
-    "risk_seeking_objective",
-    "riskpo_advantages",
-    "rvar_advantage",
-    "rvar_objective",
-    "rvar_window",
-    "scaled_advantage",
-    "score_credit",
-    "std_credit",
-    "sum_mean_credit",
-    "uniform_credit",
-]
+from ..lazy import lazy_names
+
+# Public names by home module; each loads on first use (the advantage-baseline default without torch). The
+# TYPE_CHECKING block names the same for tools.
+_EXPORTS = {
+    "advantages": (
+        "ADVANTAGE_SCALINGS",
+        "RISK_PROFILES",
+        "AdvantageScaling",
+        "RiskProfile",
+        "ScaledAdvantage",
+        "authors_code_mvar_advantage",
+        "authors_code_risk_seeking_advantage",
+        "mvar_advantage",
+        "register_risk_profile",
+        "register_scaled_advantage",
+        "risk_seeking_advantage",
+        "rvar_advantage",
+        "rvar_window",
+        "scaled_advantage",
+    ),
+    "baselines": (
+        "ADVANTAGE_BASELINES",
+        "leave_one_out_baseline",
+        "no_baseline",
+    ),
+    "batch": (
+        "RiskPOBatch",
+        "apply_advantage_rule",
+        "riskpo_advantages",
+    ),
+    "bundling": (
+        "BUNDLINGS",
+        "permutation_bundles",
+        "positional_bundles",
+    ),
+    "choices": (
+        "DEFAULT_CHOICES",
+        "AdvantageRule",
+        "RiskChoices",
+    ),
+    "credit": (
+        "CREDIT_ASSIGNMENTS",
+        "score_credit",
+        "std_credit",
+        "sum_mean_credit",
+        "uniform_credit",
+    ),
+    "defaults": (
+        "DEFAULT_ADVANTAGE_BASELINE",
+        "PAPER_ADVANTAGE_BASELINE",
+        "resolve_advantage_baseline",
+    ),
+    "estimator": ("RiskEstimator",),
+    "metrics": (
+        "frac_prompts_all_failed",
+        "mvar_objective",
+        "push_signals",
+        "risk_seeking_objective",
+        "rvar_objective",
+    ),
+    "quantile_tracker": ("QuantileTracker",),
+    "quantiles": (
+        "QUANTILE_SOURCES",
+        "empirical_quantiles",
+        "group_quantiles",
+    ),
+}
+
+if TYPE_CHECKING:
+    from .advantages import (
+        ADVANTAGE_SCALINGS,
+        RISK_PROFILES,
+        AdvantageScaling,
+        RiskProfile,
+        ScaledAdvantage,
+        authors_code_mvar_advantage,
+        authors_code_risk_seeking_advantage,
+        mvar_advantage,
+        register_risk_profile,
+        register_scaled_advantage,
+        risk_seeking_advantage,
+        rvar_advantage,
+        rvar_window,
+        scaled_advantage,
+    )
+    from .baselines import ADVANTAGE_BASELINES, leave_one_out_baseline, no_baseline
+    from .batch import RiskPOBatch, apply_advantage_rule, riskpo_advantages
+    from .bundling import BUNDLINGS, permutation_bundles, positional_bundles
+    from .choices import DEFAULT_CHOICES, AdvantageRule, RiskChoices
+    from .credit import CREDIT_ASSIGNMENTS, score_credit, std_credit, sum_mean_credit, uniform_credit
+    from .defaults import DEFAULT_ADVANTAGE_BASELINE, PAPER_ADVANTAGE_BASELINE, resolve_advantage_baseline
+    from .estimator import RiskEstimator
+    from .metrics import frac_prompts_all_failed, mvar_objective, push_signals, risk_seeking_objective, rvar_objective
+    from .quantile_tracker import QuantileTracker
+    from .quantiles import QUANTILE_SOURCES, empirical_quantiles, group_quantiles
+
+__getattr__, __dir__, __all__ = lazy_names(__name__, _EXPORTS)

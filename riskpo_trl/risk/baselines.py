@@ -5,12 +5,14 @@ The score-function gradient is unchanged by subtracting any ``c`` that does not 
 ``E[c * grad log pi(y|x)] = c * grad sum_y pi(y|x) = 0``. So a baseline changes which completions are pushed up and
 which down, not what the estimator's expectation is (at fixed quantiles). Each rule is a function
 ``(advantages, scorable, num_generations) -> advantages`` registered in :data:`ADVANTAGE_BASELINES`; it sees the whole
-gathered batch, ``G`` consecutive completions per prompt, so every process computes the same values.
+gathered batch, ``G`` consecutive completions per prompt, so every process computes the same values. Each entry says
+how a model card names it (``card``), whether each prompt's advantages average 0 (``centred``) and whether a
+completion's own advantage enters its baseline (``uses_own_reward``); ``tests/test_baselines.py`` checks the last two
+for every entry.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 import torch
@@ -21,13 +23,10 @@ BaselineFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 
 ADVANTAGE_BASELINES: Registry[BaselineFn] = Registry("advantage_baseline")
 
-# What an unset ``advantage_baseline`` becomes, except with the authors' scaling (see resolve_advantage_baseline).
-DEFAULT_ADVANTAGE_BASELINE = "loo"
 
-logger = logging.getLogger(__name__)
-
-
-@ADVANTAGE_BASELINES.register("none", help="the paper: no baseline")
+@ADVANTAGE_BASELINES.register(
+    "none", help="the paper: no baseline", card="no baseline", centred=False, uses_own_reward=False
+)
 def no_baseline(advantages: torch.Tensor, scorable: torch.Tensor, num_generations: int) -> torch.Tensor:
     """The paper's advantages, unchanged."""
     return advantages
@@ -37,6 +36,9 @@ def no_baseline(advantages: torch.Tensor, scorable: torch.Tensor, num_generation
     "loo",
     help="per prompt, subtract the mean advantage of the prompt's other scorable completions (RLOO-style), so "
     "each prompt's advantages sum to 0 and take both signs; the expected gradient is unchanged at fixed quantiles",
+    card="a leave-one-out baseline",
+    centred=True,
+    uses_own_reward=False,
 )
 def leave_one_out_baseline(advantages: torch.Tensor, scorable: torch.Tensor, num_generations: int) -> torch.Tensor:
     """``A'_ij = A_ij - mean_{k != j} A_ik`` over prompt ``i``'s other scorable completions.
@@ -53,22 +55,6 @@ def leave_one_out_baseline(advantages: torch.Tensor, scorable: torch.Tensor, num
     others = (values.sum(dim=1, keepdim=True) - values) / (count - 1).clamp(min=1)
     centred = torch.where(mask & (count > 1), rows - others, torch.zeros_like(rows))
     return centred.reshape(-1).to(advantages.dtype)
-
-
-def resolve_advantage_baseline(advantage_baseline: str | None, advantage_scaling: str) -> str:
-    """``advantage_baseline`` when set; unset (``None``), :data:`DEFAULT_ADVANTAGE_BASELINE`, except ``"none"`` with
-    ``advantage_scaling="authors_code"``: the authors' code has no baseline and that scaling refuses one, so choosing
-    their scaling alone reproduces their code."""
-    if advantage_baseline is not None:
-        return advantage_baseline
-    if advantage_scaling == "authors_code":
-        logger.warning(
-            "advantage_baseline not set with advantage_scaling='authors_code': using 'none', as the authors' "
-            "code does (the default 'loo' is refused with that scaling). Set advantage_baseline='none' to "
-            "say so and silence this."
-        )
-        return "none"
-    return DEFAULT_ADVANTAGE_BASELINE
 
 
 def check_baseline_pair(advantage_baseline: str, advantage_scaling: str) -> None:

@@ -121,7 +121,7 @@ def riskpo_advantages(
         advantage_baseline: a key of :data:`ADVANTAGE_BASELINES`, subtracted last; ``"loo"`` (the default) each
             prompt's leave-one-out mean, ``"none"`` (the paper) nothing. Unset with
             ``advantage_scaling="authors_code"`` it is ``"none"``
-            (:func:`~riskpo_trl.risk.baselines.resolve_advantage_baseline`).
+            (:func:`~riskpo_trl.risk.defaults.resolve_advantage_baseline`).
     """
     choices = RiskChoices(
         risk_profile=risk_profile,

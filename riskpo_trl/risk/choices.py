@@ -14,9 +14,10 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .advantages import RISK_PROFILES, RiskProfile, ScaledAdvantage, levels_in_order
-from .baselines import ADVANTAGE_BASELINES, BaselineFn, check_baseline_pair, resolve_advantage_baseline
+from .baselines import ADVANTAGE_BASELINES, BaselineFn, check_baseline_pair
 from .bundling import BUNDLINGS, BundlingFn
 from .credit import CREDIT_ASSIGNMENTS, CreditFn
+from .defaults import resolve_advantage_baseline
 from .quantiles import QUANTILE_SOURCES, QuantileSource
 
 
@@ -37,7 +38,7 @@ class AdvantageRule:
 class RiskChoices:
     """The advantage step's named choices. The defaults are the paper's, except ``advantage_baseline``: unset, it
     resolves to ``"loo"``, or to ``"none"`` with ``advantage_scaling="authors_code"``
-    (:func:`~riskpo_trl.risk.baselines.resolve_advantage_baseline`)."""
+    (:func:`~riskpo_trl.risk.defaults.resolve_advantage_baseline`)."""
 
     risk_profile: str = "mvar"
     advantage_scaling: str = "none"

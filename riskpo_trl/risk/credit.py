@@ -2,6 +2,8 @@
 
 Each rule is a function ``(advantages, rewards, bundle_ids, num_generations) -> advantages`` registered in
 :data:`CREDIT_ASSIGNMENTS`; the paper gives every member its bundle's advantage, the others are the authors' code's.
+An entry from the authors' code names the advantage ``scaling`` it belongs with, whether the config checks refuse or
+warn about another (``other_scaling``) and why (``reason``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,23 @@ def uniform_credit(
     return advantages
 
 
-@CREDIT_ASSIGNMENTS.register("score", help="x0.5 for a rewarded member, x1.5 otherwise")
+# With another advantage scaling than the one a rule comes from: refused, or warned about, with its entry's reason.
+RESCALES_BY_PROMPT = (
+    "rescales members by their prompt's reward statistics, which only the authors' scaling uses (their scripts: "
+    "advantage_scaling='authors_code', quantile_source='group'); with the paper's advantage it multiplies some "
+    "prompts' advantages several fold. Set advantage_scaling='authors_code' and quantile_source='group', or "
+    "credit_assignment='uniform' (the paper)."
+)
+
+
+@CREDIT_ASSIGNMENTS.register(
+    "score",
+    help="x0.5 for a rewarded member, x1.5 otherwise",
+    scaling="authors_code",
+    other_scaling="warn",
+    reason="(x0.5 for rewarded members, x1.5 otherwise) comes from the authors' code and none of their scripts uses "
+    "it; with the paper's advantage it is an untested mix.",
+)
 def score_credit(
     advantages: torch.Tensor, rewards: torch.Tensor, bundle_ids: torch.Tensor, num_generations: int
 ) -> torch.Tensor:
@@ -43,6 +61,9 @@ def score_credit(
     "std",
     help="divided by the member's prompt's reward std over its G completions, std <= "
     "1e-3 counts as 1; the authors' MATH scripts",
+    scaling="authors_code",
+    other_scaling="refuse",
+    reason=RESCALES_BY_PROMPT,
 )
 def std_credit(
     advantages: torch.Tensor, rewards: torch.Tensor, bundle_ids: torch.Tensor, num_generations: int
@@ -58,6 +79,9 @@ def std_credit(
     "sum_mean",
     help="A x (r - prompt mean) / sum over the bundle of (r - prompt mean), A / B when that sum is ~0; the authors' "
     "DAPO script",
+    scaling="authors_code",
+    other_scaling="refuse",
+    reason=RESCALES_BY_PROMPT,
 )
 def sum_mean_credit(
     advantages: torch.Tensor, rewards: torch.Tensor, bundle_ids: torch.Tensor, num_generations: int

@@ -15,6 +15,10 @@ USAGE_ERRORS = (ValueError, TypeError, OSError)
 USAGE_ERROR_EXIT_CODE = 2  # argparse's code for a usage error
 DEBUG_FLAG = "--debug"
 
+# Where the risk profile's objective goes in the line: the run's profile names it (its registry entry's ``metric``,
+# ``risk/<profile>``), so a new profile shows without a line here.
+PROFILE_OBJECTIVE = ("", "")
+
 # Groups of (label in the line, logged metric); missing or empty metrics are skipped.
 COMPACT_METRICS = (
     ("", (("loss", "loss"), ("reward", "reward"), ("len", "completions/mean_length"))),
@@ -24,9 +28,7 @@ COMPACT_METRICS = (
             ("q_alpha", "risk/q_alpha"),
             ("q_beta", "risk/q_beta"),
             ("bundle_score", "risk/bundle_score_mean"),
-            ("mvar", "risk/mvar"),  # the risk profile's objective: at most one of these three is logged
-            ("rvar", "risk/rvar"),
-            ("risk_seeking", "risk/risk_seeking"),
+            PROFILE_OBJECTIVE,
             ("lower_rvar", "risk/lower_rvar"),
             ("upper_rvar", "risk/upper_rvar"),
             ("zero_adv", "risk/frac_zero_advantage"),
@@ -60,17 +62,21 @@ def usage_errors(prog: str, debug: bool = False, errors: tuple[type[BaseExceptio
         raise SystemExit(USAGE_ERROR_EXIT_CODE) from None
 
 
-def compact_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
+def compact_log_line(
+    logs: dict[str, Any], step: int, max_steps: int, objective_metric: str | None = None
+) -> str | None:
     """``[step 3/6] loss 0.09, reward 0.5, len 15 | risk: q_alpha 0.02, ... | lr 5e-05`` for a training or evaluation
     log of a GRPO-family trainer, else None (the run summary). A training step that reuses a generation batch logs no
     reward, so its line has the loss and the learning rate only. Evaluation logs (``eval_`` prefix) get an ``eval``
-    line; a baseline's line has no risk part."""
+    line; a baseline's line has no risk part. ``objective_metric``: the run's risk profile's (``risk/mvar``)."""
     prefix = "eval_" if "eval_reward" in logs or "eval_loss" in logs else ""
     if not prefix and "reward" not in logs and "loss" not in logs:
         return None
     groups = []
+    objective = (objective_metric.removeprefix("risk/"), objective_metric) if objective_metric else None
     for title, metrics in COMPACT_METRICS:
-        values = [(label, logs.get(prefix + name)) for label, name in metrics]
+        named = [objective if pair is PROFILE_OBJECTIVE else pair for pair in metrics]
+        values = [(label, logs.get(prefix + name)) for label, name in filter(None, named)]
         parts = [f"{label} {format_number(value)}" for label, value in values if value is not None]
         if parts:
             groups.append(title + ", ".join(parts))
@@ -108,11 +114,14 @@ def use_compact_log(trainer) -> None:
     Nothing changes when tqdm is off (``disable_tqdm``: the plain printer keeps printing every metric)."""
     from transformers.trainer_callback import ProgressCallback
 
+    rule = getattr(getattr(trainer, "risk_estimator", None), "rule", None)  # a baseline trainer has none
+    objective_metric = rule.profile.metric if rule is not None else None
+
     class CompactLogCallback(ProgressCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             if self.training_bar is None:
                 return super().on_log(args, state, control, logs=logs, **kwargs)
-            line = compact_log_line(logs or {}, state.global_step, state.max_steps)
+            line = compact_log_line(logs or {}, state.global_step, state.max_steps, objective_metric)
             if line is None:
                 line = plain_log_line(logs or {})
             if state.is_world_process_zero:

@@ -55,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     check_model_available(config.model, config.model_source)
     if config.adapter is not None:
         check_model_available(config.adapter, "adapter")
+    check_row_columns(config)
     from ..tiny_model import warn_if_tiny_random_model
 
     warn_if_tiny_random_model(config.model, config.model_source)
@@ -68,6 +69,19 @@ def main(argv: Sequence[str] | None = None) -> dict:
     with open(f"{config.output_dir}/{TABLE_FILE}") as f:
         print(f.read())
     return results
+
+
+def check_row_columns(config: EvalConfig) -> None:
+    """The prompt and answer columns named for ``dataset_files`` exist, read without `datasets` (before torch loads),
+    with the message the rows' reader gives later."""
+    from ..data.columns import check_columns_exist
+    from ..data.local_files import peek_columns
+
+    chosen = {"answer_column": config.answer_column, "prompt_column": config.prompt_column}
+    for path in config.dataset_files:
+        found = peek_columns([path]) if os.path.isfile(path) else None
+        if found is not None:
+            check_columns_exist(found[0], chosen, str(path))
 
 
 def cli(argv: Sequence[str] | None = None) -> None:

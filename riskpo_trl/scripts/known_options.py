@@ -67,6 +67,24 @@ def light_parser(trainer: str, script_arguments: type) -> tuple[argparse.Argumen
     return parser, config_name
 
 
+def help_all_parser(trainer: str) -> argparse.ArgumentParser | None:
+    """A parser whose help is the full parser's ``--help-all`` for ``trainer`` without a recipe (the texts, defaults
+    and resolved defaults the list keeps), or None when the installed versions are not the list's."""
+    from . import known_options_data as data
+
+    if installed_versions() != data.VERSIONS or trainer not in data.HELP_ALL["options"]:
+        return None
+    parser = argparse.ArgumentParser()
+    texts, rows = data.HELP_ALL["texts"], data.HELP_ALL["rows"]
+    for flags, dest, nargs, metavar, choices, text in (rows[index] for index in data.HELP_ALL["options"][trainer]):
+        shown = {"dest": dest, "help": texts[text].replace("%", "%%") or None}
+        if nargs == 0:
+            parser.add_argument(*flags, action="store_const", const=None, **shown)
+        else:
+            parser.add_argument(*flags, nargs=nargs, metavar=metavar, choices=choices, **shown)
+    return parser
+
+
 def trainer_fields(trainer: str) -> set[str] | None:
     """The field names of ``trainer``'s config class and ``ModelConfig`` from the list, or None (other versions)."""
     from . import known_options_data as data

@@ -46,6 +46,7 @@ from typing import Any
 
 from ..data.prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
 from ..registry import closest_name
+from ..risk.defaults import DEFAULT_ADVANTAGE_BASELINE, resolve_advantage_baseline
 from ..trainer.registry import TRAINERS, check_trainer_name, get_trainer_classes
 from .console import USAGE_ERRORS, pop_debug_flag, usage_errors
 from .recipe_values import check_recipe_values, error_source
@@ -331,15 +332,13 @@ RiskPOConfig = trl.GRPOConfig + risk_alpha, risk_beta, risk_omega, bundle_size, 
   --advantage_baseline   RiskPO's baseline: {DEFAULT_ADVANTAGE_BASELINE} (the default) or none (the paper exactly)
   --output_dir           where checkpoints, the model and its card go; a run there resumes
   --max_steps, --learning_rate, --num_generations, --bundle_size, --risk_alpha, --risk_beta
-`riskpo-train --help-all [--trainer NAME]` lists them all with their defaults; it loads transformers and TRL,
-{HELP_ALL_TIME}.
+`riskpo-train --help-all [--trainer NAME]` lists them all with their defaults, at once; with --config, with the
+recipe's, after loading transformers and TRL ({HELP_ALL_TIME}).
 """
 
 
-# What RiskPOConfig resolves advantage_baseline to when unset (a test checks it against the config).
-DEFAULT_ADVANTAGE_BASELINE = "loo"
-# benchmarks/cli_startup.py's medians for --help-all, with their load (benchmarks/results/cli_startup.md).
-HELP_ALL_TIME = "9 s of CPU time (16 s on 2 cores at load 3-5)"
+# benchmarks/cli_startup.py's medians for --help-all --config, with their load (benchmarks/results/cli_startup.md).
+HELP_ALL_TIME = "11 s of CPU time, 31 s on 2 shared cores at load 7-11"
 
 
 def reward_funcs_help() -> str:
@@ -381,6 +380,21 @@ def print_short_help() -> None:
     parser.print_help()
 
 
+def print_help_all_without_recipe(argv: Sequence[str]) -> None:
+    """``--help-all`` without ``--config``: print it from the generated list and exit, before torch and TRL load. With
+    a recipe (whose values become the defaults shown), or at other library versions, the full parser prints it."""
+    from .known_options import help_all_parser
+
+    if _option_value(argv, "config") is not None:
+        return
+    trainer = _option_value(argv, "trainer") or DEFAULT_TRAINER
+    check_trainer_name(trainer)
+    parser = help_all_parser(trainer)
+    if parser is not None:
+        parser.print_help()
+        raise SystemExit(0)
+
+
 def parse_args(argv: Sequence[str] | None = None):
     """``(script_args, training_args, model_args)`` from ``--config`` and the command line.
 
@@ -393,6 +407,7 @@ def parse_args(argv: Sequence[str] | None = None):
         print_short_help()
         raise SystemExit(0)
     if "--help-all" in argv:
+        print_help_all_without_recipe(argv)
         argv = [token if token != "--help-all" else "--help" for token in argv]
     from .run_data import recipe_for_command_line
 
@@ -423,6 +438,11 @@ def parse_args(argv: Sequence[str] | None = None):
         raise ValueError(f"{where}: {error}") from error
 
 
+# Fields a config resolves from the machine it runs on (an accelerator, the log level): their help says how, and
+# --help-all, which may be printed from a list generated elsewhere, shows no value for them.
+MACHINE_RESOLVED = ("bf16", "disable_tqdm")
+
+
 def show_resolved_defaults(parser, config_class: type, recipe: dict[str, Any]) -> None:
     """For ``--help-all``: each option whose default is None and that the config resolves at start-up
     (``advantage_baseline``, ``steps_per_generation``, ``bf16``, ...) shows the value a config built from the recipe
@@ -436,7 +456,13 @@ def show_resolved_defaults(parser, config_class: type, recipe: dict[str, Any]) -
         return
     for action in parser._actions:
         value = getattr(config, action.dest, None) if action.dest in fields else None
-        if action.default is None and isinstance(value, (str, int, float, bool)):
+        if action.dest == "advantage_baseline":
+            value = resolve_advantage_baseline(config.advantage_baseline, config.advantage_scaling)
+        if (
+            action.default is None
+            and isinstance(value, (str, int, float, bool))
+            and action.dest not in MACHINE_RESOLVED
+        ):
             action.resolved_default = value
 
 

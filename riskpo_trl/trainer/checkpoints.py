@@ -21,6 +21,7 @@ from typing import Any
 
 from torch import nn
 
+from ..risk.defaults import PAPER_ADVANTAGE_BASELINE, resolve_advantage_baseline
 from .state_files import UntrustedFileError, read_regular_file
 
 RISK_STATE_FILE = "riskpo_state.json"
@@ -38,6 +39,9 @@ RESUMABLE_RISK_FIELDS = frozenset(
         "regime_guard_threshold",
         "regime_guard_patience",
         "loss_token_mean_sequences",
+        "vllm_generation_timeout",
+        "vllm_sync_timeout",
+        "vllm_check_every",
     }
 )
 
@@ -50,11 +54,14 @@ def risk_settings(args: Any) -> dict[str, Any]:
     from trl import GRPOConfig
 
     inherited = {f.name for f in fields(GRPOConfig)}
-    return {
+    settings = {
         f.name: getattr(args, f.name)
         for f in fields(args)
         if f.name not in inherited and f.name not in RESUMABLE_RISK_FIELDS
     }
+    # The baseline the run trains with: an unset one is recorded as what it resolves to.
+    settings["advantage_baseline"] = resolve_advantage_baseline(args.advantage_baseline, args.advantage_scaling)
+    return settings
 
 
 def check_resume_settings(checkpoint: str, args: Any) -> None:
@@ -163,9 +170,9 @@ def resumed_baseline(state: dict[str, Any], args: Any) -> str | None:
     """The advantage baseline a resumed run must switch to, or None to keep its own: a checkpoint written before
     checkpoints recorded their risk settings was trained with the paper's advantage (``"none"``, the default then),
     so a run that does not state ``advantage_baseline`` goes on with it rather than with today's default."""
-    if "settings" in state or not getattr(args, "_advantage_baseline_unset", False):
+    if "settings" in state or args.advantage_baseline is not None:
         return None
-    return "none"
+    return PAPER_ADVANTAGE_BASELINE
 
 
 def without_tied_missing_keys(model: nn.Module, load_result: Any) -> Any:

@@ -25,7 +25,6 @@ from ..risk import (  # noqa: E402
     CREDIT_ASSIGNMENTS,
     QUANTILE_SOURCES,
     RISK_PROFILES,
-    resolve_advantage_baseline,
 )
 from ..risk.choices import DEFAULT_CHOICES  # noqa: E402
 from .caller_warnings import config_default_warnings_silenced  # noqa: E402
@@ -305,6 +304,29 @@ class RiskPOConfig(GRPOConfig):
             "None: TRL's bnpo, one token mean per micro-batch."
         },
     )
+    vllm_generation_timeout: float | None = field(
+        default=None,
+        metadata={
+            "help": "vLLM generation timeout (server mode): seconds one generation request may wait for the "
+            "server's answer before the run stops at a checkpoint with exit code 75. None: 300 s plus 1 ms per "
+            "token the batch may generate (prompts x num_generations x max_completion_length)."
+        },
+    )
+    vllm_sync_timeout: float = field(
+        default=120.0,
+        metadata={
+            "help": "vLLM sync timeout (server mode): seconds each request of a weight sync, and each tensor's "
+            "transfer to a CPU server, may take before the run stops at a checkpoint with exit code 75."
+        },
+    )
+    vllm_check_every: int = field(
+        default=10,
+        metadata={
+            "help": "vLLM sync check period (server mode, a server with this package's worker extension): verify "
+            "the server's weights and the log-prob probe after every this many syncs, the first included. The "
+            "server's identity is checked on every request whatever this is."
+        },
+    )
     per_device_train_batch_size: int = field(
         default=10,
         metadata={
@@ -351,9 +373,6 @@ class RiskPOConfig(GRPOConfig):
         return from_grpo_config(cls, grpo_config, risk_fields, UPDATES_PER_GENERATION)
 
     def __post_init__(self):
-        # Remembered for resume: a checkpoint that predates recorded settings was trained with the paper's 'none'.
-        self._advantage_baseline_unset = self.advantage_baseline is None
-        self.advantage_baseline = resolve_advantage_baseline(self.advantage_baseline, self.advantage_scaling)
         if self.bf16 is None:
             self.bf16 = not self.fp16 and (self.use_cpu or is_torch_bf16_gpu_available())
         if self.ddp_backend is None and _deepspeed_launch_without_accelerator():

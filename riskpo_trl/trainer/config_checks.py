@@ -11,6 +11,8 @@ from typing import Any
 
 from .. import compat
 from ..risk.choices import RiskChoices
+from ..risk.credit import CREDIT_ASSIGNMENTS
+from ..risk.defaults import warn_if_resolved_by_scaling
 from .batch_layout import bundle_layout_error, divisors
 from .caller_warnings import caller_stacklevel
 from .checks import check_loss_type
@@ -20,6 +22,7 @@ def check_config(config: Any, grpo_checks: Callable[[], None]) -> None:
     """Check ``config``'s own fields first (a bad one would otherwise surface as a less clear GRPOConfig error), then
     run ``grpo_checks`` (GRPOConfig's ``__post_init__``, which derives the generation batch), then the batch layout."""
     _check_risk_fields(config)
+    _check_vllm_server_settings(config)
     _refuse_unsourced_combinations(config)
     check_loss_type(config)
     grpo_checks()
@@ -30,6 +33,7 @@ def check_config(config: Any, grpo_checks: Callable[[], None]) -> None:
 def _check_risk_fields(config: Any) -> None:
     # The named choices, the pairs they form and the quantile levels they allow: checked where they are resolved.
     RiskChoices.from_config(config).resolve((config.risk_alpha, config.risk_beta))
+    warn_if_resolved_by_scaling(config.advantage_baseline, config.advantage_scaling)
     if config.risk_omega < 0:
         raise ValueError(
             f"risk_omega={config.risk_omega} must be >= 0: it is the extra weight on the lower tail (the paper uses "
@@ -67,6 +71,21 @@ def _check_risk_fields(config: Any) -> None:
         )
 
 
+def _check_vllm_server_settings(config: Any) -> None:
+    timeouts = {
+        "vllm_generation_timeout": config.vllm_generation_timeout,
+        "vllm_sync_timeout": config.vllm_sync_timeout,
+    }
+    for name, value in timeouts.items():
+        if value is not None and not value > 0:
+            raise ValueError(f"{name}={value} must be > 0 seconds (docs/scale_out.md).")
+    if config.vllm_check_every < 1:
+        raise ValueError(
+            f"vllm_check_every={config.vllm_check_every} must be >= 1 (1 checks every weight sync; the server's "
+            "identity is checked on every request anyway)."
+        )
+
+
 def _refuse_unsourced_combinations(config: Any) -> None:
     """Combinations neither the paper nor the authors' code uses, where the advantage's scale goes wrong (a baseline
     with the authors' scaling is refused where the choices are resolved)."""
@@ -78,20 +97,13 @@ def _refuse_unsourced_combinations(config: Any) -> None:
             "advantage of an all-zero group). Set quantile_source='group' (what the authors' code effectively "
             "does), or advantage_scaling='none' for the paper's advantage."
         )
-    if config.credit_assignment in ("std", "sum_mean") and config.advantage_scaling != "authors_code":
-        raise ValueError(
-            f"credit_assignment={config.credit_assignment!r} rescales members by their prompt's reward statistics, "
-            "which only the authors' scaling uses (their scripts: advantage_scaling='authors_code', "
-            "quantile_source='group'); with the paper's advantage it multiplies some prompts' advantages several "
-            "fold. Set advantage_scaling='authors_code' and quantile_source='group', or credit_assignment="
-            "'uniform' (the paper)."
-        )
-    if config.credit_assignment == "score" and config.advantage_scaling != "authors_code":
-        warnings.warn(
-            "credit_assignment='score' (x0.5 for rewarded members, x1.5 otherwise) comes from the authors' code "
-            "and none of their scripts uses it; with the paper's advantage it is an untested mix.",
-            stacklevel=caller_stacklevel(),
-        )
+    # A credit rule's entry names the advantage scaling it comes from, and whether another is refused or warned.
+    credit = CREDIT_ASSIGNMENTS.about(config.credit_assignment)
+    if credit.get("scaling", config.advantage_scaling) != config.advantage_scaling:
+        message = f"credit_assignment={config.credit_assignment!r} {credit['reason']}"
+        if credit["other_scaling"] != "warn":
+            raise ValueError(message)
+        warnings.warn(message, stacklevel=caller_stacklevel())
 
 
 def _check_batch_layout(config: Any) -> None:

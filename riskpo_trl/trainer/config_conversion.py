@@ -12,6 +12,7 @@ from typing import Any
 from transformers.utils import logging as transformers_logging
 
 from ..registry import closest_name
+from ..risk.defaults import PAPER_ADVANTAGE_BASELINE, resolve_advantage_baseline
 from .caller_warnings import remember_set_fields
 
 logger = transformers_logging.get_logger(__name__)
@@ -46,7 +47,7 @@ def from_grpo_config(
     when it is not the paper's and was not passed."""
     config = config_class(**converted_config_kwargs(grpo_config, config_class, risk_fields))
     kept = settings_off_the_papers(config, config_class, set(risk_fields), updates_per_generation)
-    baseline = getattr(config, "advantage_baseline", PAPER_ADVANTAGE_BASELINE)
+    baseline = resolve_advantage_baseline(config.advantage_baseline, config.advantage_scaling)
     differing = [f"kept the GRPO config's {', '.join(kept)}"] if kept else []
     if "advantage_baseline" not in risk_fields and baseline != PAPER_ADVANTAGE_BASELINE:
         differing.append(
@@ -71,9 +72,6 @@ _DEPRECATED_ALIASES = {
 def init_field_names(config_class: type) -> set[str]:
     return {f.name for f in dataclasses.fields(config_class) if f.init}
 
-
-# The paper's advantage has no baseline; RiskPOConfig's default ("loo") is not the paper's.
-PAPER_ADVANTAGE_BASELINE = "none"
 
 # GRPO settings that define the paper's method, whose RiskPOConfig defaults are the paper's.
 PAPER_GRPO_SETTINGS = ("importance_sampling_level", "loss_type", "temperature", "num_generations", "epsilon", "beta")

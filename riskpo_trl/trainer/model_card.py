@@ -19,7 +19,8 @@ from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
-from ..risk.baselines import DEFAULT_ADVANTAGE_BASELINE
+from ..risk.baselines import ADVANTAGE_BASELINES
+from ..risk.defaults import DEFAULT_ADVANTAGE_BASELINE, resolve_advantage_baseline
 from .checks import hub_id_or_none
 
 logger = logging.getLogger(__name__)
@@ -141,17 +142,15 @@ def settings_table(args: Any) -> str:
     return "\n".join(rows)
 
 
-# How the method sentence names an advantage baseline that is not the paper's ("none").
-BASELINE_WORDS = {"loo": "a leave-one-out baseline"}
-
-
 def baseline_clause(args: Any) -> str:
     """``", with a leave-one-out baseline (`advantage_baseline="loo"`), which is not the paper's estimator"`` when the
     run's advantage baseline is not the paper's; empty for the paper's and for a config without one (GRPO)."""
-    baseline = getattr(args, "advantage_baseline", None)
-    if baseline in (None, "none"):
+    if not hasattr(args, "advantage_baseline"):
+        return ""  # a config without one (GRPO)
+    baseline = resolve_advantage_baseline(args.advantage_baseline, args.advantage_scaling)
+    if baseline == "none":
         return ""
-    words = BASELINE_WORDS.get(baseline, f"the {baseline!r} advantage baseline")
+    words = ADVANTAGE_BASELINES.about(baseline).get("card", f"the {baseline!r} advantage baseline")
     return f', with {words} (`advantage_baseline="{baseline}"`), which is not the paper\'s estimator'
 
 

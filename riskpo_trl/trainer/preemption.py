@@ -8,6 +8,12 @@ again), saves a checkpoint there, prints one line and exits with :data:`STOPPED_
 distributed run agree on the flag with one tiny all-reduce per generation batch, so all of them stop at the same step
 even when the signal reached only some of them.
 
+A vLLM server that does not answer within its timeout (``ServerTimeoutError`` of ``riskpo_trl.weight_sync``: a hang
+while generating or syncing) stops the run the same way, at once: the error ends ``trainer.train()`` at the
+generation-batch boundary where the trainer generates, the trainer saves a checkpoint of the last completed step (none
+at step 0), prints the error and the stop line, and exits with :data:`STOPPED_EXIT_CODE`. Only a single-process run
+stops so: in a multi-process run the other processes wait for the main one's generation in a collective.
+
 A second Ctrl-C more than :data:`REPEAT_WINDOW_S` after the first aborts at once: the process kills itself with
 SIGINT (exit status 130) without saving, and ``output_dir`` keeps its earlier checkpoints. A repeat within the window
 counts as the same request (SLURM signals every process of a job step, and the launcher of ``accelerate launch``
@@ -27,6 +33,7 @@ from collections.abc import Iterator
 
 from transformers import TrainerCallback
 
+from .last_checkpoint import CHECKPOINT_COMPLETE_MARKER
 from .last_checkpoint import last_complete_checkpoint as last_complete_checkpoint  # resuming is part of stopping
 
 # EX_TEMPFAIL of sysexits.h, "temporary failure, try again later": the run stopped at a checkpoint and the same
@@ -75,7 +82,8 @@ class StopOnSignal(TrainerCallback):
         self.period = period
         self.requested: int | None = None  # the signal this process received
         self.stopped_at: int | None = None
-        self.signal_name: str | None = None  # of the signal the processes agreed on
+        self.signal_name: str | None = None  # of the signal the processes agreed on, or what else stopped the run
+        self.cause: str | None = None  # the error that stopped the run, for one that is no signal
         self._requested_at = 0.0
         self._previous: dict[int, object] = {}
         self._first_step = 0  # TRL generates at the first step of train(), also on resume
@@ -150,6 +158,15 @@ class StopOnSignal(TrainerCallback):
     def checkpoint(self, args) -> str:
         return os.path.join(args.output_dir, f"checkpoint-{self.stopped_at}")
 
+    def stop_for_server(self, trainer, error: Exception) -> None:
+        """After ``error`` (a server timeout) ended ``trainer.train()``: a checkpoint of the last completed step, kept
+        if one was saved already; `finish` then prints ``error`` and the stop line."""
+        self.stopped_at, self.signal_name, self.cause = trainer.state.global_step, "a vLLM server timeout", str(error)
+        checkpoint = self.checkpoint(trainer.args)
+        if self.stopped_at and not os.path.isfile(os.path.join(checkpoint, CHECKPOINT_COMPLETE_MARKER)):
+            trainer._save_checkpoint(trainer.model, trial=None)
+        self.checkpoint_saved = True  # nothing is left to abort: signals are ignored until the exit with 75
+
     def finish(self, trainer) -> None:
         """After a stop: remove a model card that checkpoint saves left without a model, print the one line (and write
         it to ``$RISKPO_STOP_FILE``), release the process group, and raise :class:`RunStopped`."""
@@ -160,10 +177,13 @@ class StopOnSignal(TrainerCallback):
         trainer.accelerator.wait_for_everyone()
         if args.should_save:
             remove_card_without_model(args.output_dir)
+        saved = f"saved {checkpoint}" if self.stopped_at else "no step to save yet"
         line = (
-            f"Stopped by {self.signal_name} at step {self.stopped_at} of {trainer.state.max_steps}: saved "
-            f"{checkpoint}. Run the same command to resume (exit code {STOPPED_EXIT_CODE})."
+            f"Stopped by {self.signal_name} at step {self.stopped_at} of {trainer.state.max_steps}: {saved}. Run the "
+            f"same command to resume (exit code {STOPPED_EXIT_CODE})."
         )
+        if self.cause:
+            trainer.accelerator.print(self.cause)
         trainer.accelerator.print(line)
         stop_file = os.environ.get(STOP_FILE_ENV)
         if stop_file and trainer.accelerator.is_local_main_process:
@@ -187,15 +207,20 @@ def remove_card_without_model(output_dir: str) -> bool:
 @contextlib.contextmanager
 def stopping_on_signals(trainer) -> Iterator[StopOnSignal]:
     """Within the block (around ``trainer.train()``), SIGINT, SIGTERM and SIGUSR1 stop the run at the next
-    generation-batch boundary with a checkpoint; the previous handlers come back after it, unless the stop saved its
-    checkpoint: then signals stay ignored while :meth:`StopOnSignal.finish` ends the process with exit code 75.
-    Outside the main thread (where handlers cannot be installed) signals keep their usual effect."""
+    generation-batch boundary with a checkpoint, and a server timeout at once (module docstring); the previous
+    handlers come back after it, unless the stop saved its checkpoint: then signals stay ignored while
+    :meth:`StopOnSignal.finish` ends the process with exit code 75. Outside the main thread (where handlers cannot be
+    installed) signals keep their usual effect."""
     stop = StopOnSignal(generation_period(trainer.args))
     trainer.add_callback(stop)
     with contextlib.suppress(ValueError):  # not the main thread
         stop.install()
+    from ..weight_sync.bounded import ServerTimeoutError
+
     try:
         yield stop
+    except ServerTimeoutError as error:
+        stop.stop_for_server(trainer, error)
     finally:
         if not stop.checkpoint_saved:  # else the handlers stay, ignoring signals, until finish() exits with 75
             stop.restore()

@@ -202,15 +202,18 @@ class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
         max_batches = max_training_batches(checkpoint, self.args.gradient_accumulation_steps)
         restore_state(checkpoint, state, self.risk_estimator, self.regime_guard, max_batches)
         baseline = resumed_baseline(state, self.args)
-        if baseline is not None and baseline != self.args.advantage_baseline:
+        current = self.risk_estimator.choices.advantage_baseline  # resolved
+        if baseline is not None and baseline != current:
             logger.warning(
                 "Resuming from %s, written before checkpoints recorded their risk settings: it was trained "
                 "with advantage_baseline=%r (the paper's advantage), so this run goes on with it, not with "
                 "the default %r. Set advantage_baseline to choose.",
                 checkpoint,
                 baseline,
-                self.args.advantage_baseline,
+                current,
             )
             self.args.advantage_baseline = baseline
             self.risk_estimator.rechoose(advantage_baseline=baseline)
-        logger.info("Resumed from %s with advantage_baseline=%r.", checkpoint, self.args.advantage_baseline)
+        logger.info(
+            "Resumed from %s with advantage_baseline=%r.", checkpoint, self.risk_estimator.choices.advantage_baseline
+        )

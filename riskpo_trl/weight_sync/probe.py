@@ -1,21 +1,26 @@
 """The trainer's half of the check after each weight sync to a CPU server: the log-prob probe, and the start-up checks
 that need the trained model.
 
-`check_weight_syncs` runs once a trainer is built. Where the trainer syncs to a `GlooVLLMClient`, it refuses a server
-whose dtype is not the model's, and wraps the trainer's ``vllm_generation.sync_weights``: after TRL's sync (whose
-update the client verifies parameter by parameter), the server's log-probs of a fixed token sequence must equal the
-trained model's within the dtype's tolerance; any failure of the sync is `WeightSyncError` naming the server and the
-step.
+`check_weight_syncs` runs once a trainer is built. Where the trainer syncs through a checked client, it refuses a server
+whose dtype is not the model's or whose ``max_model_len`` is too short for the data (`context_length`), and wraps the
+trainer's ``vllm_generation.sync_weights``: every ``check_every`` syncs, after TRL's sync (whose update the client
+then verifies parameter by parameter), the server's log-probs of a fixed token sequence must equal the trained
+model's within the dtype's tolerance. Any failure of a sync or a generation is `WeightSyncError` naming the server and
+the step.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from .client import ServerRefusedError, WeightSyncError, gloo_client_class
+from .bounded import ServerRefusedError, SyncSettings, WeightSyncError
+from .checked import CheckedClientMixin
+from .context_length import context_refusal
 
 PROBE_LENGTH = 16
 # Largest log-prob gap (nats) between the server and the trained model on the probe that counts as the same weights.
@@ -70,37 +75,61 @@ def dtype_refusal(client: Any, model: torch.nn.Module) -> str | None:
 
 
 def check_weight_syncs(trainer: Any) -> None:
-    """See the module docstring. Does nothing unless ``trainer`` generates through a `GlooVLLMClient`; every process
+    """See the module docstring. Does nothing unless ``trainer`` generates through a checked client (a
+    `GlooVLLMClient`, or TRL's NCCL client facing a server with this package's worker extension); every process
     of a multi-process run takes part (the probe's forward pass gathers a sharded model's parameters)."""
     generation = getattr(trainer, "vllm_generation", None)
     if getattr(generation, "mode", None) != "server":
         return
     client = getattr(generation, "vllm_client", None)  # the main process's only
-    model = generation.model
-    verdict = [False, None]
-    if isinstance(client, gloo_client_class()):
-        verdict = [True, dtype_refusal(client, model)]
+    verdict = [False, None, SyncSettings()]
+    if isinstance(client, CheckedClientMixin) and client.identity is not None:
+        verdict = [True, dtype_refusal(client, generation.model) or context_refusal(client, trainer), client.settings]
     if trainer.accelerator.num_processes > 1:
         from accelerate.utils import broadcast_object_list
 
         broadcast_object_list(verdict, from_process=0)
-    checked, refusal = verdict
+    checked, refusal, settings = verdict
     if refusal:
         raise ServerRefusedError(refusal)
-    if not checked:
-        return
+    if checked:
+        generation.sync_weights = probed_sync(trainer, generation.sync_weights, client, settings.check_every)
+        if client is not None:
+            generation.vllm_client.generate = generation_naming_the_step(trainer, client)
+
+
+def probed_sync(trainer: Any, sync_weights: Callable[[], None], client: Any, check_every: int) -> Callable[[], None]:
+    """``sync_weights``, followed every ``check_every`` syncs by the probe (as the client's own checks), with any
+    failure raised naming the server and the step (the same class: a timeout stays `ServerTimeoutError`)."""
+    model = trainer.vllm_generation.model
     token_ids = probe_tokens(model.config.get_text_config().vocab_size)
-    sync_weights = generation.sync_weights
+    syncs = itertools.count()
 
     def checked_sync_weights() -> None:
         step = trainer.state.global_step
         try:
             sync_weights()
-            reference = model_logprobs(model, token_ids)
-            if client is not None:
-                check_probe(client, token_ids, reference)
+            if next(syncs) % check_every == 0:
+                reference = model_logprobs(model, token_ids)
+                if client is not None:
+                    check_probe(client, token_ids, reference)
         except Exception as error:
             url = client.base_url if client is not None else "the vLLM server"
-            raise WeightSyncError(f"Weight sync to {url} before the generation at step {step}: {error}") from error
+            kind = type(error) if isinstance(error, WeightSyncError) else WeightSyncError
+            raise kind(f"Weight sync to {url} before the generation at step {step}: {error}") from error
 
-    generation.sync_weights = checked_sync_weights
+    return checked_sync_weights
+
+
+def generation_naming_the_step(trainer: Any, client: Any) -> Callable[..., dict]:
+    """The client's ``generate``, whose `WeightSyncError` (a timeout, a replaced server) names the step."""
+    generate = client.generate
+
+    def generate_at_step(*args: Any, **kwargs: Any) -> dict:
+        try:
+            return generate(*args, **kwargs)
+        except WeightSyncError as error:
+            step = trainer.state.global_step
+            raise type(error)(f"Generation by {client.base_url} at step {step}: {error}") from error
+
+    return generate_at_step

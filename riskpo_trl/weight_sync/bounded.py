@@ -1,0 +1,163 @@
+"""Every request a trainer makes to a vLLM server, bounded in time, and the errors a failed one raises.
+
+`BoundedRequestsMixin` goes in front of TRL's `VLLMClient`: TRL's own requests (generation, the server's info, the
+prompt log-probs) get a read timeout, and TRL's retries no longer repeat a request whose answer timed out. A
+generation waits at most `generation_timeout` for the server's answer (derived from the batch unless set); any
+other request at most ``SyncSettings.sync_timeout_s``. A request that times out is `ServerTimeoutError`, which the
+training script turns into a checkpoint and exit code 75, as on a scheduler's signal (`trainer.preemption`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+# Connecting to the server fails after this many seconds, whatever the request.
+CONNECT_TIMEOUT_S = 10.0
+# A short request (the server's identity, its readiness, the probe's log-probs) gets this long to answer.
+QUICK_TIMEOUT_S = 60.0
+# The defaults of the settings below (RiskPOConfig's vllm_* fields).
+DEFAULT_SYNC_TIMEOUT_S = 120.0
+DEFAULT_CHECK_EVERY = 10
+# A generation's derived timeout: this floor, plus this much per token the batch may generate. Generous on purpose:
+# 300 s and 1 ms per token, i.e. a server slower than 1000 tokens/s on a large batch could be stopped by mistake.
+GENERATION_TIMEOUT_FLOOR_S = 300.0
+GENERATION_SECONDS_PER_TOKEN = 1e-3
+
+
+class WeightSyncError(RuntimeError):
+    """The server does not generate with the weights the trainer sent: an update that did not land, a server that was
+    replaced, or a sync that broke off."""
+
+
+class ServerTimeoutError(WeightSyncError):
+    """The server did not answer a request within its timeout: it hangs, or is far slower than the timeout allows.
+    The training script stops at a checkpoint with exit code 75 (the same command resumes)."""
+
+
+class ServerRefusedError(ValueError):
+    """At start-up: a server this trainer cannot sync its weights to safely (the fix is in the message)."""
+
+
+@dataclass(frozen=True)
+class SyncSettings:
+    """The trainer's settings for its server (RiskPOConfig's ``vllm_generation_timeout``, ``vllm_sync_timeout`` and
+    ``vllm_check_every``; other configs get the defaults)."""
+
+    generation_timeout_s: float | None = None  # None: derived from each batch (`generation_timeout`)
+    sync_timeout_s: float = DEFAULT_SYNC_TIMEOUT_S
+    check_every: int = DEFAULT_CHECK_EVERY
+
+    @classmethod
+    def from_args(cls, args: Any) -> SyncSettings:
+        return cls(
+            generation_timeout_s=getattr(args, "vllm_generation_timeout", None),
+            sync_timeout_s=getattr(args, "vllm_sync_timeout", None) or DEFAULT_SYNC_TIMEOUT_S,
+            check_every=getattr(args, "vllm_check_every", None) or DEFAULT_CHECK_EVERY,
+        )
+
+
+def generation_timeout(settings: SyncSettings, prompts: int, completions_per_prompt: int, max_tokens: int) -> float:
+    """How long one generation request may wait for the server's answer: the setting, or
+    ``GENERATION_TIMEOUT_FLOOR_S`` plus ``GENERATION_SECONDS_PER_TOKEN`` per token the batch may generate."""
+    if settings.generation_timeout_s is not None:
+        return settings.generation_timeout_s
+    tokens = prompts * completions_per_prompt * max_tokens
+    return GENERATION_TIMEOUT_FLOOR_S + math.ceil(tokens * GENERATION_SECONDS_PER_TOKEN)
+
+
+class BoundedRequestsMixin:
+    """In front of TRL's `VLLMClient` (module docstring). ``settings`` is a class attribute: TRL's constructor
+    already sends requests."""
+
+    settings = SyncSettings()
+    _read_timeout_s: float | None = None  # while a generation runs: its timeout
+    _request_name = "a request"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._mount_bounded_retries()
+        super().__init__(*args, **kwargs)
+        self._mount_bounded_retries()  # TRL's constructor mounts its own adapter
+        import requests
+
+        self._control_session = requests.Session()  # no retries: a weight-sync request must not run twice
+
+    def _mount_bounded_retries(self) -> None:
+        """TRL's retries, less those after a read timeout (each would wait the whole timeout again)."""
+        session = getattr(self, "session", None)
+        if session is None:
+            return
+        from requests.adapters import HTTPAdapter, Retry
+
+        retry = Retry(
+            total=5,
+            connect=5,
+            read=False,
+            status=3,
+            status_forcelist=[500, 502, 503],
+            backoff_factor=2,
+            allowed_methods=["POST", "GET"],
+        )
+        adapter = HTTPAdapter(max_retries=retry, pool_maxsize=16)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+
+    def _get(self, url: str, **kwargs: Any) -> dict:
+        return self._bounded(self.session.get, url, kwargs)
+
+    def _post(self, url: str, **kwargs: Any) -> dict:
+        return self._bounded(self.session.post, url, kwargs)
+
+    def _bounded(self, send: Any, url: str, kwargs: dict) -> dict:
+        """TRL's ``_get``/``_post`` with a timeout; a timeout or a lost connection names the server and request."""
+        import requests
+
+        timeout = self._read_timeout_s or self.settings.sync_timeout_s
+        path = url.removeprefix(getattr(self, "base_url", ""))
+        try:
+            response = send(url, timeout=(CONNECT_TIMEOUT_S, timeout), **kwargs)
+        except requests.Timeout as error:
+            raise self.timed_out(path, self._request_name, timeout, error) from error
+        if response.status_code != 200:
+            raise Exception(f"Request failed: {response.status_code}, {response.text}")  # TRL's own error
+        return response.json()
+
+    def timed_out(self, path: str, what: str, timeout: float, error: Exception) -> ServerTimeoutError:
+        return ServerTimeoutError(
+            f"The vLLM server at {self.base_url} did not answer {path} ({what}) within {timeout:g} s: {error}"
+        )
+
+    def generate(self, prompts: list, *args: Any, n: int = 1, max_tokens: int = 16, **kwargs: Any) -> dict:
+        timeout = generation_timeout(self.settings, len(prompts), n, max_tokens)
+        self._read_timeout_s, self._request_name = timeout, "generation"
+        try:
+            return super().generate(prompts, *args, n=n, max_tokens=max_tokens, **kwargs)
+        finally:
+            self._read_timeout_s, self._request_name = None, "a request"
+
+    @property
+    def quick_timeout_s(self) -> float:
+        """A short request's timeout during training: ``QUICK_TIMEOUT_S``, or the sync timeout if shorter."""
+        return min(QUICK_TIMEOUT_S, self.settings.sync_timeout_s)
+
+    def control(self, method: str, path: str, timeout: float | None = None, **kwargs: Any) -> Any:
+        """One request of the weight sync, without TRL's retries; a network error, a timeout or an error status is
+        `WeightSyncError` naming the server and the request (`ServerTimeoutError` for a timeout)."""
+        import requests
+
+        timeout = timeout or self.settings.sync_timeout_s
+        try:
+            response = self._control_session.request(
+                method, f"{self.base_url}{path}", timeout=(CONNECT_TIMEOUT_S, timeout), **kwargs
+            )
+        except requests.Timeout as error:
+            raise self.timed_out(path, "a weight-sync request", timeout, error) from error
+        except requests.RequestException as error:
+            raise WeightSyncError(f"The vLLM server at {self.base_url} did not answer {path}: {error}") from error
+        if response.status_code != 200:
+            raise WeightSyncError(
+                f"The vLLM server at {self.base_url} answered {path} with {response.status_code}: "
+                f"{response.text[:500]}"
+            )
+        return response.json() if response.content else None
