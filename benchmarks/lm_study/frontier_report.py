@@ -28,8 +28,21 @@ from .frontier_config import (
 )
 from .frontier_store import read_run
 from .plans import Run, arms, chosen_lr, frontier_path, frontier_runs, grid_score
+from .stats import two_level_bootstrap
 
 NAME = "lm_frontier"
+# Post hoc, chosen after the pre-registered verdicts were read: final-weight differences between two arms at the same
+# rate, (arm, arm it is compared with). No rule applies to them.
+POST_HOC_END_POINT_PAIRS = (
+    (("riskpo_loo", 1e-5), ("riskpo", 1e-5)),
+    (("riskpo_loo", 1e-5), ("grpo", 1e-5)),
+    (("riskpo_authors", 1e-5), ("grpo", 1e-5)),
+    (("riskpo", 1e-5), ("grpo", 1e-5)),
+)
+POST_HOC_NOTE = (
+    "Chosen after the verdicts above were read: not pre-registered, no rule applies, no verdict is given. 95% "
+    "two-level bootstrap CIs as for the verdicts (each arm's seeds resampled, then the test problems, paired)."
+)
 
 
 def buckets_of(protocol: FrontierProtocol) -> list[str]:
@@ -54,6 +67,11 @@ def arm_runs(protocol: FrontierProtocol, out: Path, start: str, method: str, lr:
     """The finished comparison runs (the protocol's fresh seeds) of one arm, by seed."""
     found = [read_run(frontier_path(out, Run(start, method, lr, s))) for s in protocol.seeds]
     return [r for r in found if r is not None]
+
+
+def final_probs(runs: list[dict[str, Any]], buckets: list[str]) -> np.ndarray:
+    """(seeds, problems) exact test success probabilities of each run's final weights."""
+    return probs_matrix([r["checkpoints"][-1]["test_p"] for r in runs], buckets)
 
 
 def seeds_label(runs_by_arm: dict[tuple[str, float], list], method: str) -> str:
@@ -241,12 +259,110 @@ def end_points_section(s: FrontierStart) -> tuple[list[str], dict[str, Any]]:
     for (m, lr), runs in s.runs_by_arm.items():
         if not runs:
             continue
-        final = probs_matrix([r["checkpoints"][-1]["test_p"] for r in runs], s.buckets)
+        final = final_probs(runs, s.buckets)
         cells = [float(pass_at_k(final, k).mean()) for k in ks]
         end_points[f"{m} {lr:g}"] = dict(zip(ks, cells))
         lines.append(f"| {METHOD_LABELS[m]} at {lr:g} ({len(runs)}) | " + " | ".join(f"{c:.4f}" for c in cells) + " |")
     lines.append("")
     return lines, end_points
+
+
+def levels_beyond(s: FrontierStart) -> np.ndarray:
+    """The pre-registered grid continued above the interval, up to the highest Pass@1 every seed of some arm reaches."""
+    step = s.protocol.pass1_step
+    peak = max(
+        min(trajectory(r, s.start_eval, s.buckets).mean(axis=1).max() for r in runs)
+        for runs in s.runs_by_arm.values()
+        if runs
+    )
+    count = int(np.floor((peak - s.levels[-1]) / step + 1e-9))
+    return np.round(s.levels[-1] + step * np.arange(1, count + 1), 6)
+
+
+def beyond_interval_rows(s: FrontierStart) -> list[dict[str, Any]]:
+    """Per variant and k: its frontier minus the reference's over the levels above the interval both reach."""
+    protocol = s.protocol
+    levels = levels_beyond(s)
+    kwargs = {"resamples": protocol.bootstrap_resamples, "seed": protocol.bootstrap_seed}
+    rows = []
+    for k in (protocol.primary_k, protocol.secondary_k):
+        values = {
+            arm: arm_values(runs, s.start_eval, s.buckets, k, levels) for arm, runs in s.runs_by_arm.items() if runs
+        }
+        for variant in protocol.variants:
+            var = [v for (m, _), v in values.items() if m == variant]
+            ref = [v for (m, _), v in values.items() if m == protocol.reference]
+            diff = frontier_difference(var, ref, levels, **kwargs) if var and ref and levels.size else None
+            rows.append({"variant": variant, "k": k, "difference": diff.as_dict() if diff else None})
+    return rows
+
+
+def end_point_rows(s: FrontierStart) -> list[dict[str, Any]]:
+    """Per pair of ``POST_HOC_END_POINT_PAIRS`` with runs: the final-weight difference at Pass@1, @64, @1024."""
+    protocol = s.protocol
+    kwargs = {"resamples": protocol.bootstrap_resamples, "seed": protocol.bootstrap_seed}
+    rows = []
+    for a, b in POST_HOC_END_POINT_PAIRS:
+        runs_a, runs_b = s.runs_by_arm.get(a), s.runs_by_arm.get(b)
+        if not runs_a or not runs_b:
+            continue
+        final_a, final_b = final_probs(runs_a, s.buckets), final_probs(runs_b, s.buckets)
+        differences = {
+            k: two_level_bootstrap(pass_at_k(final_a, k), pass_at_k(final_b, k), **kwargs).as_dict()
+            for k in (1, protocol.primary_k, protocol.secondary_k)
+        }
+        rows.append({"arm": f"{a[0]} {a[1]:g}", "against": f"{b[0]} {b[1]:g}", "differences": differences})
+    return rows
+
+
+def fmt_difference(d: dict[str, Any]) -> str:
+    return f"{d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"
+
+
+def post_hoc_section(s: FrontierStart) -> tuple[list[str], dict[str, Any]]:
+    """Post hoc, descriptive: the frontier past the pre-registered interval, and end points at the same rate."""
+    protocol = s.protocol
+    beyond = beyond_interval_rows(s)
+    lines = [
+        "### Post hoc (not pre-registered, descriptive)",
+        "",
+        POST_HOC_NOTE,
+        "",
+        (
+            f"Beyond the pre-registered interval: variant minus {METHOD_LABELS[protocol.reference]}, each at its "
+            f"frontier, mean over the levels above the interval (step {protocol.pass1_step:g}, as inside it) that "
+            "both reach with every seed of one of their rates."
+        ),
+        "",
+        "| variant | outcome | levels used | difference [95% two-level CI] |",
+        "|---|---|---|---|",
+    ]
+    for row in beyond:
+        d = row["difference"]
+        cells = (
+            f"[{d['levels'][0]:.3f}, {d['levels'][-1]:.3f}] | {fmt_difference(d)}"
+            if d and d["estimate"] is not None
+            else "- | no common level above the interval"
+        )
+        lines.append(f"| {METHOD_LABELS[row['variant']]} | Pass@{row['k']} | {cells} |")
+    ends = end_point_rows(s)
+    ks = (1, protocol.primary_k, protocol.secondary_k)
+    lines += [
+        "",
+        "End points at the same rate (final weights): arm minus arm, mean over seeds and test problems.",
+        "",
+        "| arm minus arm | " + " | ".join(f"Pass@{k}" for k in ks) + " |",
+        "|---|" + "---|" * len(ks),
+    ]
+    for row in ends:
+        (a, lr_a), (b, lr_b) = (arm.split(" ") for arm in (row["arm"], row["against"]))
+        lines.append(
+            f"| {METHOD_LABELS[a]} at {lr_a} minus {METHOD_LABELS[b]} at {lr_b} | "
+            + " | ".join(fmt_difference(row["differences"][k]) for k in ks)
+            + " |"
+        )
+    lines.append("")
+    return lines, {"note": POST_HOC_NOTE, "beyond_interval": beyond, "end_points": ends}
 
 
 # A start's sections in report order, each with its payload key.
@@ -255,6 +371,7 @@ START_SECTIONS = (
     ("frontier", frontier_section),
     ("verdicts", verdict_section),
     ("end_points", end_points_section),
+    ("post_hoc", post_hoc_section),
 )
 
 
