@@ -63,12 +63,63 @@ def test_the_end_points_the_readme_quotes_are_the_reports():
     assert all(finals["grpo 1e-05"][k] >= finals[arm][k] for arm in finals for k in ("64", "1024"))
 
 
-def test_the_same_rate_gap_the_readme_quotes_is_the_reports():
-    text = readme_text()
+def post_hoc_end_point(start: str, arm: str, against: str) -> dict:
+    [row] = [
+        r for r in REPORT["starts"][start]["post_hoc"]["end_points"] if (r["arm"], r["against"]) == (arm, against)
+    ]
+    return row["differences"]["64"]
+
+
+def post_hoc_beyond(start: str, variant: str) -> dict | None:
+    [row] = [
+        r for r in REPORT["starts"][start]["post_hoc"]["beyond_interval"] if (r["variant"], r["k"]) == (variant, 64)
+    ]
+    return row["difference"]
+
+
+def flipped(difference: dict) -> str:
+    """A negative difference quoted the other way round: reference minus arm."""
+    return f"{-difference['estimate']:.3f} [{-difference['high']:.3f}, {-difference['low']:.3f}]"
+
+
+def test_the_same_rate_gap_and_its_ci_are_the_reports():
+    replication = " ".join((ROOT / "docs/replication.md").read_text().split())
     for start in ("low", "moderate"):
         finals = REPORT["starts"][start]["end_points"]
         gap = finals["riskpo_loo 1e-05"]["64"] - finals["riskpo 1e-05"]["64"]
-        assert f"{gap:+.3f} from the {start} start" in text, start
+        difference = post_hoc_end_point(start, "riskpo_loo 1e-05", "riskpo 1e-05")
+        assert abs(difference["estimate"] - gap) < 1e-12  # the post hoc row is the end points' difference
+        assert f"{interval(difference)} from the {start} start" in readme_text(), start
+        assert f"{interval(difference)} from the {start} start" in replication, start
+    low, moderate = (post_hoc_end_point(s, "riskpo_loo 1e-05", "riskpo 1e-05") for s in ("low", "moderate"))
+    assert (
+        low["low"] > 0 and moderate["low"] < 0 < moderate["high"]
+    )  # "ahead from the low start, level from the other"
+    assert "ahead from the low start, level from the moderate one" in readme_text()
+
+
+def test_the_post_hoc_figures_past_the_interval_are_the_reports():
+    text, replication = readme_text(), " ".join((ROOT / "docs/replication.md").read_text().split())
+    for variant in ("riskpo_loo", "riskpo_authors"):
+        d = post_hoc_beyond("low", variant)
+        assert d["high"] < 0  # "below GRPO's"
+        quoted = f"{interval(d)} over {'Pass@1 ' if variant == 'riskpo_loo' else ''}"
+        quoted += f"{d['levels'][0]:.3f}-{d['levels'][-1]:.3f}"
+        assert quoted in text and quoted in replication, variant
+    assert post_hoc_beyond("low", "riskpo")["estimate"] is None  # "reaches no Pass@1 above the interval"
+    for arm, name in (("riskpo_loo 1e-05", "`loo`'s"), ("riskpo_authors 1e-05", "the authors' advantage")):
+        d = post_hoc_end_point("low", arm, "grpo 1e-05")
+        assert d["high"] < 0 and flipped(d) in replication, arm
+    assert f"above `loo`'s by {flipped(post_hoc_end_point('low', 'riskpo_loo 1e-05', 'grpo 1e-05'))}" in text
+
+
+def test_the_post_hoc_section_is_labelled_and_after_the_verdicts():
+    report = (ROOT / "benchmarks/results/lm_frontier/lm_frontier.md").read_text()
+    for section in report.split("## Start ")[1:]:
+        verdicts = section.index("### Verdicts")
+        post_hoc = section.index("### Post hoc (not pre-registered, descriptive)")
+        assert verdicts < post_hoc and "not pre-registered, no rule applies, no verdict is given" in section[post_hoc:]
+        assert "verdict" not in section[post_hoc:].split("\n", 3)[3].lower()  # no verdict column after the note
 
 
 def test_only_grpo_and_loo_ran_at_two_rates():
