@@ -102,6 +102,32 @@ def test_protocol_checkpoints_and_levels_are_the_registered_ones():
     assert levels[0] == 0.130 and levels[-1] == 0.142 and len(levels) == 13
 
 
+def test_post_hoc_levels_continue_the_grid_up_to_what_every_seed_of_some_arm_reaches():
+    from types import SimpleNamespace
+
+    from benchmarks.lm_study.frontier_report import levels_beyond
+
+    def run(*pass1):  # one problem, so its success probability is the run's Pass@1
+        return {"checkpoints": [{"test_p": {"b": [p]}} for p in pass1]}
+
+    protocol = FrontierProtocol()
+    start = SimpleNamespace(
+        protocol=protocol,
+        levels=protocol.pass1_levels("low"),
+        start_eval={"test_p": {"b": [0.08]}},
+        buckets=["b"],
+        runs_by_arm={("grpo", 1e-5): [run(0.1, 0.1055), run(0.107)], ("riskpo", 1e-5): [run(0.109, 0.0)]},
+    )
+    # GRPO's seeds both reach 0.105 (not 0.106); riskpo's one seed peaks at 0.109 and dips after.
+    assert levels_beyond(start).tolist() == [0.103, 0.104, 0.105, 0.106, 0.107, 0.108, 0.109]
+    start.runs_by_arm = {("grpo", 1e-5): [run(0.1, 0.1055), run(0.107)]}
+    assert levels_beyond(start).tolist() == [0.103, 0.104, 0.105]
+    start.runs_by_arm = {("grpo", 1e-5): [run(0.1)], ("riskpo", 1e-5): []}
+    assert levels_beyond(start).size == 0  # nothing above the interval
+    start.runs_by_arm = {}
+    assert levels_beyond(start).size == 0  # no finished run yet
+
+
 @pytest.mark.slow
 def test_frontier_protocol_smoke_runs_in_order_resumes_and_reports(tmp_path):
     from benchmarks.lm_study import frontier_protocol, plans
@@ -125,6 +151,9 @@ def test_frontier_protocol_smoke_runs_in_order_resumes_and_reports(tmp_path):
         (v, role) for v in protocol.variants for role in ("primary", "secondary")
     }
     assert payload["figure"] and (tmp_path / payload["figure"]).exists()
+    post_hoc = payload["starts"]["low"]["post_hoc"]
+    assert len(post_hoc["beyond_interval"]) == 2 * len(protocol.variants) and post_hoc["end_points"]
+    assert "### Post hoc (not pre-registered, descriptive)" in (tmp_path / "lm_frontier.md").read_text()
 
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/runs/*.json.gz")}
     frontier_protocol.main(argv)

@@ -270,12 +270,12 @@ def end_points_section(s: FrontierStart) -> tuple[list[str], dict[str, Any]]:
 def levels_beyond(s: FrontierStart) -> np.ndarray:
     """The pre-registered grid continued above the interval, up to the highest Pass@1 every seed of some arm reaches."""
     step = s.protocol.pass1_step
-    peak = max(
+    peaks = [
         min(trajectory(r, s.start_eval, s.buckets).mean(axis=1).max() for r in runs)
         for runs in s.runs_by_arm.values()
         if runs
-    )
-    count = int(np.floor((peak - s.levels[-1]) / step + 1e-9))
+    ]
+    count = max(int(np.floor((max(peaks) - s.levels[-1]) / step + 1e-9)), 0) if peaks else 0  # no run: no level
     return np.round(s.levels[-1] + step * np.arange(1, count + 1), 6)
 
 
