@@ -1,6 +1,7 @@
 """The frontier study's report from whatever runs are cached: the learning-rate grid and its choice, the frontier
 table (Pass@k at matched Pass@1, per method), the verdict per variant and start by ``FRONTIER_VERDICT_RULE``, the end
-points (descriptive), and the figure. Rows say how many seeds they rest on; rows on fewer than all seeds are interim.
+points (descriptive), a post hoc section (not pre-registered: the frontier past the interval and end-point differences,
+with CIs), and the figure. Rows say how many seeds they rest on; rows on fewer than all seeds are interim.
 Run it with ``python -m benchmarks.lm_study.frontier_protocol --report-only``.
 """
 
