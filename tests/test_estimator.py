@@ -121,14 +121,15 @@ def test_state_round_trip_keeps_the_checkpoint_format():
         estimator.step(binary_rewards(4, seed), generator=seeded(seed), train=True)
     state = json.loads(json.dumps(estimator.state_dict()))  # what riskpo_state.json holds
     assert set(state) == {"quantile_tracker"}
-    assert set(state["quantile_tracker"]) == {"levels", "values", "num_updates", "lr", "lr_decay"}
-    restored = make()
+    assert set(state["quantile_tracker"]) == {"levels", "values", "num_updates", "score_range", "lr", "lr_decay"}
+    restored, from_older_release = make(), make()
     restored.load_state_dict(state)
+    older = {key: value for key, value in state["quantile_tracker"].items() if key != "score_range"}
+    from_older_release.load_state_dict({"quantile_tracker": older})  # saved before score_range was recorded
     rewards = binary_rewards(4, 9)
-    assert torch.equal(
-        restored.step(rewards, generator=seeded(9), train=True).advantages,
-        estimator.step(rewards, generator=seeded(9), train=True).advantages,
-    )
+    expected = estimator.step(rewards, generator=seeded(9), train=True).advantages
+    assert torch.equal(restored.step(rewards, generator=seeded(9), train=True).advantages, expected)
+    assert torch.equal(from_older_release.step(rewards, generator=seeded(9), train=True).advantages, expected)
 
 
 def test_from_config_reads_riskpo_fields_and_defaults_the_opt_ins(tmp_path):

@@ -387,6 +387,8 @@ def print_help_all_without_recipe(argv: Sequence[str]) -> None:
 
     if _option_value(argv, "config") is not None:
         return
+    if "torch" in sys.modules:  # nothing to save, and this process may have registered choices the list lacks
+        return
     trainer = _option_value(argv, "trainer") or DEFAULT_TRAINER
     check_trainer_name(trainer)
     parser = help_all_parser(trainer)
