@@ -164,6 +164,19 @@ def test_combinations_neither_source_uses_are_refused_with_the_fix(tmp_path, ove
         RiskPOConfig(output_dir=str(tmp_path), **overrides)
 
 
+def test_a_scaling_s_needed_quantile_source_comes_from_its_registry_entry(tmp_path, monkeypatch):
+    """The check reads the scaling's entry, so a scaling registered with a needed source gets it with no other edit."""
+    from riskpo_trl.risk import ADVANTAGE_SCALINGS
+
+    entry = ADVANTAGE_SCALINGS.about("authors_code")
+    monkeypatch.setitem(entry, "quantile_source", "batch")
+    monkeypatch.setitem(entry, "quantile_source_reason", "needs the batch's quantiles here.")
+    with pytest.raises(ValueError, match=re.escape("quantile_source='group': that scaling needs the batch's")):
+        RiskPOConfig(output_dir=str(tmp_path), advantage_scaling="authors_code", quantile_source="group")
+    monkeypatch.delitem(entry, "quantile_source")  # an entry that needs no source: any is taken
+    RiskPOConfig(output_dir=str(tmp_path), advantage_scaling="authors_code", quantile_source="tracked")
+
+
 def test_the_authors_combinations_are_accepted(tmp_path):
     for profile, beta, credit, natural in [
         ("mvar", 0.8, "sum_mean", False),

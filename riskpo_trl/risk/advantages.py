@@ -96,6 +96,12 @@ ADVANTAGE_SCALINGS.add(
     help="the authors' public code's scaling: for mvar [omega*(-(q_a-R)^+/alpha) + g/(beta-alpha)]/(1+omega) (needs "
     "risk_alpha > 0), for risk_seeking [omega*(R-q_b)^+/(1-beta) + g/(beta-alpha)]/(1+omega) (needs risk_beta < 1), "
     "each divided by the std of the bundle group's scores; their scripts use omega=1.5 with quantile_source='group'",
+    # The config refuses this scaling with any other quantile source, for this reason.
+    quantile_source="group",
+    quantile_source_reason="divides by each bundle group's score std, which is only on a sensible scale with the "
+    "group's own quantiles (with shared quantiles the failures of a group with one success get 2-3 times the "
+    "advantage of an all-zero group). Set quantile_source='group' (what the authors' code effectively does), or "
+    "advantage_scaling='none' for the paper's advantage.",
 )
 
 

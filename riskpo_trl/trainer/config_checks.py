@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import compat
+from ..risk.advantages import ADVANTAGE_SCALINGS
 from ..risk.choices import RiskChoices
 from ..risk.credit import CREDIT_ASSIGNMENTS
 from ..risk.defaults import warn_if_resolved_by_scaling
@@ -89,13 +90,12 @@ def _check_vllm_server_settings(config: Any) -> None:
 def _refuse_unsourced_combinations(config: Any) -> None:
     """Combinations neither the paper nor the authors' code uses, where the advantage's scale goes wrong (a baseline
     with the authors' scaling is refused where the choices are resolved)."""
-    if config.advantage_scaling == "authors_code" and config.quantile_source != "group":
+    # An advantage scaling's entry names the quantile source it needs, if any, and why.
+    scaling = ADVANTAGE_SCALINGS.about(config.advantage_scaling)
+    if scaling.get("quantile_source", config.quantile_source) != config.quantile_source:
         raise ValueError(
-            f"advantage_scaling='authors_code' with quantile_source={config.quantile_source!r}: that scaling "
-            "divides by each bundle group's score std, which is only on a sensible scale with the group's own "
-            "quantiles (with shared quantiles the failures of a group with one success get 2-3 times the "
-            "advantage of an all-zero group). Set quantile_source='group' (what the authors' code effectively "
-            "does), or advantage_scaling='none' for the paper's advantage."
+            f"advantage_scaling={config.advantage_scaling!r} with quantile_source={config.quantile_source!r}: that "
+            f"scaling {scaling['quantile_source_reason']}"
         )
     # A credit rule's entry names the advantage scaling it comes from, and whether another is refused or warned.
     credit = CREDIT_ASSIGNMENTS.about(config.credit_assignment)
