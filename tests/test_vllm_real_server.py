@@ -916,3 +916,45 @@ def test_a_sync_its_trainer_left_unfinished_is_aborted_by_the_next_trainer_s_set
     sync(second, model)
     assert_probe(second, model, passes=True)
     assert readiness(second) == {"synced"}
+
+
+class ResetOnce:
+    """A session whose first request meets a connection the server had closed (or ``error``), then answers."""
+
+    def __init__(self, error=None):
+        import requests
+
+        self.error = error or requests.ConnectionError("Connection aborted: reset by peer")
+        self.requests, self.closed = 0, 0
+
+    def request(self, method, url, timeout=None, **kwargs):
+        self.requests += 1
+        if self.requests == 1:
+            raise self.error
+        return SimpleNamespace(status_code=200, content=b"{}", json=lambda: {"results": ["ok"]})
+
+    def close(self):
+        self.closed += 1
+
+
+def test_only_a_read_only_query_is_sent_again_after_a_reset_and_never_after_a_timeout():
+    import requests
+
+    from riskpo_trl.weight_sync.bounded import BoundedRequestsMixin, WeightSyncError
+
+    def client(session):
+        bounded = BoundedRequestsMixin.__new__(BoundedRequestsMixin)
+        bounded.base_url, bounded._control_session = "http://server", session
+        return bounded
+
+    session = ResetOnce()
+    assert client(session).control("POST", "/collective_rpc", 5, read_only=True) == {"results": ["ok"]}
+    assert (session.requests, session.closed) == (2, 1)
+    session = ResetOnce()
+    with pytest.raises(WeightSyncError, match="did not answer /update_weights"):  # a sync's request runs once
+        client(session).control("POST", "/update_weights", 5)
+    assert session.requests == 1
+    session = ResetOnce(requests.ConnectTimeout("connect timed out"))
+    with pytest.raises(WeightSyncError, match="within 5 s"):
+        client(session).control("POST", "/collective_rpc", 5, read_only=True)
+    assert session.requests == 1

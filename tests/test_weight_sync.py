@@ -320,7 +320,7 @@ class StatedServer:
     def __init__(self, states):
         self.states = states
 
-    def control(self, method, path, timeout=None, json=None):
+    def control(self, method, path, timeout=None, json=None, **kwargs):
         if self.states is None:
             raise sync_client.ServerTimeoutError("did not answer /collective_rpc within 10 s")
         return {"results": [{"weights": state, "failure": "", "owner": None} for state in self.states]}

@@ -141,16 +141,25 @@ class BoundedRequestsMixin:
         """A short request's timeout during training: ``QUICK_TIMEOUT_S``, or the sync timeout if shorter."""
         return min(QUICK_TIMEOUT_S, self.settings.sync_timeout_s)
 
-    def control(self, method: str, path: str, timeout: float | None = None, **kwargs: Any) -> Any:
+    def control(
+        self, method: str, path: str, timeout: float | None = None, *, read_only: bool = False, **kwargs: Any
+    ) -> Any:
         """One request of the weight sync, without TRL's retries; a network error, a timeout or an error status is
-        `WeightSyncError` naming the server and the request (`ServerTimeoutError` for a timeout)."""
+        `WeightSyncError` naming the server and the request (`ServerTimeoutError` for a timeout). A ``read_only``
+        query is sent once more on a fresh connection after a reset: the server may have closed a pooled connection
+        when it failed the request before (a timeout is never retried)."""
         import requests
 
         timeout = timeout or self.settings.sync_timeout_s
+        url, limits = f"{self.base_url}{path}", (CONNECT_TIMEOUT_S, timeout)
         try:
-            response = self._control_session.request(
-                method, f"{self.base_url}{path}", timeout=(CONNECT_TIMEOUT_S, timeout), **kwargs
-            )
+            try:
+                response = self._control_session.request(method, url, timeout=limits, **kwargs)
+            except requests.ConnectionError as error:
+                if not read_only or isinstance(error, requests.Timeout):  # ConnectTimeout is both
+                    raise
+                self._control_session.close()  # drops the pooled connections
+                response = self._control_session.request(method, url, timeout=limits, **kwargs)
         except requests.Timeout as error:
             raise self.timed_out(path, "a weight-sync request", timeout, error) from error
         except requests.RequestException as error:

@@ -46,16 +46,18 @@ class CheckedClientMixin:
 
     def read_server_config(self) -> dict[str, Any]:
         """The server's resolved vLLM config (``/server_info``); records its dtype and ``max_model_len``."""
-        info = self.control("GET", "/server_info", QUICK_TIMEOUT_S, params={"config_format": "json"})["vllm_config"]
+        info = self.control("GET", "/server_info", QUICK_TIMEOUT_S, read_only=True, params={"config_format": "json"})[
+            "vllm_config"
+        ]
         self.server_dtype = str(info["model_config"]["dtype"]).removeprefix("torch.")
         self.max_model_len = info["model_config"].get("max_model_len")
         return info
 
     def server_identity(self) -> Any:
         """The server's workers' nonces and PIDs (one request)."""
-        return self.control("POST", "/collective_rpc", self.quick_timeout_s, json={"method": IDENTITY_METHOD})[
-            "results"
-        ]
+        return self.control(
+            "POST", "/collective_rpc", self.quick_timeout_s, read_only=True, json={"method": IDENTITY_METHOD}
+        )["results"]
 
     def check_identity(self, before: str) -> None:
         """`WeightSyncError` unless the server's workers are the processes the sync was set up with."""
@@ -123,7 +125,9 @@ class CheckedClientMixin:
 
     def server_state(self, timeout: float = STATE_TIMEOUT_S) -> list[dict[str, Any]]:
         """Each worker's `riskpo_readiness` (weights, failure, owner)."""
-        return self.control("POST", "/collective_rpc", timeout, json={"method": READINESS_METHOD})["results"]
+        return self.control("POST", "/collective_rpc", timeout, read_only=True, json={"method": READINESS_METHOD})[
+            "results"
+        ]
 
     def with_server_state(self, error: WeightSyncError) -> WeightSyncError:
         """``error`` (same class), with what the server says of its weights after the failed sync: whether it needs

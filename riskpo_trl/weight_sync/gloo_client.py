@@ -57,7 +57,7 @@ class GlooVLLMClient(CheckedClientMixin, BoundedRequestsMixin, compat.trl_vllm_c
                 "(--tensor_parallel_size): the CPU weight sync checks whole tensors. Serve with --tp 1 "
                 "(data parallel replicas are fine)."
             )
-        return self.control("GET", "/get_world_size", QUICK_TIMEOUT_S)["world_size"] + 1
+        return self.control("GET", "/get_world_size", QUICK_TIMEOUT_S, read_only=True)["world_size"] + 1
 
     def refuse_if_owned(self) -> None:
         """`ServerRefusedError` naming the other trainer when a live one (its group port answers) owns the server;
