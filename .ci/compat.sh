@@ -61,7 +61,7 @@ for dep in sys.argv[1:]:
         sys.exit(f"pyproject.toml: {dep!r} has no lower bound for the lowest end to install")
     print(f"{name}=={low.group(1)}")' "${OTHER_DEPS[@]}")
 # What the selected tests import besides the package: pytest, and the notebook and plot tools of the dev extra.
-TEST_TOOLS=("pytest>=8" "nbclient>=0.10" "nbformat>=5.10" "ipykernel>=6" "matplotlib>=3.8")
+TEST_TOOLS=("pytest>=8" "pytest-timeout>=2.3" "nbclient>=0.10" "nbformat>=5.10" "ipykernel>=6" "matplotlib>=3.8")
 
 # venv_for REQUIREMENT...: prints the path of a venv holding exactly these requirements, building it if needed.
 venv_for() {

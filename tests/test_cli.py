@@ -203,6 +203,10 @@ def test_help_all_from_the_list_is_the_full_parsers_help(capsys, monkeypatch, tr
 
 
 def test_help_all_without_a_recipe_loads_no_heavy_library():
+    from riskpo_trl.scripts.known_options import help_all_parser
+
+    if help_all_parser("riskpo") is None:
+        pytest.skip("the generated option list is for other TRL/transformers releases: --help-all loads them here")
     result = subprocess.run(
         [sys.executable, "-c", HELP_PROBE.replace('"--help"', '"--help-all"').format(heavy=HEAVY_MODULES)]
         + [CONSOLE_SCRIPTS["riskpo-train"], "riskpo-train"],

@@ -82,7 +82,7 @@ def test_the_replaced_defaults_warning_is_wrapped_without_splitting_a_setting(tm
     args = RiskPOConfig(output_dir=str(tmp_path), use_cpu=True)
     with caplog.at_level(logging.WARNING):
         warn_replaced_grpo_defaults(args, logging.getLogger("riskpo_test"))
-    [message] = [record.getMessage() for record in caplog.records]
+    [message] = [record.getMessage() for record in caplog.records if record.name == "riskpo_test"]
     assert all(len(line) <= WARNING_WIDTH for line in message.splitlines()), message
     assert all(setting in message.splitlines()[1] or setting in message for setting in replaced_grpo_defaults(args))
     assert len(message.splitlines()) > 3
