@@ -282,3 +282,44 @@ def test_only_a_verdict_scores_zero_and_a_persistent_fault_stops_with_its_cause_
     assert len([r for r in caplog.records if "cannot fork" in r.getMessage()]) == 1  # once per cause
     # Any other exception of an executor is not a verdict either: the contract gives a failing program a Verdict.
     assert CodeReward(executor=FaultyExecutor(OSError(32, "Broken pipe")))([faulty], [SPEC]) == [None]
+
+
+OOM_TRAINER = """
+import sys, threading
+from riskpo_trl.code import cgroups
+from riskpo_trl.code.sandbox import Sandbox, SandboxLimits
+if sys.argv[1] == "no-oom-score":  # break the invariant: sandbox processes as likely OOM victims as the trainer
+    cgroups.make_oom_victim = lambda pid: None
+held = bytearray(700 << 20)  # the trainer's model, touched
+for index in range(0, len(held), 4096):
+    held[index] = 1
+sandbox = Sandbox(SandboxLimits(test_timeout_s=20.0, total_timeout_s=30.0, memory_mb=600, disk_mb=16), max_workers=2)
+hog = "import time\\nblock = bytearray(450 << 20)\\nfor i in range(0, len(block), 4096):\\n    block[i] = 1\\ntime.sleep(3)\\nprint(1)"
+results = []
+runs = [threading.Thread(target=lambda: results.append(sandbox.run(hog, [""]).error)) for _ in range(2)]
+for run in runs:
+    run.start()
+for run in runs:
+    run.join()
+print("ALIVE", sorted(str(error)[:40] for error in results), flush=True)
+"""
+
+
+@root_only
+@pytest.mark.slow  # 19 s at load 7: two trainers of 700 MB in a limited cgroup
+def test_in_a_shared_memory_limit_the_kernel_kills_a_program_never_the_trainer(limited_cgroup):
+    """The red team's layout without the start-up check (a `Sandbox` used directly): a trainer holding 700 MB and two
+    programs of 450 MB in a 1 GiB cgroup. The OOM killer takes a program (oom_score_adj 1000), and the trainer lives;
+    with the sandbox's OOM score left as the trainer's, the kernel killed the trainer instead."""
+    run = subprocess.run(
+        [*limited_cgroup, sys.executable, "-c", OOM_TRAINER, "oom-score"], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0 and run.stdout.startswith("ALIVE"), (run.returncode, run.stderr[-2000:])
+    assert "exit code 137" in run.stdout  # a program was the one killed (SIGKILL, as bwrap reports it)
+    broken = subprocess.run(
+        [*limited_cgroup, sys.executable, "-c", OOM_TRAINER, "no-oom-score"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert broken.returncode == -9, (broken.returncode, broken.stdout, broken.stderr[-2000:])

@@ -228,9 +228,10 @@ def check_shared_limits(shared: list[cgroups.SharedLimit], max_workers: int, lim
             if room // max_workers >= 64 * mib:
                 fits.append(f"memory_mb: {room // max_workers // mib}")
             figures = (
-                f"a memory limit of {found.limit // mib} MiB, below the {found.usage // mib} MiB in use + max_workers "
-                f"{max_workers} x memory_mb {limits.memory_mb} = {(found.usage + need) // mib} MiB"
+                f"a memory limit of {found.limit // mib} MiB, below the {_figure('memory', found.usage)} in use + "
+                f"max_workers {max_workers} x memory_mb {limits.memory_mb} = {_figure('memory', found.usage + need)}"
             )
+            harm = "a program could get the trainer OOM-killed"
         else:
             fits = [f"max_workers: {room // per_run['pids']}"] if room >= per_run["pids"] else []
             if room // max_workers > cgroups.EXTRA_TASKS + 1:
@@ -240,10 +241,11 @@ def check_shared_limits(shared: list[cgroups.SharedLimit], max_workers: int, lim
                 f"(max_processes {limits.max_processes} + "
                 f"{cgroups.EXTRA_TASKS + 1}) = {found.usage + need}"
             )
+            harm = "programs could leave the trainer unable to start a thread or process"
         settings = f"set code_sandbox {' or '.join(fits)}, or " if fits else ""
         raise SandboxUnavailableError(
-            f"Code sandbox: the trainer's cgroup {found.path} has {figures}, shared with the programs, so a program "
-            f"could get the trainer OOM-killed; {settings}raise the container's or pod's limit to at least "
+            f"Code sandbox: the trainer's cgroup {found.path} has {figures}, shared with the programs, so {harm}; "
+            f"{settings}raise the container's or pod's limit to at least "
             f"{_figure(found.controller, found.usage + need)} (sizing: docs/code_sandbox.md)."
         )
 
