@@ -212,3 +212,20 @@ def test_a_jsonl_row_with_a_byte_that_is_not_utf8_does_not_stop_the_column_check
     rows = tmp_path / "rows.jsonl"
     rows.write_bytes(b'{"prompt": "caf\xe9", "solution": "1"}\n{"prompt": "b", "solution": "2"}\n')
     assert peek_columns([str(rows)]) == (["prompt", "solution"], 2)
+
+
+def test_a_damaged_adapter_config_is_one_line_naming_it(tmp_path):
+    from riskpo_trl.evaluation.config import EvalConfig
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": "1 + 1", "solution": "2"}\n')
+    for content, expected in (
+        (b"[" * 50_000, "nests JSON more than 64 levels deep"),
+        (b'{"base_model_name_or_path": 7}', "field 'base_model_name_or_path' must be a string, got 7"),
+    ):
+        (adapter / "adapter_config.json").write_bytes(content)
+        with pytest.raises(ValueError, match=expected) as refused:
+            EvalConfig(model=str(adapter), dataset_files=[str(rows)], num_samples=1, output_dir=str(tmp_path / "o"))
+        assert "adapter_config.json" in one_line(refused.value)

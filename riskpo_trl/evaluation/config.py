@@ -13,6 +13,7 @@ from .sampling import SamplingSettings
 
 logger = logging.getLogger(__name__)
 
+MAX_ADAPTER_CONFIG_BYTES = 1 << 20  # a PEFT adapter's config is a few kilobytes
 ADAPTER_CONFIG = "adapter_config.json"  # what PEFT's save_pretrained writes into an adapter directory
 
 
@@ -184,8 +185,12 @@ class EvalConfig:
                 f"adapter={self.adapter!r} is set too; give the base model as --model and the adapter "
                 "as --adapter."
             )
-        with open(adapter_config) as f:
-            base = json.load(f).get("base_model_name_or_path")
+        from ..trainer.state_files import json_field, read_json_file
+
+        config = read_json_file(adapter_config, MAX_ADAPTER_CONFIG_BYTES)  # no link, FIFO or device; bounded
+        base = json_field(
+            config if isinstance(config, dict) else {}, "base_model_name_or_path", (str, type(None)), adapter_config
+        )
         if not base:
             raise ValueError(
                 f"{adapter_config} names no base_model_name_or_path; give the base model as --model and "
