@@ -367,3 +367,25 @@ def test_the_nothing_scorable_stop_names_the_sandbox_cause_when_that_is_the_reas
     trainer.reward_funcs = [contains_digit_reward, never_scorable_reward]  # no machinery cause: the data's message
     with pytest.raises(RuntimeError, match="Check that the reward functions fit the dataset"):
         RiskPOTrainer._stop_if_nothing_is_scorable(trainer, batch)
+
+
+@pytest.mark.slow  # a tiny model's training on a full disk
+def test_a_checkpoint_on_a_full_disk_names_its_path_and_cause(tiny_model_dir, tmp_path):
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)], check=True)
+    try:
+        trainer = RiskPOTrainer(
+            tiny_model_dir,
+            reward_funcs=contains_digit_reward,
+            train_dataset=make_prompt_dataset(),
+            args=tiny_config(disk / "run", max_steps=1, save_strategy="steps", save_steps=1),
+        )
+        with pytest.raises(OSError, match=r"Could not write a checkpoint in .*disk/run: .*Free space there"):
+            trainer.train()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

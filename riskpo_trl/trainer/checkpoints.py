@@ -112,6 +112,38 @@ def write_state(output_dir: str, state: dict[str, Any]) -> None:
         raise OSError(exc.errno, f"Could not write {path}: {exc.strerror or exc}", path) from exc
 
 
+_FULL_DISK_ERRNOS = {28: "no space left on device", 122: "disk quota exceeded", 30: "read-only file system"}
+FULL_DISK_BYTES = 1 << 20  # free space below this after a failed save: the disk is full
+
+
+def checkpoint_write_error(exc: BaseException, output_dir: str) -> BaseException:
+    """``exc`` as an OSError naming where the checkpoint was being written and why, when the disk is the reason: an
+    OSError of a full, over-quota or read-only disk, or any failure of the save (torch.save reports one as
+    ``RuntimeError: basic_ios::clear: iostream error``, with no path and no errno) while ``output_dir``'s file system
+    has less than `FULL_DISK_BYTES` free or is read-only. Else ``exc`` itself."""
+    errno_ = getattr(exc, "errno", None)
+    if isinstance(exc, OSError) and errno_ in _FULL_DISK_ERRNOS:
+        cause = _FULL_DISK_ERRNOS[errno_]
+    else:
+        try:
+            disk = os.statvfs(output_dir)
+        except OSError:
+            return exc
+        if disk.f_flag & os.ST_RDONLY:
+            errno_, cause = 30, _FULL_DISK_ERRNOS[30]
+        elif disk.f_bavail * disk.f_frsize < FULL_DISK_BYTES:
+            errno_, cause = 28, f"{_FULL_DISK_ERRNOS[28]} ({disk.f_bavail * disk.f_frsize} bytes free)"
+        else:
+            return exc
+    return OSError(
+        errno_,
+        f"Could not write a checkpoint in {output_dir}: {cause} ({type(exc).__name__}: {str(exc)[:200]}). Free space "
+        "there, or keep fewer checkpoints (save_total_limit); a resume takes the last complete checkpoint (one cut "
+        "short is skipped)",
+        output_dir,
+    )
+
+
 def read_state(checkpoint: str) -> dict[str, Any]:
     """The state :func:`write_state` wrote into ``checkpoint``; a checkpoint without one is refused by name."""
     path = os.path.join(checkpoint, RISK_STATE_FILE)

@@ -20,6 +20,7 @@ from .caller_warnings import warn_replaced_grpo_defaults  # noqa: E402
 from .checkpoints import (  # noqa: E402
     RISK_STATE_FILE,
     check_resume_settings,
+    checkpoint_write_error,
     max_training_batches,
     read_state,
     restore_state,
@@ -191,6 +192,15 @@ class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
         self._logs["extra"]["bundle_score"].extend(batch.bundle_scores[batch.bundle_ids].tolist())
 
     # --- its saved state -----------------------------------------------------------------------------------------
+
+    def _save_checkpoint(self, model, trial):
+        try:
+            return super()._save_checkpoint(model, trial)
+        except (OSError, RuntimeError) as exc:  # a full disk: name the place and the cause (torch.save names neither)
+            error = checkpoint_write_error(exc, self.args.output_dir)
+            if error is exc:
+                raise
+            raise error from exc
 
     def _save_optimizer_and_scheduler(self, output_dir):
         # This runs inside every checkpoint save, before the trainer state is written and the folder is pushed to the
