@@ -161,7 +161,7 @@ def judge(spec_json: str, report: bytes, limits: JudgeLimits | None = None) -> V
             f"no verdict from the judge within {limits.timeout_s:g} s + {DEADLINE_MARGIN_S:g} s (its server did not "
             "answer)",
             cause="judge: no verdict",
-            fix="check that this machine has free CPU and memory for the judge processes",
+            fix=_FIX,
         )
     if verdict == PASS:
         return Verdict(True)
@@ -169,8 +169,11 @@ def judge(spec_json: str, report: bytes, limits: JudgeLimits | None = None) -> V
         return Verdict(False, verdict[1:].decode("utf-8", errors="replace"))
     if verdict[:1] == UNSCORABLE:
         reason = verdict[1:].decode("utf-8", errors="replace")
-        raise SandboxFault(f"the judge could not judge: {reason}", cause=f"judge: {reason.split(':')[0]}")
-    raise SandboxFault("malformed verdict from the judge", cause="judge: malformed verdict")
+        raise SandboxFault(f"the judge could not judge: {reason}", cause=f"judge: {reason.split(':')[0]}", fix=_FIX)
+    raise SandboxFault("malformed verdict from the judge", cause="judge: malformed verdict", fix=_FIX)
+
+
+_FIX = "check that this machine has free CPU, memory and processes for the judge processes (one per worker)"
 
 
 def _read_verdict(fd: int, deadline: float) -> bytes | None:

@@ -201,9 +201,9 @@ class CodeReward:
             self._fault_batches += 1
             if self._fault_batches < MAX_FAULT_BATCHES:
                 return
+        fix = tally.fix() or "see the warnings above"
         raise SandboxUnavailableError(
-            f"No completion got a verdict in {MAX_FAULT_BATCHES} batches in a row: {tally.describe()}. Fix: "
-            f"{tally.fix()}."
+            f"No completion got a verdict in {MAX_FAULT_BATCHES} batches in a row: {tally.describe()}. Fix: {fix}."
         )
 
     def unscorable_causes(self) -> str | None:
