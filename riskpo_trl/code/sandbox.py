@@ -244,7 +244,8 @@ def check_shared_limits(shared: list[cgroups.SharedLimit], max_workers: int, lim
             harm = "programs could leave the trainer unable to start a thread or process"
         settings = f"set code_sandbox {' or '.join(fits)}, or " if fits else ""
         raise SandboxUnavailableError(
-            f"Code sandbox: the trainer's cgroup {found.path} has {figures}, shared with the programs, so {harm}; "
+            f"Code sandbox: the cgroup {found.path} (the trainer's, or one above it) has {figures}, shared with the "
+            f"programs, so {harm}; "
             f"{settings}raise the container's or pod's limit to at least "
             f"{_figure(found.controller, found.usage + need)} (sizing: docs/code_sandbox.md)."
         )
