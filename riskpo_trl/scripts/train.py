@@ -769,6 +769,7 @@ def cli(argv: Sequence[str] | None = None) -> None:
     """The ``riskpo-train`` console script: a mistake in the options, the recipe, the data or the model path is one
     ``riskpo-train: error:`` line and exit code 2 (a bare ``--debug`` shows its traceback); training itself is not
     wrapped, so a crash keeps its traceback."""
+    argv_given = argv
     argv, debug = pop_debug_flag(sys.argv[1:] if argv is None else argv)
     from ..trainer.caller_warnings import drop_deepspeed_cpu_notice, ignore_library_default_warnings
 
@@ -789,7 +790,16 @@ def cli(argv: Sequence[str] | None = None) -> None:
             held.enter_context(lock_output_dir(training_args.output_dir))
             trainer, checkpoint = prepare(script_args, training_args, model_args)
         if trainer is not None:
-            train_and_save(trainer, script_args, training_args, checkpoint)
+            try:
+                train_and_save(trainer, script_args, training_args, checkpoint)
+            except SystemExit as stopped:
+                from ..trainer.preemption import EXIT_GRACE_S, STOPPED_EXIT_CODE, exit_within
+
+                if argv_given is None and stopped.code == STOPPED_EXIT_CODE:
+                    # The process is this script's own: it exits soon after its stop line, whatever thread or
+                    # request a library left running (an abandoned request's thread would be joined at exit).
+                    exit_within(EXIT_GRACE_S, STOPPED_EXIT_CODE)
+                raise
 
 
 if __name__ == "__main__":

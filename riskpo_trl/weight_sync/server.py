@@ -52,6 +52,7 @@ from vllm.model_executor.model_loader.reload import (  # noqa: E402
 from vllm.model_executor.model_loader.reload.layerwise import get_layerwise_info  # noqa: E402
 
 from . import BACKEND  # noqa: E402
+from .bounded import error_text  # noqa: E402
 from .checksums import checksum, sketch_columns  # noqa: E402
 from .gloo import DEFAULT_TIMEOUT_S, broadcast_from_trainer, open_group  # noqa: E402
 
@@ -127,7 +128,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         try:
             self.receive_weights(self.parse_update_info(update_info))
         except BaseException as error:
-            self.abort(f"the transfer broke off: {error}")
+            self.abort(f"the transfer broke off: {error_text(error)}")
             raise
 
     def receive_weights(self, update_info: GlooUpdateInfo) -> None:
