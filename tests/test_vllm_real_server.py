@@ -768,6 +768,116 @@ def test_a_server_that_hangs_stops_training_at_a_checkpoint_with_exit_75_and_the
     assert largest_gap(served, model_logprobs(output_dir / f"checkpoint-{STEPS - 1}", seqs)) < LOGPROB_TOLERANCE
 
 
+class TimedRun:
+    """A training command in its own session, each line of its merged output recorded with the time it arrived."""
+
+    def __init__(self, command: list[str], env: dict[str, str]):
+        self.process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: list[tuple[float, str]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append((time.time(), line))
+
+    def finish(self, timeout: float = 900) -> tuple[int, float, str]:
+        """``(exit code, the time it exited, the output)``."""
+        try:
+            code = self.process.wait(timeout)
+        finally:
+            if self.process.poll() is None:
+                os.killpg(self.process.pid, signal.SIGKILL)
+        ended = time.time()
+        self._reader.join(30)
+        return code, ended, "".join(line for _, line in self.lines)
+
+    def time_of(self, text: str) -> float:
+        return next(at for at, line in self.lines if text in line)
+
+
+def two_process_command(server, output_dir: Path, model_dir: str, timeout: int) -> list[str]:
+    """The launcher's training command on two CPU processes (cpu_2proc.yaml; a free rendezvous port)."""
+    command = [
+        *train_command(server, "riskpo", output_dir),
+        "--model_name_or_path",
+        model_dir,
+        "--vllm_generation_timeout",
+        str(timeout),
+        "--vllm_sync_timeout",
+        str(timeout),
+    ]
+    command[command.index("--config_file") + 1] = "recipes/accelerate_configs/cpu_2proc.yaml"
+    command[command.index("--num_processes") + 1] = "2"
+    launch = command.index("launch")
+    return [*command[: launch + 1], "--main_process_port", "0", *command[launch + 1 :]]
+
+
+def test_two_processes_stop_together_on_a_hang_exit_soon_after_their_stop_line_and_resume(server, model_dir, tmp_path):
+    """Two training processes under accelerate (the launcher's command, cpu_2proc.yaml). The server stopped (SIGSTOP)
+    right after the identity check before the generation at step 1: both processes end within the generation
+    timeout plus a bound, the main one with the error naming the server, the request and the step and the stop
+    line, the other with its own line, one checkpoint and exit code 75 (torchrun turns it into 1; the stop file
+    carries it). After SIGCONT the same command resumes on two processes (the optimizer state loads on CPU) and the
+    server stopped as the first tensor of the sync before step 2 leaves ends the run the same way, each process
+    exiting within seconds of its stop line (the abandoned transfer request's thread does not hold it); a third run
+    finishes, and the server holds the last sync's weights."""
+    timeout = 30
+    output_dir = tmp_path / "run"
+    command = two_process_command(server, output_dir, model_dir, timeout)
+    record, stop_file = tmp_path / "stopped-at", tmp_path / "stop-line"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "trainer_faults"), str(ROOT)]),
+        "RISKPO_STOP_FILE": str(stop_file),
+        "RISKPO_TEST_STOP_RECORD": str(record),
+        "OMP_NUM_THREADS": "1",
+    }
+    group = os.getpgid(server["process"].pid)
+    for where, sync_number, step in (("generation", 2, 1), ("sync", 2, 2)):
+        record.unlink(missing_ok=True)
+        stop_file.unlink(missing_ok=True)
+        run = TimedRun(command, {**env, "RISKPO_TEST_STOP_SERVER": f"{group}:{where}:{sync_number}"})
+        try:
+            code, ended, output = run.finish()
+        finally:
+            stop_server(server, signal.SIGCONT)
+        assert record.is_file(), f"the server was never stopped (exit code {code}):\n{output[-4000:]}"
+        stopped = float(record.read_text().split()[0])
+        assert code == 1 and stop_file.is_file(), output[-4000:]
+        line = f"Stopped by a vLLM server timeout at step {step} of {STEPS}: saved"
+        assert line in stop_file.read_text() and output.count(line) == 1, output[-4000:]
+        assert output.count(f"Process 1 of 2: stopped with the main process at step {step}") == 1, output[-4000:]
+        named = (
+            f"Generation by {server['url']} at step {step}: "
+            if where == "generation"
+            else (f"Weight sync to {server['url']} before the generation at step {step}: ")
+        )
+        assert output.count(named) == 1, output[-4000:]
+        assert "Traceback" not in output.split(line)[0], output[-4000:]  # torchrun reports the exit 75 after it
+        assert (output_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
+        assert ended - stopped < 2 * timeout + 60, ended - stopped
+        assert ended - run.time_of(line) < 15, ended - run.time_of(line)  # the stop line, then the exit (5 s bound)
+        print(
+            f"{where}: stopped {ended - stopped:.1f} s after the fault, exited {ended - run.time_of(line):.1f} s "
+            "after the stop line"
+        )
+    code, _, output = TimedRun(command, env).finish()
+    assert code == 0 and "Resuming from" in output, output[-4000:]
+    assert (output_dir / f"checkpoint-{STEPS}").is_dir()
+    seqs = sequences(model_dir)
+    served = server_logprobs(plain_client(server), seqs)
+    assert largest_gap(served, model_logprobs(output_dir / f"checkpoint-{STEPS - 1}", seqs)) < LOGPROB_TOLERANCE
+
+
 def readiness(client) -> set[str]:
     return {state["weights"] for state in client.server_state()}
 

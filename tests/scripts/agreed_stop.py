@@ -25,7 +25,6 @@ from riskpo_trl.trainer.preemption import StopOnSignal
 from riskpo_trl.weight_sync.bounded import (
     BoundedRequestsMixin,
     ServerTimeoutError,
-    SyncSettings,
     WeightSyncError,
     interruptible_wait,
 )
