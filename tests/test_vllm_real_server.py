@@ -601,7 +601,10 @@ def test_a_wrong_server_port_prints_a_waiting_line_first_and_fails_naming_the_ad
 
 class HangingServer:
     """A TCP server that accepts connections and never answers: a vLLM server stopped with SIGSTOP, as its clients
-    see it."""
+    see it; ``close``: it closes each connection at once, as a killed server's clients see it."""
+
+    def __init__(self, close: bool = False):
+        self.close = close
 
     def __enter__(self):
         import socket
@@ -617,9 +620,14 @@ class HangingServer:
     def _accept(self):
         while True:
             try:
-                self.accepted.append(self.socket.accept()[0])
+                connection = self.socket.accept()[0]
             except OSError:
                 return
+            if self.close:
+                connection.recv(65536)
+                connection.close()
+            else:
+                self.accepted.append(connection)
 
     def __exit__(self, *exc):
         self.socket.close()
@@ -1026,6 +1034,78 @@ def test_a_sync_its_trainer_left_unfinished_is_aborted_by_the_next_trainer_s_set
     sync(second, model)
     assert_probe(second, model, passes=True)
     assert readiness(second) == {"synced"}
+
+
+def test_generation_by_another_client_during_syncs_is_refused_and_an_abandoned_sync_is_aborted_by_the_server(
+    server, model_dir
+):
+    """Another client generates every 0.1 s while a trainer syncs (each sync checked) and then leaves a sync
+    unfinished (started, never finished): every answer is a completion or a 503 refusal, never a crash; the server
+    keeps its processes, the syncs pass their checks, and once the trainer's transfer timeout (5 s) has passed
+    without a sync request, the server aborts the abandoned sync itself (readiness ``partial``) and generates
+    again."""
+    import requests
+
+    client = gloo_client(server, sync_timeout_s=5)
+    model = load_model(model_dir)
+    identity, answers, done = client.identity, [], threading.Event()
+
+    def generate_every_tenth_of_a_second():
+        while not done.is_set():
+            try:
+                answer = requests.post(
+                    f"{server['url']}/v1/completions",
+                    json={"model": model_dir, "prompt": [[1, 2, 3]], "max_tokens": 2},
+                    timeout=60,
+                )
+                answers.append((time.monotonic(), answer.status_code, answer.text[:300]))
+            except requests.RequestException as error:
+                answers.append((time.monotonic(), None, repr(error)))
+            time.sleep(0.1)
+
+    other = threading.Thread(target=generate_every_tenth_of_a_second, daemon=True)
+    other.start()
+    try:
+        for seed in range(3):
+            with torch.no_grad():
+                change_linear(model, torch.Generator().manual_seed(10 + seed))
+            sync(client, model)  # checked: the other client's requests changed nothing the trainer sent
+        client.control("POST", "/start_weight_update", json={})  # and the trainer goes silent
+        abandoned = time.monotonic()
+        deadline = abandoned + 60
+        while not any(at > abandoned + 5 and status == 200 for at, status, _ in answers):
+            assert time.monotonic() < deadline and other.is_alive(), answers[-5:]
+            time.sleep(0.2)
+    finally:
+        done.set()
+        other.join(60)
+    statuses = {status for _, status, _ in answers}
+    assert statuses <= {200, 503}, [answer for answer in answers if answer[1] not in (200, 503)][:3]
+    assert any(status == 503 and at > abandoned for at, status, _ in answers), answers[-20:]
+    assert all("weights are being replaced" in text for _, status, text in answers if status == 503)
+    assert client.server_identity() == identity  # the same processes: the server lived
+    assert readiness(client) == {"partial"}
+    print(f"{len(answers)} requests from the other client, {sum(status == 503 for _, status, _ in answers)} refused")
+    fresh = gloo_client(server)
+    sync(fresh, model)
+    assert_probe(fresh, model, passes=True)
+
+
+def test_a_server_that_drops_the_connection_is_one_error_naming_server_and_request():
+    """A server killed while the trainer waits (its socket closes): `ServerUnreachableError`, which the training
+    script turns into a stop at a checkpoint (exit 75), naming the server and the request. No vLLM needed."""
+    from riskpo_trl.weight_sync.bounded import ServerUnreachableError
+
+    with HangingServer(close=True) as server:
+        client = bounded_client(server.url, generation_timeout_s=5.0)
+        with pytest.raises(
+            ServerUnreachableError,
+            match=rf"{server.url} did not answer /v1/completions \(generation\): the connection was refused or "
+            "dropped",
+        ):
+            client.generate([[1, 2]], n=2, max_tokens=4)
+        with pytest.raises(ServerUnreachableError, match=r"/start_weight_update \(a weight-sync request\)"):
+            bounded_client(server.url).control("POST", "/start_weight_update", json={})
 
 
 class ResetOnce:
