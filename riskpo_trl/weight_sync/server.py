@@ -161,7 +161,11 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
             self.weights = "partial"
 
     def readiness(self) -> dict[str, Any]:
-        return {"weights": self.weights, "failure": self.failure, "owner": self.owner}
+        """The weights' state, why the last sync broke off, the owner, and whether generation may run now
+        (``serves``: not during a sync, whose layers sit on the meta device, and not on weights the abort could not
+        restore)."""
+        serves = self.weights not in ("updating", "broken")
+        return {"weights": self.weights, "failure": self.failure, "owner": self.owner, "serves": serves}
 
     def shutdown(self) -> None:
         self.group = None
@@ -311,7 +315,7 @@ class GlooWeightSyncExtension:
         owns the weight sync; ``weights`` is ``"unknown"`` on another engine than this package's."""
         engine = getattr(self, "weight_transfer_engine", None)
         if not isinstance(engine, GlooWeightTransferEngine):
-            return {"weights": "unknown", "failure": "", "owner": None}
+            return {"weights": "unknown", "failure": "", "owner": None, "serves": None}
         return engine.readiness()
 
     def riskpo_abort_update(self) -> dict[str, Any]:
