@@ -94,6 +94,9 @@ class StopOnSignal(TrainerCallback):
         self.checkpoint_saved = False  # the stop's checkpoint is written: the run exits with STOPPED_EXIT_CODE
 
     def install(self) -> None:
+        from ..weight_sync.bounded import forget_stop_signal
+
+        forget_stop_signal()
         for name in STOP_SIGNALS:
             number = getattr(signal, name, None)  # Windows has no SIGUSR1
             if number is not None:

@@ -82,12 +82,16 @@ class SyncSettings:
 
 
 _waiting = threading.local()
+_pending: list[str] = []  # a stop signal that arrived outside a wait: the next wait of the main thread ends at once
 
 
 @contextlib.contextmanager
 def interruptible_wait() -> Iterator[None]:
     """Within the block, a stop signal's handler may raise `StopRequested` (`interrupt_wait`): the thread waits on the
-    server there, and a stop must not wait out that request's timeout."""
+    server there, and a stop must not wait out that request's timeout. A stop signal that arrived while the main
+    thread was busy elsewhere (between two tensors of a sync) ends the next wait as it starts."""
+    if _pending and threading.current_thread() is threading.main_thread():
+        raise StopRequested(_pending.pop())
     previous = getattr(_waiting, "active", False)
     _waiting.active = True
     try:
@@ -97,11 +101,17 @@ def interruptible_wait() -> Iterator[None]:
 
 
 def interrupt_wait(signal_name: str) -> None:
-    """From a signal handler: raise `StopRequested` if the main thread is inside `interruptible_wait`, else return
-    (the stop then waits for the next step boundary)."""
+    """From a signal handler: raise `StopRequested` if the main thread is inside `interruptible_wait`; else record
+    it for the next wait (the stop may also come first at the next step boundary)."""
     if getattr(_waiting, "active", False):
         _waiting.active = False  # one interruption per wait: the stop's own clean-up is not interrupted again
         raise StopRequested(signal_name)
+    _pending[:] = [signal_name]
+
+
+def forget_stop_signal() -> None:
+    """A new run starts: no stop signal is pending."""
+    _pending.clear()
 
 
 # gloo's messages end some errors with a greeting ("GLHF!" and an emoji), which says nothing about the fault.

@@ -158,7 +158,8 @@ class GlooVLLMClient(CheckedClientMixin, BoundedRequestsMixin, compat.trl_vllm_c
         )
         try:
             for _, tensor in named_params:
-                broadcast_from_trainer(self.communicator, tensor, timeout)
+                with interruptible_wait():  # the wait only: a stop never cuts into a parameter's gather
+                    broadcast_from_trainer(self.communicator, tensor, timeout)
             with interruptible_wait():
                 received.result(timeout=timeout)
         except RuntimeError as error:  # gloo: the peer closed the connection or timed out
