@@ -40,7 +40,9 @@ vLLM server mode on CPU (`riskpo_trl.weight_sync`), checked with TRL 1.16.0 and 
   VLLMClient` (subclassed: `trl_vllm_client_class`) and its private `_post`, `_start_weight_update`,
   `_finish_weight_update`, `_updating_weights`, `session`, `generate`, `get_sequence_logprobs`, and
   `update_named_params(metadata, named_params)` as `VLLMGeneration.sync_weights` calls it; the trainer's
-  `vllm_generation` (its `mode`, `model`, `vllm_client` and `sync_weights`, wrapped by `check_weight_syncs`). TRL
+  `vllm_generation` (its `mode`, `model`, `vllm_client`, `sync_weights` and `generate`, wrapped by
+  `check_weight_syncs`; in server mode `generate` broadcasts the main process's `prompt_ids` object to the others as
+  it is, which `weight_sync.agreement` relies on). TRL
   1.13 and 1.14 run their own server with another protocol; there server mode on a trainer without CUDA is refused
   at start-up (`trl_serves_weight_transfer_engines`).
 - vLLM (`VLLM_WEIGHT_TRANSFER`, checked by `check_vllm_weight_transfer` when the server imports the engine):
