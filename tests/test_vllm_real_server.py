@@ -830,14 +830,20 @@ def two_process_command(server, output_dir: Path, model_dir: str, timeout: int) 
 
 
 def test_two_processes_stop_together_on_a_hang_exit_soon_after_their_stop_line_and_resume(server, model_dir, tmp_path):
-    """Two training processes under accelerate (the launcher's command, cpu_2proc.yaml). The server stopped (SIGSTOP)
-    right after the identity check before the generation at step 1: both processes end within the generation
-    timeout plus a bound, the main one with the error naming the server, the request and the step and the stop
-    line, the other with its own line, one checkpoint and exit code 75 (torchrun turns it into 1; the stop file
-    carries it). After SIGCONT the same command resumes on two processes (the optimizer state loads on CPU) and the
-    server stopped as the first tensor of the sync before step 2 leaves ends the run the same way, each process
-    exiting within seconds of its stop line (the abandoned transfer request's thread does not hold it); a third run
-    finishes, and the server holds the last sync's weights."""
+    """Two training processes under accelerate (the launcher's command, cpu_2proc.yaml), the server stopped (SIGSTOP)
+    by a test hook of the main process, three times, each run resuming the last:
+
+    1. right after the identity check before the generation at step 1: both processes end within the generation
+       timeout plus a bound, the main one with the error naming the server, the request and the step and the stop
+       line, the other with its own line, one checkpoint and exit code 75 (torchrun turns it into 1; the stop file
+       carries it);
+    2. as the first tensor of the sync before step 2 leaves: the same, on two processes resumed from a checkpoint
+       (the optimizer state loads on CPU), and each process exits within seconds of its stop line (the abandoned
+       transfer request's thread does not hold it);
+    3. before the generation at step 2, then SIGTERM to the launcher: the run stops at once, long before the 30 s
+       timeout, `Stopped by SIGTERM`.
+
+    After SIGCONT a last run finishes, and the server holds the last sync's weights."""
     timeout = 30
     output_dir = tmp_path / "run"
     command = two_process_command(server, output_dir, model_dir, timeout)
@@ -850,32 +856,45 @@ def test_two_processes_stop_together_on_a_hang_exit_soon_after_their_stop_line_a
         "OMP_NUM_THREADS": "1",
     }
     group = os.getpgid(server["process"].pid)
-    for where, sync_number, step in (("generation", 2, 1), ("sync", 2, 2)):
+    for where, sync_number, step, then in (
+        ("generation", 2, 1, None),
+        ("sync", 2, 2, None),
+        ("generation", 1, 2, signal.SIGTERM),
+    ):
         record.unlink(missing_ok=True)
         stop_file.unlink(missing_ok=True)
         run = TimedRun(command, {**env, "RISKPO_TEST_STOP_SERVER": f"{group}:{where}:{sync_number}"})
         try:
+            if then is not None:
+                while not record.is_file() and run.process.poll() is None:
+                    time.sleep(0.1)
+                time.sleep(1)  # the main process is in its wait on the stopped server
+                run.process.send_signal(then)
+                signalled = time.time()
             code, ended, output = run.finish()
         finally:
             stop_server(server, signal.SIGCONT)
         assert record.is_file(), f"the server was never stopped (exit code {code}):\n{output[-4000:]}"
         stopped = float(record.read_text().split()[0])
         assert code == 1 and stop_file.is_file(), output[-4000:]
-        line = f"Stopped by a vLLM server timeout at step {step} of {STEPS}: saved"
+        cause = "a vLLM server timeout" if then is None else signal.Signals(then).name
+        line = f"Stopped by {cause} at step {step} of {STEPS}: saved"
         assert line in stop_file.read_text() and output.count(line) == 1, output[-4000:]
         assert output.count(f"Process 1 of 2: stopped with the main process at step {step}") == 1, output[-4000:]
         named = (
             f"Generation by {server['url']} at step {step}: "
             if where == "generation"
-            else (f"Weight sync to {server['url']} before the generation at step {step}: ")
+            else f"Weight sync to {server['url']} before the generation at step {step}: "
         )
-        assert output.count(named) == 1, output[-4000:]
+        assert output.count(named) == (then is None), output[-4000:]
         assert "Traceback" not in output.split(line)[0], output[-4000:]  # torchrun reports the exit 75 after it
         assert (output_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
         assert ended - stopped < 2 * timeout + 60, ended - stopped
         assert ended - run.time_of(line) < 15, ended - run.time_of(line)  # the stop line, then the exit (5 s bound)
+        if then is not None:
+            assert ended - signalled < timeout - 5, ended - signalled  # the signal ended it, not the timeout
         print(
-            f"{where}: stopped {ended - stopped:.1f} s after the fault, exited {ended - run.time_of(line):.1f} s "
+            f"{where} ({cause}): ended {ended - stopped:.1f} s after the fault, {ended - run.time_of(line):.1f} s "
             "after the stop line"
         )
     code, _, output = TimedRun(command, env).finish()
