@@ -811,6 +811,10 @@ class TimedRun:
     def time_of(self, text: str) -> float:
         return next(at for at, line in self.lines if text in line)
 
+    def timeline(self, origin: float) -> str:
+        """The last lines, each with its time in seconds after ``origin``."""
+        return "".join(f"{at - origin:+7.1f} s  {line}" for at, line in self.lines[-40:])
+
 
 def two_process_command(server, output_dir: Path, model_dir: str, timeout: int) -> list[str]:
     """The launcher's training command on two CPU processes (cpu_2proc.yaml; a free rendezvous port)."""
@@ -854,6 +858,7 @@ def test_two_processes_stop_together_on_a_hang_exit_soon_after_their_stop_line_a
         "RISKPO_STOP_FILE": str(stop_file),
         "RISKPO_TEST_STOP_RECORD": str(record),
         "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",  # each line's time is when it was written
     }
     group = os.getpgid(server["process"].pid)
     for where, sync_number, step, then in (
@@ -890,12 +895,12 @@ def test_two_processes_stop_together_on_a_hang_exit_soon_after_their_stop_line_a
         assert "Traceback" not in output.split(line)[0], output[-4000:]  # torchrun reports the exit 75 after it
         assert (output_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
         assert ended - stopped < 2 * timeout + 60, ended - stopped
-        assert ended - run.time_of(line) < 15, ended - run.time_of(line)  # the stop line, then the exit (5 s bound)
+        after_line = ended - run.time_of(line)
+        assert after_line < 15, run.timeline(run.time_of(line))  # the stop line, then the exit (5 s bound)
         if then is not None:
             assert ended - signalled < timeout - 5, ended - signalled  # the signal ended it, not the timeout
         print(
-            f"{where} ({cause}): ended {ended - stopped:.1f} s after the fault, {ended - run.time_of(line):.1f} s "
-            "after the stop line"
+            f"{where} ({cause}): ended {ended - stopped:.1f} s after the fault, {after_line:.1f} s after the stop line"
         )
     code, _, output = TimedRun(command, env).finish()
     assert code == 0 and "Resuming from" in output, output[-4000:]

@@ -738,14 +738,17 @@ def main(script_args: RiskPOScriptArguments, training_args, model_args):
         return trainer and train_and_save(trainer, script_args, training_args, checkpoint)
 
 
-def train_and_save(trainer, script_args: RiskPOScriptArguments, training_args, checkpoint: str | None):
+def train_and_save(
+    trainer, script_args: RiskPOScriptArguments, training_args, checkpoint: str | None, exit_after_stop: bool = False
+):
     """Train from ``checkpoint`` (None: from scratch), then save the model, the trainer state and the card; a run
-    that took no step raises before anything is saved."""
+    that took no step raises before anything is saved. ``exit_after_stop``: the process is this script's own, and a
+    stopped run ends it within a few seconds of its stop line (trainer.preemption)."""
     from ..trainer.preemption import stopping_on_signals
 
     if checkpoint is not None:
         trainer.accelerator.print(f"Resuming from {checkpoint}.")
-    with stopping_on_signals(trainer) as stop:
+    with stopping_on_signals(trainer, exit_after_stop) as stop:
         trainer.train(resume_from_checkpoint=checkpoint)
     if stop.stopped_at is not None:
         stop.finish(trainer)  # one line, no card; raises RunStopped: exit code 75
@@ -790,16 +793,8 @@ def cli(argv: Sequence[str] | None = None) -> None:
             held.enter_context(lock_output_dir(training_args.output_dir))
             trainer, checkpoint = prepare(script_args, training_args, model_args)
         if trainer is not None:
-            try:
-                train_and_save(trainer, script_args, training_args, checkpoint)
-            except SystemExit as stopped:
-                from ..trainer.preemption import EXIT_GRACE_S, STOPPED_EXIT_CODE, exit_within
-
-                if argv_given is None and stopped.code == STOPPED_EXIT_CODE:
-                    # The process is this script's own: it exits soon after its stop line, whatever thread or
-                    # request a library left running (an abandoned request's thread would be joined at exit).
-                    exit_within(EXIT_GRACE_S, STOPPED_EXIT_CODE)
-                raise
+            # Run as a script (not called by a test): a stopped run's process exits soon after its stop line.
+            train_and_save(trainer, script_args, training_args, checkpoint, exit_after_stop=argv_given is None)
 
 
 if __name__ == "__main__":

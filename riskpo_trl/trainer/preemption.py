@@ -92,6 +92,9 @@ class StopOnSignal(TrainerCallback):
         self._previous: dict[int, object] = {}
         self._first_step = 0  # TRL generates at the first step of train(), also on resume
         self.checkpoint_saved = False  # the stop's checkpoint is written: the run exits with STOPPED_EXIT_CODE
+        # The process is the training script's own: it ends within EXIT_GRACE_S of its stop line, whatever thread or
+        # request a library left running (an abandoned request's thread would be joined at exit).
+        self.exit_after_stop = False
 
     def install(self) -> None:
         from ..weight_sync.bounded import forget_stop_signal
@@ -245,6 +248,8 @@ class StopOnSignal(TrainerCallback):
         if stop_file and trainer.accelerator.is_local_main_process:
             with open(stop_file, "w") as file:
                 file.write(line + "\n")
+        if self.exit_after_stop:
+            exit_within(EXIT_GRACE_S, STOPPED_EXIT_CODE)
         trainer.accelerator.end_training()  # what transformers' Trainer.end does (it exists only from 5.18)
         raise RunStopped(self.stopped_at, checkpoint, self.signal_name)
 
@@ -261,13 +266,15 @@ def remove_card_without_model(output_dir: str) -> bool:
 
 
 @contextlib.contextmanager
-def stopping_on_signals(trainer) -> Iterator[StopOnSignal]:
+def stopping_on_signals(trainer, exit_after_stop: bool = False) -> Iterator[StopOnSignal]:
     """Within the block (around ``trainer.train()``), SIGINT, SIGTERM and SIGUSR1 stop the run at the next
     generation-batch boundary with a checkpoint, and a server timeout at once (module docstring); the previous
     handlers come back after it, unless the stop saved its checkpoint: then signals stay ignored while
-    :meth:`StopOnSignal.finish` ends the process with exit code 75. Outside the main thread (where handlers cannot be
+    :meth:`StopOnSignal.finish` ends the process with exit code 75 (``exit_after_stop``: within
+    :data:`EXIT_GRACE_S` of its stop line, whatever still runs; for a process of its own, not a test's). Outside the main thread (where handlers cannot be
     installed) signals keep their usual effect."""
     stop = StopOnSignal(generation_period(trainer.args))
+    stop.exit_after_stop = exit_after_stop
     trainer.add_callback(stop)
     with contextlib.suppress(ValueError):  # not the main thread
         stop.install()
