@@ -115,7 +115,7 @@ def forget_stop_signal() -> None:
 
 
 # gloo's messages end some errors with a greeting ("GLHF!" and an emoji), which says nothing about the fault.
-_LIBRARY_NOISE = re.compile(r"\s*GLHF!?[^\x00-\x7f]*")
+_LIBRARY_NOISE = re.compile(r"\s*GLHF!?(?:\s*[^\x00-\x7f])*")
 
 
 def error_text(error: BaseException) -> str:
