@@ -260,20 +260,29 @@ def _option_value(argv: Sequence[str], name: str) -> str | None:
     return value
 
 
+MAX_RECIPE_BYTES = 4 << 20  # a recipe is a few kilobytes of YAML
+
+
 def _read_recipe(argv: Sequence[str]) -> dict[str, Any]:
     path = _option_value(argv, "config")
     if path is None:
         return {}
     import yaml
 
+    from ..trainer.state_files import StateFileError, UntrustedFileError, decode_text, read_regular_file
     from .recipe_paths import check_recipe_exists
 
     check_recipe_exists(path)
-    with open(path) as file:
-        try:
-            recipe = yaml.safe_load(file)
-        except yaml.YAMLError as error:
-            raise ValueError(f"{path} is not valid YAML: {error}") from None
+    try:  # the path the user gave, resolved; what it names must be a regular file of a recipe's size
+        text = decode_text(read_regular_file(os.path.realpath(path), MAX_RECIPE_BYTES), path)
+    except (UntrustedFileError, StateFileError) as exc:
+        raise ValueError(f"The recipe {exc}") from None
+    try:
+        recipe = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path} is not valid YAML: {str(error)[:300]}") from None
+    except RecursionError:
+        raise ValueError(f"{path} nests YAML too deeply to be a recipe.") from None
     if not isinstance(recipe, dict):
         raise ValueError(f"The recipe {path} must be a YAML mapping of field names to values.")
     return recipe

@@ -151,6 +151,17 @@ class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
         limit = self.args.max_unscorable_batches
         if limit and self._unscorable_batches >= limit:
             counts = self.unscored_counts.describe() if self.unscored_counts else ""
+            machinery = [  # a reward whose own machinery failed (the code sandbox) says so: then that is the reason
+                f"{name}: {cause}"
+                for name, func in zip(self.reward_func_names, self.reward_funcs)
+                if callable(getattr(func, "unscorable_causes", None)) and (cause := func.unscorable_causes())
+            ]
+            if machinery:
+                raise RuntimeError(
+                    f"No completion could be scored in the last {self._unscorable_batches} training batches, because "
+                    f"the reward's own machinery failed, not the data: {'; '.join(machinery)}. Fix that cause (see "
+                    "the warnings above and docs/code_sandbox.md); set max_unscorable_batches=0 to keep training."
+                )
             raise RuntimeError(
                 f"No completion could be scored in the last {self._unscorable_batches} training batches: no reward "
                 f"function ({', '.join(self.reward_func_names)}) scored any completion (last batch on this process: "
