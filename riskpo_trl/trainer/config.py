@@ -395,7 +395,8 @@ class RiskPOConfig(GRPOConfig):
             self.ddp_backend = "gloo"
         if self.steps_per_generation is None and self.generation_batch_size is None:
             self.steps_per_generation = UPDATES_PER_GENERATION * self.gradient_accumulation_steps
-        self.risk_profile_parameters = json_object("risk_profile_parameters", self.risk_profile_parameters)
+        # text from the command line parsed; none set (an empty object too) is None, so a resume compares them alike
+        self.risk_profile_parameters = json_object("risk_profile_parameters", self.risk_profile_parameters) or None
         with config_default_warnings_silenced(self):  # GRPOConfig's own gradient_checkpointing default
             check_config(self, super().__post_init__)
 
