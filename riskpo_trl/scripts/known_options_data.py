@@ -928,7 +928,8 @@ HELP_ALL = {'options': {'gmpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
           (['--dataset_files', '--dataset-files'], 'dataset_files', '+', None, None, 4),
           (['--prompt_column', '--prompt-column'], 'prompt_column', None, None, None, 5),
           (['--answer_column', '--answer-column'], 'answer_column', None, None, None, 6),
-          (['--prompt_template', '--prompt-template'], 'prompt_template', None, None, ['qwen_boxed', 'authors'], 7),
+          (['--prompt_template', '--prompt-template'], 'prompt_template', None, None, ['qwen_boxed', 'authors', 'raw'],
+           7),
           (['--max_train_samples', '--max-train-samples'], 'max_train_samples', None, None, None, 8),
           (['--eval_benchmark', '--eval-benchmark'], 'eval_benchmark', None, None, None, 9),
           (['--max_eval_samples', '--max-eval-samples'], 'max_eval_samples', None, None, None, 10),
@@ -1278,7 +1279,9 @@ HELP_ALL = {'options': {'gmpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
            "Prompt of the math datasets: 'qwen_boxed' (problem + 'Please reason step by step, and put your final "
            "answer within \\boxed{}.') or 'authors' (the RiskPO authors' scripts: DAPO-Math-17k's own prompt kept as "
            'it is; MATH and GSM8K: problem + " Let\'s think step by step and output the final answer within '
-           '\\boxed{}."). Also used for eval_benchmark. (default: qwen_boxed)',
+           '\\boxed{}."). A text prompt column of a dataset used as it is gets the same user turn and instruction; '
+           "'raw' keeps it as text (a model without a chat template). Also used for eval_benchmark. (default: "
+           'qwen_boxed)',
            'Keep only the first N training rows (of a mixture: after a seeded shuffle). (default: None)',
            "Benchmark evaluated during training when eval_strategy is not 'no' (riskpo_trl.data.BENCHMARKS). "
            '(default: None)',
