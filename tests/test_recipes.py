@@ -12,6 +12,7 @@ from accelerate.commands.config.config_args import load_config_from_file
 from riskpo_trl import RiskPOConfig
 from riskpo_trl.risk.defaults import resolve_advantage_baseline
 from riskpo_trl.scripts import train
+from riskpo_trl.trainer.config import COMPLETIONS_PRINTED
 from riskpo_trl.trainer.registry import get_trainer_classes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -243,3 +244,12 @@ def test_accelerate_configs_cover_the_documented_setups():
         "cpu_2proc.yaml",
         "cpu_single.yaml",
     } <= names
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=recipe_id)
+def test_a_recipe_that_logs_completions_prints_a_sample_as_the_config_default_does(path):
+    """TRL prints the whole generation batch per logging step by default (4,800 completions in the paper's layout)."""
+    _, args, _ = parse(path)
+    if args.log_completions:
+        assert args.num_completions_to_print == COMPLETIONS_PRINTED
+    assert RiskPOConfig(output_dir="unused", use_cpu=True).num_completions_to_print == COMPLETIONS_PRINTED

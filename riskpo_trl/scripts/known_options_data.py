@@ -892,9 +892,9 @@ HELP_ALL = {'options': {'gmpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
                       117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127, 128, 129, 130, 131, 132, 133, 134, 135,
                       136, 137, 138, 139, 140, 141, 142, 266, 144, 145, 146, 147, 148, 149, 150, 267, 268, 269, 154,
                       155, 156, 157, 158, 159, 160, 161, 162, 163, 164, 165, 166, 167, 168, 169, 170, 171, 172, 173,
-                      270, 175, 274, 177, 178, 179, 180, 181, 182, 183, 184, 272, 186, 187, 188, 273, 190, 191, 192,
+                      270, 175, 275, 177, 178, 179, 180, 181, 182, 183, 184, 272, 186, 187, 188, 273, 190, 191, 192,
                       193, 194, 195, 196, 197, 198, 199, 200, 201, 202, 203, 204, 205, 206, 207, 208, 209, 210, 211,
-                      212, 213, 214, 215, 216, 217, 218, 219, 241, 242, 243, 244, 245, 246, 247, 248, 249, 250, 251,
+                      212, 274, 214, 215, 216, 217, 218, 219, 241, 242, 243, 244, 245, 246, 247, 248, 249, 250, 251,
                       252, 253, 254, 255, 256, 257, 258, 259],
              'grpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 260, 261, 18, 19, 20, 21, 22, 23, 24, 25,
                       26, 27, 28, 29, 30, 262, 32, 33, 34, 35, 263, 37, 38, 39, 40, 264, 42, 43, 44, 45, 46, 47, 48,
@@ -906,7 +906,7 @@ HELP_ALL = {'options': {'gmpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
                       155, 156, 157, 158, 159, 160, 161, 162, 163, 164, 165, 166, 167, 168, 169, 170, 171, 172, 173,
                       270, 175, 271, 177, 178, 179, 180, 181, 182, 183, 184, 272, 186, 187, 188, 273, 190, 191, 192,
                       193, 194, 195, 196, 197, 198, 199, 200, 201, 202, 203, 204, 205, 206, 207, 208, 209, 210, 211,
-                      212, 213, 214, 215, 216, 217, 218, 219, 241, 242, 243, 244, 245, 246, 247, 248, 249, 250, 251,
+                      212, 274, 214, 215, 216, 217, 218, 219, 241, 242, 243, 244, 245, 246, 247, 248, 249, 250, 251,
                       252, 253, 254, 255, 256, 257, 258, 259],
              'riskpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
                         26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49,
@@ -1261,7 +1261,9 @@ HELP_ALL = {'options': {'gmpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
           (['--importance_sampling_level', '--importance-sampling-level'], 'importance_sampling_level', None, None,
            None, 272),
           (['--loss_type', '--loss-type'], 'loss_type', None, None, None, 273),
-          (['--epsilon'], 'epsilon', None, None, None, 274)],
+          (['--num_completions_to_print', '--num-completions-to-print'], 'num_completions_to_print', None, None, None,
+           274),
+          (['--epsilon'], 'epsilon', None, None, None, 275)],
  'texts': ["'riskpo' (RiskPOTrainer / RiskPOConfig), 'grpo' (trl.GRPOTrainer: GRPO, Dr. GRPO, DAPO, ... through "
            "loss_type) or 'gmpo' (trl.experimental.gmpo.GMPOTrainer, experimental in TRL). Picks the config class the "
            "recipe is parsed into, so a baseline gets its own config's defaults. (default: riskpo)",
@@ -1741,7 +1743,9 @@ HELP_ALL = {'options': {'gmpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
            'reduce log size when using high-resolution multimodal data. (default: True)',
            'Whether to log multimodal content (images, videos, etc.) together with completions. Disable this to '
            'reduce log size when using high-resolution multimodal data. (default: False)',
-           'Number of completions to print with `rich`. If `None`, all completions are logged. (default: None)',
+           "Completions printed on the console per logging step when log_completions is set (TRL's default, None, "
+           "prints the whole generation batch: thousands of long completions in the paper's layout); None prints them "
+           'all. (default: 4)',
            'Whether to log unique prompts. If `True`, only unique prompts are logged. If `False`, all prompts are '
            'logged. (default: False)',
            'Hugging Face Hub repository to save the completions. Should be a complete repository name like '
@@ -1901,5 +1905,6 @@ HELP_ALL = {'options': {'gmpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
            'Optimization. Replaces hard clipping with a smooth, asymmetric Gamma weighting function applied directly '
            'to sequence-level importance weights. Introduced in the [VESPO '
            'paper](https://huggingface.co/papers/2602.10693). (default: dapo)',
+           'Number of completions to print with `rich`. If `None`, all completions are logged. (default: None)',
            'Lower-bound clipping value, expressed in log space. The lower bound of the per-token importance ratio is '
            'exp(-epsilon). GMPO recommends 0.4. (default: 0.4)']}
