@@ -55,3 +55,32 @@ def prompt_from_text(text: str, prompt_template: str = DEFAULT_PROMPT_TEMPLATE) 
     """A text prompt (a string prompt column of a dataset used as it is) prompted as a registered dataset prompts its
     problem: a user turn with ``prompt_template``'s instruction; ``raw``: the text as it is."""
     return PROMPT_BUILDERS[prompt_template](text)
+
+
+# The instructions the templates above write. A chat template that already writes one by itself (Qwen2.5-Math-Instruct's
+# default system turn is qwen_boxed's instruction) would show the model the same instruction twice.
+TEMPLATE_INSTRUCTIONS = (PROMPT_TEMPLATE.format(problem="").strip(), AUTHORS_INSTRUCTION)
+
+
+def instruction_in_chat_template(tokenizer) -> str | None:
+    """The instruction of :data:`TEMPLATE_INSTRUCTIONS` that ``tokenizer``'s chat template writes by itself, around an
+    empty user turn (a default system turn); None if it writes none, or the tokenizer has no chat template."""
+    if getattr(tokenizer, "chat_template", None) is None:
+        return None
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": ""}], tokenize=False, add_generation_prompt=True
+    )
+    return next((instruction for instruction in TEMPLATE_INSTRUCTIONS if instruction in rendered), None)
+
+
+def without_instruction(prompt: list[dict[str, str]] | str, instruction: str | None) -> list[dict[str, str]] | str:
+    """``prompt`` with ``instruction`` taken off the end of its user turns (the chat template writes it already);
+    a text prompt, or no instruction, leaves it as it is."""
+    if instruction is None or isinstance(prompt, str):
+        return prompt
+    return [
+        {**message, "content": message["content"].removesuffix(instruction).rstrip()}
+        if message.get("role") == "user" and isinstance(message.get("content"), str)
+        else message
+        for message in prompt
+    ]

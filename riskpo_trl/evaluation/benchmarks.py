@@ -12,7 +12,15 @@ from datasets import Dataset
 
 from ..data.columns import check_columns_exist, gold_answer
 from ..data.local_files import check_data_files
-from ..data.prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS, RAW_PROMPT_TEMPLATE, make_prompt, prompt_from_text
+from ..data.prompts import (
+    DEFAULT_PROMPT_TEMPLATE,
+    PROMPT_BUILDERS,
+    RAW_PROMPT_TEMPLATE,
+    instruction_in_chat_template,
+    make_prompt,
+    prompt_from_text,
+    without_instruction,
+)
 from ..tracks import BENCHMARKS, load_benchmark
 from .config import EvalConfig
 
@@ -147,7 +155,19 @@ def render_prompt(row: dict[str, Any], tokenizer) -> str:
         prompt = _with_image_parts(prompt, len(row["images"]))
     if getattr(tokenizer, "chat_template", None) is None:
         return "\n".join(_message_text(message) for message in prompt) + "\n"
+    prompt = without_instruction(prompt, _instruction_in_chat_template(tokenizer))  # once, as in training
     return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+
+
+_INSTRUCTIONS_WRITTEN: dict[str, str | None] = {}
+
+
+def _instruction_in_chat_template(tokenizer) -> str | None:
+    """:func:`instruction_in_chat_template`, once per chat template."""
+    template = str(tokenizer.chat_template)
+    if template not in _INSTRUCTIONS_WRITTEN:
+        _INSTRUCTIONS_WRITTEN[template] = instruction_in_chat_template(tokenizer)
+    return _INSTRUCTIONS_WRITTEN[template]
 
 
 def _with_image_parts(prompt: list[dict[str, Any]], num_images: int) -> list[dict[str, Any]]:

@@ -619,6 +619,7 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         quantization_config=get_quantization_config(model_args),
     )
     check_chat_template(trainer.processing_class, train_dataset)
+    leave_out_the_templates_instruction(trainer, model_path)
     use_compact_log(trainer)  # the console: one line per logging step
     record_training_data(trainer, script_args)  # in every trainer_state.json: a later command on other data is told
     if script_args.pass_at_k is not None:
@@ -639,6 +640,27 @@ def check_chat_template(processing_class, train_dataset) -> None:
         "The training prompts are chat messages, and the model's tokenizer has no chat template to render them. "
         "Train a model with one (an instruct model), set the tokenizer's chat_template, or give text prompts with "
         "prompt_template raw (a dataset used as it is, with a text prompt column)."
+    )
+
+
+def leave_out_the_templates_instruction(trainer, model_path: str) -> None:
+    """Prompts without their own copy of the instruction when the model's chat template writes it by itself
+    (Qwen2.5-Math-Instruct's default system turn): the model sees it once, as it was tuned to."""
+    from accelerate import PartialState
+
+    from ..data.prompts import instruction_in_chat_template, without_instruction
+
+    instruction = instruction_in_chat_template(trainer.processing_class)
+    if instruction is None:
+        return
+    for split in ("train_dataset", "eval_dataset"):
+        dataset = getattr(trainer, split)
+        if dataset is not None and "prompt" in dataset.column_names:
+            dropped = dataset.map(lambda row: {"prompt": without_instruction(row["prompt"], instruction)})
+            setattr(trainer, split, dropped)
+    PartialState().print(
+        f"The chat template of {model_path} writes {instruction!r} by itself (a default system turn); the prompts "
+        "leave out their own copy, so the model reads it once."
     )
 
 
