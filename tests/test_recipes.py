@@ -54,6 +54,7 @@ def test_recipes_cover_both_settings_all_methods_and_ablations():
     assert {
         "DeepSeek-R1-Distill-Qwen-1.5B/riskpo_loo/config_dapo_math.yaml",
         "Qwen2.5-Math-1.5B-Instruct/riskpo_loo/config_math_gsm8k.yaml",
+        "Qwen2.5-Math-1.5B-Instruct/riskpo_loo/config_math_gsm8k_lora.yaml",  # the default with LoRA
     } <= names
 
 
@@ -253,3 +254,14 @@ def test_a_recipe_that_logs_completions_prints_a_sample_as_the_config_default_do
     if args.log_completions:
         assert args.num_completions_to_print == COMPLETIONS_PRINTED
     assert RiskPOConfig(output_dir="unused", use_cpu=True).num_completions_to_print == COMPLETIONS_PRINTED
+
+
+@pytest.mark.parametrize("path", RISKPO_RECIPES, ids=recipe_id)
+def test_a_recipe_off_the_documented_baseline_default_says_why_at_its_top(path):
+    """docs/training.md says keep the default (loo): a recipe that does not says so in its header, before any setting."""
+    _, args, _ = parse(path)
+    header = path.read_text().split("\n\n")[0]
+    if args.advantage_baseline != "loo":
+        assert f"advantage_baseline: {args.advantage_baseline}, not the library default loo:" in header
+    else:
+        assert "advantage_baseline: loo" in header.replace("\n# ", " ")
