@@ -894,9 +894,9 @@ HELP_ALL = {'options': {'gmpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
                       117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127, 128, 129, 130, 131, 132, 133, 134, 135,
                       136, 137, 138, 139, 140, 141, 142, 267, 144, 145, 146, 147, 148, 149, 150, 268, 269, 270, 154,
                       155, 156, 157, 158, 159, 160, 161, 162, 163, 164, 165, 166, 167, 168, 169, 170, 171, 172, 173,
-                      271, 175, 275, 177, 178, 179, 180, 181, 182, 183, 184, 273, 186, 187, 188, 274, 190, 191, 192,
+                      271, 175, 276, 177, 178, 179, 180, 181, 182, 183, 184, 273, 186, 187, 188, 274, 190, 191, 192,
                       193, 194, 195, 196, 197, 198, 199, 200, 201, 202, 203, 204, 205, 206, 207, 208, 209, 210, 211,
-                      212, 213, 214, 215, 216, 217, 218, 219, 242, 243, 244, 245, 246, 247, 248, 249, 250, 251, 252,
+                      212, 275, 214, 215, 216, 217, 218, 219, 242, 243, 244, 245, 246, 247, 248, 249, 250, 251, 252,
                       253, 254, 255, 256, 257, 258, 259, 260],
              'grpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 261, 262, 18, 19, 20, 21, 22, 23, 24, 25,
                       26, 27, 28, 29, 30, 263, 32, 33, 34, 35, 264, 37, 38, 39, 40, 265, 42, 43, 44, 45, 46, 47, 48,
@@ -908,7 +908,7 @@ HELP_ALL = {'options': {'gmpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
                       155, 156, 157, 158, 159, 160, 161, 162, 163, 164, 165, 166, 167, 168, 169, 170, 171, 172, 173,
                       271, 175, 272, 177, 178, 179, 180, 181, 182, 183, 184, 273, 186, 187, 188, 274, 190, 191, 192,
                       193, 194, 195, 196, 197, 198, 199, 200, 201, 202, 203, 204, 205, 206, 207, 208, 209, 210, 211,
-                      212, 213, 214, 215, 216, 217, 218, 219, 242, 243, 244, 245, 246, 247, 248, 249, 250, 251, 252,
+                      212, 275, 214, 215, 216, 217, 218, 219, 242, 243, 244, 245, 246, 247, 248, 249, 250, 251, 252,
                       253, 254, 255, 256, 257, 258, 259, 260],
              'riskpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
                         26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49,
@@ -930,7 +930,8 @@ HELP_ALL = {'options': {'gmpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
           (['--dataset_files', '--dataset-files'], 'dataset_files', '+', None, None, 4),
           (['--prompt_column', '--prompt-column'], 'prompt_column', None, None, None, 5),
           (['--answer_column', '--answer-column'], 'answer_column', None, None, None, 6),
-          (['--prompt_template', '--prompt-template'], 'prompt_template', None, None, ['qwen_boxed', 'authors'], 7),
+          (['--prompt_template', '--prompt-template'], 'prompt_template', None, None, ['qwen_boxed', 'authors', 'raw'],
+           7),
           (['--max_train_samples', '--max-train-samples'], 'max_train_samples', None, None, None, 8),
           (['--eval_benchmark', '--eval-benchmark'], 'eval_benchmark', None, None, None, 9),
           (['--max_eval_samples', '--max-eval-samples'], 'max_eval_samples', None, None, None, 10),
@@ -1264,7 +1265,9 @@ HELP_ALL = {'options': {'gmpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
           (['--importance_sampling_level', '--importance-sampling-level'], 'importance_sampling_level', None, None,
            None, 273),
           (['--loss_type', '--loss-type'], 'loss_type', None, None, None, 274),
-          (['--epsilon'], 'epsilon', None, None, None, 275)],
+          (['--num_completions_to_print', '--num-completions-to-print'], 'num_completions_to_print', None, None, None,
+           275),
+          (['--epsilon'], 'epsilon', None, None, None, 276)],
  'texts': ["'riskpo' (RiskPOTrainer / RiskPOConfig), 'grpo' (trl.GRPOTrainer: GRPO, Dr. GRPO, DAPO, ... through "
            "loss_type) or 'gmpo' (trl.experimental.gmpo.GMPOTrainer, experimental in TRL). Picks the config class the "
            "recipe is parsed into, so a baseline gets its own config's defaults. (default: riskpo)",
@@ -1282,7 +1285,9 @@ HELP_ALL = {'options': {'gmpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
            "Prompt of the math datasets: 'qwen_boxed' (problem + 'Please reason step by step, and put your final "
            "answer within \\boxed{}.') or 'authors' (the RiskPO authors' scripts: DAPO-Math-17k's own prompt kept as "
            'it is; MATH and GSM8K: problem + " Let\'s think step by step and output the final answer within '
-           '\\boxed{}."). Also used for eval_benchmark. (default: qwen_boxed)',
+           '\\boxed{}."). A text prompt column of a dataset used as it is gets the same user turn and instruction; '
+           "'raw' keeps it as text (a model without a chat template). Also used for eval_benchmark. (default: "
+           'qwen_boxed)',
            'Keep only the first N training rows (of a mixture: after a seeded shuffle). (default: None)',
            "Benchmark evaluated during training when eval_strategy is not 'no' (riskpo_trl.data.BENCHMARKS). "
            '(default: None)',
@@ -1742,7 +1747,9 @@ HELP_ALL = {'options': {'gmpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
            'reduce log size when using high-resolution multimodal data. (default: True)',
            'Whether to log multimodal content (images, videos, etc.) together with completions. Disable this to '
            'reduce log size when using high-resolution multimodal data. (default: False)',
-           'Number of completions to print with `rich`. If `None`, all completions are logged. (default: None)',
+           "Completions printed on the console per logging step when log_completions is set (TRL's default, None, "
+           "prints the whole generation batch: thousands of long completions in the paper's layout); None prints them "
+           'all. (default: 4)',
            'Whether to log unique prompts. If `True`, only unique prompts are logged. If `False`, all prompts are '
            'logged. (default: False)',
            'Hugging Face Hub repository to save the completions. Should be a complete repository name like '
@@ -1905,5 +1912,6 @@ HELP_ALL = {'options': {'gmpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
            'Optimization. Replaces hard clipping with a smooth, asymmetric Gamma weighting function applied directly '
            'to sequence-level importance weights. Introduced in the [VESPO '
            'paper](https://huggingface.co/papers/2602.10693). (default: dapo)',
+           'Number of completions to print with `rich`. If `None`, all completions are logged. (default: None)',
            'Lower-bound clipping value, expressed in log space. The lower bound of the per-token importance ratio is '
            'exp(-epsilon). GMPO recommends 0.4. (default: 0.4)']}

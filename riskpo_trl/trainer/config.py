@@ -33,6 +33,8 @@ from .config_conversion import from_grpo_config, name_misspelled_fields  # noqa:
 
 # The paper updates 4 times per generation batch (batch 512 prompts, mini-batches of 128).
 UPDATES_PER_GENERATION = 4
+# Completions printed on the console per logging step (log_completions): a sample, not TRL's whole batch.
+COMPLETIONS_PRINTED = 4
 
 
 @name_misspelled_fields
@@ -142,6 +144,8 @@ class RiskPOConfig(GRPOConfig):
             optimizer updates per generation batch.
         per_device_eval_batch_size (`int`, *optional*, defaults to `50`):
             Completions per device per evaluation batch.
+        num_completions_to_print (`int`, *optional*, defaults to `4`):
+            Completions printed per logging step with `log_completions` (TRL's default prints the whole batch).
         bf16 (`bool`, *optional*):
             If not set, `True` where a bf16-capable accelerator is present or `use_cpu` is set (and fp16 is off), so
             the default config also runs on a CPU-only machine.
@@ -358,6 +362,14 @@ class RiskPOConfig(GRPOConfig):
             "help": "Micro-steps per generation batch. If neither it nor generation_batch_size is set: "
             f"{UPDATES_PER_GENERATION} x gradient_accumulation_steps, the paper's {UPDATES_PER_GENERATION} "
             "optimizer updates per generation batch (batch 512, mini-batch 128), so the clipped ratio acts."
+        },
+    )
+    num_completions_to_print: int | None = field(
+        default=COMPLETIONS_PRINTED,
+        metadata={
+            "help": "Completions printed on the console per logging step when log_completions is set (TRL's "
+            "default, None, prints the whole generation batch: thousands of long completions in the paper's "
+            "layout); None prints them all."
         },
     )
     per_device_eval_batch_size: int = field(
