@@ -107,7 +107,7 @@ def test_brackets_inside_strings_do_not_count(tmp_path):
     """Brackets and escaped quotes inside strings are text: a row with 200,000 of them trains like any other."""
     rows = [*TEXT_ROWS, {"prompt": 'Is this "' + nested(100_000) + '\\" balanced?', "solution": '\\"[[[{'}]
     path = write_jsonl(tmp_path / "text.jsonl", rows)
-    loaded = load_train_dataset("json", data_files=[str(path)])
+    loaded = load_train_dataset("json", data_files=[str(path)], prompt_template="raw")  # the text as it is
     assert loaded[len(TEXT_ROWS)]["prompt"] == rows[-1]["prompt"]
 
 

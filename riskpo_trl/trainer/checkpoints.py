@@ -9,6 +9,10 @@
 - Tied weights on resume: a checkpoint stores a tied weight once (``lm_head.weight`` is the embedding's tensor in a
   model with ``tie_word_embeddings``), so loading it with ``strict=False`` lists the tied copy as missing although it
   already holds the loaded values; :class:`TiedWeightsResumeMixin` keeps the resume warning for real gaps only.
+- The optimizer's device on resume: with more than one process transformers loads the optimizer state onto
+  ``args.device``, which on CPU is ``cpu:0``, a location torch cannot restore to ("don't know how to restore data
+  location ... (tagged with cpu:0)", transformers 5.17); :func:`accept_indexed_cpu_locations` lets torch load onto
+  any ``cpu:N``.
 """
 
 from __future__ import annotations
@@ -246,8 +250,30 @@ def without_tied_missing_keys(model: nn.Module, load_result: Any) -> Any:
     )
 
 
+_INDEXED_CPU = re.compile(r"cpu:\d+")
+
+
+@functools.cache
+def accept_indexed_cpu_locations() -> None:
+    """Teach ``torch.load`` the locations ``cpu:0``, ``cpu:1``, ...: a storage loaded for one of them stays in CPU
+    memory, as for ``cpu`` (torch knows only ``cpu``, and refuses a ``map_location`` of ``cpu:0``). Once per
+    process."""
+    from torch.serialization import register_package
+
+    def restore_on_cpu(storage: Any, location: str) -> Any:
+        return storage if _INDEXED_CPU.fullmatch(location) else None  # None: torch asks the next package
+
+    register_package(100, lambda storage: None, restore_on_cpu)  # tags nothing when saving
+
+
 class TiedWeightsResumeMixin:
-    """For a `transformers.Trainer`: the resume warning about missing keys leaves out the tied copies."""
+    """For a `transformers.Trainer`, on resume: the warning about missing keys leaves out the tied copies, and the
+    optimizer state of a multi-process CPU run loads (`accept_indexed_cpu_locations`)."""
 
     def _issue_warnings_after_load(self, load_result) -> None:
         super()._issue_warnings_after_load(without_tied_missing_keys(self.model, load_result))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        if checkpoint is not None:
+            accept_indexed_cpu_locations()
+        return super()._load_optimizer_and_scheduler(checkpoint)
