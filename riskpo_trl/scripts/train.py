@@ -262,20 +262,29 @@ def _option_value(argv: Sequence[str], name: str) -> str | None:
     return value
 
 
+MAX_RECIPE_BYTES = 4 << 20  # a recipe is a few kilobytes of YAML
+
+
 def _read_recipe(argv: Sequence[str]) -> dict[str, Any]:
     path = _option_value(argv, "config")
     if path is None:
         return {}
     import yaml
 
+    from ..trainer.state_files import StateFileError, UntrustedFileError, decode_text, read_regular_file
     from .recipe_paths import check_recipe_exists
 
     check_recipe_exists(path)
-    with open(path) as file:
-        try:
-            recipe = yaml.safe_load(file)
-        except yaml.YAMLError as error:
-            raise ValueError(f"{path} is not valid YAML: {error}") from None
+    try:  # the path the user gave, resolved; what it names must be a regular file of a recipe's size
+        text = decode_text(read_regular_file(os.path.realpath(path), MAX_RECIPE_BYTES), path)
+    except (UntrustedFileError, StateFileError) as exc:
+        raise ValueError(f"The recipe {exc}") from None
+    try:
+        recipe = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path} is not valid YAML: {str(error)[:300]}") from None
+    except RecursionError:
+        raise ValueError(f"{path} nests YAML too deeply to be a recipe.") from None
     if not isinstance(recipe, dict):
         raise ValueError(f"The recipe {path} must be a YAML mapping of field names to values.")
     return recipe
@@ -777,14 +786,17 @@ def main(script_args: RiskPOScriptArguments, training_args, model_args):
         return trainer and train_and_save(trainer, script_args, training_args, checkpoint)
 
 
-def train_and_save(trainer, script_args: RiskPOScriptArguments, training_args, checkpoint: str | None):
+def train_and_save(
+    trainer, script_args: RiskPOScriptArguments, training_args, checkpoint: str | None, exit_after_stop: bool = False
+):
     """Train from ``checkpoint`` (None: from scratch), then save the model, the trainer state and the card; a run
-    that took no step raises before anything is saved."""
+    that took no step raises before anything is saved. ``exit_after_stop``: the process is this script's own, and a
+    stopped run ends it within a few seconds of its stop line (trainer.preemption)."""
     from ..trainer.preemption import stopping_on_signals
 
     if checkpoint is not None:
         trainer.accelerator.print(f"Resuming from {checkpoint}.")
-    with stopping_on_signals(trainer) as stop:
+    with stopping_on_signals(trainer, exit_after_stop) as stop:
         trainer.train(resume_from_checkpoint=checkpoint)
     if stop.stopped_at is not None:
         stop.finish(trainer)  # one line, no card; raises RunStopped: exit code 75
@@ -808,6 +820,7 @@ def cli(argv: Sequence[str] | None = None) -> None:
     """The ``riskpo-train`` console script: a mistake in the options, the recipe, the data or the model path is one
     ``riskpo-train: error:`` line and exit code 2 (a bare ``--debug`` shows its traceback); training itself is not
     wrapped, so a crash keeps its traceback."""
+    argv_given = argv
     argv, debug = pop_debug_flag(sys.argv[1:] if argv is None else argv)
     from ..trainer.caller_warnings import drop_deepspeed_cpu_notice, ignore_library_default_warnings
 
@@ -828,7 +841,8 @@ def cli(argv: Sequence[str] | None = None) -> None:
             held.enter_context(lock_output_dir(training_args.output_dir))
             trainer, checkpoint = prepare(script_args, training_args, model_args)
         if trainer is not None:
-            train_and_save(trainer, script_args, training_args, checkpoint)
+            # Run as a script (not called by a test): a stopped run's process exits soon after its stop line.
+            train_and_save(trainer, script_args, training_args, checkpoint, exit_after_stop=argv_given is None)
 
 
 if __name__ == "__main__":
