@@ -7,12 +7,12 @@
 #   lowest   the lowest supported TRL with the lowest supported transformers, and every other runtime dependency
 #            (accelerate, datasets, peft, math-verify) at its lower bound in pyproject.toml
 #   newest   the newest supported TRL with the newest supported transformers
-#   latest   TRL's newest release on the index, with the newest transformers pip pairs with it: reports whether the
-#            tests pass there, and never fails this script (a release can appear after the last commit)
+#   latest   TRL's and transformers' newest releases on the index, together: reports whether the tests pass there
+#            ("widen the range"), and never fails this script (a release can appear after the last commit)
 #
 # Time on 2 shared cores (load 6): about 12 minutes with the venvs cached (6 per end); building both venvs adds 5-9
 # minutes (2.5-4.5 each with pip's download cache warm), and the newest-release check builds a third only when TRL
-# has a release newer than the newest supported.
+# or transformers has a release newer than the newest supported.
 #
 # Each end runs the fast suite and the tests that train the tiny model (SLOW_TESTS below). The ends are read from
 # riskpo_trl/compat.py (TESTED), the same numbers as pyproject.toml's pins (tests/test_compat.py checks that).
@@ -116,28 +116,35 @@ check_end() {
     run_suites "$venv" "$end supported end (trl $trl, transformers $tf)"
 }
 
-# TRL's newest release on the index, with whatever transformers pip pairs with it.
+# The newest release of a package on the index ("" when the index cannot be read).
+index_latest() {
+    "$PYTHON" -m pip index versions "$1" 2>/dev/null | sed -n "s/^$1 (\(.*\))\$/\1/p"
+}
+
+# TRL's and transformers' newest releases on the index, together.
 check_latest() {
-    local latest newest venv
-    newest=$(read_tested trl newest)
-    latest=$("$PYTHON" -m pip index versions trl 2>/dev/null | sed -n 's/^trl (\(.*\))$/\1/p')
-    if [[ -z "$latest" ]]; then
-        echo "LATEST TRL: could not read TRL's releases from the package index; not checked (not a failure)"
+    local trl tf newest_trl newest_tf venv
+    newest_trl=$(read_tested trl newest)
+    newest_tf=$(read_tested transformers newest)
+    trl=$(index_latest trl)
+    tf=$(index_latest transformers)
+    if [[ -z "$trl" || -z "$tf" ]]; then
+        echo "LATEST: could not read TRL's or transformers' releases from the package index; not checked (not a failure)"
         return 0
     fi
-    if [[ "$latest" == "$newest" ]]; then
-        echo "LATEST TRL: $latest, the newest supported and tested release: nothing more to check"
+    if [[ "$trl" == "$newest_trl" && "$tf" == "$newest_tf" ]]; then
+        echo "LATEST: trl $trl and transformers $tf, the newest supported and tested releases: nothing more to check"
         return 0
     fi
-    if ! venv=$(venv_for "trl==$latest"); then
-        echo "LATEST TRL: $latest could not be installed next to torch 2.13.0; not checked (not a failure)"
+    if ! venv=$(venv_for "trl==$trl" "transformers==$tf"); then
+        echo "LATEST: trl $trl with transformers $tf could not be installed next to torch 2.13.0; not checked (not a failure)"
         return 0
     fi
     # The package refuses versions outside the tested range at import; this run is what tells whether it may widen.
-    if RISKPO_ALLOW_UNTESTED_VERSIONS=1 run_suites "$venv" "latest TRL $latest"; then
-        echo "LATEST TRL: $latest (with $(versions_in "$venv")) passes the tests; widen the range: pins, TESTED in riskpo_trl/compat.py, the table in docs/installation.md (not a failure)"
+    if RISKPO_ALLOW_UNTESTED_VERSIONS=1 run_suites "$venv" "latest trl $trl, transformers $tf"; then
+        echo "LATEST: trl $trl, transformers $tf (with $(versions_in "$venv")) pass the tests; widen the range: pins, TESTED in riskpo_trl/compat.py, the table in docs/installation.md (not a failure)"
     else
-        echo "LATEST TRL: $latest (with $(versions_in "$venv")) FAILS tests above; the supported range stays at trl<=$newest (not a failure)"
+        echo "LATEST: trl $trl, transformers $tf (with $(versions_in "$venv")) FAIL tests above; the supported range stays at trl<=$newest_trl, transformers<=$newest_tf (not a failure)"
     fi
 }
 

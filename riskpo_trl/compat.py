@@ -5,7 +5,7 @@ numbers (`tests/test_compat.py` checks that); CI runs the fast suite and the tes
 ends (`.ci/compat.sh`). `check_versions` refuses anything else, once, when the trainer is imported.
 
 Private API used, with the signatures and behaviour relied on checked in TRL 1.13.0, 1.14.2 and 1.16.0 and
-transformers 4.56.2 and 5.23.0 (`tests/test_compat.py` checks `PRIVATE_METHODS`, `PRIVATE_CLASS_ATTRIBUTES` and
+transformers 4.56.2, 5.23.0 and 5.24.0 (`tests/test_compat.py` checks `PRIVATE_METHODS`, `PRIVATE_CLASS_ATTRIBUTES` and
 `PRIVATE_ATTRIBUTES` against the installed releases; `tests/test_private_api_scan.py` reads the package's code for
 every private name of TRL, transformers, accelerate and vLLM it overrides, calls or reads, and fails on one missing
 from these lists):
@@ -86,7 +86,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 # The lowest and the newest tested release of each.
-TESTED = {"trl": ("1.13.0", "1.16.0"), "transformers": ("4.56.2", "5.23.0")}
+TESTED = {"trl": ("1.13.0", "1.16.0"), "transformers": ("4.56.2", "5.24.0")}
 # Releases inside the range that are refused, and why.
 EXCLUDED = {
     "trl": {"1.15.0": "it cannot train on CPU ('NoneType' object has no attribute 'apply') and has no patch release"},
@@ -100,7 +100,7 @@ EXCLUDED = {
 # without the excluded releases.
 PINS = {
     "trl": ">=1.13.0,<1.17,!=1.15.0",
-    "transformers": ">=4.56.2,<5.24,!=5.1.0,!=5.2.*,!=5.3.*,!=5.4.*,!=5.5.0,!=5.5.1,!=5.5.2,!=5.5.3",
+    "transformers": ">=4.56.2,<5.25,!=5.1.0,!=5.2.*,!=5.3.*,!=5.4.*,!=5.5.0,!=5.5.1,!=5.5.2,!=5.5.3",
 }
 # TRL (1.13 to 1.16) refuses, when the trainer is built, tools before transformers 5.0.0 and environment_factory
 # before 5.2.0 (within the pins: 5.5.4).

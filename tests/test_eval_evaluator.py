@@ -79,7 +79,7 @@ def test_scores_and_metrics_with_math_verify(tmp_path):
     on_disk = json.loads((tmp_path / "results.json").read_text())
     assert on_disk["benchmarks"]["toy_math"]["metrics"] == summary["metrics"]
     table = (tmp_path / "results.md").read_text()
-    assert "| Metric | toy_math | Avg. |" in table and "| Pass@4 | 60.0 | 60.0 |" in table
+    assert "| Metric | toy_math | Avg. |" in table and "| Pass@4 (%) | 60.0 | 60.0 |" in table
     assert "Sampling: 4 completions per problem, temperature 0.8, top-p 1.0, at most 1024 new tokens, seed 0." in table
     assert "cannot parse" in table
 
@@ -162,7 +162,7 @@ def test_cli_evaluates_tiny_model_end_to_end(tiny_model_dir, tmp_path, capsys):
     assert len(records) == 5 and all(len(record["completions"]) == 3 for record in records)
     logprobs = [lp for record in records for lp in record["mean_logprobs"]]
     assert all(lp < 0 for lp in logprobs)  # mean log-probabilities of sampled tokens
-    assert "| Pass@3 |" in capsys.readouterr().out
+    assert "| Pass@3 (%) |" in capsys.readouterr().out
 
 
 def test_bad_input_gives_clear_errors(tmp_path, tiny_model_dir):

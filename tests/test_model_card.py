@@ -3,6 +3,7 @@ settings, with a quick start that runs as written; a run that took no step gets 
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -250,3 +251,29 @@ def test_a_card_says_when_the_base_model_is_the_tiny_random_one(tiny_model_dir, 
     setattr(trainer.model.config, TINY_MODEL_MARK, False)  # as a real model's config: no mark
     trainer.model.config._name_or_path = "Qwen/Qwen2.5-0.5B-Instruct"
     assert "tiny random model" not in str(build_model_card(trainer))
+
+
+def test_the_quick_start_asks_in_the_training_prompts_format(tiny_model_dir, tmp_path):
+    """The card's question ends with the instruction the model was trained with, as a Python string that means it."""
+    from datasets import Dataset
+
+    from riskpo_trl.data import load_train_dataset
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(f'{{"prompt": "What is {a} + 1?", "solution": "{a + 1}"}}\n' for a in range(16)))
+    trainer = make_trainer(tiny_model_dir, tmp_path / "run")
+    trainer.train_dataset = load_train_dataset("json", data_files=[str(rows)])
+    code = quick_start_code(str(build_model_card(trainer)))
+    messages = ast.literal_eval(re.search(r'\[\{"role": "user", "content": ".*?"\}\]', code).group(0))
+    instruction = "\nPlease reason step by step, and put your final answer within \\boxed{}."
+    assert messages == [{"role": "user", "content": "What is 7 * 8?" + instruction}]
+    trainer.train_dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "What is 1 + 1?"}]}])
+    assert '"What is 7 * 8?"' in quick_start_code(str(build_model_card(trainer)))  # no instruction trained: none asked
+
+
+def test_the_settings_table_lists_vllm_settings_only_for_a_run_with_a_vllm_server(tiny_model_dir, tmp_path):
+    without = str(build_model_card(make_trainer(tiny_model_dir, tmp_path / "plain")))
+    assert "vllm_sync_timeout" not in without and "`num_generations=4`" in without
+    served = make_trainer(tiny_model_dir, tmp_path / "served")
+    served.args.use_vllm, served.args.vllm_mode = True, "server"
+    assert "vllm_sync_timeout" in str(build_model_card(served))

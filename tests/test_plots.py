@@ -197,6 +197,16 @@ def test_a_flat_entropy_line_is_drawn_flat_without_an_offset(tmp_path):
     assert reward.get_ylim()[1] - reward.get_ylim()[0] < 1.0  # a real change still fills the panel
 
 
+def test_every_training_panel_shares_one_step_axis(tmp_path):
+    """A metric logged on some steps only (mvar on steps 1-2, reward on 1-4) is drawn on the same step range."""
+    from riskpo_trl.evaluation.plots import draw_training_curves
+
+    history = [{"step": s, "reward": 0.1 * s, **({"risk/mvar": 0.5} if s <= 2 else {})} for s in range(1, 5)]
+    fig, _ = draw_training_curves([load_run(str(write_state(tmp_path / "run", history)))])
+    reward, mvar = panel(fig, "Mean reward"), panel(fig, "MVaR objective")
+    assert mvar.get_xlim() == reward.get_xlim() and reward.get_xlim()[0] < 1 and reward.get_xlim()[1] > 4
+
+
 def test_logprob_points_sit_at_the_questions_reward_rate(tmp_path, capsys):
     from riskpo_trl.evaluation.plots import draw_logprob_diagnostic
 

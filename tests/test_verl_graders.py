@@ -112,7 +112,7 @@ def test_rewards_are_registered_and_read_messages():
     completions = [[{"role": "assistant", "content": r"\boxed{72}"}], [{"role": "assistant", "content": "#### 72"}]]
     logged = {}
     assert verl_gsm8k_reward(completions, ["72", "72"], log_extra=logged.__setitem__) == [0.0, 1.0]
-    assert logged == {"final_answer": ["", "72"]}
+    assert logged == {"final_answer": ["-", "72"]}  # "-": the grader read no answer
     assert verl_math_reward(completions, ["72", "72"]) == [1.0, 0.0]
     assert verl_math_dapo_reward(["Answer: 72", "72"], ["72", "72"]) == [1.0, -1.0]
 

@@ -129,6 +129,14 @@ def _grid(plt, num_panels: int, columns: int):
     return fig, flat[:num_panels]
 
 
+def _step_range(runs: Sequence[Run]) -> tuple[float, float]:
+    """The training panels' shared x range: every step any run logged, with matplotlib's default 5% margins."""
+    steps = [entry["step"] for run in runs for entry in run.log_history if isinstance(entry.get("step"), (int, float))]
+    low, high = (min(steps), max(steps)) if steps else (0, 1)
+    margin = 0.05 * (high - low) if high > low else 0.5
+    return low - margin, high + margin
+
+
 def _save(fig, output: str | Path) -> list[Path]:
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -274,6 +282,7 @@ def draw_training_curves(
     for i, (name, _) in enumerate(curves):
         color_of.setdefault(name, colors[(len(runs) + i) % len(colors)])
     fig, axes = _grid(plt, len(drawn) + bool(curves), columns)
+    step_axis = _step_range(runs)
 
     for ax, panel in zip(axes, drawn):
         missing = []
@@ -295,6 +304,7 @@ def draw_training_curves(
             if not plotted:
                 missing.append(run.name)
         _plain_y_axis(ax, drawn_values)
+        ax.set_xlim(*step_axis)  # one step axis for every panel, whatever steps its metric was logged at
         ax.set_title(panel.title)
         ax.set_xlabel("training step")
         ax.set_ylabel(panel.ylabel)

@@ -103,7 +103,7 @@ def markdown_table(results: dict[str, Any]) -> str:
         average = results["average"].get(key)
         cells.append("-" if average is None else f"{100 * average:.1f}")
         label = key.replace("pass@", "Pass@").replace("avg@", "Avg@")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append(f"| {label} (%) | " + " | ".join(cells) + " |")  # percent, where the progress bar shows fractions
     if any(not summary["complete"] for summary in benchmarks.values()):
         lines += ["", "\\* partial: not every problem scored yet; Avg. uses complete benchmarks only."]
     unscorable = {name: s["num_unscorable_gold"] for name, s in benchmarks.items() if s["num_unscorable_gold"]}

@@ -3,7 +3,7 @@
 Each trainer: its config class and its options (flags, field, kind, nargs, choices), those of ModelConfig
 included; the registered rewards; each trainer's batch-layout defaults and --help-all options."""
 
-VERSIONS = {'trl': '1.16.0', 'transformers': '5.23.0'}
+VERSIONS = {'trl': '1.16.0', 'transformers': '5.24.0'}
 OPTIONS = {'gmpo': ('GMPOConfig',
           [(['--output_dir', '--output-dir'], 'output_dir', 'str', None, None),
            (['--per_device_train_batch_size', '--per-device-train-batch-size'], 'per_device_train_batch_size', 'int',
@@ -1373,7 +1373,7 @@ HELP_ALL = {'options': {'gmpo': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 1
            'Configuration for Liger Kernel. Passed as kwargs to `_apply_liger_kernel_to_instance()`. If None, uses '
            'default configuration. (default: None)',
            'Whether or not to use cache for the model For training, this is usually not needed apart from some PEFT '
-           'methods that uses `past_key_values`. (default: False)',
+           'methods that uses `cache`. (default: False)',
            'If not None, activates NEFTune noise embeddings. Can drastically improve performance for instruction '
            'fine-tuning. Typical range: [5.0, 15.0]. (default: None)',
            'Number of steps to wait before calling `torch.<device>.empty_cache()`. Helps avoid CUDA OOM at a cost of '

@@ -117,6 +117,10 @@ def remember_set_fields(config, names) -> None:
     object.__setattr__(config, SET_FIELDS_ATTRIBUTE, frozenset(names))
 
 
+# Fields whose default is not GRPOConfig's but which change only what the console shows, not the run's layout.
+CONSOLE_FIELDS = frozenset({"num_completions_to_print"})
+
+
 def replaced_grpo_defaults(config) -> list[str]:
     """``"gradient_accumulation_steps=5 (GRPOConfig: 1)"``, ... for each field the caller left unset whose default is
     not GRPOConfig's, and for the generation batch those defaults change (``steps_per_generation``,
@@ -130,7 +134,7 @@ def replaced_grpo_defaults(config) -> list[str]:
     replaced = [
         f"{name}={getattr(config, name)!r} (GRPOConfig: {grpo[name]!r})"
         for name in own
-        if name in grpo and name not in chosen and own[name] != grpo[name]
+        if name in grpo and name not in chosen and own[name] != grpo[name] and name not in CONSOLE_FIELDS
     ]
     if not chosen & {"steps_per_generation", "generation_batch_size"}:
 

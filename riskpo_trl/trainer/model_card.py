@@ -134,12 +134,18 @@ def settings_table(args: Any) -> str:
     rows = [f"| setting | value | {type(args).__name__} default |", "| --- | --- | --- |"]
     missing = object()
     for label, name in (*method_settings(args), *TRAINING_SETTINGS):
+        if name.startswith("vllm_") and not _serves_with_vllm(args):  # did not shape a run without a vLLM server
+            continue
         value = getattr(args, name, missing)
         if value is not missing and value is not None:  # None: an optional setting left unset
             default = defaults.get(name)
             default = f"`{default}`" if default is not None else "derived" if name in defaults else ""
             rows.append(f"| {label} | `{name}={value}` | {default} |")
     return "\n".join(rows)
+
+
+def _serves_with_vllm(args: Any) -> bool:
+    return bool(getattr(args, "use_vllm", False)) and getattr(args, "vllm_mode", None) == "server"
 
 
 def baseline_clause(args: Any) -> str:
@@ -173,9 +179,28 @@ def quick_start(trainer: Any, model: str) -> str:
     if getattr(trainer, "_is_vlm", False):
         return VISION_QUICK_START.format(model=model)
     names = getattr(trainer, "reward_func_names", None) or ()
-    question = CODE_QUESTION if any("code" in name for name in names) else MATH_QUESTION
+    question = CODE_QUESTION if any("code" in name for name in names) else MATH_QUESTION + trained_instruction(trainer)
     template = ADAPTER_QUICK_START if adapter_config(trainer.model) is not None else TEXT_QUICK_START
-    return template.format(model=model, question=question)
+    return template.format(model=model, question=question.encode("unicode_escape").decode())
+
+
+def trained_instruction(trainer: Any) -> str:
+    """The instruction the training prompts end with (one of the prompt templates', with its separator), so the quick
+    start asks in the format the model was trained on; "" when they end with none of them."""
+    from ..data.prompts import TEMPLATE_INSTRUCTIONS
+
+    dataset = getattr(trainer, "train_dataset", None)
+    prompt = (
+        dataset[0].get("prompt") if dataset is not None and len(dataset) and hasattr(dataset, "column_names") else None
+    )
+    if not isinstance(prompt, list) or not prompt or not isinstance(prompt[-1].get("content"), str):
+        return ""
+    content = prompt[-1]["content"]
+    for instruction in TEMPLATE_INSTRUCTIONS:
+        start = len(content) - len(instruction)
+        if content.endswith(instruction) and start > 0 and content[start - 1].isspace():
+            return content[start - 1 :]
+    return ""
 
 
 def adapter_config(model: Any) -> Any:

@@ -237,6 +237,7 @@ class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
             )
             self.args.advantage_baseline = baseline
             self.risk_estimator.rechoose(advantage_baseline=baseline)
-        logger.info(
-            "Resumed from %s with advantage_baseline=%r.", checkpoint, self.risk_estimator.choices.advantage_baseline
+        # Printed, not logged at INFO (hidden by default): docs/training.md promises the line on every resume.
+        self.accelerator.print(
+            f"Resumed from {checkpoint} with advantage_baseline={self.risk_estimator.choices.advantage_baseline!r}."
         )
