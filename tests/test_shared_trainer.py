@@ -12,7 +12,7 @@ from helpers import contains_digit_reward, make_prompt_dataset
 from peft import LoraConfig
 
 from riskpo_trl.trainer.registry import TRAINERS, get_trainer_classes
-from riskpo_trl.trainer.resumed_schedule import ResumedScheduleCallback
+from riskpo_trl.job.resumed_schedule import ResumedScheduleCallback
 from riskpo_trl.trainer.shared import SharedTrainerMixin
 
 SETTINGS = dict(

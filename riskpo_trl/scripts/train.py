@@ -16,7 +16,7 @@ directory, or ``json``/``csv``/``parquet`` with ``dataset_files`` (riskpo_trl.da
 command line replaces the recipe's data settings, and each checkpoint records the data it was trained on: a run in
 ``output_dir`` on other data is refused in one line (riskpo_trl.scripts.run_data).
 
-One run at a time per ``output_dir``: a second is refused while the first holds its lock (riskpo_trl.trainer.run_lock).
+One run at a time per ``output_dir``: a second is refused while the first holds its lock (riskpo_trl.job.run_lock).
 A run restarts from the last checkpoint in ``output_dir`` by itself, with the same risk settings (a change is refused
 at start-up), and a run whose last checkpoint already reached
 its end (``max_steps``, or the epochs) says so and exits without training; at the end the model, the tokenizer and the
@@ -26,10 +26,10 @@ before torch, transformers and TRL load (riskpo_trl.scripts.known_options).
 
 SIGINT (Ctrl-C), SIGTERM or SIGUSR1 during training stops the run at the end of the current generation batch, saves a
 checkpoint there, prints one line (the step, the checkpoint, "Run the same command to resume") and exits with code 75
-(``riskpo_trl.trainer.preemption.STOPPED_EXIT_CODE``), writing no model card; the same command resumes it exactly. A
+(``riskpo_trl.job.preemption.STOPPED_EXIT_CODE``), writing no model card; the same command resumes it exactly. A
 second Ctrl-C more than a second later aborts at once without saving (exit status 130); once the checkpoint is
 saved, further signals are ignored and the exit code stays 75. See
-``riskpo_trl.trainer.preemption``.
+``riskpo_trl.job.preemption``.
 """
 
 from __future__ import annotations
@@ -558,7 +558,7 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
 
     from ..tiny_model import warn_if_tiny_random_model
     from ..tracks import load_benchmark, load_train_dataset
-    from ..trainer.checks import check_model_path
+    from ..job.checks import check_model_path
     from .console import use_compact_log
 
     _, trainer_class = get_trainer_classes(script_args.trainer)
@@ -658,7 +658,7 @@ def build_tiny(script_args: RiskPOScriptArguments, model_path: str) -> None:
 def check_tiny_model_path(script_args: RiskPOScriptArguments, model_path: str | None) -> None:
     """Refuse to build a tiny random model at a missing ``model_path`` that could be a Hub id. Checked before the
     run's lock creates ``output_dir``: a new ``outputs/`` would make ``outputs/tiny-qwen2`` read as local."""
-    from ..trainer.checks import reads_as_local_path
+    from ..job.checks import reads_as_local_path
 
     if not (script_args.build_tiny_model or script_args.build_tiny_vlm) or not model_path:
         return
@@ -689,7 +689,7 @@ def hub_datasets(script_args: RiskPOScriptArguments) -> list[str]:
 def resume_checkpoint(training_args) -> str | None:
     """``resume_from_checkpoint`` if set, else the last checkpoint in ``output_dir`` (a killed run picks up where it
     stopped), else None."""
-    from ..trainer.last_checkpoint import last_complete_checkpoint
+    from ..job.last_checkpoint import last_complete_checkpoint
 
     if training_args.resume_from_checkpoint is not None:
         return training_args.resume_from_checkpoint
@@ -703,7 +703,7 @@ def prepare(script_args: RiskPOScriptArguments, training_args, model_args):
     finished the run this command asks for: then nothing is built, and a missing final save is restored from it."""
     from accelerate import PartialState
 
-    from ..trainer.checks import check_run_requirements
+    from ..job.checks import check_run_requirements
     from .early_checks import finished_run, nothing_to_train, restore_final_save
 
     check_run_requirements(training_args)  # vLLM, report_to, push_to_hub: before the model loads
@@ -729,8 +729,8 @@ def prepare(script_args: RiskPOScriptArguments, training_args, model_args):
 def main(script_args: RiskPOScriptArguments, training_args, model_args):
     """Build the trainer, train (resuming from the last checkpoint in ``output_dir``), save model, state and card.
     Returns the trainer, or None when ``output_dir`` already holds a finished run (nothing is trained). Another run
-    in the same ``output_dir`` is refused (riskpo_trl.trainer.run_lock)."""
-    from ..trainer.run_lock import lock_output_dir
+    in the same ``output_dir`` is refused (riskpo_trl.job.run_lock)."""
+    from ..job.run_lock import lock_output_dir
 
     check_tiny_model_path(script_args, model_args.model_name_or_path)
     with lock_output_dir(training_args.output_dir):
@@ -741,7 +741,7 @@ def main(script_args: RiskPOScriptArguments, training_args, model_args):
 def train_and_save(trainer, script_args: RiskPOScriptArguments, training_args, checkpoint: str | None):
     """Train from ``checkpoint`` (None: from scratch), then save the model, the trainer state and the card; a run
     that took no step raises before anything is saved."""
-    from ..trainer.preemption import stopping_on_signals
+    from ..job.preemption import stopping_on_signals
 
     if checkpoint is not None:
         trainer.accelerator.print(f"Resuming from {checkpoint}.")
@@ -781,7 +781,7 @@ def cli(argv: Sequence[str] | None = None) -> None:
                 print(finished)
                 return
             script_args, training_args, model_args = parse_args(argv)
-            from ..trainer.run_lock import lock_output_dir
+            from ..job.run_lock import lock_output_dir
             from .cpu_threads import use_default_cpu_threads
 
             use_default_cpu_threads(training_args.use_cpu)

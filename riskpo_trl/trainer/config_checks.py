@@ -16,7 +16,7 @@ from ..risk.credit import CREDIT_ASSIGNMENTS
 from ..risk.defaults import warn_if_resolved_by_scaling
 from .batch_layout import bundle_layout_error, divisors
 from .caller_warnings import caller_stacklevel
-from .checks import check_loss_type
+from ..job.checks import check_loss_type
 
 
 def check_config(config: Any, grpo_checks: Callable[[], None]) -> None:

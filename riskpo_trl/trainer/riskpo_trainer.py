@@ -73,7 +73,7 @@ class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
     bundle's score, which is rescaled to the size of a full bundle; see [`~riskpo_trl.risk.permutation_bundles`].
 
     What every trainer of this package shares comes from [`~riskpo_trl.trainer.shared.SharedTrainerMixin`], as for
-    the GRPO/GMPO baselines: the start-up checks ([`~riskpo_trl.trainer.checks.check_start_up`]: a model path that
+    the GRPO/GMPO baselines: the start-up checks ([`~riskpo_trl.job.checks.check_start_up`]: a model path that
     does not exist, a misspelled keyword, missing columns, a training set smaller than one generation batch), the
     warning that names reward functions returning NaN, the CPU vLLM server's weight sync ([`riskpo_trl.weight_sync`]),
     an adapter's absolute base-model path, the resumed schedule, the per-batch seam, the model card, and `train`

@@ -19,9 +19,9 @@ from ..weight_sync.probe import check_weight_syncs
 from .batch_hook import BatchObserversMixin
 from .caller_warnings import library_default_warnings_silenced
 from .checkpoints import TiedWeightsResumeMixin
-from .checks import check_start_up
-from .model_card import record_absolute_base_model, save_model_card
-from .resumed_schedule import continue_schedule_on_resume
+from ..job.checks import check_start_up
+from ..job.model_card import record_absolute_base_model, save_model_card
+from ..job.resumed_schedule import continue_schedule_on_resume
 from .unscored_rewards import counting_unscored_rewards, warn_unscored
 
 
@@ -79,7 +79,7 @@ class SharedTrainerMixin(BatchObserversMixin, TiedWeightsResumeMixin):
         tags: str | list[str] | None = None,
         dataset_files: list[str] | None = None,
     ) -> None:
-        """The card of `riskpo_trl.trainer.model_card`: the run's own name, the base model only when it is a Hub id,
+        """The card of `riskpo_trl.job.model_card`: the run's own name, the base model only when it is a Hub id,
         the Hub datasets given (``dataset_files`` for local ones) and, for RiskPO, the risk settings."""
         save_model_card(self, model_name=model_name, datasets=dataset_name, dataset_files=dataset_files, tags=tags)
 

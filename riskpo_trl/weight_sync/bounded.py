@@ -4,7 +4,7 @@
 prompt log-probs) get a read timeout, and TRL's retries no longer repeat a request whose answer timed out. A
 generation waits at most `generation_timeout` for the server's answer (derived from the batch unless set); any
 other request at most ``SyncSettings.sync_timeout_s``. A request that times out is `ServerTimeoutError`, which the
-training script turns into a checkpoint and exit code 75, as on a scheduler's signal (`trainer.preemption`).
+training script turns into a checkpoint and exit code 75, as on a scheduler's signal (`job.preemption`).
 """
 
 from __future__ import annotations
