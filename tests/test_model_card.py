@@ -11,8 +11,8 @@ import pytest
 from helpers import contains_digit_reward, make_prompt_dataset
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
-from riskpo_trl.rewards import boxed_format_reward, math_verify_reward
 from riskpo_trl.job.model_card import build_model_card, hub_id_or_none
+from riskpo_trl.rewards import boxed_format_reward, math_verify_reward
 
 
 def make_trainer(
@@ -241,8 +241,8 @@ def test_every_settings_row_label_closes_its_parentheses(tmp_path):
 
 
 def test_a_card_says_when_the_base_model_is_the_tiny_random_one(tiny_model_dir, tmp_path):
-    from riskpo_trl.tiny_model import TINY_MODEL_MARK
     from riskpo_trl.job.model_card import TINY_RANDOM_NOTE
+    from riskpo_trl.tiny_model import TINY_MODEL_MARK
 
     trainer = make_trainer(tiny_model_dir, tmp_path / "run")
     body = header_and_body(str(build_model_card(trainer, dataset_files=["rows.jsonl"])))[1]

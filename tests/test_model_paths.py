@@ -13,9 +13,9 @@ from helpers import contains_digit_reward, make_prompt_dataset
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer, tiny_model
 from riskpo_trl.evaluation import evaluator
+from riskpo_trl.job.checks import check_model_path, reads_as_local_path
 from riskpo_trl.scripts import eval as eval_script
 from riskpo_trl.scripts import train
-from riskpo_trl.job.checks import check_model_path, reads_as_local_path
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from riskpo_trl.scripts import train
 from riskpo_trl.job.run_lock import LOCK_FILE, OutputDirLocked, acquire
+from riskpo_trl.scripts import train
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent

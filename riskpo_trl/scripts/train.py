@@ -556,9 +556,10 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     from accelerate import PartialState
     from trl import get_peft_config, get_quantization_config
 
+    from ..job.checks import check_model_path
+    from ..job.guard_rails import build as build_with_guard_rails
     from ..tiny_model import warn_if_tiny_random_model
     from ..tracks import load_benchmark, load_train_dataset
-    from ..job.checks import check_model_path
     from .console import use_compact_log
 
     _, trainer_class = get_trainer_classes(script_args.trainer)
@@ -606,8 +607,9 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     # Geometry3K track) its processor, and then takes TRL's VLM path for the `images` column.
     # The trainer places a quantized model itself (device_map=None under distributed training), which is what
     # get_kbit_device_map did in older TRL scripts; trl 1.16 no longer ships that helper.
-    # Every registered trainer applies the package's checks and fixes itself (riskpo_trl.trainer.shared).
-    trainer = trainer_class(
+    # Whichever trainer it is (RiskPO's, or TRL's own baseline), the job layer builds it with its guard rails.
+    trainer = build_with_guard_rails(
+        trainer_class,
         model=model_args.model_name_or_path,
         reward_funcs=script_args.reward_functions,
         args=training_args,
@@ -741,12 +743,13 @@ def main(script_args: RiskPOScriptArguments, training_args, model_args):
 def train_and_save(trainer, script_args: RiskPOScriptArguments, training_args, checkpoint: str | None):
     """Train from ``checkpoint`` (None: from scratch), then save the model, the trainer state and the card; a run
     that took no step raises before anything is saved."""
+    from ..job.guard_rails import train
     from ..job.preemption import stopping_on_signals
 
     if checkpoint is not None:
         trainer.accelerator.print(f"Resuming from {checkpoint}.")
     with stopping_on_signals(trainer) as stop:
-        trainer.train(resume_from_checkpoint=checkpoint)
+        train(trainer, resume_from_checkpoint=checkpoint)
     if stop.stopped_at is not None:
         stop.finish(trainer)  # one line, no card; raises RunStopped: exit code 75
     # trainer_state.json (the log history `riskpo-plot` reads) lands in output_dir even with save_strategy "no".
@@ -770,7 +773,7 @@ def cli(argv: Sequence[str] | None = None) -> None:
     ``riskpo-train: error:`` line and exit code 2 (a bare ``--debug`` shows its traceback); training itself is not
     wrapped, so a crash keeps its traceback."""
     argv, debug = pop_debug_flag(sys.argv[1:] if argv is None else argv)
-    from ..trainer.caller_warnings import drop_deepspeed_cpu_notice, ignore_library_default_warnings
+    from ..job.library_warnings import drop_deepspeed_cpu_notice, ignore_library_default_warnings
 
     drop_deepspeed_cpu_notice()  # before parsing: building the config already warns
     ignore_library_default_warnings()  # for the whole run: what the trainers silence while they build and train
