@@ -10,7 +10,7 @@ import sys
 import pytest
 from helpers import contains_digit_reward, make_prompt_dataset
 
-from riskpo_trl import RiskPOConfig, RiskPOTrainer
+from riskpo_trl import RiskPOConfig, RiskPOTrainer, job
 from riskpo_trl.job.model_card import build_model_card, hub_id_or_none
 from riskpo_trl.rewards import boxed_format_reward, math_verify_reward
 
@@ -30,8 +30,13 @@ def make_trainer(
         bundle_size=2,
     )
     args = RiskPOConfig(**{**settings, **overrides})
-    trainer = RiskPOTrainer(
-        model_dir, reward_funcs=reward_funcs, args=args, train_dataset=make_prompt_dataset(), peft_config=peft_config
+    trainer = job.build(
+        RiskPOTrainer,
+        model_dir,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=make_prompt_dataset(),
+        peft_config=peft_config,
     )
     trainer.state.global_step = steps
     return trainer
@@ -199,7 +204,8 @@ def test_vision_language_card_quick_start_runs_an_image_text_pipeline(tmp_path, 
         gradient_accumulation_steps=1,
         bundle_size=2,
     )
-    trainer = RiskPOTrainer(
+    trainer = job.build(
+        RiskPOTrainer,
         str(tmp_path / "tiny-vlm"),
         reward_funcs=geometry_accuracy_reward,
         args=args,

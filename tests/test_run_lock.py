@@ -379,7 +379,7 @@ def test_a_huge_lock_file_is_refused_by_name_not_read(tmp_path):
 def test_a_skewed_clock_does_not_make_a_lock_being_written_look_stale(tmp_path, monkeypatch):
     """This host's clock 10 s ahead of the filesystem's (an NFS server's): a lock created empty a moment ago is still
     being written by its run, which then holds it; judged by ``time.time() - st_mtime`` it looked 10 s old."""
-    from riskpo_trl.trainer import run_lock
+    from riskpo_trl.job import run_lock
 
     skewed = types.SimpleNamespace(time=lambda: time.time() + 10, monotonic=time.monotonic, sleep=time.sleep)
     monkeypatch.setattr(run_lock, "time", skewed)
