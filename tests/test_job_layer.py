@@ -159,3 +159,65 @@ def test_the_token_mean_acts_where_its_field_is_riskpo_only():
         config_class, trainer_class = get_trainer_classes(name)
         has_field = "loss_token_mean_sequences" in config_class.__dataclass_fields__
         assert issubclass(trainer_class, TokenMeanLossMixin) == has_field, name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["grpo", "gmpo"])
+def test_trls_own_baselines_train_resume_and_evaluate_through_riskpo_train(name, tmp_path):
+    """The tiny GRPO recipe, as TRL's GRPOTrainer and as GMPOTrainer: two steps with a checkpoint each, the same
+    command with max_steps 3 resumes from checkpoint-2, the card is the run's, and riskpo-eval scores the output."""
+    from pathlib import Path
+
+    import trl
+
+    from riskpo_trl.scripts import eval as eval_script
+    from riskpo_trl.scripts import train
+
+    root = Path(__file__).resolve().parents[1]
+
+    def command(max_steps: str) -> list[str]:
+        return [
+            "--config",
+            str(root / "recipes/tiny/grpo/config_tiny_arithmetic.yaml"),
+            "--trainer",
+            name,
+            "--model_name_or_path",
+            str(tmp_path / "tiny-model"),
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--dataset_files",
+            str(root / "examples/data/tiny_arithmetic.jsonl"),
+            "--max_completion_length",
+            "8",
+            "--max_steps",
+            max_steps,
+            "--save_steps",
+            "1",
+        ]
+
+    first = train.main(*train.parse_args(command("2")))
+    assert isinstance(first, trl.GRPOTrainer) and type(first).__module__.startswith("trl.")
+    second = train.main(*train.parse_args(command("3")))
+    assert second.state.global_step == 3
+    steps = [entry["step"] for entry in second.state.log_history if "loss" in entry]
+    assert steps == [1, 2, 3]  # steps 1-2 restored from checkpoint-2, step 3 trained
+    assert "| reward function | weight |" in (tmp_path / "run" / "README.md").read_text()
+    results = eval_script.main(
+        [
+            "--model",
+            str(tmp_path / "run"),
+            "--dataset_files",
+            str(root / "tests/data/toy_math.jsonl"),
+            "--num_samples",
+            "2",
+            "--max_new_tokens",
+            "4",
+            "--max_problems",
+            "2",
+            "--backend",
+            "transformers",
+            "--output_dir",
+            str(tmp_path / "eval"),
+        ]
+    )
+    assert results["benchmarks"]["toy_math"]["num_scored"] == 2
