@@ -70,12 +70,20 @@ def _resolve(target: str, modules: dict[str, Path]) -> str | None:
 
 def runtime_imports(name: str, path: Path, modules: dict[str, Path], exports: dict[str, dict[str, str]]) -> set[str]:
     """The package's modules that running ``name`` imports, inside functions too: ``from pkg import x`` is module
-    ``pkg.x`` if there is one, else ``pkg`` and, for a lazy ``pkg``, the home module ``x`` loads from."""
+    ``pkg.x`` if there is one, else ``pkg`` and, for a lazy ``pkg``, the home module ``x`` loads from; a lazy package
+    bound as an object (``import pkg.x``, ``from . import pkg``) counts every home module of its names."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     for node in runtime_nodes(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
+            # `import pkg.sub.mod` binds `pkg`: any name of a lazy package on that path may then load; all count.
+            targets += [
+                home
+                for target in list(targets)
+                for prefix in with_parents(target)
+                for home in _all_homes(prefix, exports)
+            ]
         elif isinstance(node, ast.ImportFrom):
             source = node.module or ""
             if node.level:
@@ -85,12 +93,17 @@ def runtime_imports(name: str, path: Path, modules: dict[str, Path], exports: di
             for alias in node.names:
                 if f"{source}.{alias.name}" in modules:
                     targets.append(f"{source}.{alias.name}")
+                    targets += _all_homes(f"{source}.{alias.name}", exports)  # a lazy package as an object
                 elif alias.name in exports.get(source, {}):
                     targets.append(f"{source}.{exports[source][alias.name]}")
         else:
             continue
         found.update(t for t in (_resolve(target, modules) for target in targets) if t and t != name)
     return found
+
+
+def _all_homes(package: str, exports: dict[str, dict[str, str]]) -> list[str]:
+    return [f"{package}.{home}" for home in set(exports.get(package, {}).values())]
 
 
 def with_parents(module: str) -> list[str]:
@@ -200,8 +213,9 @@ def test_the_walk_counts_function_level_lazy_and_string_imports(tmp_path):
     trainer.write_text(source + "\n\ndef _planted():\n    from ..weight_sync.client import open_client\n")
     assert "riskpo_trl.weight_sync.client" in job_modules_in(import_closure(TRAINER_MODULE, copy))
 
-    trainer.write_text(source + "\n\ndef _planted():\n    from ..job import prepare\n")
-    assert "riskpo_trl.job.guard_rails" in job_modules_in(import_closure(TRAINER_MODULE, copy))
+    for planted in ("from ..job import prepare", "from .. import job", "import riskpo_trl.job"):
+        trainer.write_text(source + f"\n\ndef _planted():\n    {planted}\n")
+        assert "riskpo_trl.job.guard_rails" in job_modules_in(import_closure(TRAINER_MODULE, copy)), planted
 
     for planted in ('importlib.import_module("riskpo_trl.job.guard_rails")', 'importlib.import_module(".job", "x")'):
         trainer.write_text(source + f"\n\ndef _planted():\n    import importlib\n\n    {planted}\n")
