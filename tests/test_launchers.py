@@ -207,3 +207,64 @@ def test_launchers_run_without_extra_arguments():
     slurm = launch(SLURM, "--dry-run", "--nodelist", "n1 n2", "--config", RECIPE)
     assert slurm.returncode == 0, slurm.stderr
     assert commands(slurm.stdout)["train"][-2:] == ["--vllm_server_port", "8000"]
+
+
+STUB_SERVER = """#!/usr/bin/env python3
+import http.server, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class Healthy(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Healthy).serve_forever()
+"""
+# A stand-in `accelerate launch`: training that ends as $1 says, as torchrun reports it (exit 1 for any failure).
+STUB_TRAINING = """#!/usr/bin/env bash
+case "$STUB_OUTCOME" in
+  stopped) echo "Stopped by SIGTERM at step 4 of 10: saved out/checkpoint-4." > "$RISKPO_STOP_FILE"; exit 1 ;;
+  crashed) exit 1 ;;
+  signalled) trap 'echo "Stopped by SIGTERM at step 2 of 10" > "$RISKPO_STOP_FILE"; exit 1' TERM
+             echo ready; while :; do sleep 0.1; done ;;
+  *) exit 0 ;;
+esac
+"""
+
+
+def run_single_node(tmp_path: Path, outcome: str, signal_after_ready: bool = False) -> tuple[int, str]:
+    """launch_single_node.sh for real, with a stand-in `trl` (a server answering /health) and `accelerate`
+    (training that ends as ``outcome`` says)."""
+    import signal
+    import socket
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("trl", STUB_SERVER), ("accelerate", STUB_TRAINING)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STUB_OUTCOME": outcome, "TMPDIR": str(tmp_path)}
+    command = ["bash", str(SINGLE_NODE), "--config", RECIPE, "--train-gpus", "1", "--model", "m", "--port", str(port)]
+    launcher = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    if signal_after_ready:
+        for line in launcher.stdout:
+            if line.strip() == "ready":
+                break
+        launcher.send_signal(signal.SIGTERM)
+    output, _ = launcher.communicate(timeout=60)
+    return launcher.returncode, output
+
+
+@pytest.mark.parametrize(("outcome", "code"), [("stopped", 75), ("crashed", 1), ("finished", 0), ("signalled", 75)])
+def test_single_node_exits_75_when_training_stopped_cleanly(tmp_path, outcome, code):
+    """The training processes' stop line in $RISKPO_STOP_FILE turns the launcher's exit 1 into 75; a crash stays 1.
+    A SIGTERM to the script reaches training, which stops cleanly. No stop file is left behind."""
+    returncode, output = run_single_node(tmp_path, outcome, signal_after_ready=outcome == "signalled")
+    assert returncode == code, output
+    assert ("exit code 75 (the same command resumes)" in output) == (code == 75)
+    assert not list(tmp_path.glob("riskpo-stop-*"))

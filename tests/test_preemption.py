@@ -446,3 +446,40 @@ def test_the_checkpoint_counts_as_saved_at_the_stop_step_only():
     stop.on_step_end(args, TrainerState(max_steps=9, global_step=3), TrainerControl())
     stop.on_save(args, TrainerState(max_steps=9, global_step=3), TrainerControl())
     assert stop.stopped_at == 3 and stop.checkpoint_saved
+
+
+def test_a_server_that_stopped_answering_stops_like_a_timeout_and_names_itself(tmp_path):
+    """A killed server (its connection refused or dropped) is a stop at a checkpoint with exit 75 too, and the stop
+    line says what stopped it."""
+    from riskpo_trl.job.preemption import RunStopped, stopping_on_signals
+    from riskpo_trl.weight_sync.bounded import ServerUnreachableError
+
+    trainer = TimingOutTrainer(tmp_path, 2)
+    with stopping_on_signals(trainer) as stop:
+        raise ServerUnreachableError("Generation by http://server:8000 at step 2: the connection was refused.")
+    assert trainer.saved == ["checkpoint-2"]
+    with pytest.raises(RunStopped):
+        stop.finish(trainer)
+    assert trainer.printed[1].startswith("Stopped by a vLLM server that stopped answering at step 2 of 10: saved")
+
+
+def test_a_stop_signal_while_waiting_on_the_server_stops_at_once_at_the_last_step(tmp_path):
+    """A signal's handler ends a wait on the server (`interruptible_wait`) with StopRequested: the run stops at once,
+    with a checkpoint of its last step and the signal's name in the stop line, not at the end of the batch."""
+    from riskpo_trl.job.preemption import RunStopped, stopping_on_signals
+    from riskpo_trl.weight_sync.bounded import interruptible_wait
+
+    trainer = TimingOutTrainer(tmp_path, 5)
+    started = time.monotonic()
+    with stopping_on_signals(trainer) as stop:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        with interruptible_wait():
+            while time.monotonic() - started < 60:
+                time.sleep(0.01)
+    assert time.monotonic() - started < 10 and stop.stopped_at == 5 and trainer.saved == ["checkpoint-5"]
+    with pytest.raises(RunStopped):
+        stop.finish(trainer)
+    assert trainer.printed == [
+        f"Stopped by SIGTERM at step 5 of 10: saved {tmp_path}/checkpoint-5. Run the same "
+        "command to resume (exit code 75)."
+    ]

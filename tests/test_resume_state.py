@@ -149,3 +149,32 @@ def test_a_state_file_that_is_not_a_small_regular_file_is_refused_by_name(tiny_m
     with pytest.raises(ValueError, match=rf"{path} (is a|holds 3000000000 bytes).*not read"):
         resumed.train(resume_from_checkpoint=str(damaged))
     assert resumed.state.global_step <= 1
+
+
+def test_an_optimizer_state_loads_onto_an_indexed_cpu_device(tmp_path):
+    """What transformers asks for when a multi-process CPU run resumes (``map_location=args.device``, ``cpu:0``):
+    torch alone refuses it; after `accept_indexed_cpu_locations` the state loads, on the CPU, unchanged. The 2-process
+    resume itself runs in the real-vLLM venv (transformers 5.17), test_vllm_real_server.py."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, torch\n"
+        "from riskpo_trl.trainer.checkpoints import accept_indexed_cpu_locations\n"
+        "state = {'exp_avg': torch.arange(4.0)}\n"
+        "torch.save(state, sys.argv[1])\n"
+        "try:\n"
+        "    torch.load(sys.argv[1], map_location='cpu:0', weights_only=True)\n"
+        "    print('torch alone loads it')\n"
+        "except RuntimeError as error:\n"
+        "    assert 'tagged with cpu:0' in str(error), error\n"
+        "accept_indexed_cpu_locations()\n"
+        "for device in ('cpu:0', torch.device('cpu', 1)):\n"
+        "    loaded = torch.load(sys.argv[1], map_location=device, weights_only=True)\n"
+        "    assert loaded['exp_avg'].device.type == 'cpu' and torch.equal(loaded['exp_avg'], state['exp_avg'])\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path / "optimizer.pt")], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and result.stdout.splitlines() == ["ok"], result.stdout + result.stderr

@@ -601,7 +601,10 @@ def test_a_wrong_server_port_prints_a_waiting_line_first_and_fails_naming_the_ad
 
 class HangingServer:
     """A TCP server that accepts connections and never answers: a vLLM server stopped with SIGSTOP, as its clients
-    see it."""
+    see it; ``close``: it closes each connection at once, as a killed server's clients see it."""
+
+    def __init__(self, close: bool = False):
+        self.close = close
 
     def __enter__(self):
         import socket
@@ -617,9 +620,14 @@ class HangingServer:
     def _accept(self):
         while True:
             try:
-                self.accepted.append(self.socket.accept()[0])
+                connection = self.socket.accept()[0]
             except OSError:
                 return
+            if self.close:
+                connection.recv(65536)
+                connection.close()
+            else:
+                self.accepted.append(connection)
 
     def __exit__(self, *exc):
         self.socket.close()
@@ -762,6 +770,140 @@ def test_a_server_that_hangs_stops_training_at_a_checkpoint_with_exit_75_and_the
     capsys.readouterr()
     assert run_training_in_process(command) == 0
     assert "Resuming from" in capsys.readouterr().out
+    assert (output_dir / f"checkpoint-{STEPS}").is_dir()
+    seqs = sequences(model_dir)
+    served = server_logprobs(plain_client(server), seqs)
+    assert largest_gap(served, model_logprobs(output_dir / f"checkpoint-{STEPS - 1}", seqs)) < LOGPROB_TOLERANCE
+
+
+class TimedRun:
+    """A training command in its own session, each line of its merged output recorded with the time it arrived."""
+
+    def __init__(self, command: list[str], env: dict[str, str]):
+        self.process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: list[tuple[float, str]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append((time.time(), line))
+
+    def finish(self, timeout: float = 900) -> tuple[int, float, str]:
+        """``(exit code, the time it exited, the output)``."""
+        try:
+            code = self.process.wait(timeout)
+        finally:
+            if self.process.poll() is None:
+                os.killpg(self.process.pid, signal.SIGKILL)
+        ended = time.time()
+        self._reader.join(30)
+        return code, ended, "".join(line for _, line in self.lines)
+
+    def time_of(self, text: str) -> float:
+        return next(at for at, line in self.lines if text in line)
+
+    def timeline(self, origin: float) -> str:
+        """The last lines, each with its time in seconds after ``origin``."""
+        return "".join(f"{at - origin:+7.1f} s  {line}" for at, line in self.lines[-40:])
+
+
+def two_process_command(server, output_dir: Path, model_dir: str, timeout: int) -> list[str]:
+    """The launcher's training command on two CPU processes (cpu_2proc.yaml; a free rendezvous port)."""
+    command = [
+        *train_command(server, "riskpo", output_dir),
+        "--model_name_or_path",
+        model_dir,
+        "--vllm_generation_timeout",
+        str(timeout),
+        "--vllm_sync_timeout",
+        str(timeout),
+    ]
+    command[command.index("--config_file") + 1] = "recipes/accelerate_configs/cpu_2proc.yaml"
+    command[command.index("--num_processes") + 1] = "2"
+    launch = command.index("launch")
+    return [*command[: launch + 1], "--main_process_port", "0", *command[launch + 1 :]]
+
+
+def test_two_processes_stop_together_on_a_hang_exit_soon_after_their_stop_line_and_resume(server, model_dir, tmp_path):
+    """Two training processes under accelerate (the launcher's command, cpu_2proc.yaml), the server stopped (SIGSTOP)
+    by a test hook of the main process, three times, each run resuming the last:
+
+    1. right after the identity check before the generation at step 1: both processes end within the generation
+       timeout plus a bound, the main one with the error naming the server, the request and the step and the stop
+       line, the other with its own line, one checkpoint and exit code 75 (torchrun turns it into 1; the stop file
+       carries it);
+    2. as the first tensor of the sync before step 2 leaves: the same, on two processes resumed from a checkpoint
+       (the optimizer state loads on CPU), and each process exits within seconds of its stop line (the abandoned
+       transfer request's thread does not hold it);
+    3. before the generation at step 2, then SIGTERM to the launcher: the run stops at once, long before the 30 s
+       timeout, `Stopped by SIGTERM`.
+
+    After SIGCONT a last run finishes, and the server holds the last sync's weights."""
+    timeout = 30
+    output_dir = tmp_path / "run"
+    command = two_process_command(server, output_dir, model_dir, timeout)
+    record, stop_file = tmp_path / "stopped-at", tmp_path / "stop-line"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "trainer_faults"), str(ROOT)]),
+        "RISKPO_STOP_FILE": str(stop_file),
+        "RISKPO_TEST_STOP_RECORD": str(record),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",  # each line's time is when it was written
+    }
+    group = os.getpgid(server["process"].pid)
+    for where, sync_number, step, then in (
+        ("generation", 2, 1, None),
+        ("sync", 2, 2, None),
+        ("generation", 1, 2, signal.SIGTERM),
+    ):
+        record.unlink(missing_ok=True)
+        stop_file.unlink(missing_ok=True)
+        run = TimedRun(command, {**env, "RISKPO_TEST_STOP_SERVER": f"{group}:{where}:{sync_number}"})
+        try:
+            if then is not None:
+                while not record.is_file() and run.process.poll() is None:
+                    time.sleep(0.1)
+                time.sleep(1)  # the main process is in its wait on the stopped server
+                run.process.send_signal(then)
+                signalled = time.time()
+            code, ended, output = run.finish()
+        finally:
+            stop_server(server, signal.SIGCONT)
+        assert record.is_file(), f"the server was never stopped (exit code {code}):\n{output[-4000:]}"
+        stopped = float(record.read_text().split()[0])
+        assert code == 1 and stop_file.is_file(), output[-4000:]
+        cause = "a vLLM server timeout" if then is None else signal.Signals(then).name
+        line = f"Stopped by {cause} at step {step} of {STEPS}: saved"
+        assert line in stop_file.read_text() and output.count(line) == 1, output[-4000:]
+        assert output.count(f"Process 1 of 2: stopped with the main process at step {step}") == 1, output[-4000:]
+        named = (
+            f"Generation by {server['url']} at step {step}: "
+            if where == "generation"
+            else f"Weight sync to {server['url']} before the generation at step {step}: "
+        )
+        assert output.count(named) == (then is None), output[-4000:]
+        assert "Traceback" not in output.split(line)[0], output[-4000:]  # torchrun reports the exit 75 after it
+        assert (output_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
+        assert ended - stopped < 2 * timeout + 60, ended - stopped
+        after_line = ended - run.time_of(line)
+        assert after_line < 15, run.timeline(run.time_of(line))  # the stop line, then the exit (5 s bound)
+        if then is not None:
+            assert ended - signalled < timeout - 5, ended - signalled  # the signal ended it, not the timeout
+        print(
+            f"{where} ({cause}): ended {ended - stopped:.1f} s after the fault, {after_line:.1f} s after the stop line"
+        )
+    code, _, output = TimedRun(command, env).finish()
+    assert code == 0 and "Resuming from" in output, output[-4000:]
     assert (output_dir / f"checkpoint-{STEPS}").is_dir()
     seqs = sequences(model_dir)
     served = server_logprobs(plain_client(server), seqs)
@@ -916,6 +1058,78 @@ def test_a_sync_its_trainer_left_unfinished_is_aborted_by_the_next_trainer_s_set
     sync(second, model)
     assert_probe(second, model, passes=True)
     assert readiness(second) == {"synced"}
+
+
+def test_generation_by_another_client_during_syncs_is_refused_and_an_abandoned_sync_is_aborted_by_the_server(
+    server, model_dir
+):
+    """Another client generates every 0.1 s while a trainer syncs (each sync checked) and then leaves a sync
+    unfinished (started, never finished): every answer is a completion or a 503 refusal, never a crash; the server
+    keeps its processes, the syncs pass their checks, and once the trainer's transfer timeout (5 s) has passed
+    without a sync request, the server aborts the abandoned sync itself (readiness ``partial``) and generates
+    again."""
+    import requests
+
+    client = gloo_client(server, sync_timeout_s=5)
+    model = load_model(model_dir)
+    identity, answers, done = client.identity, [], threading.Event()
+
+    def generate_every_tenth_of_a_second():
+        while not done.is_set():
+            try:
+                answer = requests.post(
+                    f"{server['url']}/v1/completions",
+                    json={"model": model_dir, "prompt": [[1, 2, 3]], "max_tokens": 2},
+                    timeout=60,
+                )
+                answers.append((time.monotonic(), answer.status_code, answer.text[:300]))
+            except requests.RequestException as error:
+                answers.append((time.monotonic(), None, repr(error)))
+            time.sleep(0.1)
+
+    other = threading.Thread(target=generate_every_tenth_of_a_second, daemon=True)
+    other.start()
+    try:
+        for seed in range(3):
+            with torch.no_grad():
+                change_linear(model, torch.Generator().manual_seed(10 + seed))
+            sync(client, model)  # checked: the other client's requests changed nothing the trainer sent
+        client.control("POST", "/start_weight_update", json={})  # and the trainer goes silent
+        abandoned = time.monotonic()
+        deadline = abandoned + 60
+        while not any(at > abandoned + 5 and status == 200 for at, status, _ in answers):
+            assert time.monotonic() < deadline and other.is_alive(), answers[-5:]
+            time.sleep(0.2)
+    finally:
+        done.set()
+        other.join(60)
+    statuses = {status for _, status, _ in answers}
+    assert statuses <= {200, 503}, [answer for answer in answers if answer[1] not in (200, 503)][:3]
+    assert any(status == 503 and at > abandoned for at, status, _ in answers), answers[-20:]
+    assert all("weights are being replaced" in text for _, status, text in answers if status == 503)
+    assert client.server_identity() == identity  # the same processes: the server lived
+    assert readiness(client) == {"partial"}
+    print(f"{len(answers)} requests from the other client, {sum(status == 503 for _, status, _ in answers)} refused")
+    fresh = gloo_client(server)
+    sync(fresh, model)
+    assert_probe(fresh, model, passes=True)
+
+
+def test_a_server_that_drops_the_connection_is_one_error_naming_server_and_request():
+    """A server killed while the trainer waits (its socket closes): `ServerUnreachableError`, which the training
+    script turns into a stop at a checkpoint (exit 75), naming the server and the request. No vLLM needed."""
+    from riskpo_trl.weight_sync.bounded import ServerUnreachableError
+
+    with HangingServer(close=True) as server:
+        client = bounded_client(server.url, generation_timeout_s=5.0)
+        with pytest.raises(
+            ServerUnreachableError,
+            match=rf"{server.url} did not answer /v1/completions \(generation\): the connection was refused or "
+            "dropped",
+        ):
+            client.generate([[1, 2]], n=2, max_tokens=4)
+        with pytest.raises(ServerUnreachableError, match=r"/start_weight_update \(a weight-sync request\)"):
+            bounded_client(server.url).control("POST", "/start_weight_update", json={})
 
 
 class ResetOnce:

@@ -402,3 +402,27 @@ def test_the_config_s_settings_reach_the_client_and_other_configs_get_the_defaul
     )
     assert settings == SyncSettings(generation_timeout_s=30.0, sync_timeout_s=20.0, check_every=3)
     assert SyncSettings.from_args(SimpleNamespace()) == SyncSettings()
+
+
+def test_an_error_s_text_is_one_line_without_gloo_s_greeting_and_never_empty():
+    """What the errors and the server's readiness quote of a library's exception: a future's timeout has no text of
+    its own (its class stands in), and gloo ends some messages with a greeting that says nothing of the fault."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    from riskpo_trl.weight_sync.bounded import error_text
+
+    assert error_text(FutureTimeout()) == "TimeoutError"
+    gloo = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer\n GLHF! 🏖️")
+    assert error_text(gloo) == "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer"
+    assert error_text(ValueError("a\n  b")) == "a b"
+
+
+def test_a_timeout_s_message_names_its_cause_even_without_text():
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    from riskpo_trl.weight_sync.bounded import BoundedRequestsMixin
+
+    client = BoundedRequestsMixin.__new__(BoundedRequestsMixin)
+    client.base_url = "http://server:8000"
+    message = str(client.timed_out("/update_weights", "the end of a weight transfer", 30, FutureTimeout()))
+    assert message.endswith("within 30 s: TimeoutError") and ":." not in message

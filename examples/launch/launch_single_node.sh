@@ -9,11 +9,12 @@
 # vLLM data parallel size = (number of vLLM GPUs) / tp. --vllm-args adds arguments to `trl vllm-serve` (split as a
 # shell would, a quoted value stays one argument; a repeated option wins over the launcher's). --dry-run prints the two
 # commands and exits. Training runs under `accelerate launch --quiet`: a start-up error of one training process is its
-# one `error:` line, without accelerate's traceback.
+# one `error:` line, without accelerate's traceback. Exit code 75: training stopped cleanly at a checkpoint (a signal,
+# a server timeout); the same command resumes it.
 # See docs/scale_out.md for the GPU split, ports, failure modes and the CPU server's --vllm-args.
 set -euo pipefail
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 die() { echo "error: $*" >&2; exit 2; }
 
 CONFIG="" ACCELERATE_CONFIG="recipes/accelerate_configs/zero3.yaml" VLLM_GPUS="0" TRAIN_GPUS="" TP=1 PORT=8000
@@ -78,9 +79,14 @@ if (( DRY_RUN )); then
   exit 0
 fi
 
+STOPPED=75  # riskpo_trl.job.preemption.STOPPED_EXIT_CODE: stopped at a checkpoint; the same command resumes
+# The launcher (torchrun) reports its processes' exit code 75 as a failure (exit 1); the training processes also
+# write their stop line to this file, which carries the clean stop past it.
+export RISKPO_STOP_FILE="${TMPDIR:-/tmp}/riskpo-stop-$$-$PORT"
+rm -f "$RISKPO_STOP_FILE"
 "${SERVE_CMD[@]}" &
 SERVER_PID=$!
-trap 'kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true' EXIT
+trap 'kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; rm -f "$RISKPO_STOP_FILE"' EXIT
 
 echo "Waiting up to ${HEALTH_TIMEOUT}s for the vLLM server on port $PORT ..."
 deadline=$(( SECONDS + HEALTH_TIMEOUT ))
@@ -90,4 +96,20 @@ until curl -sf "http://127.0.0.1:$PORT/health" > /dev/null; do
   sleep 5
 done
 echo "vLLM server is up; training on GPUs $TRAIN_GPUS."
-"${TRAIN_CMD[@]}"
+# Training runs as a job of its own (job control on: a background command would otherwise start with SIGINT ignored),
+# and this script passes Ctrl-C and SIGTERM on to it; torchrun passes them on to the training processes, which stop at
+# a checkpoint (a second Ctrl-C aborts).
+set -m
+"${TRAIN_CMD[@]}" &
+TRAIN_PID=$!
+trap 'kill -INT "$TRAIN_PID" 2>/dev/null || true' INT
+trap 'kill -TERM "$TRAIN_PID" 2>/dev/null || true' TERM
+while :; do  # `wait` returns early when a trapped signal arrives: wait again until training has ended
+  status=0; wait "$TRAIN_PID" || status=$?
+  kill -0 "$TRAIN_PID" 2>/dev/null || break
+done
+if [[ -s "$RISKPO_STOP_FILE" ]]; then
+  echo "Training stopped at a checkpoint: exit code $STOPPED (the same command resumes)." >&2
+  exit "$STOPPED"
+fi
+exit "$status"

@@ -28,6 +28,8 @@ import contextlib
 import math
 import os
 import signal
+import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -45,6 +47,8 @@ REPEAT_WINDOW_S = 1.0
 # If set, the stop line is also written to this file by each node's first process: a launcher (torchrun, under
 # `accelerate launch`) reports a process's exit code 75 as a failure and exits 1, so a wrapper script reads this file.
 STOP_FILE_ENV = "RISKPO_STOP_FILE"
+# Once a stop's checkpoint is written, the process exits within this many seconds of its stop line, or of a signal.
+EXIT_GRACE_S = 5.0
 
 
 class RunStopped(SystemExit):
@@ -88,40 +92,81 @@ class StopOnSignal(TrainerCallback):
         self._previous: dict[int, object] = {}
         self._first_step = 0  # TRL generates at the first step of train(), also on resume
         self.checkpoint_saved = False  # the stop's checkpoint is written: the run exits with STOPPED_EXIT_CODE
+        # The process is the training script's own: it ends within EXIT_GRACE_S of its stop line, whatever thread or
+        # request a library left running (an abandoned request's thread would be joined at exit).
+        self.exit_after_stop = False
 
     def install(self) -> None:
+        from ..weight_sync.bounded import forget_stop_signal
+
+        forget_stop_signal()
         for name in STOP_SIGNALS:
             number = getattr(signal, name, None)  # Windows has no SIGUSR1
             if number is not None:
                 self._previous[number] = signal.signal(number, self._handle)
+        self._watch_signals()
 
     def restore(self) -> None:
         for number, handler in self._previous.items():
             signal.signal(number, handler)
         self._previous.clear()
+        if self._wakeup is not None:
+            signal.set_wakeup_fd(self._wakeup[0])
+            for fd in self._wakeup[1:]:
+                os.close(fd)  # the watchdog's read fails and it ends
+            self._wakeup = None
+
+    _wakeup: tuple[int, int, int] | None = None  # (the previous wakeup fd, our reading end, our writing end)
+
+    def _watch_signals(self) -> None:
+        """Every signal also reaches a watchdog thread at once (through the wakeup fd), which aborts on a second
+        Ctrl-C and ends a saved stop, while the main thread may be blocked inside a library."""
+        reading, writing = os.pipe()
+        os.set_blocking(writing, False)
+        try:
+            previous = signal.set_wakeup_fd(writing, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread
+            os.close(reading)
+            os.close(writing)
+            return
+        self._wakeup = (previous, reading, writing)
+        threading.Thread(target=self._watch, args=(reading,), name="riskpo-stop-signals", daemon=True).start()
+
+    def _watch(self, reading: int) -> None:
+        first_at = None
+        while True:
+            try:
+                numbers = os.read(reading, 64)
+            except OSError:
+                return
+            if not numbers:
+                return
+            for number in numbers:
+                if self.checkpoint_saved:
+                    exit_within(EXIT_GRACE_S, STOPPED_EXIT_CODE)
+                elif first_at is None:
+                    first_at = time.monotonic()
+                elif number == signal.SIGINT and time.monotonic() - first_at > REPEAT_WINDOW_S:
+                    abort_with_sigint()
 
     def _handle(self, number: int, frame) -> None:
-        if self.checkpoint_saved:
-            return  # nothing is left to abort: the checkpoint is written and the process is exiting with 75
-        if self.requested is None:
-            self.requested, self._requested_at = number, time.monotonic()
-            if _is_main_process():
-                when = (
-                    "after the current optimizer step"
-                    if self.period == 1
-                    else f"at the end of the current generation batch (at most {self.period - 1} more optimizer "
-                    f"step{'s' if self.period > 2 else ''})"
-                )
-                abort = "; press Ctrl-C again to abort without saving" if number == signal.SIGINT else ""
-                self._say(
-                    f"{signal.Signals(number).name} received: stopping {when} and saving a checkpoint there{abort}."
-                )
+        """The first stop signal: asks for the stop, and ends a wait on the server at once (`interrupt_wait`);
+        repeats change nothing here (the watchdog aborts on a second Ctrl-C)."""
+        if self.checkpoint_saved or self.requested is not None:
             return
-        if number == signal.SIGINT and time.monotonic() - self._requested_at > REPEAT_WINDOW_S:
-            if _is_main_process():
-                self._say("Second Ctrl-C: aborting without saving; output_dir keeps its earlier checkpoints.")
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
+        self.requested, self._requested_at = number, time.monotonic()
+        if _is_main_process():
+            when = (
+                "after the current optimizer step"
+                if self.period == 1
+                else f"at the end of the current generation batch (at most {self.period - 1} more optimizer "
+                f"step{'s' if self.period > 2 else ''})"
+            )
+            abort = "; press Ctrl-C again to abort without saving" if number == signal.SIGINT else ""
+            self._say(f"{signal.Signals(number).name} received: stopping {when} and saving a checkpoint there{abort}.")
+        from ..weight_sync.bounded import interrupt_wait
+
+        interrupt_wait(signal.Signals(number).name)  # raises StopRequested while waiting on the server
 
     @staticmethod
     def _say(message: str) -> None:
@@ -158,10 +203,17 @@ class StopOnSignal(TrainerCallback):
     def checkpoint(self, args) -> str:
         return os.path.join(args.output_dir, f"checkpoint-{self.stopped_at}")
 
-    def stop_for_server(self, trainer, error: Exception) -> None:
-        """After ``error`` (a server timeout) ended ``trainer.train()``: a checkpoint of the last completed step, kept
-        if one was saved already; `finish` then prints ``error`` and the stop line."""
-        self.stopped_at, self.signal_name, self.cause = trainer.state.global_step, "a vLLM server timeout", str(error)
+    def stop_for_server(self, trainer, error: BaseException) -> None:
+        """After ``error`` (a server timeout, a server that stopped answering, or a stop signal that cut a wait on
+        the server short) ended ``trainer.train()``: a checkpoint of the last completed step, kept if one was saved
+        already; `finish` then prints ``error`` and the stop line."""
+        from ..weight_sync.bounded import StopRequested
+
+        self.stopped_at = trainer.state.global_step
+        if isinstance(error, StopRequested):
+            self.signal_name, self.cause = error.signal_name, None
+        else:
+            self.signal_name, self.cause = type(error).stop_reason, str(error)
         checkpoint = self.checkpoint(trainer.args)
         if self.stopped_at and not os.path.isfile(os.path.join(checkpoint, CHECKPOINT_COMPLETE_MARKER)):
             trainer._save_checkpoint(trainer.model, trial=None)
@@ -182,13 +234,22 @@ class StopOnSignal(TrainerCallback):
             f"Stopped by {self.signal_name} at step {self.stopped_at} of {trainer.state.max_steps}: {saved}. Run the "
             f"same command to resume (exit code {STOPPED_EXIT_CODE})."
         )
+        accelerator = trainer.accelerator
         if self.cause:
-            trainer.accelerator.print(self.cause)
-        trainer.accelerator.print(line)
+            accelerator.print(self.cause)
+        accelerator.print(line)
+        if not getattr(accelerator, "is_main_process", True):  # one line from every process
+            print(
+                f"Process {accelerator.process_index} of {accelerator.num_processes}: stopped with the main process "
+                f"at step {self.stopped_at} (exit code {STOPPED_EXIT_CODE}).",
+                flush=True,
+            )
         stop_file = os.environ.get(STOP_FILE_ENV)
         if stop_file and trainer.accelerator.is_local_main_process:
             with open(stop_file, "w") as file:
                 file.write(line + "\n")
+        if self.exit_after_stop:
+            exit_within(EXIT_GRACE_S, STOPPED_EXIT_CODE)
         trainer.accelerator.end_training()  # what transformers' Trainer.end does (it exists only from 5.18)
         raise RunStopped(self.stopped_at, checkpoint, self.signal_name)
 
@@ -205,23 +266,52 @@ def remove_card_without_model(output_dir: str) -> bool:
 
 
 @contextlib.contextmanager
-def stopping_on_signals(trainer) -> Iterator[StopOnSignal]:
+def stopping_on_signals(trainer, exit_after_stop: bool = False) -> Iterator[StopOnSignal]:
     """Within the block (around ``trainer.train()``), SIGINT, SIGTERM and SIGUSR1 stop the run at the next
     generation-batch boundary with a checkpoint, and a server timeout at once (module docstring); the previous
     handlers come back after it, unless the stop saved its checkpoint: then signals stay ignored while
-    :meth:`StopOnSignal.finish` ends the process with exit code 75. Outside the main thread (where handlers cannot be
+    :meth:`StopOnSignal.finish` ends the process with exit code 75 (``exit_after_stop``: within
+    :data:`EXIT_GRACE_S` of its stop line, whatever still runs; for a process of its own, not a test's). Outside the main thread (where handlers cannot be
     installed) signals keep their usual effect."""
     stop = StopOnSignal(generation_period(trainer.args))
+    stop.exit_after_stop = exit_after_stop
     trainer.add_callback(stop)
     with contextlib.suppress(ValueError):  # not the main thread
         stop.install()
-    from ..weight_sync.bounded import ServerTimeoutError
+    from ..weight_sync.bounded import ServerTimeoutError, StopRequested
 
     try:
         yield stop
-    except ServerTimeoutError as error:
+    except (ServerTimeoutError, StopRequested) as error:
         stop.stop_for_server(trainer, error)
     finally:
         if not stop.checkpoint_saved:  # else the handlers stay, ignoring signals, until finish() exits with 75
             stop.restore()
         trainer.remove_callback(stop)
+
+
+def abort_with_sigint() -> None:
+    """The second Ctrl-C, from the watchdog thread: die of SIGINT (exit status 130) at once, without saving."""
+    os.write(2, b"\nSecond Ctrl-C: aborting without saving; output_dir keeps its earlier checkpoints.\n")
+    try:  # the default action, set in C: Python's signal.signal works in the main thread only
+        import ctypes
+
+        ctypes.CDLL(None).signal(int(signal.SIGINT), 0)  # SIG_DFL
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+    finally:
+        os._exit(128 + signal.SIGINT)
+
+
+def exit_within(seconds: float, code: int) -> None:
+    """Once the stop's checkpoint is written: end the process with ``code`` within ``seconds``, whatever thread or
+    request still runs (a daemon timer; a process that exits sooner ends it)."""
+
+    def end() -> None:
+        time.sleep(seconds)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+    threading.Thread(target=end, name="riskpo-exit", daemon=True).start()

@@ -7,7 +7,9 @@ adds a second engine for CPU servers, registered with vLLM under the backend nam
   each update it re-packs the CPU LM head that a tied embedding shares, which vLLM's reload leaves stale;
 - ``client``: TRL's `VLLMClient` with the gloo transport, used by the trainers when the server reports ``BACKEND``,
   which checks after every update that the server holds what was sent;
-- ``checksums``: the checksums both sides compute for that check.
+- ``checksums``: the checksums both sides compute for that check;
+- ``gate``: the API process's middleware that answers generation requests during a sync with 503 and aborts a sync
+  its trainer left unfinished.
 
 A server started with ``SERVER_ARGS`` (the launcher's ``--vllm-args``) speaks it; on any other backend the trainers
 use TRL's client unchanged (docs/scale_out.md).
@@ -17,7 +19,10 @@ from __future__ import annotations
 
 BACKEND = "riskpo_gloo"
 WORKER_EXTENSION = "riskpo_trl.weight_sync.server.GlooWeightSyncExtension"
-# The extra `trl vllm-serve` arguments of a CPU server: float32, this engine, and the extension that registers it.
+# The API process's middleware that refuses generation while a sync replaces the weights (weight_sync.gate).
+SYNC_GATE = "riskpo_trl.weight_sync.gate.SyncGate"
+# The extra `trl vllm-serve` arguments of a CPU server: float32, this engine, the extension that registers it, and the
+# gate.
 SERVER_ARGS = (
     "--dtype",
     "float32",
@@ -25,4 +30,6 @@ SERVER_ARGS = (
     BACKEND,
     "--worker-extension-cls",
     WORKER_EXTENSION,
+    "--middleware",
+    SYNC_GATE,
 )

@@ -9,7 +9,11 @@ training script turns into a checkpoint and exit code 75, as on a scheduler's si
 
 from __future__ import annotations
 
+import contextlib
 import math
+import re
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +39,25 @@ class ServerTimeoutError(WeightSyncError):
     """The server did not answer a request within its timeout: it hangs, or is far slower than the timeout allows.
     The training script stops at a checkpoint with exit code 75 (the same command resumes)."""
 
+    stop_reason = "a vLLM server timeout"  # the stop line's "Stopped by ..."
+
+
+class ServerUnreachableError(ServerTimeoutError):
+    """The server refused or dropped the connection of a request: it died or restarts. The training script stops as
+    after a timeout (a checkpoint, exit code 75): the same command resumes once a server answers again."""
+
+    stop_reason = "a vLLM server that stopped answering"
+
+
+class StopRequested(BaseException):  # noqa: N818 -- a request, like KeyboardInterrupt, not an error
+    """A stop signal (SIGINT, SIGTERM, SIGUSR1) that arrived while the main thread waited on the server
+    (`interruptible_wait`): the wait is abandoned, and the run stops at once with a checkpoint of its last step
+    (job.preemption). A BaseException, so that no library's ``except Exception`` swallows it."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
 
 class ServerRefusedError(ValueError):
     """At start-up: a server this trainer cannot sync its weights to safely (the fix is in the message)."""
@@ -56,6 +79,51 @@ class SyncSettings:
             sync_timeout_s=getattr(args, "vllm_sync_timeout", None) or DEFAULT_SYNC_TIMEOUT_S,
             check_every=getattr(args, "vllm_check_every", None) or DEFAULT_CHECK_EVERY,
         )
+
+
+_waiting = threading.local()
+_pending: list[str] = []  # a stop signal that arrived outside a wait: the next wait of the main thread ends at once
+
+
+@contextlib.contextmanager
+def interruptible_wait() -> Iterator[None]:
+    """Within the block, a stop signal's handler may raise `StopRequested` (`interrupt_wait`): the thread waits on the
+    server there, and a stop must not wait out that request's timeout. A stop signal that arrived while the main
+    thread was busy elsewhere (between two tensors of a sync) ends the next wait as it starts."""
+    if _pending and threading.current_thread() is threading.main_thread():
+        raise StopRequested(_pending.pop())
+    previous = getattr(_waiting, "active", False)
+    _waiting.active = True
+    try:
+        yield
+    finally:
+        _waiting.active = previous
+
+
+def interrupt_wait(signal_name: str) -> None:
+    """From a signal handler: raise `StopRequested` if the main thread is inside `interruptible_wait`; else record
+    it for the next wait (the stop may also come first at the next step boundary)."""
+    if getattr(_waiting, "active", False):
+        _waiting.active = False  # one interruption per wait: the stop's own clean-up is not interrupted again
+        raise StopRequested(signal_name)
+    _pending[:] = [signal_name]
+
+
+def forget_stop_signal() -> None:
+    """A new run starts: no stop signal is pending."""
+    _pending.clear()
+
+
+# gloo's messages end some errors with a greeting ("GLHF!" and an emoji), which says nothing about the fault.
+_LIBRARY_NOISE = re.compile(r"\s*GLHF!?(?:\s*[^\x00-\x7f])*")
+
+
+def error_text(error: BaseException) -> str:
+    """``error``'s message for a one-line report: the exception's class when it has no text of its own (a future's
+    timeout), without gloo's greeting, on one line."""
+    text = _LIBRARY_NOISE.sub("", str(error))
+    text = " ".join(text.split()).strip()
+    return text or type(error).__name__
 
 
 def generation_timeout(settings: SyncSettings, prompts: int, completions_per_prompt: int, max_tokens: int) -> float:
@@ -116,16 +184,26 @@ class BoundedRequestsMixin:
         timeout = self._read_timeout_s or self.settings.sync_timeout_s
         path = url.removeprefix(getattr(self, "base_url", ""))
         try:
-            response = send(url, timeout=(CONNECT_TIMEOUT_S, timeout), **kwargs)
+            with interruptible_wait():
+                response = send(url, timeout=(CONNECT_TIMEOUT_S, timeout), **kwargs)
         except requests.Timeout as error:
             raise self.timed_out(path, self._request_name, timeout, error) from error
+        except requests.ConnectionError as error:  # refused (after TRL's retries), reset or dropped mid-answer
+            raise self.unreachable(path, self._request_name, error) from error
         if response.status_code != 200:
             raise Exception(f"Request failed: {response.status_code}, {response.text}")  # TRL's own error
         return response.json()
 
     def timed_out(self, path: str, what: str, timeout: float, error: Exception) -> ServerTimeoutError:
         return ServerTimeoutError(
-            f"The vLLM server at {self.base_url} did not answer {path} ({what}) within {timeout:g} s: {error}"
+            f"The vLLM server at {self.base_url} did not answer {path} ({what}) within {timeout:g} s: "
+            f"{error_text(error)}"
+        )
+
+    def unreachable(self, path: str, what: str, error: Exception) -> ServerUnreachableError:
+        return ServerUnreachableError(
+            f"The vLLM server at {self.base_url} did not answer {path} ({what}): the connection was refused or "
+            f"dropped ({error_text(error)}). Is the server still running?"
         )
 
     def generate(self, prompts: list, *args: Any, n: int = 1, max_tokens: int = 16, **kwargs: Any) -> dict:
@@ -153,20 +231,25 @@ class BoundedRequestsMixin:
         timeout = timeout or self.settings.sync_timeout_s
         url, limits = f"{self.base_url}{path}", (CONNECT_TIMEOUT_S, timeout)
         try:
-            try:
-                response = self._control_session.request(method, url, timeout=limits, **kwargs)
-            except requests.ConnectionError as error:
-                if not read_only or isinstance(error, requests.Timeout):  # ConnectTimeout is both
-                    raise
-                self._control_session.close()  # drops the pooled connections
-                response = self._control_session.request(method, url, timeout=limits, **kwargs)
+            with interruptible_wait():
+                try:
+                    response = self._control_session.request(method, url, timeout=limits, **kwargs)
+                except requests.ConnectionError as error:
+                    if not read_only or isinstance(error, requests.Timeout):  # ConnectTimeout is both
+                        raise
+                    self._control_session.close()  # drops the pooled connections
+                    response = self._control_session.request(method, url, timeout=limits, **kwargs)
         except requests.Timeout as error:
             raise self.timed_out(path, "a weight-sync request", timeout, error) from error
+        except requests.ConnectionError as error:
+            raise self.unreachable(path, "a weight-sync request", error) from error
         except requests.RequestException as error:
-            raise WeightSyncError(f"The vLLM server at {self.base_url} did not answer {path}: {error}") from error
+            raise WeightSyncError(
+                f"The vLLM server at {self.base_url} did not answer {path}: {error_text(error)}"
+            ) from error
         if response.status_code != 200:
             raise WeightSyncError(
                 f"The vLLM server at {self.base_url} answered {path} with {response.status_code}: "
-                f"{response.text[:500]}"
+                f"{error_text(RuntimeError(response.text[:500]))}"
             )
         return response.json() if response.content else None

@@ -157,6 +157,13 @@ class CheckedClientMixin:
         return type(error)(f"{str(error).rstrip('. ')}. {advice}")
 
 
+def drain(named_params: Iterator[Any]) -> None:
+    """Walk the rest of a sync's parameters after it failed: under ZeRO-3 each one is gathered by every process, so
+    the others, which walk them all, are not left waiting in a gather the main process never joins."""
+    for _ in named_params:
+        pass
+
+
 def compare_held(sent: dict[str, tuple[list[int], list[float]]], per_worker: list[list[dict[str, Any]]]) -> list[str]:
     """What differs between the tensors sent (name -> shape, `sketch`) and each worker's `held_weights` report:
     a parameter held as other values, in another shape, unreadable, or under a name nothing was sent for, and a sent

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import datetime
 import socket
+import threading
+import time
 
 import torch
 from torch.distributed import BroadcastOptions, PrefixStore, ProcessGroupGloo, TCPStore
@@ -52,7 +54,20 @@ def broadcast_from_trainer(
     options.rootRank = 0
     options.rootTensor = 0
     options.timeout = datetime.timedelta(seconds=timeout_s)
-    group.broadcast([tensor], options).wait()
+    work = group.broadcast([tensor], options)
+    if threading.current_thread() is threading.main_thread():
+        wait_interruptibly(work)
+    work.wait()  # raises the transfer's error, if any
+
+
+def wait_interruptibly(work) -> None:
+    """Until ``work`` completes (done, failed or timed out on gloo's own thread): the main thread sleeps in short
+    steps instead of blocking inside gloo, so that a signal's handler runs at once (a stop while a transfer hangs,
+    a second Ctrl-C). The first polls are quick: a small tensor's broadcast takes microseconds."""
+    pause = 1e-5
+    while not work.is_completed():
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
 
 
 def address_towards(host: str) -> str:

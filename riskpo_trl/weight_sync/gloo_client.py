@@ -5,16 +5,25 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import torch
 
 from .. import compat
-from .bounded import QUICK_TIMEOUT_S, BoundedRequestsMixin, ServerRefusedError, ServerTimeoutError, WeightSyncError
-from .checked import ABORT_METHOD, CheckedClientMixin
+from .bounded import (
+    QUICK_TIMEOUT_S,
+    BoundedRequestsMixin,
+    ServerRefusedError,
+    ServerTimeoutError,
+    WeightSyncError,
+    error_text,
+    interruptible_wait,
+)
+from .checked import ABORT_METHOD, CheckedClientMixin, drain
 from .gloo import address_towards, broadcast_from_trainer, open_group, open_store
 
 # The server's workers join the weight-sync group within this many seconds of being asked, or the set-up fails.
@@ -93,69 +102,79 @@ class GlooVLLMClient(CheckedClientMixin, BoundedRequestsMixin, compat.trl_vllm_c
             "transfer_timeout_s": self.settings.sync_timeout_s,
             "trainer": this_trainer(),
         }
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            # The server's workers join while this request is handled, so it returns once everyone has joined.
-            answered = pool.submit(
-                self.control,
-                "POST",
-                "/init_weight_transfer_engine",
-                self.setup_timeout_s,
-                json={"init_info": init_info},
-            )
+        # The server's workers join while this request is handled, so it returns once everyone has joined.
+        answered = on_daemon_thread(
+            self.control, "POST", "/init_weight_transfer_engine", self.setup_timeout_s, json={"init_info": init_info}
+        )
+        try:
+            group = open_group(address, self.group_port, 0, world_size, self.setup_timeout_s, store=store)
+        except Exception as error:
             try:
-                group = open_group(address, self.group_port, 0, world_size, self.setup_timeout_s, store=store)
-            except Exception as error:
-                server_error = answered.exception()
-                raise WeightSyncError(
-                    f"The vLLM server at {self.base_url} did not join the weight-sync group on {address}:"
-                    f"{self.group_port} within {self.setup_timeout_s:g} s: {server_error or error}"
-                ) from error
-            answered.result()
+                server_error = answered.exception(timeout=QUICK_TIMEOUT_S)
+            except FutureTimeout:
+                server_error = None
+            raise WeightSyncError(
+                f"The vLLM server at {self.base_url} did not join the weight-sync group on {address}:"
+                f"{self.group_port} within {self.setup_timeout_s:g} s: {error_text(server_error or error)}"
+            ) from error
+        try:
+            with interruptible_wait():
+                answered.result(timeout=self.setup_timeout_s)
+        except FutureTimeout as error:
+            what = "the weight-sync set-up"
+            raise self.timed_out("/init_weight_transfer_engine", what, self.setup_timeout_s, error) from error
         return group
 
     def update_named_params(
         self, metadata: list[tuple[str, str, list[int]]], named_params: Iterable[tuple[str, torch.Tensor]]
     ) -> None:
-        self.check_identity("the weight sync")
         names, dtype_names, shapes = (list(field) for field in zip(*metadata, strict=True))
         update_info = {"names": names, "dtype_names": dtype_names, "shapes": shapes}
-        if not self._updating_weights:
-            self._start_weight_update()
+        named_params = iter(named_params)
         try:
-            self._transfer(update_info, self.recorded(named_params))
-        except WeightSyncError as error:
-            raise self.with_server_state(error) from error
-        if not self._updating_weights:
-            self._finish_weight_update()
+            self.check_identity("the weight sync")
+            if not self._updating_weights:
+                self._start_weight_update()
+            try:
+                self._transfer(update_info, self.recorded(named_params))
+            except WeightSyncError as error:
+                raise self.with_server_state(error) from error
+            if not self._updating_weights:
+                self._finish_weight_update()
+        except BaseException:
+            drain(named_params)
+            raise
 
     def _transfer(self, update_info: dict[str, list], named_params: Iterator[tuple[str, torch.Tensor]]) -> None:
         """The server receives while this process broadcasts, so its request runs on a side thread. Each tensor's
         broadcast waits at most the sync timeout, and so does the server's answer after the last one."""
         timeout = self.settings.sync_timeout_s
-        pool = ThreadPoolExecutor(max_workers=1)
+        received = on_daemon_thread(
+            self.control,
+            "POST",
+            "/update_weights",
+            timeout * (1 + len(update_info["names"])),
+            json={"update_info": update_info},
+        )
         try:
-            received = pool.submit(
-                self.control,
-                "POST",
-                "/update_weights",
-                timeout * (1 + len(update_info["names"])),
-                json={"update_info": update_info},
-            )
             for _, tensor in named_params:
-                broadcast_from_trainer(self.communicator, tensor, timeout)
-            received.result(timeout=timeout)
+                with interruptible_wait():  # the wait only: a stop never cuts into a parameter's gather
+                    broadcast_from_trainer(self.communicator, tensor, timeout)
+            with interruptible_wait():
+                received.result(timeout=timeout)
         except RuntimeError as error:  # gloo: the peer closed the connection or timed out
             self.close_communicator()  # a broken group: its sockets close, so the server's receive fails at once
             kind = ServerTimeoutError if "Timed out" in str(error) else WeightSyncError
             raise kind(
                 f"The weight transfer to the vLLM server at {self.base_url} broke off "
-                f"(transfer timeout {timeout:g} s, vllm_sync_timeout): {error}"
+                f"(transfer timeout {timeout:g} s, vllm_sync_timeout): {error_text(error)}"
             ) from error
         except FutureTimeout as error:
             self.close_communicator()
             raise self.timed_out("/update_weights", "the end of a weight transfer", timeout, error) from error
-        finally:
-            pool.shutdown(wait=False)  # a request that timed out must not hold the trainer
+        except BaseException:  # a stop signal while sending: the group is left mid-transfer
+            self.close_communicator()
+            raise
 
     def prepare_for_sending(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.detach().to("cpu").contiguous()
@@ -166,6 +185,24 @@ class GlooVLLMClient(CheckedClientMixin, BoundedRequestsMixin, compat.trl_vllm_c
     def close_communicator(self) -> None:
         """Drop the group: its sockets and the store's port close once nothing else holds it."""
         self.communicator = None
+
+
+def on_daemon_thread(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
+    """``call(*args, **kwargs)`` on a daemon thread; its result or error in the returned future. A request abandoned
+    after a timeout or a stop keeps no process alive (an executor's threads are joined at exit, however long their
+    request's own timeout)."""
+    future: Future = Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(call(*args, **kwargs))
+        except BaseException as error:  # reported through the future
+            future.set_exception(error)
+
+    threading.Thread(target=run, name="riskpo-weight-sync-request", daemon=True).start()
+    return future
 
 
 def this_trainer() -> str:

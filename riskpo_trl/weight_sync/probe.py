@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from .bounded import ServerRefusedError, SyncSettings, WeightSyncError
+from . import agreement
+from .bounded import BoundedRequestsMixin, ServerRefusedError, StopRequested, SyncSettings, WeightSyncError
 from .checked import CheckedClientMixin
 from .context_length import context_refusal
 
@@ -75,50 +76,89 @@ def dtype_refusal(client: Any, model: torch.nn.Module) -> str | None:
 
 
 def check_weight_syncs(trainer: Any) -> None:
-    """See the module docstring. Does nothing unless ``trainer`` generates through a checked client (a
-    `GlooVLLMClient`, or TRL's NCCL client facing a server with this package's worker extension); every process
-    of a multi-process run takes part (the probe's forward pass gathers a sharded model's parameters)."""
+    """See the module docstring. Does nothing unless ``trainer`` generates through a bounded client (this package's:
+    a `GlooVLLMClient`, or TRL's NCCL client facing a server with this package's worker extension); every process
+    of a multi-process run takes part (the probe's forward pass gathers a sharded model's parameters), and every
+    process ends a failed sync or generation together (weight_sync.agreement)."""
     generation = getattr(trainer, "vllm_generation", None)
     if getattr(generation, "mode", None) != "server":
         return
     client = getattr(generation, "vllm_client", None)  # the main process's only
-    verdict = [False, None, SyncSettings()]
+    verdict = [False, None, SyncSettings(), isinstance(client, BoundedRequestsMixin)]
     if isinstance(client, CheckedClientMixin) and client.identity is not None:
-        verdict = [True, dtype_refusal(client, generation.model) or context_refusal(client, trainer), client.settings]
-    if trainer.accelerator.num_processes > 1:
+        verdict[:3] = [
+            True,
+            dtype_refusal(client, generation.model) or context_refusal(client, trainer),
+            client.settings,
+        ]
+    processes = trainer.accelerator.num_processes
+    if processes > 1:
         from accelerate.utils import broadcast_object_list
 
         broadcast_object_list(verdict, from_process=0)
-    checked, refusal, settings = verdict
+    checked, refusal, settings, bounded = verdict
     if refusal:
         raise ServerRefusedError(refusal)
-    if checked:
-        generation.sync_weights = probed_sync(trainer, generation.sync_weights, client, settings.check_every)
-        if client is not None:
-            generation.vllm_client.generate = generation_naming_the_step(trainer, client)
+    if not bounded:
+        return  # TRL's own client: its requests, its errors
+    generation.sync_weights = probed_sync(
+        trainer, generation.sync_weights, client, settings.check_every if checked else 0, processes > 1
+    )
+    generate = client.generate if client is not None else None
+    if generate is not None:
+        generate = generation_naming_the_step(trainer, client)
+    if processes > 1:
+        outcome = agreement.GenerationOutcome()
+        generation.generate = agreement.trl_generate_agreeing(generation.generate, outcome)
+        if generate is not None:
+            generate = agreement.generate_agreeing(generate, outcome)
+    if generate is not None:
+        client.generate = generate
 
 
-def probed_sync(trainer: Any, sync_weights: Callable[[], None], client: Any, check_every: int) -> Callable[[], None]:
-    """``sync_weights``, followed every ``check_every`` syncs by the probe (as the client's own checks), with any
-    failure raised naming the server and the step (the same class: a timeout stays `ServerTimeoutError`)."""
+def probed_sync(
+    trainer: Any, sync_weights: Callable[[], None], client: Any, check_every: int, agree: bool = False
+) -> Callable[[], None]:
+    """``sync_weights``, followed every ``check_every`` syncs (0: never) by the probe (as the client's own checks),
+    with any failure raised naming the server and the step (the same class: a timeout stays `ServerTimeoutError`).
+    ``agree``: a multi-process run, whose processes all raise the main process's failure (`agree_on_sync`)."""
     model = trainer.vllm_generation.model
     token_ids = probe_tokens(model.config.get_text_config().vocab_size)
     syncs = itertools.count()
 
     def checked_sync_weights() -> None:
         step = trainer.state.global_step
+        probed = check_every and next(syncs) % check_every == 0
+        failure = None
         try:
             sync_weights()
-            if next(syncs) % check_every == 0:
-                reference = model_logprobs(model, token_ids)
-                if client is not None:
+        except (Exception, StopRequested) as error:
+            failure = naming_the_step(error, client, step)
+        if probed:
+            reference = model_logprobs(model, token_ids)  # every process: a sharded model's forward is collective
+            if client is not None and failure is None:
+                try:
                     check_probe(client, token_ids, reference)
-        except Exception as error:
-            url = client.base_url if client is not None else "the vLLM server"
-            kind = type(error) if isinstance(error, WeightSyncError) else WeightSyncError
-            raise kind(f"Weight sync to {url} before the generation at step {step}: {error}") from error
+                except (Exception, StopRequested) as error:
+                    failure = naming_the_step(error, client, step)
+        if agree:
+            agreement.agree_on_sync(failure)
+        elif failure is not None:
+            raise failure
 
     return checked_sync_weights
+
+
+def naming_the_step(error: BaseException, client: Any, step: int) -> BaseException:
+    """A sync's ``error`` as raised: the same class (a timeout stays `ServerTimeoutError`; a stop signal is passed
+    on as it is), naming the server and the step."""
+    if isinstance(error, StopRequested):
+        return error
+    url = client.base_url if client is not None else "the vLLM server"
+    kind = type(error) if isinstance(error, WeightSyncError) else WeightSyncError
+    named = kind(f"Weight sync to {url} before the generation at step {step}: {error}")
+    named.__cause__ = error
+    return named
 
 
 def generation_naming_the_step(trainer: Any, client: Any) -> Callable[..., dict]:

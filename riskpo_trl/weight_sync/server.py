@@ -52,6 +52,7 @@ from vllm.model_executor.model_loader.reload import (  # noqa: E402
 from vllm.model_executor.model_loader.reload.layerwise import get_layerwise_info  # noqa: E402
 
 from . import BACKEND  # noqa: E402
+from .bounded import error_text  # noqa: E402
 from .checksums import checksum, sketch_columns  # noqa: E402
 from .gloo import DEFAULT_TIMEOUT_S, broadcast_from_trainer, open_group  # noqa: E402
 
@@ -127,7 +128,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         try:
             self.receive_weights(self.parse_update_info(update_info))
         except BaseException as error:
-            self.abort(f"the transfer broke off: {error}")
+            self.abort(f"the transfer broke off: {error_text(error)}")
             raise
 
     def receive_weights(self, update_info: GlooUpdateInfo) -> None:
@@ -160,7 +161,11 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
             self.weights = "partial"
 
     def readiness(self) -> dict[str, Any]:
-        return {"weights": self.weights, "failure": self.failure, "owner": self.owner}
+        """The weights' state, why the last sync broke off, the owner, and whether generation may run now
+        (``serves``: not during a sync, whose layers sit on the meta device, and not on weights the abort could not
+        restore)."""
+        serves = self.weights not in ("updating", "broken")
+        return {"weights": self.weights, "failure": self.failure, "owner": self.owner, "serves": serves}
 
     def shutdown(self) -> None:
         self.group = None
@@ -310,7 +315,7 @@ class GlooWeightSyncExtension:
         owns the weight sync; ``weights`` is ``"unknown"`` on another engine than this package's."""
         engine = getattr(self, "weight_transfer_engine", None)
         if not isinstance(engine, GlooWeightTransferEngine):
-            return {"weights": "unknown", "failure": "", "owner": None}
+            return {"weights": "unknown", "failure": "", "owner": None, "serves": None}
         return engine.readiness()
 
     def riskpo_abort_update(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import torch
 from .. import compat
 from . import WORKER_EXTENSION
 from .bounded import BoundedRequestsMixin, WeightSyncError
-from .checked import CheckedClientMixin
+from .checked import CheckedClientMixin, drain
 
 
 class CheckedVLLMClient(CheckedClientMixin, BoundedRequestsMixin, compat.trl_vllm_client_class()):
@@ -42,8 +42,13 @@ class CheckedVLLMClient(CheckedClientMixin, BoundedRequestsMixin, compat.trl_vll
     def update_named_params(
         self, metadata: list[tuple[str, str, list[int]]], named_params: Iterable[tuple[str, torch.Tensor]]
     ) -> None:
-        self.check_identity("the weight sync")
+        named_params = iter(named_params)
         try:
-            super().update_named_params(metadata, self.recorded(named_params))
-        except WeightSyncError as error:
-            raise self.with_server_state(error) from error
+            self.check_identity("the weight sync")
+            try:
+                super().update_named_params(metadata, self.recorded(named_params))
+            except WeightSyncError as error:
+                raise self.with_server_state(error) from error
+        except BaseException:
+            drain(named_params)  # the other processes gather every parameter
+            raise
