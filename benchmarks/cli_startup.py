@@ -94,7 +94,7 @@ def mistake_fixtures() -> Iterator[str]:
 
 
 HOLD_LOCK = (
-    "import sys, time; from riskpo_trl.trainer.run_lock import acquire; acquire(sys.argv[1]); print('locked', "
+    "import sys, time; from riskpo_trl.job.run_lock import acquire; acquire(sys.argv[1]); print('locked', "
     "flush=True); time.sleep(3600)"
 )
 

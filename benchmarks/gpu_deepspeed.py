@@ -65,6 +65,8 @@ def run_worker(settings: dict[str, Any]) -> dict[str, Any]:
 
     from benchmarks.overhead import digit_reward, prompts
     from benchmarks.step_records import StepRecorder, first_step_metrics
+    from riskpo_trl import job
+    from riskpo_trl.trainer.batch_hook import observed_trainer
     from riskpo_trl.trainer.registry import get_trainer_classes
 
     on_gpu = settings["device"] == "cuda"
@@ -73,6 +75,8 @@ def run_worker(settings: dict[str, Any]) -> dict[str, Any]:
         torch.use_deterministic_algorithms(True, warn_only=True)
     length = settings["max_completion_length"]
     config_class, trainer_class = get_trainer_classes(settings["trainer"])
+    if not hasattr(trainer_class, "add_batch_observer"):  # TRL's own baseline: the step records observe its batches
+        trainer_class = observed_trainer(trainer_class)
     args = config_class(
         output_dir=settings["output_dir"],
         max_steps=settings["steps"],
@@ -98,8 +102,12 @@ def run_worker(settings: dict[str, Any]) -> dict[str, Any]:
         gradient_checkpointing=False,
         **({"bundle_size": 2} if settings["trainer"] == "riskpo" else {}),
     )
-    trainer = trainer_class(
-        model=settings["model"], reward_funcs=digit_reward, args=args, train_dataset=prompts(4 * settings["steps"])
+    trainer = job.build(  # as riskpo-train builds it
+        trainer_class,
+        model=settings["model"],
+        reward_funcs=digit_reward,
+        args=args,
+        train_dataset=prompts(4 * settings["steps"]),
     )
     recorder = StepRecorder(trainer)
     save_at = settings["save_at"]

@@ -1,5 +1,6 @@
 """What RiskPO costs on top of GRPO: step time and peak memory of ``RiskPOTrainer`` vs ``trl.GRPOTrainer`` (both as
-the registry builds them, with the package's shared layer).
+``riskpo-train`` builds them: the registry's class, built by the job layer; TRL's GRPOTrainer observed through
+``riskpo_trl.trainer.batch_hook.observed_trainer``, the same per-batch seam RiskPO's trainer has).
 
     python -m benchmarks.overhead                                   # tiny CPU model (build_tiny_model)
     python -m benchmarks.overhead --model Qwen/Qwen2.5-0.5B-Instruct --device cuda --max-completion-length 256
@@ -75,6 +76,8 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from transformers import TrainerCallback
 
+    from riskpo_trl import job
+    from riskpo_trl.trainer.batch_hook import observed_trainer
     from riskpo_trl.trainer.registry import get_trainer_classes
 
     torch.set_num_threads(args.threads)
@@ -145,9 +148,12 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     if args.fixed_length:  # every completion max_completion_length tokens long, so every run does the same work
         common["generation_kwargs"] = {"min_new_tokens": args.max_completion_length}
     config_class, trainer_class = get_trainer_classes(args.worker)
+    if not hasattr(trainer_class, "add_batch_observer"):  # TRL's own baseline: the seam for the timing only
+        trainer_class = observed_trainer(trainer_class)
     risk = {"bundle_size": args.bundle_size} if args.worker == "riskpo" else {}
     timer = StepTimer()
-    trainer = trainer_class(
+    trainer = job.build(
+        trainer_class,
         model=args.model,
         reward_funcs=timed_reward,
         args=config_class(**common, **risk),

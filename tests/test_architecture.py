@@ -28,8 +28,9 @@ LAYERS = {
     "riskpo_trl.tracks": 2,  # the tracks' entries in the data and reward registries
     "riskpo_trl.evaluation": 3,
     "riskpo_trl.trainer": 3,
-    "riskpo_trl.scripts": 4,
-    "riskpo_trl": 5,  # the package's lazy __init__ re-exports the public names
+    "riskpo_trl.job": 4,  # the guard rails a run applies to whichever trainer it builds
+    "riskpo_trl.scripts": 5,
+    "riskpo_trl": 6,  # the package's lazy __init__ re-exports the public names
 }
 
 

@@ -103,7 +103,7 @@ def test_importing_the_library_changes_no_warning_filter():
 
 def test_only_the_known_warnings_are_silenced():
     """What riskpo-train installs for the whole run."""
-    from riskpo_trl.trainer.caller_warnings import drop_deepspeed_cpu_notice, ignore_library_default_warnings
+    from riskpo_trl.job.library_warnings import drop_deepspeed_cpu_notice, ignore_library_default_warnings
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -176,30 +176,37 @@ def library_default_warnings(caught) -> list[str]:
 
 
 def test_a_user_script_hears_no_library_default_warning_and_keeps_its_filters(tiny_model_dir, tmp_path):
+    """Through the job layer (riskpo_trl.job.build and train) the libraries' notices are silenced within the calls
+    only; a trainer built and trained directly is TRL's: it changes no filter and hides no warning."""
     from helpers import contains_digit_reward, make_prompt_dataset
 
-    from riskpo_trl import RiskPOConfig, RiskPOTrainer
+    from riskpo_trl import RiskPOConfig, RiskPOTrainer, job
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        filters = list(warnings.filters)
-        args = RiskPOConfig(
-            output_dir=str(tmp_path),
-            max_steps=1,
-            num_generations=4,
-            per_device_train_batch_size=8,
-            gradient_accumulation_steps=1,
-            bundle_size=2,
-            max_completion_length=4,
-            report_to="none",
-            dataloader_pin_memory=True,
-        )
-        trainer = RiskPOTrainer(
-            tiny_model_dir, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset(8)
-        )
-        trainer.train()
-        assert warnings.filters == filters  # scoped: the script's own filters are back
-    assert library_default_warnings(caught) == []
+    def run(through_job: bool, output_dir) -> list:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            filters = list(warnings.filters)
+            args = RiskPOConfig(
+                output_dir=str(output_dir),
+                max_steps=1,
+                num_generations=4,
+                per_device_train_batch_size=8,
+                gradient_accumulation_steps=1,
+                bundle_size=2,
+                max_completion_length=4,
+                report_to="none",
+                dataloader_pin_memory=True,
+            )
+            kwargs = dict(reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset(8))
+            if through_job:
+                job.train(job.build(RiskPOTrainer, tiny_model_dir, **kwargs))
+            else:
+                RiskPOTrainer(tiny_model_dir, **kwargs).train()
+            assert warnings.filters == filters  # scoped: the script's own filters are back
+        return library_default_warnings(caught)
+
+    assert run(True, tmp_path / "job") == []
+    assert run(False, tmp_path / "direct") != []  # what TRL says to its own users, unfiltered
 
 
 def test_a_field_the_user_set_keeps_its_deprecation_warning(tmp_path):
@@ -218,13 +225,14 @@ def test_a_field_the_user_set_keeps_its_deprecation_warning(tmp_path):
     assert any("`gradient_checkpointing` is deprecated" in message for message in library_default_warnings(caught))
 
 
-def test_a_script_that_only_imports_the_config_drops_deepspeeds_cpu_notice():
-    """As riskpo-train does: user scripts and notebooks never call the console's set-up."""
+def test_importing_the_config_leaves_deepspeeds_logger_as_it_is():
+    """No process-wide state on import: DeepSpeed's CPU notice is dropped by riskpo-train's set-up (above), not by
+    importing the config or building a trainer in a notebook."""
     code = (
         "import logging, sys; records = []; handler = logging.Handler(); handler.emit = records.append; "
         "logging.getLogger('DeepSpeed').addHandler(handler); import riskpo_trl; riskpo_trl.RiskPOConfig; "
         "logging.getLogger('DeepSpeed').warning('Setting accelerator to CPU. If you have GPU ...'); "
-        "logging.getLogger('DeepSpeed').warning('another notice'); print([r.getMessage() for r in records])"
+        "print(len(records), logging.getLogger('DeepSpeed').filters)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert result.stdout.strip().splitlines()[-1] == "['another notice']", result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "1 []", result.stderr[-2000:]

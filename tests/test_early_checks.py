@@ -96,7 +96,7 @@ def test_a_mistake_is_refused_before_torch_loads(tmp_path, argv, message):
 @needs_the_list
 def test_a_busy_output_dir_is_refused_before_torch_loads(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from riskpo_trl.trainer.run_lock import acquire; "
+        [sys.executable, "-c", "import sys, time; from riskpo_trl.job.run_lock import acquire; "
          "acquire(sys.argv[1]); print('locked', flush=True); time.sleep(600)", str(tmp_path / "run")],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -247,7 +247,7 @@ def test_too_few_rows_are_refused_before_torch_loads_as_the_trainer_refuses_them
     from helpers import make_prompt_dataset
 
     from riskpo_trl import RiskPOConfig
-    from riskpo_trl.trainer.checks import check_generation_batch_fits
+    from riskpo_trl.job.checks import check_generation_batch_fits
 
     rows = make_prompt_dataset(3)
     rows.to_json(tmp_path / "rows.jsonl")

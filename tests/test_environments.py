@@ -12,7 +12,7 @@ from datasets import Dataset
 from helpers import contains_digit_reward, make_prompt_dataset
 from trl.chat_template_utils import qwen3_chat_template
 
-from riskpo_trl import RiskPOConfig, RiskPOTrainer, compat
+from riskpo_trl import RiskPOConfig, RiskPOTrainer, compat, job
 from riskpo_trl.tiny_model import build_tiny_model
 
 # TRL refuses tools before transformers 5.0.0 and environment_factory before 5.2.0 (compat.py).
@@ -160,9 +160,16 @@ def test_columns_follow_what_trl_reads(tmp_path):
     routing = Dataset.from_dict({"environment": ["coding", "game"] * 2})
     missing_model = str(tmp_path / "no-model")
     with pytest.raises(ValueError, match=r"no 'prompt' column \(its columns: \['environment'\]\)"):
-        RiskPOTrainer(missing_model, reward_funcs=contains_digit_reward, args=config(tmp_path), train_dataset=routing)
+        job.build(
+            RiskPOTrainer,
+            missing_model,
+            reward_funcs=contains_digit_reward,
+            args=config(tmp_path),
+            train_dataset=routing,
+        )
     with pytest.raises(ValueError, match=r"no 'environment' column .*\(\['coding', 'game'\]\)"):
-        RiskPOTrainer(
+        job.build(
+            RiskPOTrainer,
             missing_model,
             reward_funcs=contains_digit_reward,
             args=config(tmp_path),
@@ -171,7 +178,8 @@ def test_columns_follow_what_trl_reads(tmp_path):
         )
     # Accepted: the next check to fail is the model path's, so the dataset passed.
     with pytest.raises(FileNotFoundError, match="no such directory"):
-        RiskPOTrainer(
+        job.build(
+            RiskPOTrainer,
             missing_model,
             reward_funcs=environment_type_reward,
             args=config(tmp_path),
@@ -181,7 +189,7 @@ def test_columns_follow_what_trl_reads(tmp_path):
 
 
 def train(model_dir, args, **kwargs) -> RiskPOTrainer:
-    trainer = RiskPOTrainer(model_dir, args=args, **kwargs)
+    trainer = job.build(RiskPOTrainer, model_dir, args=args, **kwargs)
     trainer.train()
     assert trainer.state.global_step == args.max_steps
     assert trainer.quantile_tracker.num_updates == args.max_steps

@@ -15,7 +15,7 @@ from helpers import contains_digit_reward, make_prompt_dataset
 from peft import LoraConfig
 from safetensors.torch import load_file
 
-from riskpo_trl import RiskPOConfig, RiskPOTrainer
+from riskpo_trl import RiskPOConfig, RiskPOTrainer, job
 from riskpo_trl.scripts import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +42,8 @@ def lora_trainer(model_dir: str, output_dir: Path, max_steps: int) -> RiskPOTrai
         seed=11,
     )
     peft_config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
-    return RiskPOTrainer(
+    return job.build(
+        RiskPOTrainer,
         model_dir,
         reward_funcs=contains_digit_reward,
         args=args,

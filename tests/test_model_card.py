@@ -11,9 +11,9 @@ import sys
 import pytest
 from helpers import contains_digit_reward, make_prompt_dataset
 
-from riskpo_trl import RiskPOConfig, RiskPOTrainer
+from riskpo_trl import RiskPOConfig, RiskPOTrainer, job
+from riskpo_trl.job.model_card import build_model_card, hub_id_or_none
 from riskpo_trl.rewards import boxed_format_reward, math_verify_reward
-from riskpo_trl.trainer.model_card import build_model_card, hub_id_or_none
 
 
 def make_trainer(
@@ -31,8 +31,13 @@ def make_trainer(
         bundle_size=2,
     )
     args = RiskPOConfig(**{**settings, **overrides})
-    trainer = RiskPOTrainer(
-        model_dir, reward_funcs=reward_funcs, args=args, train_dataset=make_prompt_dataset(), peft_config=peft_config
+    trainer = job.build(
+        RiskPOTrainer,
+        model_dir,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=make_prompt_dataset(),
+        peft_config=peft_config,
     )
     trainer.state.global_step = steps
     return trainer
@@ -200,7 +205,8 @@ def test_vision_language_card_quick_start_runs_an_image_text_pipeline(tmp_path, 
         gradient_accumulation_steps=1,
         bundle_size=2,
     )
-    trainer = RiskPOTrainer(
+    trainer = job.build(
+        RiskPOTrainer,
         str(tmp_path / "tiny-vlm"),
         reward_funcs=geometry_accuracy_reward,
         args=args,
@@ -222,7 +228,7 @@ def test_vision_language_card_quick_start_runs_an_image_text_pipeline(tmp_path, 
 
 
 def test_every_settings_row_label_closes_its_parentheses(tmp_path):
-    from riskpo_trl.trainer.model_card import settings_table
+    from riskpo_trl.job.model_card import settings_table
 
     args = RiskPOConfig(
         output_dir=str(tmp_path),
@@ -242,8 +248,8 @@ def test_every_settings_row_label_closes_its_parentheses(tmp_path):
 
 
 def test_a_card_says_when_the_base_model_is_the_tiny_random_one(tiny_model_dir, tmp_path):
+    from riskpo_trl.job.model_card import TINY_RANDOM_NOTE
     from riskpo_trl.tiny_model import TINY_MODEL_MARK
-    from riskpo_trl.trainer.model_card import TINY_RANDOM_NOTE
 
     trainer = make_trainer(tiny_model_dir, tmp_path / "run")
     body = header_and_body(str(build_model_card(trainer, dataset_files=["rows.jsonl"])))[1]

@@ -11,11 +11,11 @@ import pytest
 import trl.trainer.grpo_trainer
 from helpers import contains_digit_reward, make_prompt_dataset
 
-from riskpo_trl import RiskPOConfig, RiskPOTrainer, tiny_model
+from riskpo_trl import RiskPOConfig, RiskPOTrainer, job, tiny_model
 from riskpo_trl.evaluation import evaluator
+from riskpo_trl.job.checks import check_model_path, reads_as_local_path
 from riskpo_trl.scripts import eval as eval_script
 from riskpo_trl.scripts import train
-from riskpo_trl.trainer.checks import check_model_path, reads_as_local_path
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic.yaml"
@@ -53,7 +53,9 @@ def test_a_missing_local_path_is_named_before_any_load(tmp_path, monkeypatch, no
         bundle_size=2,
     )
     with pytest.raises(FileNotFoundError, match=rf"model '{name}': no such directory, and not a Hub id"):
-        RiskPOTrainer(name, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset())
+        job.build(
+            RiskPOTrainer, name, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset()
+        )
 
 
 def test_hub_ids_and_existing_paths_pass(tmp_path, monkeypatch):
@@ -199,8 +201,12 @@ def test_a_built_tiny_model_says_so_whenever_it_is_loaded(tmp_path, monkeypatch,
         bf16=False,
     )
     with caplog.at_level(logging.WARNING):
-        RiskPOTrainer(
-            str(tmp_path / "tiny"), reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset()
+        job.build(
+            RiskPOTrainer,
+            str(tmp_path / "tiny"),
+            reward_funcs=contains_digit_reward,
+            args=args,
+            train_dataset=make_prompt_dataset(),
         )
     assert len(tiny_model_lines(caplog)) == 1
     # riskpo-eval, before it evaluates.

@@ -9,7 +9,7 @@ import pytest
 from datasets import Dataset
 from helpers import geometry3k_rows
 
-from riskpo_trl import RiskPOConfig, RiskPOTrainer
+from riskpo_trl import RiskPOConfig, RiskPOTrainer, job
 from riskpo_trl.data import PROMPT_TEMPLATE as MATH_PROMPT_TEMPLATE
 from riskpo_trl.multimodal import build_tiny_vlm, geometry3k_to_riskpo, geometry_accuracy_reward
 
@@ -73,8 +73,13 @@ def test_tiny_vlm_trains_riskpo_steps_with_images(tmp_path):
         # where the leave-one-out baseline rightly gives 0, and this test is about the images reaching the gradient.
         advantage_baseline="none",
     )
-    trainer = RiskPOTrainer(
-        model=str(model_dir), reward_funcs=[has_digit, geometry_accuracy_reward], args=args, train_dataset=dataset
+    # Through the job layer, as riskpo-train builds it: before TRL 1.16 it keeps generation from sampling the image token.
+    trainer = job.build(
+        RiskPOTrainer,
+        model=str(model_dir),
+        reward_funcs=[has_digit, geometry_accuracy_reward],
+        args=args,
+        train_dataset=dataset,
     )
     batches = []
     trainer.add_batch_observer(lambda scored: batches.append(scored.risk))

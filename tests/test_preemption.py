@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import TrainerControl, TrainerState
 
-from riskpo_trl.trainer.preemption import (
+from riskpo_trl.job.preemption import (
     STOP_FILE_ENV,
     STOPPED_EXIT_CODE,
     StopOnSignal,
@@ -295,7 +295,7 @@ def test_a_card_without_a_model_is_removed_a_card_with_one_is_kept(tmp_path):
 
 HANDLER_PROCESS = """
 import sys, time
-from riskpo_trl.trainer.preemption import StopOnSignal
+from riskpo_trl.job.preemption import StopOnSignal
 stop = StopOnSignal(4)
 stop.checkpoint_saved = sys.argv[2] == "saved"
 stop.install()
@@ -391,7 +391,7 @@ def test_a_server_timeout_stops_at_a_checkpoint_of_the_last_step_with_exit_75(tm
     """The training script's stop path (the same calls as after a signal): the timeout ends train(), a checkpoint of
     the last completed step is saved (none before the first step), and finish prints the error and the stop line
     and exits 75."""
-    from riskpo_trl.trainer.preemption import RunStopped, stopping_on_signals
+    from riskpo_trl.job.preemption import RunStopped, stopping_on_signals
 
     trainer = TimingOutTrainer(tmp_path, step)
     with stopping_on_signals(trainer) as stop:
@@ -409,7 +409,7 @@ def test_a_server_timeout_stops_at_a_checkpoint_of_the_last_step_with_exit_75(tm
 def test_a_server_timeout_keeps_the_checkpoint_the_step_already_saved(tmp_path):
     trainer = TimingOutTrainer(tmp_path, 3)
     trainer._save_checkpoint(None, None)
-    from riskpo_trl.trainer.preemption import stopping_on_signals
+    from riskpo_trl.job.preemption import stopping_on_signals
 
     with stopping_on_signals(trainer) as stop:
         trainer.train()
@@ -417,7 +417,7 @@ def test_a_server_timeout_keeps_the_checkpoint_the_step_already_saved(tmp_path):
 
 
 def test_other_errors_of_training_are_not_turned_into_a_stop(tmp_path):
-    from riskpo_trl.trainer.preemption import stopping_on_signals
+    from riskpo_trl.job.preemption import stopping_on_signals
     from riskpo_trl.weight_sync.bounded import WeightSyncError
 
     trainer = TimingOutTrainer(tmp_path, 2)
@@ -451,7 +451,7 @@ def test_the_checkpoint_counts_as_saved_at_the_stop_step_only():
 def test_a_server_that_stopped_answering_stops_like_a_timeout_and_names_itself(tmp_path):
     """A killed server (its connection refused or dropped) is a stop at a checkpoint with exit 75 too, and the stop
     line says what stopped it."""
-    from riskpo_trl.trainer.preemption import RunStopped, stopping_on_signals
+    from riskpo_trl.job.preemption import RunStopped, stopping_on_signals
     from riskpo_trl.weight_sync.bounded import ServerUnreachableError
 
     trainer = TimingOutTrainer(tmp_path, 2)
@@ -466,7 +466,7 @@ def test_a_server_that_stopped_answering_stops_like_a_timeout_and_names_itself(t
 def test_a_stop_signal_while_waiting_on_the_server_stops_at_once_at_the_last_step(tmp_path):
     """A signal's handler ends a wait on the server (`interruptible_wait`) with StopRequested: the run stops at once,
     with a checkpoint of its last step and the signal's name in the stop line, not at the end of the batch."""
-    from riskpo_trl.trainer.preemption import RunStopped, stopping_on_signals
+    from riskpo_trl.job.preemption import RunStopped, stopping_on_signals
     from riskpo_trl.weight_sync.bounded import interruptible_wait
 
     trainer = TimingOutTrainer(tmp_path, 5)

@@ -7,7 +7,7 @@ method's parameters (`PRIVATE_METHODS`), a class attribute's presence (`PRIVATE_
 attribute (`PRIVATE_ATTRIBUTES`). A name counts as the library's when
 
 - a class of the package defines it and a library class it is combined with defines it too (an override; mixins are
-  combined with the classes that list them as bases, and the trainers of `TRAINERS`);
+  combined with the classes that list them as bases, and the package's trainers of `TRAINERS`);
 - it is read on ``self`` or ``super()`` in such a class and the package's side of the class neither defines it nor
   sets it in ``__init__`` (so TRL's ``_metrics``, set in GRPOTrainer's ``__init__``, counts);
 - it is read on a library class or module by name (``Trainer._save_checkpoint``);
@@ -180,10 +180,12 @@ def runtime_object(module: str, qualname: str | None = None):
 
 
 def composed_classes() -> list[type]:
-    """The trainers of `TRAINERS` (the baselines are built, not declared), whose bases are mixins of the package."""
+    """The package's trainers of `TRAINERS`, whose bases are mixins of the package (the baselines are TRL's own
+    classes, unchanged: none of their code is the package's)."""
     from riskpo_trl.trainer.registry import TRAINERS, get_trainer_classes
 
-    return [get_trainer_classes(name)[1] for name in TRAINERS]
+    trainers = [get_trainer_classes(name)[1] for name in TRAINERS]
+    return [cls for cls in trainers if cls.__module__.startswith("riskpo_trl")]
 
 
 def scan(sources: dict[str, str]) -> list[PrivateUse]:

@@ -19,6 +19,7 @@ LAZY_PACKAGES = [
     "riskpo_trl.code",
     "riskpo_trl.data",
     "riskpo_trl.evaluation",
+    "riskpo_trl.job",
     "riskpo_trl.rewards",
     "riskpo_trl.risk",
     "riskpo_trl.trainer",

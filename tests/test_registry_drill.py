@@ -40,8 +40,8 @@ def next_completion_baseline(advantages, scorable, num_generations):
 DRILL_TEST = """
 import torch
 from riskpo_trl import ADVANTAGE_BASELINES, RISK_PROFILES, RiskPOConfig
+from riskpo_trl.job.model_card import baseline_clause
 from riskpo_trl.risk.contracts import baseline_contract_violations, expected_gradient_gap
-from riskpo_trl.trainer.model_card import baseline_clause
 
 
 def test_the_new_profile_and_baseline_pass_the_contracts(tmp_path):

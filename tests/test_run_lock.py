@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from riskpo_trl.job.run_lock import LOCK_FILE, OutputDirLocked, acquire
 from riskpo_trl.scripts import train
-from riskpo_trl.trainer.run_lock import LOCK_FILE, OutputDirLocked, acquire
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -291,7 +291,7 @@ def test_a_run_in_another_pid_namespace_keeps_its_lock(tmp_path):
             sys.executable,
             "-c",
             (
-                "import sys, time\nfrom riskpo_trl.trainer.run_lock import acquire\nacquire(sys.argv[1])\n"
+                "import sys, time\nfrom riskpo_trl.job.run_lock import acquire\nacquire(sys.argv[1])\n"
                 "print('held', flush=True)\ntime.sleep(120)"
             ),
             str(tmp_path),
@@ -379,7 +379,7 @@ def test_a_huge_lock_file_is_refused_by_name_not_read(tmp_path):
 def test_a_skewed_clock_does_not_make_a_lock_being_written_look_stale(tmp_path, monkeypatch):
     """This host's clock 10 s ahead of the filesystem's (an NFS server's): a lock created empty a moment ago is still
     being written by its run, which then holds it; judged by ``time.time() - st_mtime`` it looked 10 s old."""
-    from riskpo_trl.trainer import run_lock
+    from riskpo_trl.job import run_lock
 
     skewed = types.SimpleNamespace(time=lambda: time.time() + 10, monotonic=time.monotonic, sleep=time.sleep)
     monkeypatch.setattr(run_lock, "time", skewed)
@@ -436,7 +436,7 @@ def test_a_second_holders_lock_survives_the_first_holders_release(tmp_path):
 
 def test_a_release_that_ignores_ownership_fails_the_survival_test(tmp_path, monkeypatch):
     """Mutation: release without "only if it is still ours" removes the second run's lock."""
-    from riskpo_trl.trainer.run_lock import RunLock
+    from riskpo_trl.job.run_lock import RunLock
 
     def release_whatever_holds_it(self) -> None:
         with contextlib.suppress(FileNotFoundError):

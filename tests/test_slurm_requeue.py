@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from riskpo_trl.trainer.preemption import STOPPED_EXIT_CODE
+from riskpo_trl.job.preemption import STOPPED_EXIT_CODE
 
 ROOT = Path(__file__).resolve().parents[1]
 SLURM = ROOT / "examples/launch/slurm_riskpo.sh"
@@ -43,7 +43,7 @@ worker = subprocess.run([sys.executable, {worker!r}])
 print(f"launcher: the training process exited {{worker.returncode}}", flush=True)
 sys.exit(0 if worker.returncode == 0 else 1)
 """
-# The training process: handles SIGUSR1 like riskpo_trl.trainer.preemption (stop file, exit 75), or finishes, or
+# The training process: handles SIGUSR1 like riskpo_trl.job.preemption (stop file, exit 75), or finishes, or
 # crashes.
 WORKER = """import os, signal, sys, time
 stop = []

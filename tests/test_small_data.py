@@ -12,7 +12,7 @@ from datasets import IterableDataset
 from helpers import contains_digit_reward, make_prompt_dataset
 from trl import GRPOConfig
 
-from riskpo_trl import RiskPOConfig, RiskPOTrainer
+from riskpo_trl import RiskPOConfig, RiskPOTrainer, job
 from riskpo_trl.scripts import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +44,8 @@ def test_a_grpo_script_swapped_to_riskpo_with_20_examples_is_refused_naming_the_
     args = RiskPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4)
     with pytest.raises(ValueError) as error:
         # The model path does not exist: the size check comes before anything loads.
-        RiskPOTrainer(
+        job.build(
+            RiskPOTrainer,
             str(tmp_path / "no-model"),
             reward_funcs=contains_digit_reward,
             args=args,
@@ -66,7 +67,13 @@ def test_a_grpo_script_swapped_to_riskpo_with_20_examples_is_refused_naming_the_
 
 def refusal(args, rows: int, model: str) -> str:
     with pytest.raises(ValueError) as error:
-        RiskPOTrainer(model, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset(rows))
+        job.build(
+            RiskPOTrainer,
+            model,
+            reward_funcs=contains_digit_reward,
+            args=args,
+            train_dataset=make_prompt_dataset(rows),
+        )
     return str(error.value)
 
 
@@ -83,8 +90,12 @@ def test_the_refusal_names_from_grpo_config_and_its_one_line_example_trains_on_3
         example.replace("output_dir=...", "output_dir=OUT, use_cpu=True"),
         {"RiskPOConfig": RiskPOConfig, "GRPOConfig": GRPOConfig, "OUT": str(tmp_path)},
     )
-    trainer = RiskPOTrainer(
-        tiny_model_dir, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset(30)
+    trainer = job.build(
+        RiskPOTrainer,
+        tiny_model_dir,
+        reward_funcs=contains_digit_reward,
+        args=args,
+        train_dataset=make_prompt_dataset(30),
     )
     assert trainer.args.generation_batch_size // trainer.args.num_generations == 2
 
@@ -110,21 +121,27 @@ def test_with_5_prompts_no_steps_per_generation_fits_bundle_size_5_so_a_fitting_
         bundle_size=int(bundle),
     )
     assert fitted.generation_batch_size // fitted.num_generations <= 5
-    RiskPOTrainer(
-        tiny_model_dir, reward_funcs=contains_digit_reward, args=fitted, train_dataset=make_prompt_dataset(5)
+    job.build(
+        RiskPOTrainer,
+        tiny_model_dir,
+        reward_funcs=contains_digit_reward,
+        args=fitted,
+        train_dataset=make_prompt_dataset(5),
     )
 
 
 @pytest.mark.slow
 def test_exactly_one_generation_batch_trains_every_step_over_repeated_epochs(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="has 3 examples, fewer than the 4 prompts"):
-        RiskPOTrainer(
+        job.build(
+            RiskPOTrainer,
             tiny_model_dir,
             reward_funcs=contains_digit_reward,
             args=small_config(tmp_path, max_steps=6),
             train_dataset=make_prompt_dataset(3),
         )
-    trainer = RiskPOTrainer(
+    trainer = job.build(
+        RiskPOTrainer,
         tiny_model_dir,
         reward_funcs=contains_digit_reward,
         args=small_config(tmp_path, max_steps=6),
@@ -141,7 +158,8 @@ def test_a_stream_with_less_than_one_generation_batch_raises_after_training(tiny
     card."""
     rows = make_prompt_dataset(3).to_list()
     stream = IterableDataset.from_generator(lambda: iter(rows))
-    trainer = RiskPOTrainer(
+    trainer = job.build(
+        RiskPOTrainer,
         tiny_model_dir,
         reward_funcs=contains_digit_reward,
         args=small_config(tmp_path, max_steps=2),

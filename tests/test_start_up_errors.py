@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from helpers import contains_digit_reward, make_prompt_dataset
 
-from riskpo_trl import RiskPOConfig, RiskPOTrainer
+from riskpo_trl import RiskPOConfig, RiskPOTrainer, job
 from riskpo_trl.scripts import eval as eval_script
 from riskpo_trl.scripts import plot, train
 
@@ -145,7 +145,8 @@ def test_python_api_suggests_the_closest_field_for_a_misspelled_keyword(tmp_path
         bundle_size=2,
     )
     with pytest.raises(TypeError, match=r"'train_datset' \(did you mean train_dataset\?\)"):
-        RiskPOTrainer(
+        job.build(
+            RiskPOTrainer,
             str(tmp_path / "no-model"),
             reward_funcs=contains_digit_reward,
             args=args,
@@ -218,7 +219,8 @@ def test_a_baseline_trainer_refuses_an_unknown_loss_type_before_it_loads_the_mod
         output_dir=str(tmp_path), loss_type="dr-grpo", per_device_train_batch_size=4, num_generations=2, use_cpu=True
     )
     with pytest.raises(ValueError, match=r"loss_type='dr-grpo' is unknown \(did you mean dr_grpo\?\)"):
-        trainer_class(
+        job.build(
+            trainer_class,
             str(tmp_path / "no-model"),
             reward_funcs=contains_digit_reward,
             args=args,

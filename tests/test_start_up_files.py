@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from riskpo_trl.job import run_lock
 from riskpo_trl.risk.quantile_tracker import QuantileTracker
 from riskpo_trl.scripts.early_checks import finished_run
 from riskpo_trl.scripts.run_data import recorded_data
-from riskpo_trl.trainer import run_lock
 from riskpo_trl.trainer.checkpoints import (
     RISK_STATE_FILE,
     check_resume_settings,

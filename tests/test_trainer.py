@@ -17,6 +17,7 @@ from riskpo_trl import (
     RiskPOTrainer,
     authors_code_mvar_advantage,
     group_quantiles,
+    job,
     leave_one_out_baseline,
     mvar_advantage,
     risk_seeking_advantage,
@@ -300,19 +301,25 @@ def test_dataset_columns_are_checked_before_the_model_loads(tmp_path):
     no_prompt = Dataset.from_list([{"question": "1 + 1", "solution": "2"}] * 5)
     # The model path does not exist: the dataset error must come first, before anything is loaded.
     with pytest.raises(ValueError, match=r"training dataset has no 'prompt' column \(its columns: \['question', "):
-        RiskPOTrainer(
-            str(tmp_path / "no-model"), reward_funcs=contains_digit_reward, args=args, train_dataset=no_prompt
+        job.build(
+            RiskPOTrainer,
+            str(tmp_path / "no-model"),
+            reward_funcs=contains_digit_reward,
+            args=args,
+            train_dataset=no_prompt,
         )
     no_solution = make_prompt_dataset().remove_columns("solution")
     with pytest.raises(ValueError, match=r"math_verify_reward reads the column\(s\) \['solution'\]"):
-        RiskPOTrainer(
+        job.build(
+            RiskPOTrainer,
             str(tmp_path / "no-model"),
             reward_funcs=[contains_digit_reward, math_verify_reward],
             args=args,
             train_dataset=no_solution,
         )
     with pytest.raises(ValueError, match=r"evaluation \(held_out\) dataset has no 'prompt' column"):
-        RiskPOTrainer(
+        job.build(
+            RiskPOTrainer,
             str(tmp_path / "no-model"),
             reward_funcs=contains_digit_reward,
             args=args,

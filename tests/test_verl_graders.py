@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from helpers import make_prompt_dataset
 
-from riskpo_trl import RiskPOConfig, RiskPOTrainer
+from riskpo_trl import RiskPOConfig, RiskPOTrainer, job
 from riskpo_trl.rewards import (
     REWARD_FUNCS,
     verify_answer,
@@ -129,13 +129,13 @@ def test_trainer_refuses_a_dataset_whose_source_verl_by_source_cannot_grade(tiny
     dataset = make_prompt_dataset(5)
     args = RiskPOConfig(output_dir=str(tmp_path), report_to="none", num_generations=2, bundle_size=1)
     with pytest.raises(ValueError, match="reads the column.*data_source"):
-        RiskPOTrainer(tiny_model_dir, reward_funcs=verl_by_source_reward, args=args, train_dataset=dataset)
+        job.build(RiskPOTrainer, tiny_model_dir, reward_funcs=verl_by_source_reward, args=args, train_dataset=dataset)
     unknown = dataset.add_column("data_source", ["openai/gsm8k"] * 4 + ["my/dataset"])
     with pytest.raises(
         ValueError,
         match="training dataset does not fit the reward function verl_by_source_reward.*data_source='my/dataset'",
     ):
-        RiskPOTrainer(tiny_model_dir, reward_funcs=verl_by_source_reward, args=args, train_dataset=unknown)
+        job.build(RiskPOTrainer, tiny_model_dir, reward_funcs=verl_by_source_reward, args=args, train_dataset=unknown)
 
 
 def test_percent_signs_are_removed_twice_as_verls_strip_string_does():

@@ -71,7 +71,8 @@ def known(value: float) -> float | None:
 
 
 def with_covariance_probe(trainer_cls):
-    """``trainer_cls`` (a trainer of riskpo_trl's registry: RiskPO, or a baseline with the package's shared layer) with
+    """``trainer_cls`` (RiskPO's trainer, or TRL's GRPOTrainer with the per-batch seam of
+    ``riskpo_trl.trainer.batch_hook.observed_trainer``) with
     a batch observer (the public per-batch hook, ``add_batch_observer``) that records, for each training generation batch, (a) the covariance and the correlation
     between a completion's length-normalised log-probability (under the policy that sampled it) and its advantage,
     within each prompt's group, averaged over prompts (Proposition 1's quantity), logged as ``probe/*``; (b) the
@@ -180,6 +181,7 @@ def build_trainer(
     from transformers import AutoTokenizer
 
     from riskpo_trl import RiskPOTrainer
+    from riskpo_trl.trainer.batch_hook import observed_trainer
     from riskpo_trl.trainer.registry import get_trainer_classes
 
     splits = make_splits(cfg)
@@ -190,7 +192,7 @@ def build_trainer(
         for a, b in pairs
     ]
     args = rl_config(method, lr, seed, cfg, output_dir, **overrides)
-    _, grpo_trainer = get_trainer_classes("grpo")  # TRL's GRPOTrainer with the package's shared layer
+    grpo_trainer = observed_trainer(get_trainer_classes("grpo")[1])  # TRL's GRPOTrainer, its batches observed
     trainer_cls = with_covariance_probe(grpo_trainer if method in ("grpo", "gspo") else RiskPOTrainer)
     tokenizer = AutoTokenizer.from_pretrained(start_dir)
     recorder = RewardRecorder(grader_for(tokenizer)) if grader_for is not None else RewardRecorder()

@@ -79,7 +79,7 @@ if (( DRY_RUN )); then
   exit 0
 fi
 
-STOPPED=75  # riskpo_trl.trainer.preemption.STOPPED_EXIT_CODE: stopped at a checkpoint; the same command resumes
+STOPPED=75  # riskpo_trl.job.preemption.STOPPED_EXIT_CODE: stopped at a checkpoint; the same command resumes
 # The launcher (torchrun) reports its processes' exit code 75 as a failure (exit 1); the training processes also
 # write their stop line to this file, which carries the clean stop past it.
 export RISKPO_STOP_FILE="${TMPDIR:-/tmp}/riskpo-stop-$$-$PORT"

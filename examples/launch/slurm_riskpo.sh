@@ -92,7 +92,7 @@ if (( DRY_RUN )); then
   exit 0
 fi
 
-STOPPED=75  # riskpo_trl.trainer.preemption.STOPPED_EXIT_CODE: stopped at a checkpoint; the same command resumes
+STOPPED=75  # riskpo_trl.job.preemption.STOPPED_EXIT_CODE: stopped at a checkpoint; the same command resumes
 STOP_REQUESTED=0 TERMINATING=0 SIGNALLED=0 TRAIN_PID=""
 requeue() {
   echo "Training stopped at a checkpoint: requeueing job $SLURM_JOB_ID; it resumes from that checkpoint."

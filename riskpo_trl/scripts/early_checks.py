@@ -19,10 +19,10 @@ import shutil
 from ..data.columns import training_renames
 from ..data.local_files import check_data_files, peek_columns
 from ..data.user_datasets import FILE_FORMATS
+from ..job.checks import check_generation_batch_fits, check_model_path, missing_prompt_message
+from ..job.last_checkpoint import last_complete_checkpoint
+from ..job.run_lock import LOCK_FILE, acquire
 from ..trainer.batch_layout import bundle_layout_error
-from ..trainer.checks import check_generation_batch_fits, check_model_path, missing_prompt_message
-from ..trainer.last_checkpoint import last_complete_checkpoint
-from ..trainer.run_lock import LOCK_FILE, acquire
 from .run_data import MAX_TRAINER_STATE_BYTES, check_same_data
 
 # What a checkpoint holds besides the model files that save_model writes into output_dir.

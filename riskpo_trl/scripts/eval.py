@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         formatter_class=DefaultsHelpFormatter,
     )
     from ..hub_access import use_offline_mode_if_unreachable
-    from ..trainer.checks import check_model_available
+    from ..job.checks import check_model_available
 
     # At once (before torch loads), not after the Hub's retries: a local path that does not exist (the same check as
     # riskpo-train's); and when something is to come from the Hub, whether it answers, asked once: if not, the

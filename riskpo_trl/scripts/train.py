@@ -16,7 +16,7 @@ directory, or ``json``/``csv``/``parquet`` with ``dataset_files`` (riskpo_trl.da
 command line replaces the recipe's data settings, and each checkpoint records the data it was trained on: a run in
 ``output_dir`` on other data is refused in one line (riskpo_trl.scripts.run_data).
 
-One run at a time per ``output_dir``: a second is refused while the first holds its lock (riskpo_trl.trainer.run_lock).
+One run at a time per ``output_dir``: a second is refused while the first holds its lock (riskpo_trl.job.run_lock).
 A run restarts from the last checkpoint in ``output_dir`` by itself, with the same risk settings (a change is refused
 at start-up), and a run whose last checkpoint already reached
 its end (``max_steps``, or the epochs) says so and exits without training; at the end the model, the tokenizer and the
@@ -26,10 +26,10 @@ before torch, transformers and TRL load (riskpo_trl.scripts.known_options).
 
 SIGINT (Ctrl-C), SIGTERM or SIGUSR1 during training stops the run at the end of the current generation batch, saves a
 checkpoint there, prints one line (the step, the checkpoint, "Run the same command to resume") and exits with code 75
-(``riskpo_trl.trainer.preemption.STOPPED_EXIT_CODE``), writing no model card; the same command resumes it exactly. A
+(``riskpo_trl.job.preemption.STOPPED_EXIT_CODE``), writing no model card; the same command resumes it exactly. A
 second Ctrl-C more than a second later aborts at once without saving (exit status 130); once the checkpoint is
 saved, further signals are ignored and the exit code stays 75. See
-``riskpo_trl.trainer.preemption``.
+``riskpo_trl.job.preemption``.
 """
 
 from __future__ import annotations
@@ -567,9 +567,10 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     from accelerate import PartialState
     from trl import get_peft_config, get_quantization_config
 
+    from ..job.checks import check_model_path
+    from ..job.guard_rails import build as build_with_guard_rails
     from ..tiny_model import warn_if_tiny_random_model
     from ..tracks import load_benchmark, load_train_dataset
-    from ..trainer.checks import check_model_path
     from .console import use_compact_log
 
     _, trainer_class = get_trainer_classes(script_args.trainer)
@@ -617,8 +618,9 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
     # Geometry3K track) its processor, and then takes TRL's VLM path for the `images` column.
     # The trainer places a quantized model itself (device_map=None under distributed training), which is what
     # get_kbit_device_map did in older TRL scripts; trl 1.16 no longer ships that helper.
-    # Every registered trainer applies the package's checks and fixes itself (riskpo_trl.trainer.shared).
-    trainer = trainer_class(
+    # Whichever trainer it is (RiskPO's, or TRL's own baseline), the job layer builds it with its guard rails.
+    trainer = build_with_guard_rails(
+        trainer_class,
         model=model_args.model_name_or_path,
         reward_funcs=script_args.reward_functions,
         args=training_args,
@@ -706,7 +708,7 @@ def build_tiny(script_args: RiskPOScriptArguments, model_path: str) -> None:
 def check_tiny_model_path(script_args: RiskPOScriptArguments, model_path: str | None) -> None:
     """Refuse to build a tiny random model at a missing ``model_path`` that could be a Hub id. Checked before the
     run's lock creates ``output_dir``: a new ``outputs/`` would make ``outputs/tiny-qwen2`` read as local."""
-    from ..trainer.checks import reads_as_local_path
+    from ..job.checks import reads_as_local_path
 
     if not (script_args.build_tiny_model or script_args.build_tiny_vlm) or not model_path:
         return
@@ -737,7 +739,7 @@ def hub_datasets(script_args: RiskPOScriptArguments) -> list[str]:
 def resume_checkpoint(training_args) -> str | None:
     """``resume_from_checkpoint`` if set, else the last checkpoint in ``output_dir`` (a killed run picks up where it
     stopped), else None."""
-    from ..trainer.last_checkpoint import last_complete_checkpoint
+    from ..job.last_checkpoint import last_complete_checkpoint
 
     if training_args.resume_from_checkpoint is not None:
         return training_args.resume_from_checkpoint
@@ -751,7 +753,7 @@ def prepare(script_args: RiskPOScriptArguments, training_args, model_args):
     finished the run this command asks for: then nothing is built, and a missing final save is restored from it."""
     from accelerate import PartialState
 
-    from ..trainer.checks import check_run_requirements
+    from ..job.checks import check_run_requirements
     from .early_checks import finished_run, nothing_to_train, restore_final_save
 
     check_run_requirements(training_args)  # vLLM, report_to, push_to_hub: before the model loads
@@ -777,8 +779,8 @@ def prepare(script_args: RiskPOScriptArguments, training_args, model_args):
 def main(script_args: RiskPOScriptArguments, training_args, model_args):
     """Build the trainer, train (resuming from the last checkpoint in ``output_dir``), save model, state and card.
     Returns the trainer, or None when ``output_dir`` already holds a finished run (nothing is trained). Another run
-    in the same ``output_dir`` is refused (riskpo_trl.trainer.run_lock)."""
-    from ..trainer.run_lock import lock_output_dir
+    in the same ``output_dir`` is refused (riskpo_trl.job.run_lock)."""
+    from ..job.run_lock import lock_output_dir
 
     check_tiny_model_path(script_args, model_args.model_name_or_path)
     with lock_output_dir(training_args.output_dir):
@@ -791,13 +793,14 @@ def train_and_save(
 ):
     """Train from ``checkpoint`` (None: from scratch), then save the model, the trainer state and the card; a run
     that took no step raises before anything is saved. ``exit_after_stop``: the process is this script's own, and a
-    stopped run ends it within a few seconds of its stop line (trainer.preemption)."""
-    from ..trainer.preemption import stopping_on_signals
+    stopped run ends it within a few seconds of its stop line (job.preemption)."""
+    from ..job.guard_rails import train
+    from ..job.preemption import stopping_on_signals
 
     if checkpoint is not None:
         trainer.accelerator.print(f"Resuming from {checkpoint}.")
     with stopping_on_signals(trainer, exit_after_stop) as stop:
-        trainer.train(resume_from_checkpoint=checkpoint)
+        train(trainer, resume_from_checkpoint=checkpoint)
     if stop.stopped_at is not None:
         stop.finish(trainer)  # one line, no card; raises RunStopped: exit code 75
     # trainer_state.json (the log history `riskpo-plot` reads) lands in output_dir even with save_strategy "no".
@@ -822,7 +825,7 @@ def cli(argv: Sequence[str] | None = None) -> None:
     wrapped, so a crash keeps its traceback."""
     argv_given = argv
     argv, debug = pop_debug_flag(sys.argv[1:] if argv is None else argv)
-    from ..trainer.caller_warnings import drop_deepspeed_cpu_notice, ignore_library_default_warnings
+    from ..job.library_warnings import drop_deepspeed_cpu_notice, ignore_library_default_warnings
 
     drop_deepspeed_cpu_notice()  # before parsing: building the config already warns
     ignore_library_default_warnings()  # for the whole run: what the trainers silence while they build and train
@@ -833,7 +836,7 @@ def cli(argv: Sequence[str] | None = None) -> None:
                 print(finished)
                 return
             script_args, training_args, model_args = parse_args(argv)
-            from ..trainer.run_lock import lock_output_dir
+            from ..job.run_lock import lock_output_dir
             from .cpu_threads import use_default_cpu_threads
 
             use_default_cpu_threads(training_args.use_cpu)

@@ -1,7 +1,7 @@
 """The trainer layer: RiskPO on TRL (``riskpo_trainer``, ``config`` with ``config_checks`` and ``config_conversion``),
-what every trainer of the package shares (``shared``), the trainers' plumbing in one module per concern
-(``batch_hook``, ``token_mean``, ``unscored_rewards``, ``checkpoints``, ``checks``, ``regime_guard``, ``preemption``),
-the model card and the registry of trainers a recipe can name (``registry``). Public names load on first use."""
+its parts in one module per concern (``batch_hook``, ``token_mean``, ``unscored_rewards``, ``checkpoints``,
+``regime_guard``) and the registry of trainers a recipe can name (``registry``: RiskPO and TRL's own baselines). The
+guard rails of a training job are the layer above (``riskpo_trl.job``). Public names load on first use."""
 
 from typing import TYPE_CHECKING
 

@@ -4,20 +4,24 @@ An observer is any callable taking one :class:`ScoredBatch`; register it with ``
 It sees the whole (gathered) batch's rewards, this process's tensors that reach the loss, and, for RiskPO, the
 :class:`~riskpo_trl.risk.RiskPOBatch` (bundles, advantages, quantiles) with the ``risk/*`` metrics logged for it.
 The regime guard, the tests, the benchmarks and the studies observe batches this way rather than by overriding TRL's
-private methods; ``BatchObserversMixin`` is the one place that overrides ``_generate_and_score_completions``. It is part
-of every trainer of this package (:class:`~riskpo_trl.trainer.shared.SharedTrainerMixin`, whose ``_calculate_rewards``
-keeps the batch's gathered rewards for it), RiskPO's and the GRPO/GMPO baselines' alike.
+private methods; ``BatchObserversMixin`` is the one place that overrides ``_generate_and_score_completions`` and
+``_calculate_rewards`` (which keeps the batch's gathered rewards for it and names the reward functions that returned
+None or NaN). It is RiskPOTrainer's; the recipes' GRPO and GMPO baselines are TRL's own classes, without it. A study
+that observes a TRL trainer's batches builds it with :func:`observed_trainer`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from .. import compat
 from ..risk import RiskPOBatch
+from .unscored_rewards import counting_unscored_rewards, warn_unscored
 
 
 @dataclass
@@ -49,7 +53,7 @@ class BatchObserversMixin:
     """For a `GRPOTrainer`: :meth:`add_batch_observer`, and every scored generation batch (training and evaluation)
     passed to the observers in the order they were added. A subclass computes its own advantages in
     :meth:`_score_batch`, which runs before the observers (the default changes nothing). ``_scored_rewards`` (the
-    batch's gathered rewards per function) is set by the shared layer's ``_calculate_rewards``."""
+    batch's gathered rewards per function) is set by :meth:`_calculate_rewards`."""
 
     _batch_observers: list[BatchObserver]
     _scored_rewards: torch.Tensor | None = None
@@ -70,3 +74,23 @@ class BatchObserversMixin:
     def _score_batch(self, batch: ScoredBatch) -> None:
         """Hook for a subclass's advantage step: may replace ``batch.outputs["advantages"]`` and fill ``batch.risk``
         and ``batch.metrics``."""
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        # 1. The reward accounting: TRL scores the batch while each reward function's None and NaN are counted; the
+        #    NaN ones and the completions no function scored are then named in a warning.
+        with counting_unscored_rewards(self) as unscored:
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        compat.check_gathered_rewards(len(rewards_per_func), len(prompts), self.accelerator.num_processes)
+        start = self.accelerator.process_index * len(prompts)  # the rewards come back gathered over all processes
+        warn_unscored(unscored, rewards_per_func[start : start + len(prompts)], completions)
+        # 2. The per-batch hook: the gathered rewards are kept for the batch's advantage step and its observers.
+        self._scored_rewards = rewards_per_func
+        return rewards_per_func
+
+
+@functools.cache
+def observed_trainer(trl_trainer: type) -> type:
+    """``trl_trainer`` (a TRL GRPO-family trainer) with :meth:`BatchObserversMixin.add_batch_observer`, under its own
+    name, the same class on every call: for the studies that probe a baseline's batches. The recipes' baselines are
+    TRL's classes unchanged."""
+    return type(trl_trainer.__name__, (BatchObserversMixin, trl_trainer), {"__module__": __name__})

@@ -3,66 +3,25 @@
 A warning from a config check would otherwise point at the dataclass's generated ``__init__`` (``<string>``), this
 package's config modules or transformers' and TRL's argument parsing; :func:`caller_stacklevel` walks past them to the
 user's ``RiskPOConfig(...)`` line, or the script that parsed a recipe. A renamed GRPO script hears which GRPO defaults
-the paper's layout replaced (:func:`warn_replaced_grpo_defaults`). The libraries' warnings about their own defaults,
-which no user can act on, are silenced while the trainers build and train (:func:`library_default_warnings_silenced`),
-and by ``riskpo-train`` for the whole run. This module imports no heavy library at import time (``riskpo-train``'s
-console reads :data:`LIBRARY_DEFAULT_WARNINGS` before torch loads).
+the paper's layout replaced (:func:`warn_replaced_grpo_defaults`). The libraries' notices no user can act on are the
+job layer's (``riskpo_trl.job.library_warnings``): no trainer or config installs a filter. This module imports no
+heavy library at import time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import os
 import sys
 import warnings
 from collections.abc import Iterator
 
-# (category, message regex) of warnings the libraries raise on every run, about their own defaults: TRL's GRPOConfig
-# defaults `gradient_checkpointing=True` and its generation context calls `gradient_checkpointing_disable/enable`,
-# names transformers 5 deprecates; torch's DataLoader says pin_memory does nothing where there is no accelerator,
-# which is what transformers' default `dataloader_pin_memory=True` asks for on a CPU. Other warnings still show.
+# transformers 5 deprecates the gradient-checkpointing names that GRPOConfig's default (`gradient_checkpointing=True`)
+# and TRL's generation context use; said while a config is built only when the caller set that field.
 GRADIENT_CHECKPOINTING_DEPRECATION = r"`(is_)?gradient_checkpointing\w*` is deprecated and will be removed in v6"
 WARNING_WIDTH = 100  # a long warning is wrapped to lines a terminal or notebook shows whole
 SET_FIELDS_ATTRIBUTE = "_fields_set_by_caller"  # on a config: the fields its constructor's caller passed
-PIN_MEMORY_WITHOUT_ACCELERATOR = r"'pin_memory' argument is set as true but no accelerator is found"
-LIBRARY_DEFAULT_WARNINGS = (
-    (FutureWarning, GRADIENT_CHECKPOINTING_DEPRECATION),
-    (UserWarning, PIN_MEMORY_WITHOUT_ACCELERATOR),
-)
-
-
-# DeepSpeed announces its CPU fallback on every process of a CPU run, where the CPU is what was asked for.
-DEEPSPEED_CPU_NOTICE = "Setting accelerator to CPU."
-
-
-class _DropDeepSpeedCpuNotice(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(DEEPSPEED_CPU_NOTICE)
-
-
-def drop_deepspeed_cpu_notice() -> None:
-    """Filter :data:`DEEPSPEED_CPU_NOTICE` out of DeepSpeed's logger (idempotent). Installed when the config module
-    loads, so user scripts and notebooks get it as riskpo-train does; every other DeepSpeed message still shows."""
-    deepspeed_logger = logging.getLogger("DeepSpeed")
-    if not any(isinstance(f, _DropDeepSpeedCpuNotice) for f in deepspeed_logger.filters):
-        deepspeed_logger.addFilter(_DropDeepSpeedCpuNotice())
-
-
-def ignore_library_default_warnings() -> None:
-    """Install the filters of :data:`LIBRARY_DEFAULT_WARNINGS` (in the current ``warnings.catch_warnings`` scope)."""
-    for category, message in LIBRARY_DEFAULT_WARNINGS:
-        warnings.filterwarnings("ignore", message=message, category=category)
-
-
-@contextlib.contextmanager
-def library_default_warnings_silenced() -> Iterator[None]:
-    """Within the block only: :data:`LIBRARY_DEFAULT_WARNINGS` are ignored (a user script's own filters come back
-    after it)."""
-    with warnings.catch_warnings():
-        ignore_library_default_warnings()
-        yield
 
 
 @contextlib.contextmanager

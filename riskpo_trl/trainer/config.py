@@ -11,10 +11,6 @@ from .. import compat
 
 compat.check_versions()  # before TRL loads: a release outside the tested range gets one message naming the range
 
-from .caller_warnings import drop_deepspeed_cpu_notice  # noqa: E402
-
-drop_deepspeed_cpu_notice()  # scripts and notebooks too: DeepSpeed's notice that a CPU run runs on the CPU
-
 from transformers.utils import is_torch_bf16_gpu_available  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 

@@ -11,13 +11,23 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import compat
+from ..compat import TRL_LOSS_TYPES
+from ..registry import closest_name
 from ..risk.advantages import ADVANTAGE_SCALINGS
 from ..risk.choices import RiskChoices
 from ..risk.credit import CREDIT_ASSIGNMENTS
 from ..risk.defaults import warn_if_resolved_by_scaling
 from .batch_layout import bundle_layout_error, divisors
 from .caller_warnings import caller_stacklevel
-from .checks import check_loss_type
+
+
+def check_loss_type(args: Any) -> None:
+    """Raise for a ``loss_type`` no TRL loss has, which TRL would refuse only at the first step, after loading."""
+    loss_type = getattr(args, "loss_type", None)
+    if loss_type is None or loss_type in TRL_LOSS_TYPES:
+        return
+    hint = closest_name(loss_type, TRL_LOSS_TYPES) if isinstance(loss_type, str) else ""
+    raise ValueError(f"loss_type={loss_type!r} is unknown{hint}; choose one of {list(TRL_LOSS_TYPES)} (TRL's losses).")
 
 
 def check_config(config: Any, grpo_checks: Callable[[], None]) -> None:

@@ -15,10 +15,11 @@ compat.check_versions()  # before TRL loads: a release outside the tested range 
 from trl import GRPOTrainer  # noqa: E402
 
 from ..risk import QuantileTracker, RiskEstimator  # noqa: E402
-from .batch_hook import ScoredBatch  # noqa: E402
+from .batch_hook import BatchObserversMixin, ScoredBatch  # noqa: E402
 from .caller_warnings import warn_replaced_grpo_defaults  # noqa: E402
 from .checkpoints import (  # noqa: E402
     RISK_STATE_FILE,
+    TiedWeightsResumeMixin,
     check_resume_settings,
     checkpoint_write_error,
     max_training_batches,
@@ -30,7 +31,6 @@ from .checkpoints import (  # noqa: E402
 )
 from .config import RiskPOConfig  # noqa: E402
 from .regime_guard import RegimeGuard  # noqa: E402
-from .shared import SharedTrainerMixin  # noqa: E402
 from .token_mean import TokenMeanLossMixin  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["RISK_STATE_FILE", "RiskPOTrainer"]
 
 
-class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
+class RiskPOTrainer(BatchObserversMixin, TiedWeightsResumeMixin, TokenMeanLossMixin, GRPOTrainer):
     """
     Trainer for RiskPO (Risk-based Policy Optimization): GRPO whose advantage is bundled MVaR, not group-normalised.
 
@@ -73,12 +73,11 @@ class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
     Unscorable completions (every reward function returned ``None`` or NaN) get advantage 0 and do not count in their
     bundle's score, which is rescaled to the size of a full bundle; see [`~riskpo_trl.risk.permutation_bundles`].
 
-    What every trainer of this package shares comes from [`~riskpo_trl.trainer.shared.SharedTrainerMixin`], as for
-    the GRPO/GMPO baselines: the start-up checks ([`~riskpo_trl.trainer.checks.check_start_up`]: a model path that
-    does not exist, a misspelled keyword, missing columns, a training set smaller than one generation batch), the
-    warning that names reward functions returning NaN, the CPU vLLM server's weight sync ([`riskpo_trl.weight_sync`]),
-    an adapter's absolute base-model path, the resumed schedule, the per-batch seam, the model card, and `train`
-    raising when a run ends without a single step.
+    Besides the advantage, what differs from [`~trl.GRPOTrainer`] is listed in `docs/architecture.md` ("What RiskPO
+    changes"): its config's defaults, the reward accounting that names a reward function returning NaN, and a resume
+    warning that leaves tied weights out. The guard rails of a training job (start-up checks, the CPU vLLM server's
+    weight sync, stopping on a signal, the run lock, the resumed schedule, the model card) are not the trainer's: they
+    come from [`riskpo_trl.job`], which `riskpo-train` applies to this trainer and to TRL's own baselines alike.
     """
 
     _tag_names = ["trl", "riskpo"]
@@ -106,10 +105,11 @@ class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
                 "RiskPOConfig.from_grpo_config(your_config, bundle_size=..., ...): it keeps every setting and adds "
                 "the risk fields you pass."
             )
-        if args is not None:  # a renamed GRPO script hears which of GRPO's defaults the paper's layout replaced
+        if args is None:  # as GRPOTrainer's default, with RiskPO's config
+            args = RiskPOConfig(f"{_model_name(model).split('/')[-1]}-{self._name}")
+        else:  # a renamed GRPO script hears which of GRPO's defaults the paper's layout replaced
             warn_replaced_grpo_defaults(args, logger)
-        super().__init__(model, reward_funcs, args=args, **kwargs)  # the shared layer's checks and fixes
-        args = self.args  # RiskPOConfig's defaults when none was given
+        super().__init__(model, reward_funcs, args=args, **kwargs)
         self.risk_estimator = RiskEstimator.from_config(args)
         # The guard's evidence is about the paper's advantage; the authors' scaling did not collapse in its regime.
         patience = args.regime_guard_patience if args.advantage_scaling == "none" else 0
@@ -241,3 +241,9 @@ class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
         self.accelerator.print(
             f"Resumed from {checkpoint} with advantage_baseline={self.risk_estimator.choices.advantage_baseline!r}."
         )
+
+
+def _model_name(model) -> str:
+    from trl.trainer.utils import get_config_model_id
+
+    return model if isinstance(model, str) else get_config_model_id(model.config)

@@ -13,7 +13,7 @@ would never match. So the main process never raises alone:
   `raise_agreed_failure`, after TRL's generate returns, raises it in every process.
 
 In every process the error has the class (`ServerTimeoutError`, `ServerUnreachableError`, `WeightSyncError`,
-`StopRequested`) and the message of the main process's, so each takes the same stop path (trainer.preemption).
+`StopRequested`) and the message of the main process's, so each takes the same stop path (job.preemption).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 prompt log-probs) get a read timeout, and TRL's retries no longer repeat a request whose answer timed out. A
 generation waits at most `generation_timeout` for the server's answer (derived from the batch unless set); any
 other request at most ``SyncSettings.sync_timeout_s``. A request that times out is `ServerTimeoutError`, which the
-training script turns into a checkpoint and exit code 75, as on a scheduler's signal (`trainer.preemption`).
+training script turns into a checkpoint and exit code 75, as on a scheduler's signal (`job.preemption`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class ServerUnreachableError(ServerTimeoutError):
 class StopRequested(BaseException):  # noqa: N818 -- a request, like KeyboardInterrupt, not an error
     """A stop signal (SIGINT, SIGTERM, SIGUSR1) that arrived while the main thread waited on the server
     (`interruptible_wait`): the wait is abandoned, and the run stops at once with a checkpoint of its last step
-    (trainer.preemption). A BaseException, so that no library's ``except Exception`` swallows it."""
+    (job.preemption). A BaseException, so that no library's ``except Exception`` swallows it."""
 
     def __init__(self, signal_name: str):
         super().__init__(signal_name)

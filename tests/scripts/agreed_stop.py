@@ -21,7 +21,7 @@ from types import SimpleNamespace
 from accelerate import PartialState
 from trl.generation.vllm_generation import VLLMGeneration
 
-from riskpo_trl.trainer.preemption import StopOnSignal
+from riskpo_trl.job.preemption import StopOnSignal
 from riskpo_trl.weight_sync.bounded import (
     BoundedRequestsMixin,
     ServerTimeoutError,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from accelerate import PartialState
 
-from riskpo_trl.trainer.run_lock import LOCK_FILE, OutputDirLocked, lock_output_dir
+from riskpo_trl.job.run_lock import LOCK_FILE, OutputDirLocked, lock_output_dir
 
 held_dir, free_dir, report_dir = map(Path, sys.argv[1:4])
 state = PartialState(cpu=True)

@@ -14,7 +14,6 @@ from typing import Any
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
-from ..compat import TRL_LOSS_TYPES
 from ..registry import closest_name
 
 # Keyword arguments GRPOTrainer passes to reward functions itself; every other one is read from a dataset column.
@@ -270,15 +269,6 @@ REPORTER_PACKAGES = {"azure_ml": "azureml-core", "comet_ml": "comet-ml", "flyte"
 REPORTER_CHECKS = {"azure_ml": "azureml", "comet_ml": "comet", "flyte": "flytekit"}
 
 
-def check_loss_type(args: Any) -> None:
-    """Raise for a ``loss_type`` no TRL loss has, which TRL would refuse only at the first step, after loading."""
-    loss_type = getattr(args, "loss_type", None)
-    if loss_type is None or loss_type in TRL_LOSS_TYPES:
-        return
-    hint = closest_name(loss_type, TRL_LOSS_TYPES) if isinstance(loss_type, str) else ""
-    raise ValueError(f"loss_type={loss_type!r} is unknown{hint}; choose one of {list(TRL_LOSS_TYPES)} (TRL's losses).")
-
-
 def check_run_requirements(args: Any) -> None:
     """Raise, naming the setting and the fix, when ``use_vllm`` is set without vLLM installed, when a ``report_to``
     integration is not installed, or when ``push_to_hub`` is set and the Hub cannot be reached or no token is
@@ -372,6 +362,8 @@ def check_start_up(
 ) -> None:
     """Every start-up check of a GRPO-family trainer's arguments (``kwargs``: the keywords besides ``model``,
     ``reward_funcs`` and ``args``)."""
+    from ..trainer.config_checks import check_loss_type  # here: this module stays light for the early checks
+
     check_keywords(kwargs, trainer_class, base_class)
     check_loss_type(args)
     check_run_requirements(args)

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from .state_files import MAX_NESTING, UntrustedFileError, nesting_depth, read_regular_file, shown
+from ..trainer.state_files import MAX_NESTING, UntrustedFileError, nesting_depth, read_regular_file, shown
 
 LOCK_FILE = "_riskpo_run.lock"
 # Holding this one (also an exclusive create) is what allows removing a stale lock, so that two runs that both find
