@@ -483,3 +483,40 @@ def test_a_stop_signal_while_waiting_on_the_server_stops_at_once_at_the_last_ste
         f"Stopped by SIGTERM at step 5 of 10: saved {tmp_path}/checkpoint-5. Run the same "
         "command to resume (exit code 75)."
     ]
+
+
+ALARM_PROCESS = """
+import signal, time
+from riskpo_trl.job.preemption import EXIT_GRACE_S, StopOnSignal
+stop = StopOnSignal(4)
+stop.checkpoint_saved = True
+stop.install()
+signal.signal(signal.SIGALRM, lambda *_: None)  # a library's own alarm (math-verify's timeout uses one)
+signal.alarm(1)
+time.sleep(EXIT_GRACE_S + 2.5)
+print("lived", flush=True)
+"""
+
+
+def test_only_a_stop_signal_ends_a_saved_stop():
+    """The watchdog reads every handled signal off the wakeup fd: a library's SIGALRM after a saved stop is not a
+    stop signal and must not end the process with exit 75."""
+    process = subprocess.run(
+        [sys.executable, "-c", ALARM_PROCESS], env=environment(), capture_output=True, text=True, timeout=60
+    )
+    assert process.returncode == 0 and process.stdout.strip() == "lived", process.stderr
+
+
+def test_a_stop_in_the_callers_process_gives_its_signal_handlers_back(tmp_path):
+    """Without exit_after_stop (a notebook, a test) the process goes on after RunStopped: its own handlers return,
+    so a later Ctrl-C or a library's signal is the caller's again, never a late exit with 75."""
+    from riskpo_trl.job.preemption import RunStopped, stopping_on_signals
+    from riskpo_trl.weight_sync.bounded import ServerUnreachableError
+
+    before = {name: signal.getsignal(getattr(signal, name)) for name in ("SIGINT", "SIGTERM", "SIGUSR1")}
+    trainer = TimingOutTrainer(tmp_path, 2)
+    with stopping_on_signals(trainer) as stop:
+        raise ServerUnreachableError("Generation by http://server:8000 at step 2: the connection was refused.")
+    with pytest.raises(RunStopped):
+        stop.finish(trainer)
+    assert {name: signal.getsignal(getattr(signal, name)) for name in before} == before

@@ -142,6 +142,8 @@ class StopOnSignal(TrainerCallback):
             if not numbers:
                 return
             for number in numbers:
+                if number not in self._previous:  # the wakeup fd carries every handled signal (SIGALRM, ...)
+                    continue
                 if self.checkpoint_saved:
                     exit_within(EXIT_GRACE_S, STOPPED_EXIT_CODE)
                 elif first_at is None:
@@ -250,6 +252,8 @@ class StopOnSignal(TrainerCallback):
                 file.write(line + "\n")
         if self.exit_after_stop:
             exit_within(EXIT_GRACE_S, STOPPED_EXIT_CODE)
+        else:  # the process is the caller's (a notebook, a test): it gets its own handlers back
+            self.restore()
         trainer.accelerator.end_training()  # what transformers' Trainer.end does (it exists only from 5.18)
         raise RunStopped(self.stopped_at, checkpoint, self.signal_name)
 
