@@ -5,16 +5,24 @@ numbers (`tests/test_compat.py` checks that); CI runs the fast suite and the tes
 ends (`.ci/compat.sh`). `check_versions` refuses anything else, once, when the trainer is imported.
 
 Private API used, with the signatures and behaviour relied on checked in TRL 1.13.0, 1.14.2 and 1.16.0 and
-transformers 4.56.2 and 5.23.0 (`tests/test_compat.py` checks `PRIVATE_METHODS` against the installed releases):
+transformers 4.56.2 and 5.23.0 (`tests/test_compat.py` checks `PRIVATE_METHODS`, `PRIVATE_CLASS_ATTRIBUTES` and
+`PRIVATE_ATTRIBUTES` against the installed releases; `tests/test_private_api_scan.py` reads the package's code for
+every private name of TRL, transformers, accelerate and vLLM it overrides, calls or reads, and fails on one missing
+from these lists):
 
 - `GRPOTrainer` methods the trainer's classes override (`PRIVATE_METHODS`): `_calculate_rewards` (returns the rewards
-  gathered over processes), `_generate_and_score_completions` (returns a dict with ``advantages``), `_prepare_inputs`,
-  `_compute_loss`; and `transformers.Trainer`'s `_save_optimizer_and_scheduler`, `_load_optimizer_and_scheduler`,
-  `_issue_warnings_after_load`.
+  gathered over processes: `check_gathered_rewards`), `_generate_and_score_completions` (returns a dict with
+  ``advantages``, after logging the gathered ones: `check_logged_advantages`), `_prepare_inputs` (returns the
+  buffered micro-batch ``_step % steps_per_generation``: `check_buffered_micro_batch`), `_compute_loss`; and
+  `transformers.Trainer`'s `_save_optimizer_and_scheduler`, `_load_optimizer_and_scheduler`,
+  `_issue_warnings_after_load`, and `_save_checkpoint` (called when a vLLM server times out). The three checks raise
+  `TRLChangedError`, naming the installed TRL, when TRL stops behaving so.
 - `GRPOTrainer` attributes read or written (`PRIVATE_ATTRIBUTES`): `_metrics[mode]`, `_logs["advantages"]` and
   `_logs["extra"]` (the completions table), `_buffered_inputs` (the generation batch's micro-batches), `_step`,
-  `_is_vlm` (the model card); the class attributes `_tag_names`, `_name` and `_paper` feed the model card too, as does
-  transformers' `PretrainedConfig._name_or_path`.
+  `_is_vlm` (the model card); the class attributes `_tag_names`, `_name` and `_paper` (`PRIVATE_CLASS_ATTRIBUTES`)
+  feed the model card too, as does transformers' `PretrainedConfig._name_or_path`.
+- No advantage hook: TRL up to 1.16 computes GRPO's advantage inline. `trl_advantage_hook` names one when the
+  installed TRL defines it (docs/architecture.md: the plan for using it).
 - TRL helpers: `trl.trainer.utils.get_config_model_id`, `trl.models.utils.unwrap_model_for_generation` (through
   `unwrap_for_generation`), `trl.trainer.utils.is_async_callable` (through `trl_awaits`), `trl.experimental.gmpo`
   (the GMPO baseline).
@@ -37,8 +45,8 @@ vLLM server mode on CPU (`riskpo_trl.weight_sync`), checked with TRL 1.16.0 and 
 
 - TRL 1.16's client: `trl.generation.vllm_generation.VLLMClient` (the module attribute `VLLMGeneration` builds its
   server client from, replaced while a trainer is built: `trl_vllm_generation_module`), `trl.generation.vllm_client.
-  VLLMClient` (subclassed: `trl_vllm_client_class`) and its private `_post`, `_start_weight_update`,
-  `_finish_weight_update`, `_updating_weights`, `session`, `generate`, `get_sequence_logprobs`, and
+  VLLMClient` (subclassed: `trl_vllm_client_class`) and its private `_get`, `_post`, `_start_weight_update`,
+  `_finish_weight_update`, `_updating_weights`, its `session`, `generate`, `get_sequence_logprobs`, and
   `update_named_params(metadata, named_params)` as `VLLMGeneration.sync_weights` calls it; the trainer's
   `vllm_generation` (its `mode`, `model`, `vllm_client`, `sync_weights` and `generate`, wrapped by
   `check_weight_syncs`; in server mode `generate` broadcasts the main process's `prompt_ids` object to the others as
@@ -49,7 +57,8 @@ vLLM server mode on CPU (`riskpo_trl.weight_sync`), checked with TRL 1.16.0 and 
   `WeightTransferEngine` (its `start_weight_update` / `finish_weight_update` / `receive_weights` life cycle),
   `WeightTransferInitInfo`, `WeightTransferUpdateInfo` and `WeightTransferEngineFactory.register_engine`
   (`vllm.distributed.weight_transfer`), `initialize_layerwise_reload` / `finalize_layerwise_reload`
-  (`vllm.model_executor.model_loader.reload`), the worker's `get_model`, the CPU layers' `cpu_linear` attribute and
+  (`vllm.model_executor.model_loader.reload`), the worker's `get_model` and its private
+  `_weight_update_active` (set while vLLM's own weight update runs), the CPU layers' `cpu_linear` attribute and
   `quant_method.process_weights_after_loading` (the tied LM head's re-pack), the layers read back for the check after
   an update (`LinearBase`, `ParallelLMHead`, `VocabParallelEmbedding`: their `quant_method.apply`, `output_sizes`,
   `input_size_per_partition`, `embedding_dim`, `org_vocab_size`, and the model's `packed_modules_mapping`), and the
@@ -104,7 +113,9 @@ TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "
 # of TRL's newest release uses it.
 ALLOW_UNTESTED_ENV = "RISKPO_ALLOW_UNTESTED_VERSIONS"
 
-# Private methods overridden, by owner, with their parameters after ``self``.
+# The private API used, by owner: what tests/test_private_api_scan.py finds in the package's code must be listed
+# here, and tests/test_compat.py checks each entry against the installed releases. Methods overridden or called,
+# with their parameters after ``self``:
 PRIVATE_METHODS = {
     "trl.GRPOTrainer": {
         "_calculate_rewards": ("inputs", "prompts", "completions", "completion_ids_list"),
@@ -116,10 +127,25 @@ PRIVATE_METHODS = {
         "_save_optimizer_and_scheduler": ("output_dir",),
         "_load_optimizer_and_scheduler": ("checkpoint",),
         "_issue_warnings_after_load": ("load_result",),
+        "_save_checkpoint": ("model", "trial"),  # a checkpoint written when a vLLM server times out (preemption)
+    },
+    "trl.generation.vllm_client.VLLMClient": {
+        "_get": ("url", "kwargs"),
+        "_post": ("url", "kwargs"),
+        "_start_weight_update": (),
+        "_finish_weight_update": (),
     },
 }
-# Private attributes of a built GRPOTrainer that are read or written.
-PRIVATE_ATTRIBUTES = ("_metrics", "_logs", "_buffered_inputs", "_step", "_is_vlm")
+# Class attributes overridden or read (the model card's).
+PRIVATE_CLASS_ATTRIBUTES = {"trl.GRPOTrainer": ("_tag_names", "_name", "_paper")}
+# Attributes of built objects, read or written (set by the owner's constructor or, for vLLM's worker, its weight
+# update).
+PRIVATE_ATTRIBUTES = {
+    "trl.GRPOTrainer": ("_metrics", "_logs", "_buffered_inputs", "_step", "_is_vlm"),
+    "trl.generation.vllm_client.VLLMClient": ("_updating_weights",),
+    "transformers.PretrainedConfig": ("_name_or_path",),
+    "vllm.v1.worker.gpu_worker.Worker": ("_weight_update_active",),
+}
 
 
 class UnsupportedVersionError(ImportError):
@@ -253,6 +279,78 @@ def liger_skips_compute_loss() -> bool:
     """Whether ``use_liger_kernel=True`` makes the loss Liger's, so that `_compute_loss` never runs: TRL 1.13 and
     1.14 (from 1.16 Liger only supplies layer kernels and the loss is `_compute_loss`)."""
     return _trl_before("1.16.0")
+
+
+# --- TRL's behaviour the trainer relies on, checked as it runs -------------------------------------------------------
+
+
+class TRLChangedError(RuntimeError):
+    """The installed TRL no longer behaves as the trainer relies on: a private API it builds on has changed."""
+
+
+def trl_changed(assumption: str) -> TRLChangedError:
+    """The one error of a broken assumption about TRL: what was relied on, what happened, and the installed release."""
+    lowest, newest = TESTED["trl"]
+    return TRLChangedError(
+        f"TRL {installed_version('trl')} does not behave as riskpo-trl relies on: {assumption}. riskpo-trl is "
+        f"tested with TRL {lowest} to {newest}; install one of those (pip install 'trl{PINS['trl']}'), or report "
+        "this with the TRL release."
+    )
+
+
+def check_gathered_rewards(rows: int, local_completions: int, num_processes: int) -> None:
+    """`GRPOTrainer._calculate_rewards` returns the rewards of the whole batch, gathered over all processes (the
+    advantage step bundles the whole batch; each process then takes its slice)."""
+    if rows != local_completions * num_processes:
+        raise trl_changed(
+            f"GRPOTrainer._calculate_rewards returns the rewards gathered over all {num_processes} process(es), "
+            f"{local_completions * num_processes} rows for {local_completions} completions per process; it returned "
+            f"{rows} rows"
+        )
+
+
+def check_buffered_micro_batch(inputs: Any, buffered: Any, index: int) -> None:
+    """`GRPOTrainer._prepare_inputs` returns, in training, the micro-batch ``_buffered_inputs[index]`` with ``index =
+    _step % steps_per_generation`` (the token mean's factor of that micro-batch is applied to it)."""
+    if buffered is None or not 0 <= index < len(buffered) or buffered[index] is not inputs:
+        raise trl_changed(
+            "GRPOTrainer._prepare_inputs returns the micro-batch _buffered_inputs[_step % steps_per_generation] in "
+            f"training (here {index}); it returned another one, so the token mean's factor would belong to another "
+            "micro-batch"
+        )
+
+
+def check_logged_advantages(logged: Any, gathered: int, local: list[float], start: int) -> None:
+    """The completions table's last ``gathered`` advantages (``logged``, a bounded deque) are this batch's, as TRL
+    logged them: GRPO's advantages of the whole batch, of which this process's are ``local``, from ``start`` on."""
+    kept = min(gathered, len(logged))
+    tail = list(logged)[len(logged) - kept :]
+    first = gathered - kept  # the batch position of the first entry kept
+    overlap = range(max(start, first), min(start + len(local), gathered))
+    if (gathered and not kept) or any(tail[i - first] != local[i - start] for i in overlap):
+        raise trl_changed(
+            f"GRPOTrainer._generate_and_score_completions logs the {gathered} advantages of the batch it returns as "
+            "the completions table's last entries; the table's last entries are not this batch's, so replacing them "
+            "with RiskPO's would rewrite other completions' rows"
+        )
+
+
+# Names an advantage hook has in TRL releases, with its parameters after ``self``: a method called with the gathered
+# advantages before they are logged and sliced per process, returning the advantages to use (an open TRL pull
+# request adds `_transform_advantages(advantages)`; no release up to 1.16 has one).
+ADVANTAGE_HOOKS = {"_transform_advantages": ("advantages",)}
+
+
+def trl_advantage_hook() -> str | None:
+    """The name of the installed `GRPOTrainer`'s advantage hook (one of `ADVANTAGE_HOOKS`, with their parameters), or
+    None when it has none: then the trainer replaces GRPO's advantages after `_generate_and_score_completions`."""
+    from trl import GRPOTrainer
+
+    for name, parameters in ADVANTAGE_HOOKS.items():
+        method = getattr(GRPOTrainer, name, None)
+        if callable(method) and tuple(inspect.signature(method).parameters)[1:] == parameters:
+            return name
+    return None
 
 
 # --- transformers ---------------------------------------------------------------------------------------------------

@@ -32,6 +32,49 @@ def contains_digit_reward(completions, **kwargs) -> list[float]:
     return [float(any(ch.isdigit() for ch in text)) for text in texts]
 
 
+# The tests' tiny CPU run: one optimizer step on one generation batch of 2 prompts x 4 completions in 2-prompt
+# bundle groups, short completions, nothing reported or saved.
+TINY_RUN = dict(
+    report_to="none",
+    use_cpu=True,
+    bf16=False,
+    save_strategy="no",
+    logging_steps=1,
+    max_steps=1,
+    max_completion_length=8,
+    num_generations=4,
+    per_device_train_batch_size=8,
+    gradient_accumulation_steps=1,
+    steps_per_generation=1,
+    bundle_size=2,
+    seed=7,
+)
+
+
+def tiny_config(output_dir, *, run: bool = True, **overrides):
+    """The tests' one way to write a `RiskPOConfig`: ``output_dir``, then `TINY_RUN` (with ``run=False``, none of it:
+    a config checked on its own fields, with RiskPOConfig's defaults), then ``overrides``, which win."""
+    from riskpo_trl import RiskPOConfig
+
+    return RiskPOConfig(**{"output_dir": str(output_dir), **(TINY_RUN if run else {}), **overrides})
+
+
+def tiny_trainer(
+    model, output_dir=None, *, args=None, reward_funcs=contains_digit_reward, train_dataset=None, **kwargs
+):
+    """A `RiskPOTrainer` on ``model`` (the tiny model's directory) with ``args`` (default: `tiny_config` of
+    ``output_dir``), the digit reward and :func:`make_prompt_dataset`; other ``kwargs`` go to the trainer."""
+    from riskpo_trl import RiskPOTrainer
+
+    return RiskPOTrainer(
+        model,
+        reward_funcs=reward_funcs,
+        args=args if args is not None else tiny_config(output_dir),
+        train_dataset=train_dataset if train_dataset is not None else make_prompt_dataset(),
+        **kwargs,
+    )
+
+
 def diagram(seed: int, size: int = 40) -> Image.Image:
     rng = np.random.default_rng(seed)
     return Image.fromarray(rng.integers(0, 256, size=(size, size + 8, 3), dtype=np.uint8))

@@ -302,5 +302,6 @@ def test_the_docs_name_every_private_api_the_package_touches():
 
     architecture = (PACKAGE_DIR.parent / "docs" / "architecture.md").read_text()
     section = architecture.split("## How RiskPO plugs into GRPOTrainer")[1].split("\n## ")[0]
-    names = [*(name for methods in compat.PRIVATE_METHODS.values() for name in methods), *compat.PRIVATE_ATTRIBUTES]
+    tables = (compat.PRIVATE_METHODS, compat.PRIVATE_CLASS_ATTRIBUTES, compat.PRIVATE_ATTRIBUTES)
+    names = [name for table in tables for names in table.values() for name in names]
     assert [name for name in names if f"`{name}" not in section] == []

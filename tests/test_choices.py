@@ -102,14 +102,19 @@ def test_advantage_baseline_walks_from_the_config_to_the_advantage_with_no_looku
         assert torch.allclose(loo.advantages, expected)
 
 
-def test_a_registered_baseline_named_in_the_config_reaches_the_advantage(tmp_path, monkeypatch):
-    monkeypatch.setattr(ADVANTAGE_BASELINES, "_entries", dict(ADVANTAGE_BASELINES._entries))
-    monkeypatch.setattr(ADVANTAGE_BASELINES, "_help", dict(ADVANTAGE_BASELINES._help))
+def shift(advantages, scorable, num_generations):
+    return advantages + 1
 
-    @ADVANTAGE_BASELINES.register("shift", help="adds 1, to be seen")
-    def shift(advantages, scorable, num_generations):
-        return advantages + 1
 
+def test_a_registered_baseline_named_in_the_config_reaches_the_advantage(tmp_path):
+    with ADVANTAGE_BASELINES.temporarily(
+        "shift", shift, help="adds 1, to be seen", card="a shift by 1", centred=False, uses_own_reward=True
+    ):
+        check_a_shifted_baseline(tmp_path)
+    assert "shift" not in ADVANTAGE_BASELINES
+
+
+def check_a_shifted_baseline(tmp_path):
     rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
     common = dict(
         output_dir=str(tmp_path),

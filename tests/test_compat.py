@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from helpers import contains_digit_reward, make_prompt_dataset
+import torch
+from helpers import tiny_config, tiny_trainer
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from riskpo_trl import compat
-from riskpo_trl.trainer import RiskPOConfig, RiskPOTrainer
+from riskpo_trl.trainer import RiskPOConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -154,24 +155,115 @@ def test_overridden_private_methods_take_the_parameters_relied_on(owner):
 
 
 def test_a_built_trainer_has_the_private_attributes_relied_on(tiny_model_dir, tmp_path):
-    args = RiskPOConfig(
-        output_dir=str(tmp_path),
-        num_generations=4,
-        per_device_train_batch_size=8,
-        gradient_accumulation_steps=1,
-        steps_per_generation=1,
-        bundle_size=2,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        max_steps=1,
-    )
-    trainer = RiskPOTrainer(
-        tiny_model_dir, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset()
-    )
-    missing = [name for name in compat.PRIVATE_ATTRIBUTES if not hasattr(trainer, name)]
+    trainer = tiny_trainer(tiny_model_dir, tmp_path)
+    missing = [name for name in compat.PRIVATE_ATTRIBUTES["trl.GRPOTrainer"] if not hasattr(trainer, name)]
     assert missing == []
     assert set(trainer._logs) >= {"advantages", "extra"} and set(trainer._metrics) >= {"train", "eval"}
+
+
+@pytest.mark.parametrize("owner", list(compat.PRIVATE_CLASS_ATTRIBUTES))
+def test_the_class_attributes_relied_on_exist(owner):
+    cls = listed_class(owner)
+    assert [name for name in compat.PRIVATE_CLASS_ATTRIBUTES[owner] if not hasattr(cls, name)] == []
+
+
+@pytest.mark.parametrize("owner", [owner for owner in compat.PRIVATE_ATTRIBUTES if owner != "trl.GRPOTrainer"])
+def test_the_attributes_of_other_built_objects_are_set_by_their_class(owner):
+    """What cannot be built here (a vLLM client without a server, vLLM's worker) is read: the class sets it."""
+    try:
+        cls = listed_class(owner)
+    except ImportError:
+        pytest.skip(f"{owner} is not installed here")
+    source = "".join(
+        inspect.getsource(klass)
+        for klass in cls.__mro__
+        if klass.__module__.split(".")[0] in ("trl", "transformers", "vllm")
+    )
+    assert [name for name in compat.PRIVATE_ATTRIBUTES[owner] if f"self.{name} =" not in source] == []
+
+
+def listed_class(owner: str) -> type:
+    module, _, name = owner.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+# --- TRL's behaviour relied on, checked as the trainer runs ----------------------------------------------------------
+
+
+def test_each_broken_assumption_raises_naming_the_installed_trl():
+    installed = f"TRL {compat.installed_version('trl')} does not behave as riskpo-trl relies on"
+    with pytest.raises(compat.TRLChangedError, match=rf"{installed}.*gathered over all 2 process\(es\), 8 rows.*4"):
+        compat.check_gathered_rewards(4, 4, 2)
+    compat.check_gathered_rewards(8, 4, 2)
+    buffered = [{"step": 0}, {"step": 1}]
+    compat.check_buffered_micro_batch(buffered[1], buffered, 1)
+    with pytest.raises(compat.TRLChangedError, match=rf"{installed}.*_step % steps_per_generation.*here 1"):
+        compat.check_buffered_micro_batch(dict(buffered[1]), buffered, 1)
+    # a table bounded to 6 entries that kept the last 6 of an 8-completion batch; this process holds entries 4 to 7
+    from collections import deque
+
+    logged = deque([0.5, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7], maxlen=6)
+    compat.check_logged_advantages(logged, 8, [0.4, 0.5, 0.6, 0.7], 4)
+    compat.check_logged_advantages(logged, 8, [0.0, 0.1], 0)  # entries no longer kept are not compared
+    logged.append(9.0)  # one more entry after the batch's
+    with pytest.raises(compat.TRLChangedError, match=rf"{installed}.*table's last entries are not this batch's"):
+        compat.check_logged_advantages(logged, 8, [0.4, 0.5, 0.6, 0.7], 4)
+
+
+def returning_doubled_rewards(real):
+    def doubled(self, *args):
+        rewards = real(self, *args)
+        return torch.cat([rewards, rewards])  # as if gathered from a second process
+
+    return doubled
+
+
+def returning_a_copy(real):
+    def copied(self, *args):
+        return dict(real(self, *args))
+
+    return copied
+
+
+def logging_one_more_advantage(real):
+    def logged_more(self, *args):
+        outputs = real(self, *args)
+        self._logs["advantages"].append(9.0)
+        return outputs
+
+    return logged_more
+
+
+BROKEN_ASSUMPTIONS = {
+    "_calculate_rewards": (returning_doubled_rewards, "gathered over all 1 process"),
+    "_prepare_inputs": (returning_a_copy, r"_buffered_inputs\[_step % steps_per_generation\]"),
+    "_generate_and_score_completions": (logging_one_more_advantage, "table's last entries are not this batch's"),
+}
+
+
+@pytest.mark.parametrize("method", list(BROKEN_ASSUMPTIONS))
+def test_a_trl_that_breaks_an_assumption_stops_the_run_naming_its_release(
+    tiny_model_dir, tmp_path, monkeypatch, method
+):
+    """TRL's method changed so that the assumption no longer holds: the first training step stops with the error."""
+    from trl import GRPOTrainer
+
+    breaking, message = BROKEN_ASSUMPTIONS[method]
+    monkeypatch.setattr(GRPOTrainer, method, breaking(getattr(GRPOTrainer, method)))
+    args = tiny_config(tmp_path, loss_type="bnpo", loss_token_mean_sequences=8)
+    trainer = tiny_trainer(tiny_model_dir, args=args)
+    with pytest.raises(compat.TRLChangedError, match=f"TRL {compat.installed_version('trl')} .*{message}"):
+        trainer.train()
+
+
+def test_the_advantage_hook_is_found_when_trl_defines_it(monkeypatch):
+    from trl import GRPOTrainer
+
+    assert compat.trl_advantage_hook() is None  # no supported release has one
+    monkeypatch.setattr(GRPOTrainer, "_transform_advantages", lambda self, advantages: advantages, raising=False)
+    assert compat.trl_advantage_hook() == "_transform_advantages"
+    monkeypatch.setattr(GRPOTrainer, "_transform_advantages", lambda self, rewards, mode: rewards)
+    assert compat.trl_advantage_hook() is None  # another signature is not the hook the trainer would use
 
 
 # --- the shims -------------------------------------------------------------------------------------------------------

@@ -107,7 +107,7 @@ def test_brackets_inside_strings_do_not_count(tmp_path):
     """Brackets and escaped quotes inside strings are text: a row with 200,000 of them trains like any other."""
     rows = [*TEXT_ROWS, {"prompt": 'Is this "' + nested(100_000) + '\\" balanced?', "solution": '\\"[[[{'}]
     path = write_jsonl(tmp_path / "text.jsonl", rows)
-    loaded = load_train_dataset("json", data_files=[str(path)])
+    loaded = load_train_dataset("json", data_files=[str(path)], prompt_template="raw")  # the text as it is
     assert loaded[len(TEXT_ROWS)]["prompt"] == rows[-1]["prompt"]
 
 
@@ -364,8 +364,99 @@ def test_a_compressed_file_the_scan_cannot_read_is_refused_by_name(tmp_path):
 def test_a_file_that_decompresses_past_the_cap_is_refused_by_name(tmp_path, monkeypatch):
     monkeypatch.setattr(json_nesting, "MAX_DECOMPRESSED_BYTES", 1000)
     path = compressed(write_jsonl(tmp_path / "big.jsonl", TEXT_ROWS * 50), gzip.open)
-    with pytest.raises(JsonNestingError, match=r"big.jsonl: it decompresses to more than"):
+    with pytest.raises(JsonNestingError, match=r"big.jsonl: it expands to more than"):
         check_json_nesting(path)
+
+
+def test_a_bz2_bomb_is_refused_by_its_expansion_ratio(tmp_path):
+    """1 GiB of spaces in a few kB (concatenated bz2 streams, which `datasets` reads whole) is refused once the scan
+    has decompressed the file's ratio bound (200 x its size plus 64 MiB), not after the whole GiB."""
+    stream = bz2.compress(b" " * (4 << 20))
+    bomb = tmp_path / "rows.jsonl"
+    bomb.write_bytes(stream * 256)
+    assert bomb.stat().st_size < 64 << 10
+    with pytest.raises(JsonNestingError, match=r"rows.jsonl: it expands to more than 200 times its"):
+        check_json_nesting(bomb)
+
+
+def test_a_jsonl_file_with_a_zip_appended_is_scanned_as_the_zip_datasets_reads(tmp_path):
+    """`datasets` takes a file whose end is a zip's central directory for a zip, whatever its first bytes, and loads
+    the archive's members: the deep row inside is found, where pyarrow would crash on it."""
+    member = file_with_deep_row(tmp_path / "deep.jsonl", 200_000)
+    polyglot = tmp_path / "t.jsonl"
+    polyglot.write_bytes(b'{"a":1}\n')
+    with zipfile.ZipFile(polyglot, "a", zipfile.ZIP_DEFLATED) as zipped:  # a zip appended to the JSON lines
+        zipped.write(member, "deep.jsonl")
+    from datasets.utils.extract import Extractor
+
+    assert json_nesting.archive_format(str(polyglot)) == Extractor.infer_extractor_format(str(polyglot)) == "zip"
+    with pytest.raises(JsonNestingError, match=r"t.jsonl \(archive member deep.jsonl\), line 3: JSON nested"):
+        check_json_nesting(polyglot)
+
+
+def test_the_scan_picks_the_format_datasets_extracts_for_every_kind_of_file(tmp_path):
+    """`archive_format` against `datasets`' own Extractor on files made to confuse it: a zip by each of its magic
+    numbers and by its end record only, tars plain and compressed, each stream format, and magic numbers the scan
+    cannot follow (refused by name)."""
+    import io
+    import tarfile
+
+    from datasets.utils.extract import Extractor
+
+    rows = write_jsonl(tmp_path / "rows.jsonl", TEXT_ROWS)
+    zipped = io.BytesIO()
+    with zipfile.ZipFile(zipped, "w") as archive:
+        archive.write(rows, "rows.jsonl")
+    files = {
+        "plain.jsonl": rows.read_bytes(),
+        "appended.jsonl": rows.read_bytes() + zipped.getvalue(),
+        "spanned.jsonl": b"PK\x07\x08" + zipped.getvalue(),
+        "empty.zip": b"PK\x05\x06" + bytes(18),
+        "rows.gz": gzip.compress(rows.read_bytes()),
+        "rows.bz2": bz2.compress(rows.read_bytes()),
+        "rows.xz": lzma.compress(rows.read_bytes()),
+        "rows.lz4": b"\x04\x22\x4d\x18" + bytes(16),
+        "rows.7z": b"7z\xbc\xaf\x27\x1c" + bytes(16),
+        "rows.rar": b"Rar!\x1a\x07\x00" + bytes(16),
+    }
+    for mode in ("w", "w:gz", "w:bz2"):
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode=mode) as archive:
+            archive.add(rows, "rows.jsonl")
+        files[f"rows.{mode}.tar"] = buffer.getvalue()
+    for name, data in files.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        assert json_nesting.archive_format(str(path)) == Extractor.infer_extractor_format(str(path)), name
+    for name in ("rows.lz4", "rows.7z", "rows.rar"):
+        with pytest.raises(JsonNestingError, match=name + r": it is a (lz4|7z|rar) archive; the nesting check cannot"):
+            check_json_nesting(tmp_path / name)
+    for name in ("appended.jsonl", "spanned.jsonl", "rows.w:gz.tar", "rows.w:bz2.tar"):
+        check_json_nesting(tmp_path / name)  # honest rows inside: scanned, not refused
+
+
+ZIP_SCAN = """
+import resource, sys
+from riskpo_trl.data.json_nesting import check_json_nesting
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+check_json_nesting(sys.argv[1])
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+@pytest.mark.slow  # 3.4 s at load 7 (building the archive is most of it)
+def test_a_zip_of_many_bz2_members_is_scanned_with_one_member_open_at_a_time(tmp_path):
+    """10,000 bzip2 members (each one's decompressor holds some 40 kB while open): the scan's peak memory stays
+    that of one member, where keeping every member open until the last took about 400 MB (3.8 GB for 100,000)."""
+    archive = tmp_path / "rows.zip"
+    row = json.dumps(TEXT_ROWS[0]) + "\n"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_BZIP2) as zipped:
+        for index in range(10_000):
+            zipped.writestr(f"{index}.jsonl", row)
+    scan = subprocess.run(
+        [sys.executable, "-c", ZIP_SCAN, str(archive)], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert int(scan.stdout) < 150_000, scan.stdout  # kB of peak RSS growth
 
 
 def test_a_registered_dataset_reads_a_csv_file_as_csv(tmp_path):

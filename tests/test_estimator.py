@@ -193,19 +193,24 @@ def test_bad_choices_raise(overrides, message):
         make(**overrides)
 
 
-def test_a_new_quantile_source_is_one_decorated_function(monkeypatch, tmp_path, capsys):
+def test_a_new_quantile_source_is_one_decorated_function(tmp_path, capsys):
     """The drill of docs/architecture.md: one function registered in QUANTILE_SOURCES, and the config, the command
     line (its choices and its help, read when shown) and the estimator take it by name."""
     from riskpo_trl.risk import QUANTILE_SOURCES
-    from riskpo_trl.scripts import train
 
-    monkeypatch.setattr(QUANTILE_SOURCES, "_entries", dict(QUANTILE_SOURCES._entries))  # leave it as found
-    monkeypatch.setattr(QUANTILE_SOURCES, "_help", dict(QUANTILE_SOURCES._help))
-
-    @QUANTILE_SOURCES.register("extremes", help="the batch's lowest and highest bundle score")
     def extreme_quantiles(bundle_scores, num_generations, levels, tracker):
         finite = bundle_scores[torch.isfinite(bundle_scores)]
         return finite.min().item(), finite.max().item()
+
+    with QUANTILE_SOURCES.temporarily(
+        "extremes", extreme_quantiles, help="the batch's lowest and highest bundle score"
+    ):
+        check_the_extremes_source(tmp_path, capsys)
+    assert "extremes" not in QUANTILE_SOURCES  # nothing left behind
+
+
+def check_the_extremes_source(tmp_path, capsys):
+    from riskpo_trl.scripts import train
 
     config = RiskPOConfig(output_dir=str(tmp_path), quantile_source="extremes", use_cpu=True)
     estimator = RiskEstimator.from_config(config)

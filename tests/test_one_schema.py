@@ -13,7 +13,7 @@ from test_start_up_errors import run_cli
 from test_user_datasets import ROWS, run_cli_error, train_on, trained_steps, write_jsonl
 from transformers import AutoTokenizer
 
-from riskpo_trl.data import AUTHORS_INSTRUCTION, load_train_dataset
+from riskpo_trl.data import AUTHORS_INSTRUCTION, load_train_dataset, make_prompt
 from riskpo_trl.evaluation import EvalConfig, evaluate
 from riskpo_trl.scripts import eval as eval_script
 
@@ -27,7 +27,7 @@ GOLD = ["3", "7", "1100", "15000"]  # thousands separators dropped, as the gsm8k
 def test_riskpo_train_maps_a_gsm8k_file_and_reads_its_final_answers(tmp_path, tiny_model_dir):
     rows = write_jsonl(tmp_path / "gsm8k.jsonl", GSM8K_ROWS)
     loaded = load_train_dataset("json", data_files=[str(rows)], prompt_column="question", answer_column="answer")
-    assert loaded["solution"] == GOLD and loaded["prompt"] == [row["question"] for row in GSM8K_ROWS]
+    assert loaded["solution"] == GOLD and loaded["prompt"] == [make_prompt(row["question"]) for row in GSM8K_ROWS]
     output_dir = train_on(
         tmp_path,
         tiny_model_dir,
@@ -107,7 +107,8 @@ def test_riskpo_eval_reads_a_gsm8k_file_through_the_mapping(tmp_path):
 
 
 def test_riskpo_eval_reads_the_training_schema(tmp_path, tiny_model_dir):
-    """The file riskpo-train reads (chat-message prompts and text prompts, ``solution``) evaluates as it is."""
+    """The file riskpo-train reads (chat-message prompts and text prompts, ``solution``) evaluates with the prompts
+    training gives it: chat messages as they are, a text as a user turn with the instruction."""
     messages = write_jsonl(tmp_path / "messages.jsonl", ROWS)
     texts = write_jsonl(
         tmp_path / "texts.jsonl",
@@ -136,7 +137,11 @@ def test_riskpo_eval_reads_the_training_schema(tmp_path, tiny_model_dir):
     }
     records = [json.loads(line) for line in (tmp_path / "eval" / "samples.jsonl").read_text().splitlines()]
     assert [record["answer"] for record in records] == [row["solution"] for row in ROWS] * 2
-    assert records[4]["prompt"] == ROWS[0]["prompt"][0]["content"]  # a text prompt, as it is
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    text_prompt = make_prompt(ROWS[0]["prompt"][0]["content"])  # a text prompt, prompted as in training
+    assert records[4]["prompt"] == tokenizer.apply_chat_template(
+        text_prompt, tokenize=False, add_generation_prompt=True
+    )
 
 
 def test_riskpo_eval_names_the_mapping_when_the_columns_are_missing(tmp_path, tiny_model_dir, capsys):
@@ -216,7 +221,7 @@ def test_results_say_which_model_how_many_problems_which_prompts_and_sampling(tm
     assert (
         '- toy_math: `authors`: "{problem} Let\'s think step by step and output the final answer within \\\\boxed{}."'
     ) in table
-    assert "- texts: the file's own `prompt` column, as it is" in table
+    assert "- texts: `authors`: " in table  # a text prompt column gets the template, as in training
     assert "rendered with the tokenizer's chat template" in table
     assert "Sampling: 2 completions per problem" in table
     records = [json.loads(line) for line in (output_dir / "samples.jsonl").read_text().splitlines()]

@@ -12,6 +12,7 @@ from accelerate.commands.config.config_args import load_config_from_file
 from riskpo_trl import RiskPOConfig
 from riskpo_trl.risk.defaults import resolve_advantage_baseline
 from riskpo_trl.scripts import train
+from riskpo_trl.trainer.config import COMPLETIONS_PRINTED
 from riskpo_trl.trainer.registry import get_trainer_classes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +54,7 @@ def test_recipes_cover_both_settings_all_methods_and_ablations():
     assert {
         "DeepSeek-R1-Distill-Qwen-1.5B/riskpo_loo/config_dapo_math.yaml",
         "Qwen2.5-Math-1.5B-Instruct/riskpo_loo/config_math_gsm8k.yaml",
+        "Qwen2.5-Math-1.5B-Instruct/riskpo_loo/config_math_gsm8k_lora.yaml",  # the default with LoRA
     } <= names
 
 
@@ -243,3 +245,23 @@ def test_accelerate_configs_cover_the_documented_setups():
         "cpu_2proc.yaml",
         "cpu_single.yaml",
     } <= names
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=recipe_id)
+def test_a_recipe_that_logs_completions_prints_a_sample_as_the_config_default_does(path):
+    """TRL prints the whole generation batch per logging step by default (4,800 completions in the paper's layout)."""
+    _, args, _ = parse(path)
+    if args.log_completions:
+        assert args.num_completions_to_print == COMPLETIONS_PRINTED
+    assert RiskPOConfig(output_dir="unused", use_cpu=True).num_completions_to_print == COMPLETIONS_PRINTED
+
+
+@pytest.mark.parametrize("path", RISKPO_RECIPES, ids=recipe_id)
+def test_a_recipe_off_the_documented_baseline_default_says_why_at_its_top(path):
+    """docs/training.md says keep the default (loo): a recipe that does not says so in its header, before any setting."""
+    _, args, _ = parse(path)
+    header = path.read_text().split("\n\n")[0]
+    if args.advantage_baseline != "loo":
+        assert f"advantage_baseline: {args.advantage_baseline}, not the library default loo:" in header
+    else:
+        assert "advantage_baseline: loo" in header.replace("\n# ", " ")

@@ -39,10 +39,8 @@ def next_completion_baseline(advantages, scorable, num_generations):
 
 DRILL_TEST = """
 import torch
-from test_baselines import baseline_contract_violations
-from test_risk import expected_gradient_gap
-
 from riskpo_trl import ADVANTAGE_BASELINES, RISK_PROFILES, RiskPOConfig
+from riskpo_trl.risk.contracts import baseline_contract_violations, expected_gradient_gap
 from riskpo_trl.trainer.model_card import baseline_clause
 
 

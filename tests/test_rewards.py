@@ -38,6 +38,35 @@ def test_verify_answer(text, gold, expected):
     assert verify_answer(text, gold) == expected
 
 
+# Completions a real model (SmolLM2-135M-Instruct, 64 tokens) wrote or could write: an answer at an anchor pays, a
+# number in mid-text (a completion clipped mid-reasoning, a trailing check) does not.
+@pytest.mark.parametrize(
+    ("text", "expected", "read"),
+    [
+        ("The farmer has 15 cows and buys 9 more: 15 + 9 = 24 cows.\n\nLet's break", 0.0, "-"),
+        ("She packs 10 boxes of 7.\ncheck: 10 * 7", 0.0, "-"),
+        ("15 + 9 = 24 cows.", 0.0, "-"),
+        ("15 + 9 = 24, so the total is \\boxed{24}.", 1.0, "24"),
+        ("15 + 9 = 24.\nThe answer is 24.", 1.0, "24."),
+        ("15 + 9 = 24\nAnswer: 24", 1.0, "24"),
+        ("15 + 9 = 24\n#### 24", 1.0, "24"),
+        ("15 + 9 = 24\n\n24", 1.0, "24"),  # the final line, an answer on its own
+        ("The answer is 20.\nNo wait: 15 + 9 = 24 cows.\n\nLet's break", 0.0, "20."),  # the last anchor is read
+    ],
+)
+def test_only_an_anchored_answer_is_graded(text, expected, read):
+    gold = "24"
+    assert verify_answer(text, gold) == expected
+    logged = {}
+    math_verify_reward([text], solution=[gold], log_extra=lambda name, values: logged.update({name: values}))
+    assert logged["final_answer"] == [read]  # what the grader read, or "-"
+
+
+def test_a_trailing_expression_is_no_answer_even_when_it_evaluates_to_the_gold():
+    assert verify_answer("She packs 10 boxes of 7 pens.\ncheck: 10 * 7", "70") == 0.0
+    assert verify_answer("She packs 10 boxes of 7 pens.\nAnswer: 10 * 7", "70") == 1.0
+
+
 @pytest.mark.parametrize("gold", ["", "   ", "???"])
 def test_unparseable_gold_is_unscorable_not_wrong(gold):
     assert verify_answer(r"\boxed{1}", gold) is None

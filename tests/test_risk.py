@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from riskpo_trl import (
+    ADVANTAGE_SCALINGS,
     BUNDLINGS,
     RISK_PROFILES,
     authors_code_mvar_advantage,
@@ -26,6 +27,8 @@ from riskpo_trl import (
     rvar_advantage,
     rvar_window,
 )
+from riskpo_trl.registry import temporary_entries
+from riskpo_trl.risk.contracts import expected_gradient_gap, normal_expectation
 
 CHI2_CRITICAL_P001 = {5: 20.515, 35: 66.619}  # chi-square quantiles at 1 - 0.001
 
@@ -168,13 +171,6 @@ def test_risk_seeking_mirrors_mvar():
     assert torch.allclose(rs, -mvar_advantage(-z, -qb, -qa, omega))
 
 
-def _normal_expectation(fn, theta: float = 0.7) -> float:
-    """E[fn(R) * d/dtheta log f_theta(R)] for R ~ N(theta, 1), by quadrature."""
-    x = torch.linspace(theta - 12, theta + 12, 240_001, dtype=torch.float64)
-    density = torch.exp(-0.5 * (x - theta) ** 2) / math.sqrt(2 * math.pi)
-    return torch.trapezoid(fn(x) * (x - theta) * density, x).item()
-
-
 @pytest.mark.parametrize("omega", [0.0, 0.5, 1.0])
 @pytest.mark.parametrize(("alpha", "beta"), [(0.2, 0.8), (0.1, 0.9), (0.0, 0.6)])
 def test_theorem1_score_function_gradient_of_known_objectives(alpha, beta, omega):
@@ -192,31 +188,8 @@ def test_theorem1_score_function_gradient_of_known_objectives(alpha, beta, omega
         "risk_seeking": (1 + omega) * (1 - beta) + (beta - alpha),
     }
     for profile, fn in RISK_PROFILES.items():
-        got = _normal_expectation(lambda x, fn=fn: fn(x, qa, qb, omega), theta)
+        got = normal_expectation(lambda x, fn=fn: fn(x, qa, qb, omega), theta)
         assert got == pytest.approx(expected[profile], abs=1e-6), profile
-
-
-def expected_gradient_gap(profile, alpha: float = 0.2, beta: float = 0.8, omega: float = 0.5) -> float:
-    """|E[A * d log pi] - dJ/dtheta| for ``profile`` on R ~ N(theta, 1) with the true quantiles: the score-function
-    gradient of its advantage (quadrature) against the derivative of its own registered objective (a central
-    difference on a fine grid of the distribution, every quantile moving with theta). Theorem 1's claim, per profile."""
-    theta, step = 0.7, 1e-3
-    grid = torch.distributions.Normal(0.0, 1.0).icdf((torch.arange(200_000, dtype=torch.float64) + 0.5) / 200_000)
-
-    def quantiles(location: float) -> tuple[float, float]:
-        standard = torch.distributions.Normal(0.0, 1.0)
-        return tuple(
-            location + standard.icdf(torch.tensor(level, dtype=torch.float64)).item() if level > 0 else -1e9
-            for level in (alpha, beta)
-        )
-
-    def objective(location: float) -> float:
-        return profile.objective(location + grid, *quantiles(location), omega).item()
-
-    derivative = (objective(theta + step) - objective(theta - step)) / (2 * step)
-    qa, qb = quantiles(theta)
-    score_function = _normal_expectation(lambda x: profile(x, qa, qb, omega), theta)
-    return abs(score_function - derivative)
 
 
 @pytest.mark.parametrize("name", list(RISK_PROFILES))
@@ -435,46 +408,46 @@ def test_metrics_leave_out_empty_tails_and_count_unscorable_completions():
     assert all(math.isfinite(v) for k, v in metrics.items() if k != "risk/bundle_score_std")
 
 
-def test_a_new_risk_profile_is_one_decorated_function(monkeypatch, tmp_path):
+def test_a_new_risk_profile_is_one_decorated_function(tmp_path):
     """The drill of docs/architecture.md: one decorated function, and the config, the advantage step and the
-    metrics take the new profile by name."""
+    metrics take the new profile by name (registered for this test only: nothing is left behind)."""
     from riskpo_trl import RiskPOConfig
     from riskpo_trl.risk import register_risk_profile
 
-    monkeypatch.setattr(RISK_PROFILES, "_entries", dict(RISK_PROFILES._entries))  # leave the registry as found
-    monkeypatch.setattr(RISK_PROFILES, "_help", dict(RISK_PROFILES._help))
+    with temporary_entries():
 
-    def mean_objective(scores, q_alpha, q_beta, omega):
-        return scores[torch.isfinite(scores)].mean()
+        def mean_objective(scores, q_alpha, q_beta, omega):
+            return scores[torch.isfinite(scores)].mean()
 
-    @register_risk_profile("mean", objective=mean_objective, help="the bundle score's mean")
-    def mean_advantage(scores, q_alpha, q_beta, omega):
-        return scores - scores.mean()
+        @register_risk_profile("mean", objective=mean_objective, help="the bundle score's mean")
+        def mean_advantage(scores, q_alpha, q_beta, omega):
+            return scores - scores.mean()
 
-    config = RiskPOConfig(output_dir=str(tmp_path), risk_profile="mean", use_cpu=True)
-    assert config.risk_profile == "mean"
-    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
-    batch = paper_advantages(
-        rewards,
-        num_generations=4,
-        bundle_size=2,
-        q_alpha=0.5,
-        q_beta=1.5,
-        omega=0.5,
-        risk_profile="mean",
-        bundling="positional",
-    )
-    expected = batch.bundle_scores - batch.bundle_scores.mean()
-    assert torch.allclose(batch.advantages, expected[batch.bundle_ids])
-    metrics = batch.metrics(0.5)
-    assert metrics["risk/mean"] == pytest.approx(batch.bundle_scores.mean().item()) and "risk/mvar" not in metrics
-    assert expected_gradient_gap(RISK_PROFILES["mean"]) < 1e-4  # the contract every profile passes
-    with pytest.raises(ValueError, match="risk_profile='meen' is unknown \\(did you mean mean\\?\\)"):
-        RiskPOConfig(output_dir=str(tmp_path), risk_profile="meen", use_cpu=True)
-    from riskpo_trl.scripts import train  # the command line reads the registry when it parses: registered later, taken
+        config = RiskPOConfig(output_dir=str(tmp_path), risk_profile="mean", use_cpu=True)
+        assert config.risk_profile == "mean"
+        rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+        batch = paper_advantages(
+            rewards,
+            num_generations=4,
+            bundle_size=2,
+            q_alpha=0.5,
+            q_beta=1.5,
+            omega=0.5,
+            risk_profile="mean",
+            bundling="positional",
+        )
+        expected = batch.bundle_scores - batch.bundle_scores.mean()
+        assert torch.allclose(batch.advantages, expected[batch.bundle_ids])
+        metrics = batch.metrics(0.5)
+        assert metrics["risk/mean"] == pytest.approx(batch.bundle_scores.mean().item()) and "risk/mvar" not in metrics
+        assert expected_gradient_gap(RISK_PROFILES["mean"]) < 1e-4  # the contract every profile passes
+        with pytest.raises(ValueError, match="risk_profile='meen' is unknown \\(did you mean mean\\?\\)"):
+            RiskPOConfig(output_dir=str(tmp_path), risk_profile="meen", use_cpu=True)
+        from riskpo_trl.scripts import train  # the command line reads the registry when it parses: taken
 
-    _, parsed, _ = train.parse_args(["--risk_profile", "mean", "--output_dir", str(tmp_path), "--use_cpu", "true"])
-    assert parsed.risk_profile == "mean"
+        _, parsed, _ = train.parse_args(["--risk_profile", "mean", "--output_dir", str(tmp_path), "--use_cpu", "true"])
+        assert parsed.risk_profile == "mean"
+    assert "mean" not in RISK_PROFILES and "mean" not in ADVANTAGE_SCALINGS["none"].formulas
 
 
 def test_each_profile_logs_its_own_objective():

@@ -4,10 +4,11 @@ the contract tests, and adding one is the drill of docs/architecture.md."""
 from __future__ import annotations
 
 import pytest
-from executor_contract import check_executor_contract
 
+from riskpo_trl.code.contracts import check_executor_contract
 from riskpo_trl.code.executor import EXECUTORS, SandboxExecutor, UnisolatedExecutor
 from riskpo_trl.code.reward import CodeReward, code_reward_from_settings
+from riskpo_trl.registry import temporary_entries
 
 SETTINGS = {
     "max_workers": 4,
@@ -52,24 +53,24 @@ def test_a_misspelled_executor_or_the_old_isolation_key_is_refused_naming_the_fi
         code_reward_from_settings({"executor": "none", "max_worker": 2})
 
 
-def test_a_new_executor_is_one_registered_class_and_its_contract_tests(monkeypatch):
+class CountingExecutor(SandboxExecutor):
+    verdicts = 0
+
+    def run(self, program, tests):
+        verdict = super().run(program, tests)
+        type(self).verdicts += 1
+        return verdict
+
+
+def test_a_new_executor_is_one_registered_class_and_its_contract_tests():
     """The drill of docs/architecture.md: register a class with ``from_settings``, run the contract tests on it, and
-    a recipe picks it by name (a misspelling gets the closest name)."""
-    monkeypatch.setattr(EXECUTORS, "_entries", dict(EXECUTORS._entries))  # leave the registry as found
-    monkeypatch.setattr(EXECUTORS, "_help", dict(EXECUTORS._help))
-
-    @EXECUTORS.register("counted", help="the bubblewrap executor, counting its verdicts")
-    class CountingExecutor(SandboxExecutor):
-        verdicts = 0
-
-        def run(self, program, tests):
-            verdict = super().run(program, tests)
-            type(self).verdicts += 1
-            return verdict
-
-    reward = code_reward_from_settings({"executor": "counted", **SETTINGS})
-    assert isinstance(reward, CodeReward) and type(reward.executor) is CountingExecutor
-    check_executor_contract(reward.executor, BOUND_S)
-    assert CountingExecutor.verdicts == 9
-    with pytest.raises(ValueError, match=r"did you mean counted\?"):
-        code_reward_from_settings({"executor": "countd"})
+    a recipe picks it by name (a misspelling gets the closest name); registered for the test only."""
+    with temporary_entries():
+        EXECUTORS.register("counted", help="the bubblewrap executor, counting its verdicts")(CountingExecutor)
+        reward = code_reward_from_settings({"executor": "counted", **SETTINGS})
+        assert isinstance(reward, CodeReward) and type(reward.executor) is CountingExecutor
+        check_executor_contract(reward.executor, BOUND_S)
+        assert CountingExecutor.verdicts == 9
+        with pytest.raises(ValueError, match=r"did you mean counted\?"):
+            code_reward_from_settings({"executor": "countd"})
+    assert "counted" not in EXECUTORS

@@ -203,27 +203,65 @@ import os, sys, time
 os.setsid()
 if os.fork():
     os._exit(0)  # the orphan's parent becomes PID 1, as a SIGKILLed trainer's bwrap does
+os.makedirs(sys.argv[2], exist_ok=True)
+with open(os.path.join(sys.argv[2], "cgroup.procs"), "w") as procs:
+    procs.write(str(os.getpid()))  # in a run cgroup named by the trainer of sys.argv[3]
 os.setgid(int(sys.argv[1]))
 os.setuid(int(sys.argv[1]))
 time.sleep(600)
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes run as their own uids only when the trainer is root")
-def test_the_next_trainer_kills_a_sandbox_uid_process_whose_trainer_is_gone():
-    from riskpo_trl.code.bwrap import SANDBOX_UID_BASE
+def start_orphan(uid: int, trainer_pid: int) -> tuple[str, str]:
+    """A process of sandbox uid ``uid`` whose parent is PID 1, in a run cgroup named by ``trainer_pid``'s parent
+    cgroup (what a trainer leaves when SIGKILLed): (its pid, its run cgroup)."""
+    from riskpo_trl.code import cgroups
+    from riskpo_trl.code.sandbox import program_cgroups
 
-    uid = SANDBOX_UID_BASE + 7
-    subprocess.run([sys.executable, "-c", ORPHAN, str(uid)], check=True, timeout=30)
+    hierarchy = program_cgroups().hierarchies["memory"]
+    run = os.path.join(os.path.dirname(hierarchy.parent), cgroups.parent_name(trainer_pid), "run0")
+    subprocess.run([sys.executable, "-c", ORPHAN, str(uid), run, str(trainer_pid)], check=True, timeout=30)
     deadline = time.monotonic() + 10
     while not (orphans := [p for p in os.listdir("/proc") if p.isdigit() and owner_and_parent(p) == (uid, 1)]):
         assert time.monotonic() < deadline, "the orphan did not start"
         time.sleep(0.05)
-    next_trainer = subprocess.run(
-        [sys.executable, "-c", TRAINER, "score"], capture_output=True, text=True, timeout=120
-    )
-    assert next_trainer.stdout.strip() == "[1.0, 1.0]", next_trainer.stderr[-2000:]
-    assert [pid for pid in orphans if owner_and_parent(pid) == (uid, 1)] == []
+    return orphans[0], run
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes run as their own uids only when the trainer is root")
+def test_the_next_trainer_kills_only_the_sandbox_processes_of_a_trainer_that_is_gone():
+    """Ownership is proven by the run cgroup's name (a trainer of this PID namespace that runs no process), never by
+    "the parent is PID 1": a process of a live trainer's cgroup, orphaned or not, is left alone."""
+    from riskpo_trl.code.bwrap import SANDBOX_UID_BASE
+    from riskpo_trl.code.sandbox import program_cgroups
+
+    if "memory" not in program_cgroups().hierarchies:
+        pytest.skip("no memory cgroup can be made here")
+    dead_pid = subprocess.Popen(["true"])
+    dead_pid.wait()
+    uid = SANDBOX_UID_BASE + 7
+    left_over, left_run = start_orphan(uid, dead_pid.pid)
+    live, live_run = start_orphan(uid + 1, os.getpid())  # "owned" by this live process
+    try:
+        next_trainer = subprocess.run(
+            [sys.executable, "-c", TRAINER, "score"], capture_output=True, text=True, timeout=120
+        )
+        assert next_trainer.stdout.strip() == "[1.0, 1.0]", next_trainer.stderr[-2000:]
+        assert owner_and_parent(left_over) is None  # killed
+        assert owner_and_parent(live) == (uid + 1, 1)  # its trainer still runs: not provably left over
+    finally:
+        for pid in (left_over, live):
+            try:
+                os.kill(int(pid), 9)
+            except OSError:
+                pass
+        time.sleep(0.2)
+        for run in (left_run, live_run):
+            for path in (run, os.path.dirname(run)):
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
 
 
 def owner_and_parent(pid: str) -> tuple[int, int] | None:

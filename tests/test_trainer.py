@@ -339,3 +339,31 @@ def test_a_run_whose_rewards_never_score_stops_with_an_error(tiny_model_dir, tmp
     logged = [entry for entry in trainer.state.log_history if "risk/frac_unscorable" in entry]
     assert logged and logged[0]["risk/frac_unscorable"] == 1.0
     assert "risk/upper_rvar" not in logged[0] and "risk/lower_rvar" not in logged[0]  # no bundle scored at all
+
+
+class FailingSandboxReward:
+    """A reward whose own machinery failed on every completion (as `CodeReward` reports a sandbox fault)."""
+
+    def __call__(self, completions, **kwargs):
+        return [None] * len(completions)
+
+    def unscorable_causes(self):
+        return "writing a run's spec file: no space left (8 completion(s))"
+
+
+def test_the_nothing_scorable_stop_names_the_sandbox_cause_when_that_is_the_reason():
+    from types import SimpleNamespace
+
+    batch = SimpleNamespace(unscorable=torch.ones(8, dtype=torch.bool))
+    trainer = SimpleNamespace(
+        _unscorable_batches=0,
+        args=SimpleNamespace(max_unscorable_batches=1),
+        unscored_counts=None,
+        reward_func_names=["contains_digit_reward", "code_reward"],
+        reward_funcs=[contains_digit_reward, FailingSandboxReward()],
+    )
+    with pytest.raises(RuntimeError, match=r"machinery failed, not the data: code_reward: writing a run's spec file"):
+        RiskPOTrainer._stop_if_nothing_is_scorable(trainer, batch)
+    trainer.reward_funcs = [contains_digit_reward, never_scorable_reward]  # no machinery cause: the data's message
+    with pytest.raises(RuntimeError, match="Check that the reward functions fit the dataset"):
+        RiskPOTrainer._stop_if_nothing_is_scorable(trainer, batch)

@@ -217,8 +217,8 @@ def test_rows_without_a_prompt_or_a_rewards_column_are_one_line(tmp_path, tiny_m
         (["--dataset_name", "dapo_mat"], "dataset_name='dapo_mat' is unknown (did you mean dapo_math?)"),
         (["--dataset_name", "gsm8k", "--dataset_config", "main"], "dataset_config applies to a Hub id or a local"),
         (
-            ["--dataset_name", "someone/x", "--prompt_template", "authors"],
-            "prompt_template='authors' applies to the registered datasets",
+            ["--dataset_name", "gsm8k", "--prompt_template", "raw"],
+            "prompt_template='raw' keeps the text prompt column of a dataset used as it is; 'gsm8k' is registered",
         ),
     ],
 )

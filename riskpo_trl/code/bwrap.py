@@ -190,12 +190,19 @@ def stage_parent() -> str:
 
 
 def kill_orphaned_sandbox_processes() -> list[int]:
-    """SIGKILL every process of the sandbox uids whose trainer is gone, and return their PIDs (never raises).
+    """SIGKILL every process of the sandbox uids that provably belongs to a trainer that no longer runs, and return
+    their PIDs (never raises).
 
-    A trainer's bwrap processes are its children and their sandboxes bwrap's, so a process of a sandbox uid whose
-    parent is PID 1 was orphaned: its trainer was SIGKILLed (also another trainer's, sharing the uids). Run as root at
-    start-up, before this process starts any sandbox.
+    Proof of ownership is the run cgroup a process sits in: ``riskpo-sandbox-<trainer PID>-<PID namespace>``
+    (`riskpo_trl.code.cgroups.parent_name`), named by the trainer that started it. A process is killed only when that
+    name is of this PID namespace and its trainer PID runs no process, the rule the cgroups themselves are removed by.
+    A parent PID says nothing: a trainer that is its container's PID 1 is the parent of its own sandboxes, and every
+    orphan's parent too. A process outside such a cgroup (a host without cgroup controllers) is left alone: it dies
+    with its PID namespace's PID 1, which dies with its bwrap (``--die-with-parent``). Run as root at start-up, before
+    this process starts any sandbox.
     """
+    from .cgroups import orphaned_owner  # the naming rule of the run cgroups
+
     killed = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -203,10 +210,14 @@ def kill_orphaned_sandbox_processes() -> list[int]:
         try:
             with open(f"/proc/{entry}/status") as status:
                 fields = dict(line.split(":", 1) for line in status if ":" in line)
-            uid, parent = int(fields["Uid"].split()[0]), int(fields["PPid"])
+            uid = int(fields["Uid"].split()[0])
+            if not SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + SANDBOX_UID_SPAN:
+                continue
+            with open(f"/proc/{entry}/cgroup") as cgroup:
+                owner = orphaned_owner(cgroup.read())
         except (OSError, ValueError, KeyError, IndexError):
             continue
-        if parent == 1 and SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + SANDBOX_UID_SPAN:
+        if owner is not None:
             try:
                 os.kill(int(entry), signal.SIGKILL)
                 killed.append(int(entry))

@@ -121,6 +121,8 @@ class CgroupSupport:
     _runs: itertools.count = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _free: dict[tuple[int, int, int], list[RunCgroup]] = field(default_factory=dict)  # (pid, caps) -> emptied ones
+    # controller -> the cgroup directories whose limits the programs share with the trainer, innermost first
+    shared: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
 
     @property
     def bounds_memory(self) -> bool:
@@ -334,6 +336,80 @@ def remove_orphaned_parents(directory: str) -> list[str]:
     return removed
 
 
+OOM_SCORE_ADJ = 1000  # the most: the OOM killer picks a sandbox's process before any process of the trainer
+
+
+def make_oom_victim(pid: int) -> None:
+    """Make process ``pid`` (and what it forks later, which inherits it) the OOM killer's first choice: a program that
+    fills a memory limit it shares with the trainer (a container's) is killed, not the trainer. Raising the score
+    needs no privilege; a process this one may not change (a setuid bwrap) keeps its own (never raises)."""
+    try:
+        _write(f"/proc/{pid}/oom_score_adj", str(OOM_SCORE_ADJ))
+    except OSError as exc:
+        logger.debug("Could not raise the OOM score of sandbox process %d: %s", pid, exc)
+
+
+UNLIMITED = 1 << 60  # v1 writes "no limit" as a page-rounded 2**63 - 1
+_LIMIT_FILES = {  # (controller, version) -> (limit file, usage file)
+    ("memory", 1): ("memory.limit_in_bytes", "memory.usage_in_bytes"),
+    ("memory", 2): ("memory.max", "memory.current"),
+    ("pids", 1): ("pids.max", "pids.current"),
+    ("pids", 2): ("pids.max", "pids.current"),
+}
+
+
+@dataclass(frozen=True)
+class SharedLimit:
+    """A cgroup limit that the programs share with the trainer: the trainer's own cgroup or one of its ancestors."""
+
+    controller: str  # "memory" (bytes) or "pids" (tasks)
+    path: str
+    limit: int
+    usage: int
+
+
+def shared_limits(support: CgroupSupport) -> list[SharedLimit]:
+    """Every memory and pids limit above the programs' processes (their run cgroups', or, without them, the trainer's
+    own cgroup) up to the hierarchy's mount point: each is shared by the trainer and every program at once."""
+    found = []
+    for controller, directories in support.shared.items():
+        for version, directory in directories:
+            limit_file, usage_file = _LIMIT_FILES[(controller, version)]
+            try:
+                limit_text = _read(os.path.join(directory, limit_file)).strip()
+                usage = int(_read(os.path.join(directory, usage_file)).strip())
+            except (OSError, ValueError):
+                continue
+            if limit_text != "max" and limit_text.isdigit() and int(limit_text) < UNLIMITED:
+                found.append(SharedLimit(controller, directory, int(limit_text), usage))
+    return found
+
+
+def _ancestors(directory: str, point: str) -> list[str]:
+    """``directory`` and its parents up to (and including) the mount point ``point``."""
+    found = []
+    directory = directory.rstrip("/") or "/"
+    while True:
+        found.append(directory)
+        if directory == point.rstrip("/") or len(directory) <= len(point.rstrip("/")) or directory == "/":
+            return found
+        directory = os.path.dirname(directory)
+
+
+def orphaned_owner(proc_cgroup: str) -> int | None:
+    """The PID of the trainer that made the run cgroup a process sits in (its /proc/<pid>/cgroup text), when that
+    trainer is of this PID namespace and no longer runs; else None (not a sandbox's cgroup, another namespace's, or a
+    live trainer's: nothing proves the process is left over)."""
+    suffix = f"-{_pid_namespace()}"
+    for line in proc_cgroup.splitlines():
+        for part in line.split(":", 2)[-1].split("/"):
+            if part.startswith(PARENT_PREFIX) and part.endswith(suffix):
+                pid = part[len(PARENT_PREFIX) : -len(suffix)]
+                if pid.isdigit() and not _pid_runs(int(pid)):
+                    return int(pid)
+    return None
+
+
 def _pid_runs(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -408,6 +484,22 @@ def _v2_missing_reason(available_reason: str, controller: str) -> str:
     return available_reason or f"the cgroup v2 hierarchy does not offer or delegate {controller}"
 
 
+def _find_shared(support: CgroupSupport, v1_mounts, v2_mount, v1_own, v2_own) -> None:
+    """Where the programs' memory and pids are counted besides their own caps: the cgroups from the trainer's own (v1)
+    or its parent (v2, where the runs are its siblings) up to the mount point, in each hierarchy that counts them."""
+    for controller in ("memory", "pids"):
+        directories = []
+        if v2_mount is not None and v2_own is not None:
+            own = _join(*v2_mount, v2_own)
+            siblings = controller in support.hierarchies and v2_own not in ("/", "")  # runs next to the trainer's
+            start = os.path.dirname(own.rstrip("/")) if siblings else own
+            directories += [(2, path) for path in _ancestors(start, v2_mount[0])]
+        if controller in v1_mounts and controller in v1_own:
+            point = v1_mounts[controller][0]
+            directories += [(1, path) for path in _ancestors(_join(*v1_mounts[controller], v1_own[controller]), point)]
+        support.shared[controller] = directories
+
+
 def detect(mountinfo_path: str = "/proc/self/mountinfo", cgroup_path: str = "/proc/self/cgroup") -> CgroupSupport:
     """Find, per controller, a hierarchy where this process can make per-run cgroups (v2 first, then v1)."""
     support = CgroupSupport()
@@ -426,6 +518,7 @@ def detect(mountinfo_path: str = "/proc/self/mountinfo", cgroup_path: str = "/pr
                 support.hierarchies = {c: _Hierarchy(c, 2, parent) for c in controllers}
             except OSError as exc:
                 v2_reason = f"cannot create a cgroup in {directory}: {exc.strerror}"
+    _find_shared(support, v1_mounts, v2_mount, v1_own, v2_own)
     for controller in CONTROLLERS:
         if controller in support.hierarchies:
             continue

@@ -25,7 +25,7 @@ from .testspec import TestSpec
 
 logger = logging.getLogger(__name__)
 
-EXECUTORS: Registry[type] = Registry("code_sandbox.executor")
+EXECUTORS: Registry[type] = Registry("code_sandbox.executor", needs_help=True)
 DEFAULT_EXECUTOR = "bwrap"
 
 

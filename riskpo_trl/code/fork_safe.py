@@ -63,7 +63,10 @@ def close_file(file: IO) -> None:
     with _LOCK:
         if not file.closed:
             _HELD.discard(file.fileno())
-            file.close()
+            try:
+                file.close()
+            except OSError:  # its last flush failed (a full disk): the descriptor is closed all the same
+                pass
 
 
 def held() -> frozenset[int]:

@@ -9,10 +9,13 @@ One judge per judgement. The trainer starts a judge server once (``python -I -S 
 stdlib-only judging modules, `riskpo_trl.code._judge_main`), and the server forks a fresh judge for each request, so
 a judge starts in about a millisecond instead of an interpreter's start-up. Each judge sets its own RLIMIT_CPU and
 RLIMIT_AS before it reads anything, and is SIGKILLed by the server when its wall-clock time is up. It reads the test
-spec (expected values included) and the report from an unnamed file, and writes a verdict of at most
-`MAX_VERDICT_BYTES` to a pipe; the trainer reads no more than that, and stops waiting shortly after the judge's
-deadline whatever happens. No program runs in a judge: it only ever receives the bytes the sandbox reported. A judge
-that overruns, dies or writes anything else fails that one completion.
+spec (expected values included) and the report from an unnamed memory file (no ``TMPDIR`` space needed), and writes
+a verdict of at most `MAX_VERDICT_BYTES` to a pipe made by `fork_safe` (a fork of the trainer from another thread never
+holds its write end); the trainer takes the first whole message and stops waiting shortly after the judge's deadline
+whatever happens. No program runs in a judge: it only ever receives the bytes the sandbox reported. A judge that
+overruns its CPU or memory limits fails that one completion (the report made it do so); a judge that could not start,
+or was killed at its wall-clock deadline having had less than a tenth of that time on a CPU (a starved machine), or a
+verdict that never arrives, is the machine's fault: `SandboxFault`, so the completion is unscorable, not wrong.
 """
 
 from __future__ import annotations
@@ -21,16 +24,18 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import fork_safe
+from .faults import SandboxFault, anonymous_file, describe_os_error
 from .fdwait import readable
 
 MAX_VERDICT_BYTES = 512
-PASS, FAIL = b"P", b"F"
+PASS, FAIL, UNSCORABLE = b"P", b"F", b"U"  # U: the judge could not judge (a fault of the machine, not the program)
+LENGTH_BYTES = 2  # each message on the verdict pipe: its length (big-endian), then its bytes
 DEADLINE_MARGIN_S = 1.0  # how long after a judge's deadline the trainer still waits for its verdict
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding riskpo_trl/
 # The judge server's interpreter: the package root first on its path (``-I`` leaves out the current directory and
@@ -38,6 +43,11 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holdin
 # modules load.
 _BOOT = """
 import sys
+try:  # the judges (forked from here) are the OOM killer's first choice, never the trainer
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
+except OSError:
+    pass
 sys.path.insert(0, sys.argv[1])
 from riskpo_trl.code._judge_main import serve
 serve(int(sys.argv[2]))
@@ -124,43 +134,61 @@ class _JudgeServer:
 
 def judge(spec_json: str, report: bytes, limits: JudgeLimits | None = None) -> Verdict:
     """Judge a run's ``report`` (the runner's raw bytes, `riskpo_trl.code.report`) against the test spec in a judge
-    process. Returns within ``limits.timeout_s + DEADLINE_MARGIN_S``."""
+    process. Returns within ``limits.timeout_s + DEADLINE_MARGIN_S``; raises `SandboxFault` when the judging machinery,
+    not the report, kept a verdict from arriving."""
     limits = limits or JudgeLimits()
     deadline = time.monotonic() + limits.timeout_s + DEADLINE_MARGIN_S
-    verdict_read, verdict_write = os.pipe()
+    verdict_read, verdict_write = fork_safe.pipe()
     try:
-        with tempfile.TemporaryFile() as payload:
-            payload.write(spec_json.encode("utf-8", errors="surrogatepass"))
-            payload.write(b"\n")
-            payload.write(report)
-            payload.flush()
-            _JudgeServer.submit(payload.fileno(), verdict_write, limits)
-        os.close(verdict_write)
-        verdict_write = None
+        try:
+            with anonymous_file() as payload:
+                payload.write(spec_json.encode("utf-8", errors="surrogatepass"))
+                payload.write(b"\n")
+                payload.write(report)
+                payload.flush()
+                _JudgeServer.submit(payload.fileno(), verdict_write, limits)
+        except OSError as exc:
+            raise describe_os_error(exc, "handing a report to the judge") from exc
+        fork_safe.close(verdict_write)
+        verdict_write = None  # its number may be another thread's descriptor from here on
         verdict = _read_verdict(verdict_read, deadline)
     finally:
-        os.close(verdict_read)
+        fork_safe.close(verdict_read)
         if verdict_write is not None:
-            os.close(verdict_write)
+            fork_safe.close(verdict_write)
     if verdict is None:
-        return Verdict(False, f"judge: no verdict within {limits.timeout_s:g} s or its CPU/memory limits")
+        raise SandboxFault(
+            f"no verdict from the judge within {limits.timeout_s:g} s + {DEADLINE_MARGIN_S:g} s (its server did not "
+            "answer)",
+            cause="judge: no verdict",
+            fix="check that this machine has free CPU and memory for the judge processes",
+        )
     if verdict == PASS:
         return Verdict(True)
     if verdict[:1] == FAIL:
         return Verdict(False, verdict[1:].decode("utf-8", errors="replace"))
-    return Verdict(False, "judge: malformed verdict")
+    if verdict[:1] == UNSCORABLE:
+        reason = verdict[1:].decode("utf-8", errors="replace")
+        raise SandboxFault(f"the judge could not judge: {reason}", cause=f"judge: {reason.split(':')[0]}")
+    raise SandboxFault("malformed verdict from the judge", cause="judge: malformed verdict")
 
 
 def _read_verdict(fd: int, deadline: float) -> bytes | None:
-    """The judge's whole output if it ends (EOF) by ``deadline`` within `MAX_VERDICT_BYTES`; else None."""
+    """The first whole message on the verdict pipe by ``deadline`` (at most `MAX_VERDICT_BYTES`); None on EOF before
+    one, at the deadline, or on an oversized one. What follows it is not waited for: EOF is not needed, so a
+    descriptor held elsewhere cannot delay the verdict."""
     data = b""
     while True:
+        if len(data) >= LENGTH_BYTES:
+            length = int.from_bytes(data[:LENGTH_BYTES], "big")
+            if length > MAX_VERDICT_BYTES:
+                return None
+            if len(data) >= LENGTH_BYTES + length:
+                return data[LENGTH_BYTES : LENGTH_BYTES + length]
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not readable(fd, remaining):
             return None
-        chunk = os.read(fd, MAX_VERDICT_BYTES + 1 - len(data))
+        chunk = os.read(fd, LENGTH_BYTES + MAX_VERDICT_BYTES - len(data))
         if not chunk:
-            return data or None
-        data += chunk
-        if len(data) > MAX_VERDICT_BYTES:
             return None
+        data += chunk

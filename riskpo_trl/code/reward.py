@@ -6,6 +6,8 @@ import functools
 import logging
 import os
 import re
+import threading
+from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -13,8 +15,9 @@ from typing import Any
 from ..rewards.completions import completion_text
 from .assertions import UndecidableTestError
 from .executor import DEFAULT_EXECUTOR, EXECUTORS, Executor, SandboxExecutor
+from .faults import SandboxFault
 from .judge import JudgeLimits
-from .sandbox import Sandbox, SandboxLimits, SandboxStartError, SandboxUnavailableError
+from .sandbox import Sandbox, SandboxLimits, SandboxUnavailableError
 from .single_flight import single_flight_cache
 from .testspec import TestSpec
 
@@ -22,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 # The last fenced block tagged python/py/python3 (what the Archer and LiveCodeBench prompts ask for).
 _CODE_BLOCK = re.compile(r"```(?:python3?|py)[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+MAX_FAULT_BATCHES = 3  # consecutive batches in which faults of the machinery left no completion with a verdict
 
 
 def extract_code(text: str) -> str | None:
@@ -74,9 +78,13 @@ class CodeReward:
     """TRL reward function: 1.0 iff the completion's last ```python block passes all of its problem's tests.
 
     Call it as ``reward(completions, tests, **kwargs)`` (TRL passes the dataset's ``tests`` column by name). Returns
-    0.0 for a completion without a code block, failing any test, or whose run or judging failed in any way (nothing a
-    program does can crash training), and None (unscorable, ignored by the trainer) when the problem's tests are
-    missing, unparseable or refused, or when its sandbox could not start (`SandboxStartError`, logged). Programs run and are judged by an `Executor` (`riskpo_trl.code.executor`); the
+    0.0 only for what the program did: no code block, or a ``Verdict(False)`` of the executor (a failed test, a
+    crash, its own deadline; nothing a program does can crash training). None (unscorable, ignored by the trainer)
+    when the problem's tests are missing, unparseable or refused, and whenever the machinery around the program
+    failed instead of giving a verdict (`SandboxFault`: a sandbox or judge that could not start, a full disk, a broken
+    pipe; or any other exception of the executor), with one warning per cause. When such faults leave every
+    completion of `MAX_FAULT_BATCHES` batches in a row without a verdict, it raises `SandboxUnavailableError` naming
+    the cause and the fix. Programs run and are judged by an `Executor` (`riskpo_trl.code.executor`); the
     default, `SandboxExecutor`, runs each in a bubblewrap sandbox and judges its report in a separate judge process,
     so this process never handles a value the program produced: it receives a bounded `Verdict`. Completions run
     concurrently on the executor's ``max_workers`` threads, each bounded by the executor's per-completion bound
@@ -133,8 +141,14 @@ class CodeReward:
         self.sandbox = getattr(executor, "sandbox", None)  # the default executor's Sandbox (None for others)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_owner = os.getpid()  # a forked child has none of the pool's threads: it makes its own
+        self._fault_batches = 0  # consecutive batches in which faults of the machinery left no verdict at all
+        self.last_faults: _Tally | None = None  # the last batch's faults (`unscorable_causes`)
 
     def score(self, completion, tests) -> float | None:
+        """One completion's score (`CodeReward`); a fault of the machinery is None, warned once per cause."""
+        return self._score(completion, tests, _Tally())
+
+    def _score(self, completion, tests, tally: _Tally) -> float | None:
         try:
             spec = parse_tests(tests)
         except Exception as exc:  # noqa: BLE001 - one row's cell, however broken, never fails the batch
@@ -148,21 +162,23 @@ class CodeReward:
             return None
         try:
             code = extract_code(completion_text(completion))
-            if code is None:
-                return 0.0
-            return float(self.executor.run(code, spec).passed)
-        except SandboxStartError as exc:  # nothing of the program ran: unscorable, not wrong
-            logger.warning("Code reward: %s; that completion is unscorable (None).", str(exc)[:200])
-            return None
+        except Exception as exc:  # noqa: BLE001 - an unreadable completion has no program: as without a code block
+            logger.warning("Code reward: reading a completion raised %s; scoring it 0.0.", type(exc).__name__)
+            return 0.0
+        if code is None:
+            return 0.0
+        try:
+            verdict = self.executor.run(code, spec)
         except SandboxUnavailableError:
             raise  # the machine's fault, not the completion's: training must not go on rewarding 0.0 for everything
-        except Exception as exc:  # noqa: BLE001 - whatever a program makes the run or the judging do scores 0.0
-            logger.warning(
-                "Code reward: running or judging a completion raised %s: %s; scoring it 0.0.",
-                type(exc).__name__,
-                str(exc)[:200],
-            )
-            return 0.0
+        except SandboxFault as exc:  # the machinery failed, not the program: unscorable, never 0.0
+            tally.fault(exc.cause, exc.fix, str(exc))
+            return None
+        except Exception as exc:  # noqa: BLE001 - the contract gives a failing program a Verdict, never an exception
+            tally.fault(f"{type(exc).__name__} in the executor", "see the error above (a bug to report)", str(exc))
+            return None
+        tally.verdicts += 1
+        return float(verdict.passed)
 
     def __call__(self, completions, tests=None, **kwargs) -> list[float | None]:
         if tests is None:
@@ -171,7 +187,63 @@ class CodeReward:
         if self._pool is None or self._pool_owner != os.getpid():
             self._pool_owner = os.getpid()
             self._pool = ThreadPoolExecutor(max_workers=self.executor.max_workers, thread_name_prefix="code-reward")
-        return list(self._pool.map(self.score, completions, tests))
+        tally = _Tally()
+        scores = list(self._pool.map(functools.partial(self._score, tally=tally), completions, tests))
+        self._after_batch(tally)
+        return scores
+
+    def _after_batch(self, tally: _Tally) -> None:
+        with _FAULT_LOCK:
+            self.last_faults = tally
+            if tally.verdicts or not tally.causes:
+                self._fault_batches = 0
+                return
+            self._fault_batches += 1
+            if self._fault_batches < MAX_FAULT_BATCHES:
+                return
+        raise SandboxUnavailableError(
+            f"No completion got a verdict in {MAX_FAULT_BATCHES} batches in a row: {tally.describe()}. Fix: "
+            f"{tally.fix()}."
+        )
+
+    def unscorable_causes(self) -> str | None:
+        """Why the last batch's completions were unscorable when the machinery was the reason (None otherwise): what
+        the trainer's "nothing scorable" stop names."""
+        tally = self.last_faults
+        return tally.describe() if tally is not None and tally.causes else None
+
+
+_FAULT_LOCK = threading.Lock()
+
+
+class _Tally:
+    """Faults and verdicts of one batch (thread-safe); warns once per cause per process."""
+
+    _warned: set[str] = set()
+
+    def __init__(self):
+        self.verdicts = 0
+        self.causes: Counter[str] = Counter()
+        self.fixes: dict[str, str] = {}
+
+    def fault(self, cause: str, fix: str, message: str) -> None:
+        with _FAULT_LOCK:
+            self.causes[cause] += 1
+            self.fixes.setdefault(cause, fix)
+            first = cause not in _Tally._warned
+            _Tally._warned.add(cause)
+        if first:
+            logger.warning(
+                "Code reward: %s; such completions are unscorable (None), never 0.0, and counted in "
+                "risk/frac_unscorable (warned once per cause).",
+                message[:300],
+            )
+
+    def describe(self) -> str:
+        return ", ".join(f"{cause[:200]} ({count} completion(s))" for cause, count in self.causes.most_common(3))
+
+    def fix(self) -> str:
+        return "; ".join(self.fixes[cause][:300] for cause, _ in self.causes.most_common(3) if self.fixes[cause])
 
 
 def code_reward_from_settings(settings: Mapping[str, Any] | None = None) -> CodeReward:

@@ -40,6 +40,7 @@ from typing import IO
 from . import cgroups, fork_safe
 from .ahead import ReadyAhead
 from .bwrap import INSTALL_HINT, SHM_DIR, BwrapLauncher, SandboxUnavailableError
+from .faults import SandboxFault, anonymous_file, describe_os_error
 from .fdwait import poll_ms, readable
 from .report import HEADER_BYTES, TEST_STYLES, parse_report
 from .seccomp import denied_syscalls_filter
@@ -58,8 +59,11 @@ READ_INTERVAL_S = 0.005  # ...then at most once per interval (a test's deadline 
 SANDBOX_START_TIMEOUT_S = 10.0  # from the release of a held bwrap to its sandbox's PID 1 (milliseconds when idle)
 
 
-class SandboxStartError(RuntimeError):
+class SandboxStartError(SandboxFault):
     """One run's sandbox did not start, so nothing of the program ran: the completion is unscorable, not wrong."""
+
+    def __init__(self, message: str, cause: str = "sandbox did not start", fix: str = ""):
+        super().__init__(message, cause, fix or INSTALL_HINT)
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,52 @@ def detect_isolation() -> Isolation:
     return isolation
 
 
+def check_shared_limits(shared: list[cgroups.SharedLimit], max_workers: int, limits: SandboxLimits) -> None:
+    """Refuse to start when a memory or pids limit that the programs share with the trainer (a container's or pod's,
+    `cgroups.shared_limits`) is below what the trainer uses now plus ``max_workers`` programs at their caps: then a
+    program could make the kernel kill the trainer. Raises `SandboxUnavailableError` naming both figures and the
+    settings that fit. (The sizing rule: docs/code_sandbox.md.)"""
+    per_run = {
+        "memory": limits.memory_mb << 20,
+        "pids": limits.max_processes + cgroups.EXTRA_TASKS + 1,  # and one judge per worker
+    }
+    for found in shared:
+        room = found.limit - found.usage
+        need = max_workers * per_run[found.controller]
+        if room >= need:
+            continue
+        if found.controller == "memory":
+            mib = 1 << 20
+            fits = [f"max_workers: {room // per_run['memory']}"] if room >= per_run["memory"] else []
+            if room // max_workers >= 64 * mib:
+                fits.append(f"memory_mb: {room // max_workers // mib}")
+            figures = (
+                f"a memory limit of {found.limit // mib} MiB, below the {_figure('memory', found.usage)} in use + "
+                f"max_workers {max_workers} x memory_mb {limits.memory_mb} = {_figure('memory', found.usage + need)}"
+            )
+            harm = "a program could get the trainer OOM-killed"
+        else:
+            fits = [f"max_workers: {room // per_run['pids']}"] if room >= per_run["pids"] else []
+            if room // max_workers > cgroups.EXTRA_TASKS + 1:
+                fits.append(f"max_processes: {room // max_workers - cgroups.EXTRA_TASKS - 1}")
+            figures = (
+                f"a pids limit of {found.limit}, below the {found.usage} tasks in use + max_workers {max_workers} x "
+                f"(max_processes {limits.max_processes} + "
+                f"{cgroups.EXTRA_TASKS + 1}) = {found.usage + need}"
+            )
+            harm = "programs could leave the trainer unable to start a thread or process"
+        settings = f"set code_sandbox {' or '.join(fits)}, or " if fits else ""
+        raise SandboxUnavailableError(
+            f"Code sandbox: the trainer's cgroup {found.path} has {figures}, shared with the programs, so {harm}; "
+            f"{settings}raise the container's or pod's limit to at least "
+            f"{_figure(found.controller, found.usage + need)} (sizing: docs/code_sandbox.md)."
+        )
+
+
+def _figure(controller: str, amount: int) -> str:
+    return f"{-(-amount // (1 << 20))} MiB" if controller == "memory" else f"{amount} tasks"
+
+
 def _find_bwrap() -> str:
     found = shutil.which("bwrap")
     if found is None:
@@ -281,6 +331,7 @@ class _BwrapStart:
         try:
             if cgroup is not None:
                 cgroup.add(self.process.pid)  # before bwrap reads its options, so before it forks anything
+            cgroups.make_oom_victim(self.process.pid)  # and so is every process of the sandbox
         except OSError:
             self.process.kill()
             self.process.wait()
@@ -364,7 +415,7 @@ def _prepare_bwrap(
         if support.hierarchies:
             cgroup = support.acquire(limits.memory_mb << 20, limits.max_processes + cgroups.EXTRA_TASKS)
         with fork_safe.making():
-            spec_file = tempfile.TemporaryFile()
+            spec_file = anonymous_file()  # memory, not TMPDIR: a full or read-only TMPDIR cannot fail a run
             fork_safe.hold(spec_file.fileno())
         stdin = fork_safe.open_fd(f"/proc/self/fd/{spec_file.fileno()}", os.O_RDONLY)  # its own offset at 0
         try:
@@ -381,7 +432,8 @@ def _prepare_bwrap(
             support.release(cgroup)
         launcher.unmount_workdir(workdir)
         if isinstance(exc, OSError):  # nothing of the program has run: the machine's fault, not the completion's
-            raise SandboxUnavailableError(f"Could not start a sandbox (cgroup, pipe or bwrap): {exc}") from exc
+            fault = describe_os_error(exc, "preparing a sandbox (cgroup, pipe or bwrap)")
+            raise SandboxStartError(str(fault), fault.cause, fault.fix) from exc
         raise
 
 
@@ -422,6 +474,7 @@ class Sandbox:
             self._slots.put(slot)
         self._ahead: ReadyAhead[_Prepared] | None = None
         self._ahead_lock = threading.Lock()
+        self._limits_checked = False  # `check_shared_limits`, once
 
     @property
     def isolation(self) -> Isolation:
@@ -437,6 +490,9 @@ class Sandbox:
                 "Code sandbox runs with isolation='none': model-written programs run WITHOUT OS isolation "
                 "(trusted code and tests only)."
             )
+        elif not self._limits_checked:
+            check_shared_limits(cgroups.shared_limits(program_cgroups()), self.max_workers, self.limits)
+            self._limits_checked = True
         return isolation
 
     def close(self) -> None:
@@ -528,11 +584,16 @@ class Sandbox:
         encoded = json.dumps(spec).encode()
         if isolation.mode == "bwrap":
             return self._run_bwrap(encoded, slot, isolation, support, len(inputs), output_caps)
-        with tempfile.TemporaryFile() as spec_file:
-            spec_file.write(encoded)
-            spec_file.flush()
-            with open(f"/proc/self/fd/{spec_file.fileno()}", "rb") as stdin:
-                return self._run_unisolated(stdin, len(inputs), output_caps)
+        try:
+            with anonymous_file() as spec_file:
+                spec_file.write(encoded)
+                spec_file.flush()
+                stdin = open(f"/proc/self/fd/{spec_file.fileno()}", "rb")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            fault = describe_os_error(exc, "writing a run's spec file")
+            raise SandboxStartError(str(fault), fault.cause, fault.fix) from exc
+        with stdin:
+            return self._run_unisolated(stdin, len(inputs), output_caps)
 
     def _argv(self, isolation: Isolation) -> list[str]:
         executable = sys.executable if isolation.mode == "none" else os.path.realpath(sys.executable)
@@ -567,13 +628,19 @@ class Sandbox:
         prepared = ahead.take(slot)
         ahead.refill(slot)  # the slot's next sandbox gets ready while this one runs
         try:
-            prepared.spec_file.write(spec)
-            prepared.spec_file.flush()
+            try:
+                prepared.spec_file.write(spec)
+                prepared.spec_file.flush()
+            except OSError as exc:
+                fault = describe_os_error(exc, "writing a run's spec file")
+                raise SandboxStartError(str(fault), fault.cause, fault.fix) from exc
             deadline = time.monotonic() + self.limits.total_timeout_s
             try:
                 prepared.start.release()
             except OSError as exc:  # nothing of the program has run yet: the machine's fault, not the completion's
-                raise SandboxStartError(f"could not start a sandbox (bwrap's option pipe): {exc}") from exc
+                raise SandboxStartError(
+                    f"could not start a sandbox (bwrap's option pipe): {exc}", "bwrap's option pipe broke"
+                ) from exc
             init_pidfd = None
             try:
                 init_pidfd = _namespace_init(prepared.start.info, prepared.start.process, deadline)
@@ -584,7 +651,11 @@ class Sandbox:
             prepared.discard()
 
     def _run_unisolated(self, stdin, n_tests: int, output_caps: list[int] | None) -> tuple[bytes, str | None]:
-        workdir = tempfile.mkdtemp(prefix="riskpo-sandbox-")
+        try:
+            workdir = tempfile.mkdtemp(prefix="riskpo-sandbox-")
+        except OSError as exc:
+            fault = describe_os_error(exc, "making the run's working directory")
+            raise SandboxStartError(str(fault), fault.cause, fault.fix) from exc
         environment = {
             "HOME": workdir,
             "TMPDIR": workdir,

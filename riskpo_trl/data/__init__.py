@@ -36,8 +36,10 @@ _EXPORTS = {
         "DEFAULT_PROMPT_TEMPLATE",
         "PROMPT_BUILDERS",
         "PROMPT_TEMPLATE",
+        "RAW_PROMPT_TEMPLATE",
         "make_authors_prompt",
         "make_prompt",
+        "prompt_from_text",
     ),
     "local_files": ("load_local_files",),
 }
@@ -72,8 +74,10 @@ if TYPE_CHECKING:
         DEFAULT_PROMPT_TEMPLATE,
         PROMPT_BUILDERS,
         PROMPT_TEMPLATE,
+        RAW_PROMPT_TEMPLATE,
         make_authors_prompt,
         make_prompt,
+        prompt_from_text,
     )
 
 __getattr__, __dir__, __all__ = lazy_names(__name__, _EXPORTS)

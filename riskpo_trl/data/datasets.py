@@ -37,8 +37,8 @@ from ..registry import Registry
 from ..rewards.grading import last_boxed
 from .columns import answer_text, gsm8k_answer, map_training_columns
 from .local_files import load_local_files
-from .prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
-from .user_datasets import HUB, check_prompt_template_unset, load_user_dataset, tracks_hint, user_dataset_kind
+from .prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS, check_not_raw
+from .user_datasets import HUB, apply_prompt_template, load_user_dataset, tracks_hint, user_dataset_kind
 
 logger = logging.getLogger(__name__)
 
@@ -238,6 +238,7 @@ def adapt_dataset(
     ever be scored None.
     """
     check_prompt_template(prompt_template)
+    check_not_raw(prompt_template, name)
     _require_columns(dataset, spec.required_columns, name)
     keep_own_prompt = prompt_template == "authors" and spec.own_prompt is not None
     build_prompt = PROMPT_BUILDERS[prompt_template]
@@ -286,6 +287,7 @@ def _load_spec(
     """Load a registered dataset; ``local_form`` is how the caller's user names local files instead (for the error
     raised when the Hub cannot be reached)."""
     check_prompt_template(prompt_template)
+    check_not_raw(prompt_template, name)
     if isinstance(spec, LoaderSpec) and prompt_template != DEFAULT_PROMPT_TEMPLATE:
         raise ValueError(
             f"prompt_template={prompt_template!r} applies to the math datasets; {name!r} ({spec.kind} track) builds "
@@ -331,13 +333,16 @@ def load_train_dataset(
     For a registered dataset ``data_files`` reads local files in its schema instead of the Hub. ``limit`` keeps the
     first rows. ``prompt_template`` picks the prompt of a registered dataset (see :func:`adapt_dataset`).
     ``prompt_column`` and ``answer_column`` name the columns of a dataset used as it is that hold the prompt and the
-    gold answer, read as ``prompt`` and ``solution`` (:mod:`riskpo_trl.data.columns`).
+    gold answer, read as ``prompt`` and ``solution`` (:mod:`riskpo_trl.data.columns`); a text prompt becomes a user
+    turn with ``prompt_template``'s instruction, the prompt the registered datasets give (``raw``: kept as text).
     A mixture is shuffled with ``seed`` first, so its first rows draw from every part (concatenated in order, a limit
     would keep only the first part's rows); the trainer reshuffles each epoch anyway.
     """
     if name not in TRAIN_DATASETS and name not in TRAIN_MIXTURES:
-        dataset = _load_user_dataset(name, config, split, data_files, prompt_template)
-        dataset = map_training_columns(dataset, prompt_column, answer_column, where=f"the training dataset {name!r}")
+        where = f"the training dataset {name!r}"
+        dataset = _load_user_dataset(name, config, split, data_files)
+        dataset = map_training_columns(dataset, prompt_column, answer_column, where=where)
+        dataset = apply_prompt_template(dataset, prompt_template, where)
     elif prompt_column is not None or answer_column is not None:
         raise ValueError(
             f"prompt_column and answer_column name the columns of a dataset used as it is; {name!r} is "
@@ -357,13 +362,10 @@ def load_train_dataset(
     return dataset.select(range(min(limit, len(dataset)))) if limit is not None else dataset
 
 
-def _load_user_dataset(
-    name: str, config: str | None, split: str, data_files: str | Sequence[str] | None, prompt_template: str
-) -> Dataset:
+def _load_user_dataset(name: str, config: str | None, split: str, data_files: str | Sequence[str] | None) -> Dataset:
     """A dataset that is not registered, as it is; a Hub id that cannot be reached is one line, as for registered
     ones."""
     kind = user_dataset_kind(name, data_files, [*TRAIN_DATASETS, *TRAIN_MIXTURES])
-    check_prompt_template_unset(name, prompt_template)
     try:
         return load_user_dataset(name, kind, config, split, data_files)
     except ConnectionError as error:

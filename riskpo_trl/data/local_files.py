@@ -157,7 +157,8 @@ def _peek_file(path: str) -> tuple[list[str], int] | None:
         return metadata.schema.to_arrow_schema().names, metadata.num_rows
     if reader is None or os.path.getsize(path) > MAX_PEEKED_BYTES:
         return None
-    with open(path, encoding="utf-8", newline="" if reader == "csv" else None) as file:
+    # Bytes that are not UTF-8 are replaced, as the loader's own readers do: the columns are the same either way.
+    with open(path, encoding="utf-8", errors="replace", newline="" if reader == "csv" else None) as file:
         if reader == "csv":
             import csv
 

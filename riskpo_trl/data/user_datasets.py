@@ -4,7 +4,9 @@
 
 Their rows must already hold what the trainer reads: a ``prompt`` column (a string or a list of chat messages) and
 the columns the reward functions read (``solution`` for the math rewards). The trainer's start-up checks name a
-missing one. The registered datasets of :mod:`riskpo_trl.data.datasets` are the other way in: they map a known Hub
+missing one. A text prompt is prompted as the registered datasets prompt a problem: a user turn carrying
+``prompt_template``'s instruction (:func:`apply_prompt_template`); ``prompt_template: raw`` keeps the text as it is.
+Chat messages are used as they are. The registered datasets of :mod:`riskpo_trl.data.datasets` are the other way in: they map a known Hub
 schema to those columns.
 """
 
@@ -18,7 +20,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from ..registry import closest_name, unimported_hint
 from .local_files import check_data_files, folder_data_files, folder_format
-from .prompts import DEFAULT_PROMPT_TEMPLATE
+from .prompts import DEFAULT_PROMPT_TEMPLATE, RAW_PROMPT_TEMPLATE, prompt_from_text
 
 # Formats read from local files by `datasets`' packaged builders, named as TRL's `--dataset_name json` does.
 FILE_FORMATS = ("json", "csv", "parquet")
@@ -85,13 +87,25 @@ def _check_folder(directory: str, data_files: str | Sequence[str] | None) -> Non
     check_data_files([f for files in splits.values() for f in files], reader=folder_format(splits))
 
 
-def check_prompt_template_unset(name: str, prompt_template: str) -> None:
-    """A prompt template applies to registered datasets only: one used as it is keeps its own prompts."""
-    if prompt_template != DEFAULT_PROMPT_TEMPLATE:
-        raise ValueError(
-            f"prompt_template={prompt_template!r} applies to the registered datasets; {name!r} is used as it is, "
-            "with its own 'prompt' column. Leave prompt_template at its default."
-        )
+def apply_prompt_template(dataset, prompt_template: str, where: str):
+    """``dataset`` with a text ``prompt`` column prompted as a registered dataset's problems are (a user turn with
+    ``prompt_template``'s instruction; ``raw``: as it is). Chat messages stay as they are, and a template other than
+    the default cannot apply to them: that is refused."""
+    feature = dataset.features.get("prompt")
+    is_text = getattr(feature, "dtype", None) in ("string", "large_string")
+    if not is_text:
+        if feature is not None and prompt_template != DEFAULT_PROMPT_TEMPLATE:
+            raise ValueError(
+                f"prompt_template={prompt_template!r} applies to a text prompt column; the 'prompt' column of {where} "
+                "holds chat messages, used as they are. Leave prompt_template at its default."
+            )
+        return dataset
+    if prompt_template == RAW_PROMPT_TEMPLATE:
+        return dataset
+    return dataset.map(
+        lambda row: {"prompt": prompt_from_text(row["prompt"], prompt_template)},
+        desc=f"Prompting with {prompt_template}",
+    )
 
 
 def _reads_as_path(name: str) -> bool:

@@ -12,7 +12,15 @@ from datasets import Dataset
 
 from ..data.columns import check_columns_exist, gold_answer
 from ..data.local_files import check_data_files
-from ..data.prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS, make_prompt
+from ..data.prompts import (
+    DEFAULT_PROMPT_TEMPLATE,
+    PROMPT_BUILDERS,
+    RAW_PROMPT_TEMPLATE,
+    instruction_in_chat_template,
+    make_prompt,
+    prompt_from_text,
+    without_instruction,
+)
 from ..tracks import BENCHMARKS, load_benchmark
 from .config import EvalConfig
 
@@ -27,7 +35,8 @@ class Benchmark:
 
 def template_description(prompt_template: str) -> str:
     """A prompt template as results.md states it: its name and the text a problem becomes."""
-    return f"`{prompt_template}`: {PROMPT_BUILDERS[prompt_template]('{problem}')[-1]['content']!r}"
+    prompt = PROMPT_BUILDERS[prompt_template]("{problem}")
+    return f"`{prompt_template}`: {prompt if isinstance(prompt, str) else prompt[-1]['content']!r}"
 
 
 def load_rows_file(
@@ -37,10 +46,10 @@ def load_rows_file(
     prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
 ) -> Dataset:
     """A local benchmark: JSON (a list of rows) or JSONL rows in either schema, with columns ``problem`` and
-    ``answer`` (the problem is prompted with ``prompt_template``), or riskpo-train's ``prompt`` (text or chat
-    messages, used as it is) and ``solution``. ``prompt_column`` and ``answer_column`` name other columns; a GSM8K
-    answer (``... #### 42``) is read as the text after its last ``####``. The rows get ``problem`` or ``prompt``, and
-    the gold ``answer`` as text."""
+    ``answer`` (the problem is prompted with ``prompt_template``), or riskpo-train's ``prompt`` and ``solution``
+    (chat messages used as they are; a text prompted as a problem is, as in training; ``raw``: kept as text).
+    ``prompt_column`` and ``answer_column`` name other columns; a GSM8K answer (``... #### 42``) is read as the text
+    after its last ``####``. The rows get ``prompt`` (and ``problem`` where it was text), and the gold ``answer``."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"Dataset file {str(path)!r} does not exist.")
@@ -59,15 +68,17 @@ def load_rows_file(
                 "`solution` as riskpo-train reads them (its columns: " + ", ".join(row) + "). --answer_column NAME "
                 "and --prompt_column NAME name other columns."
             )
-    build = PROMPT_BUILDERS[prompt_template]
-    return Dataset.from_list(
-        [
-            {"prompt": row[prompt], "answer": gold_answer(row[gold])}
-            if prompt
-            else {"problem": row["problem"], "prompt": build(row["problem"]), "answer": gold_answer(row[gold])}
-            for row in rows
-        ]
-    )
+    return Dataset.from_list([_prompted_row(row, prompt, gold, prompt_template) for row in rows])
+
+
+def _prompted_row(row: dict[str, Any], prompt: str | None, gold: str, prompt_template: str) -> dict[str, Any]:
+    """A rows file's row: its chat ``prompt`` as it is; a text prompt (or a ``problem``) as its ``problem``, prompted
+    with ``prompt_template`` as training prompts it (``raw``: a text prompt kept as it is)."""
+    answer = gold_answer(row[gold])
+    if prompt and (not isinstance(row[prompt], str) or prompt_template == RAW_PROMPT_TEMPLATE):
+        return {"prompt": row[prompt], "answer": answer}
+    problem = row[prompt] if prompt else row["problem"]
+    return {"problem": problem, "prompt": prompt_from_text(problem, prompt_template), "answer": answer}
 
 
 def rows_file_prompt(dataset: Dataset, prompt_column: str | None, prompt_template: str) -> str:
@@ -144,7 +155,19 @@ def render_prompt(row: dict[str, Any], tokenizer) -> str:
         prompt = _with_image_parts(prompt, len(row["images"]))
     if getattr(tokenizer, "chat_template", None) is None:
         return "\n".join(_message_text(message) for message in prompt) + "\n"
+    prompt = without_instruction(prompt, _instruction_in_chat_template(tokenizer))  # once, as in training
     return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+
+
+_INSTRUCTIONS_WRITTEN: dict[str, str | None] = {}
+
+
+def _instruction_in_chat_template(tokenizer) -> str | None:
+    """:func:`instruction_in_chat_template`, once per chat template."""
+    template = str(tokenizer.chat_template)
+    if template not in _INSTRUCTIONS_WRITTEN:
+        _INSTRUCTIONS_WRITTEN[template] = instruction_in_chat_template(tokenizer)
+    return _INSTRUCTIONS_WRITTEN[template]
 
 
 def _with_image_parts(prompt: list[dict[str, Any]], num_images: int) -> list[dict[str, Any]]:

@@ -7,8 +7,9 @@ reward, built from its recipe's ``code_sandbox:`` settings, is added to :data:`R
 Why not just ``trl.rewards.accuracy_reward``? TRL's reward (which we also register, as ``trl_accuracy``) only reads
 LaTeX answers (``\\boxed{}`` or ``$...$``) and lets math-verify match *any* expression of the completion. The paper's
 setting scores the model's *final* answer: :func:`riskpo_trl.rewards.grading.verify_answer` (re-exported here) grades
-the last ``\\boxed{}`` when there is one, and otherwise the plain-text tail; the evaluator uses the same function, so
-training rewards and benchmark scores agree. ``geometry_accuracy`` is the same grader under the multi-modal track's
+it at an anchor: the last ``\\boxed{}``, else an explicit answer line ("The answer is", "Answer:", "####"), else a
+final line that is an answer on its own; an expression in mid-text is no answer. The evaluator uses the same
+function, so training rewards and benchmark scores agree. ``geometry_accuracy`` is the same grader under the multi-modal track's
 name.
 
 The ``verl_*`` rewards are the graders the RiskPO authors' published runs used (:mod:`riskpo_trl.rewards.verl_graders`),
@@ -27,7 +28,7 @@ from trl.rewards import accuracy_reward, think_format_reward
 
 from ..registry import Registry, unimported_hint
 from .completions import completion_text
-from .grading import final_answer_preview, last_boxed, verify_answer
+from .grading import NO_ANSWER_READ, final_answer_preview, last_boxed, verify_answer
 from .verl_graders import DAPO_ANSWER, GRADERS_BY_SOURCE, GSM8K_STRICT, MATH_EQUIV, Grader, grader_for_source
 
 __all__ = [
@@ -58,11 +59,11 @@ def _grade_pairs(
     texts = [completion_text(c) for c in completions]
     rewards = [grader.score(text, str(gold)) for grader, text, gold in zip(graders, texts, solution)]
     if log_extra is not None:
-        log_extra("final_answer", [grader.answer(text) or "" for grader, text in zip(graders, texts)])
+        log_extra("final_answer", [grader.answer(text) or NO_ANSWER_READ for grader, text in zip(graders, texts)])
     return rewards
 
 
-# math-verify on the final answer; the completions table shows the boxed answer, or the text's last 40 characters.
+# math-verify on the anchored final answer; the completions table shows what it read, or "-".
 MATH_VERIFY = Grader(verify_answer, final_answer_preview)
 
 

@@ -21,6 +21,7 @@ _EXPORTS = {
         "ADVANTAGE_SCALINGS",
         "RISK_PROFILES",
         "AdvantageScaling",
+        "ProfileParameter",
         "RiskProfile",
         "ScaledAdvantage",
         "authors_code_mvar_advantage",
@@ -52,6 +53,10 @@ _EXPORTS = {
         "DEFAULT_CHOICES",
         "AdvantageRule",
         "RiskChoices",
+    ),
+    "contracts": (
+        "baseline_contract_violations",
+        "expected_gradient_gap",
     ),
     "credit": (
         "CREDIT_ASSIGNMENTS",
@@ -86,6 +91,7 @@ if TYPE_CHECKING:
         ADVANTAGE_SCALINGS,
         RISK_PROFILES,
         AdvantageScaling,
+        ProfileParameter,
         RiskProfile,
         ScaledAdvantage,
         authors_code_mvar_advantage,
@@ -102,6 +108,7 @@ if TYPE_CHECKING:
     from .batch import RiskPOBatch, apply_advantage_rule, riskpo_advantages
     from .bundling import BUNDLINGS, permutation_bundles, positional_bundles
     from .choices import DEFAULT_CHOICES, AdvantageRule, RiskChoices
+    from .contracts import baseline_contract_violations, expected_gradient_gap
     from .credit import CREDIT_ASSIGNMENTS, score_credit, std_credit, sum_mean_credit, uniform_credit
     from .defaults import DEFAULT_ADVANTAGE_BASELINE, PAPER_ADVANTAGE_BASELINE, resolve_advantage_baseline
     from .estimator import RiskEstimator

@@ -11,18 +11,24 @@ formula, ``"authors_code"`` the authors' public code's. Adding a risk profile is
 
 A formula takes the bundle scores, the two quantiles and ``omega``, and may ask, by naming them as keyword
 parameters, for ``natural_baseline`` (then ``natural_baseline=False`` applies to it), ``alpha`` and ``beta`` (the
-quantile levels) and ``num_generations``.
+quantile levels) and ``num_generations``. A profile with a hyperparameter of its own declares it, and its formula
+and objective take it by name; the config sets it with ``risk_profile_parameters={"eta": 2.0}``::
+
+    @register_risk_profile("entropic", objective=entropic_objective, help="...",
+                           parameters={"eta": ProfileParameter(1.0, "the risk aversion", lambda v: v > 0, "> 0")})
+    def entropic_advantage(scores, q_alpha, q_beta, omega, eta): ...
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from ..registry import Registry
+from ..registry import RegistrationError, Registry, Says, closest_names, undo_on_exit
 from .metrics import mvar_objective, risk_seeking_objective, rvar_objective
 from .quantiles import Quantile, as_tensor_like, nanstd_rows
 
@@ -54,8 +60,13 @@ class ScaledAdvantage:
     levels_rule: str = "0 <= alpha < beta <= 1"
 
     @property
+    def accepts(self) -> frozenset[str]:
+        """Every parameter name of the formula: the context arguments it asks for and its profile's own."""
+        return frozenset(inspect.signature(self.fn).parameters)
+
+    @property
     def wants(self) -> frozenset[str]:
-        return frozenset(inspect.signature(self.fn).parameters) & frozenset(CONTEXT_ARGUMENTS)
+        return self.accepts & frozenset(CONTEXT_ARGUMENTS)
 
     @property
     def has_natural_baseline(self) -> bool:
@@ -67,7 +78,8 @@ class ScaledAdvantage:
         return bool({"alpha", "beta"} & self.wants)
 
     def __call__(self, scores: torch.Tensor, q_alpha: Quantile, q_beta: Quantile, omega: float, **context):
-        return self.fn(scores, q_alpha, q_beta, omega, **{k: v for k, v in context.items() if k in self.wants})
+        accepts = self.accepts
+        return self.fn(scores, q_alpha, q_beta, omega, **{k: v for k, v in context.items() if k in accepts})
 
 
 @dataclass(frozen=True)
@@ -88,7 +100,21 @@ class AdvantageScaling:
         return self.formulas[profile]
 
 
-ADVANTAGE_SCALINGS: Registry[AdvantageScaling] = Registry("advantage_scaling")
+ADVANTAGE_SCALINGS: Registry[AdvantageScaling] = Registry(
+    "advantage_scaling",
+    spec={
+        "quantile_source": Says(
+            str,
+            "the quantile source the scaling needs (the config refuses another)",
+            False,
+            ("quantile_source_reason",),
+        ),
+        "quantile_source_reason": Says(
+            str, "why it needs that quantile source, the end of the config's refusal", False, ("quantile_source",)
+        ),
+    },
+    needs_help=True,
+)
 ADVANTAGE_SCALINGS.add("none", AdvantageScaling("none"), help="the paper's advantage")
 ADVANTAGE_SCALINGS.add(
     "authors_code",
@@ -106,13 +132,58 @@ ADVANTAGE_SCALINGS.add(
 
 
 @dataclass(frozen=True)
+class ProfileParameter:
+    """A hyperparameter of one risk profile's own, beyond ``risk_alpha``, ``risk_beta`` and ``risk_omega`` (set with
+    the config's ``risk_profile_parameters``): its default, what it means, and the values it allows (``allowed``; in
+    words ``allowed_rule``)."""
+
+    default: float
+    help: str
+    allowed: Callable[[float], bool] | None = None
+    allowed_rule: str = ""
+
+
+@dataclass(frozen=True)
 class RiskProfile:
-    """A registered risk profile: its ``objective`` (batch estimate, logged as ``risk/<name>``) and its advantage under
-    each advantage scaling that defines it (``"none"``: the paper's formula). Calling it computes the paper's
-    advantage."""
+    """A registered risk profile: its ``objective`` (batch estimate, logged as ``risk/<name>``), its advantage under
+    each advantage scaling that defines it (``"none"``: the paper's formula) and its own hyperparameters
+    (``parameters``; formula and objective take each as a keyword argument). Calling it computes the paper's
+    advantage, with the parameters' defaults unless given."""
 
     name: str
     objective: ObjectiveFn
+    parameters: Mapping[str, ProfileParameter] = field(default_factory=dict)
+
+    @property
+    def defaults(self) -> dict[str, float]:
+        return {name: parameter.default for name, parameter in self.parameters.items()}
+
+    def parameter_values(self, given: Mapping[str, Any] | None) -> dict[str, float]:
+        """Every parameter's value: ``given`` (the config's ``risk_profile_parameters``) over the defaults; a
+        ``ValueError`` names an unknown parameter (with the closest one) or a value it does not allow."""
+        given = dict(given or {})
+        unknown = [name for name in given if name not in self.parameters]
+        if unknown:
+            takes = sorted(self.parameters) or "none"
+            raise ValueError(
+                f"risk_profile_parameters names {unknown}{closest_names(unknown, self.parameters)}, not parameters "
+                f"of risk_profile={self.name!r}; it takes {takes}."
+            )
+        values = {**self.defaults, **given}
+        for name, value in values.items():
+            parameter = self.parameters[name]
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number or (parameter.allowed is not None and not parameter.allowed(value)):
+                rule = f" ({parameter.allowed_rule})" if parameter.allowed_rule else ""
+                raise ValueError(
+                    f"risk_profile_parameters {name}={value!r} for risk_profile={self.name!r}: {name} is "
+                    f"{parameter.help}, a number{rule}."
+                )
+        return {name: float(value) for name, value in values.items()}
+
+    def estimate(self, scores: torch.Tensor, q_alpha: Quantile, q_beta: Quantile, omega: float, **parameters):
+        """The objective's batch estimate, with the profile's own parameters (their defaults unless given)."""
+        return self.objective(scores, q_alpha, q_beta, omega, **{**self.defaults, **parameters})
 
     @property
     def scalings(self) -> dict[str, ScaledAdvantage]:
@@ -128,10 +199,12 @@ class RiskProfile:
         return f"risk/{self.name}"
 
     def __call__(self, scores: torch.Tensor, q_alpha: Quantile, q_beta: Quantile, omega: float, **context):
-        return self.advantage("none")(scores, q_alpha, q_beta, omega, **context)
+        return self.advantage("none")(scores, q_alpha, q_beta, omega, **{**self.defaults, **context})
 
 
-RISK_PROFILES: Registry[RiskProfile] = Registry("risk_profile")
+# A registered profile is a RiskProfile (typed: its objective and its own parameters), so the entry says nothing more.
+RISK_PROFILES: Registry[RiskProfile] = Registry("risk_profile", needs_help=True)
+FORMULA_ARGUMENTS = ("scores", "q_alpha", "q_beta", "omega", *CONTEXT_ARGUMENTS)
 
 
 def register_risk_profile(
@@ -141,15 +214,42 @@ def register_risk_profile(
     help: str,
     levels_ok: Callable[[float, float], bool] = levels_in_order,
     levels_rule: str = "0 <= alpha < beta <= 1",
+    parameters: Mapping[str, ProfileParameter] | None = None,
 ) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Decorator: register the paper's advantage formula of the risk profile ``name`` and its ``objective``."""
+    """Decorator: register the paper's advantage formula of the risk profile ``name``, its ``objective`` and its own
+    hyperparameters (``parameters``: each a keyword parameter of the formula and of the objective)."""
 
     def register(fn: AdvantageFn) -> AdvantageFn:
-        RISK_PROFILES.add(name, RiskProfile(name, objective), help)
-        ADVANTAGE_SCALINGS["none"].formulas[name] = ScaledAdvantage(fn, levels_ok, levels_rule)
+        profile = RiskProfile(name, objective, dict(parameters or {}))
+        _check_profile_parameters(profile, fn)
+        RISK_PROFILES.add(name, profile, help)
+        _add_formula("none", name, ScaledAdvantage(fn, levels_ok, levels_rule))
         return fn
 
     return register
+
+
+def _check_profile_parameters(profile: RiskProfile, fn: AdvantageFn) -> None:
+    """Raise `RegistrationError` unless each of the profile's own parameters is a new name that its formula and its
+    objective take, with a default it allows."""
+    for name, parameter in profile.parameters.items():
+        where = f"risk_profile {profile.name!r} is registered with the parameter {name!r}"
+        if not isinstance(parameter, ProfileParameter):
+            raise RegistrationError(f"{where} as {parameter!r}; give a ProfileParameter(default, help).")
+        if name in FORMULA_ARGUMENTS:
+            raise RegistrationError(f"{where}, which every formula already gets; give it another name.")
+        for what, function in (("formula", fn), ("objective", profile.objective)):
+            if name not in inspect.signature(function).parameters:
+                raise RegistrationError(f"{where}, which its {what} {function.__name__} does not take; add {name}=.")
+        if parameter.allowed is not None and not parameter.allowed(parameter.default):
+            raise RegistrationError(f"{where}, whose default {parameter.default} it does not allow.")
+
+
+def _add_formula(scaling: str, profile: str, formula: ScaledAdvantage) -> None:
+    """``profile``'s formula under ``scaling``; removed again when a `temporary_entries` block ends."""
+    formulas = ADVANTAGE_SCALINGS.get(scaling).formulas
+    formulas[profile] = formula
+    undo_on_exit(lambda: formulas.pop(profile, None) if formulas.get(profile) is formula else None)
 
 
 def register_scaled_advantage(
@@ -159,7 +259,7 @@ def register_scaled_advantage(
 
     def register(fn: AdvantageFn) -> AdvantageFn:
         RISK_PROFILES.check(profile)
-        ADVANTAGE_SCALINGS.get(scaling).formulas[profile] = ScaledAdvantage(fn, levels_ok, levels_rule)
+        _add_formula(scaling, profile, ScaledAdvantage(fn, levels_ok, levels_rule))
         return fn
 
     return register

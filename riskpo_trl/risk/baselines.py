@@ -7,8 +7,9 @@ which down, not what the estimator's expectation is (at fixed quantiles). Each r
 ``(advantages, scorable, num_generations) -> advantages`` registered in :data:`ADVANTAGE_BASELINES`; it sees the whole
 gathered batch, ``G`` consecutive completions per prompt, so every process computes the same values. Each entry says
 how a model card names it (``card``), whether each prompt's advantages average 0 (``centred``) and whether a
-completion's own advantage enters its baseline (``uses_own_reward``); ``tests/test_baselines.py`` checks the last two
-for every entry.
+completion's own advantage enters its baseline (``uses_own_reward``): the registry's spec, so an entry without one is
+refused when it is registered. :func:`~riskpo_trl.risk.contracts.baseline_contract_violations` checks the last two
+(``tests/test_baselines.py``, for every entry).
 """
 
 from __future__ import annotations
@@ -17,11 +18,21 @@ from collections.abc import Callable
 
 import torch
 
-from ..registry import Registry
+from ..registry import Registry, Says
 
 BaselineFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 
-ADVANTAGE_BASELINES: Registry[BaselineFn] = Registry("advantage_baseline")
+ADVANTAGE_BASELINES: Registry[BaselineFn] = Registry(
+    "advantage_baseline",
+    spec={
+        "card": Says(str, "how a model card names the baseline ('with <card> (advantage_baseline=...)')"),
+        "centred": Says(bool, "whether each prompt's advantages average 0 after it (its contract test checks it)"),
+        "uses_own_reward": Says(
+            bool, "whether a completion's own advantage enters its baseline (its contract test checks it)"
+        ),
+    },
+    needs_help=True,
+)
 
 
 @ADVANTAGE_BASELINES.register(

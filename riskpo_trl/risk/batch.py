@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +27,7 @@ class RiskPOBatch:
     unscorable: torch.Tensor | None = None  # one bool per completion: no reward function scored it
     rewards: torch.Tensor | None = None  # one per completion, NaN where unscorable
     num_generations: int | None = None  # completions per prompt (G), for the per-prompt metrics
+    profile_parameters: dict[str, float] | None = None  # the profile's own hyperparameters (None: their defaults)
 
     @property
     def risk_profile(self) -> str:
@@ -52,7 +54,9 @@ class RiskPOBatch:
             "risk/q_beta": q_beta.float().mean().item(),
             "risk/bundle_score_mean": finite_scores.mean().item() if finite_scores.numel() else nan,
             "risk/bundle_score_std": finite_scores.std().item() if finite_scores.numel() > 1 else nan,
-            profile.metric: profile.objective(self.bundle_scores, self.q_alpha, self.q_beta, omega).item(),
+            profile.metric: profile.estimate(
+                self.bundle_scores, self.q_alpha, self.q_beta, omega, **(self.profile_parameters or {})
+            ).item(),
             "risk/frac_zero_advantage": (self.advantages.abs() <= ZERO_ADVANTAGE_TOLERANCE).float().mean().item(),
             "risk/frac_unscorable": unscorable.float().mean().item() if unscorable.numel() else 0.0,
             "risk/advantage_mean": self.advantages.mean().item(),
@@ -96,6 +100,7 @@ def riskpo_advantages(
     credit_assignment: str = DEFAULT_CHOICES.credit_assignment,
     bundling: str = DEFAULT_CHOICES.bundling,
     advantage_baseline: str | None = DEFAULT_CHOICES.advantage_baseline,
+    risk_profile_parameters: Mapping[str, float] | None = None,
 ) -> RiskPOBatch:
     """Bundle a batch, score it against the given quantiles and spread each bundle's advantage to its members: the
     choices named (:class:`~riskpo_trl.risk.choices.RiskChoices`) resolved for this one call, then
@@ -122,6 +127,7 @@ def riskpo_advantages(
             prompt's leave-one-out mean, ``"none"`` (the paper) nothing. Unset with
             ``advantage_scaling="authors_code"`` it is ``"none"``
             (:func:`~riskpo_trl.risk.defaults.resolve_advantage_baseline`).
+        risk_profile_parameters: the profile's own hyperparameters by name; those left out take their defaults.
     """
     choices = RiskChoices(
         risk_profile=risk_profile,
@@ -130,6 +136,7 @@ def riskpo_advantages(
         credit_assignment=credit_assignment,
         advantage_baseline=advantage_baseline,
         natural_baseline=natural_baseline,
+        risk_profile_parameters=risk_profile_parameters,
     )
     rule = choices.resolve(levels)
     if bundles is None:
@@ -182,6 +189,7 @@ def apply_advantage_rule(
         beta=beta,
         num_generations=num_generations,
         natural_baseline=rule.choices.natural_baseline,
+        **rule.profile_parameters,
     )
     advantages = rule.credit(bundle_adv[bundle_ids], rewards, bundle_ids, num_generations)
     unscorable = torch.isnan(rewards)
@@ -198,6 +206,7 @@ def apply_advantage_rule(
         unscorable=unscorable,
         rewards=rewards,
         num_generations=num_generations,
+        profile_parameters=rule.profile_parameters,
     )
 
 

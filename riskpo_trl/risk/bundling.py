@@ -16,7 +16,7 @@ from ..registry import Registry
 Bundles = tuple[torch.Tensor, torch.Tensor]
 BundlingFn = Callable[..., Bundles]
 
-BUNDLINGS: Registry[BundlingFn] = Registry("bundling")
+BUNDLINGS: Registry[BundlingFn] = Registry("bundling", needs_help=True)
 
 
 def _check_layout(rewards: torch.Tensor, num_generations: int, bundle_size: int, allow_partial_group: bool) -> int:

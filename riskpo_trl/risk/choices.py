@@ -1,7 +1,8 @@
 """The named choices of the advantage step, their defaults, and their one resolution into behaviour.
 
 A config names its choices (``risk_profile``, ``advantage_scaling``, ``quantile_source``, ``bundling``,
-``credit_assignment``, ``advantage_baseline``); :class:`RiskChoices` holds those names with their defaults, written
+``credit_assignment``, ``advantage_baseline``) and sets the profile's own hyperparameters
+(``risk_profile_parameters``); :class:`RiskChoices` holds those names with their defaults, written
 here only. :meth:`RiskChoices.resolve` checks them, and the pairs they form, once, and returns an
 :class:`AdvantageRule`: the registered functions themselves. The estimator resolves its choices when it is built, so
 no name is looked up per batch; the config resolves them when it is built, only to check them. This module is the
@@ -10,6 +11,7 @@ one place that maps a choice's name to its behaviour (a test keeps the lookups h
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -27,6 +29,7 @@ class AdvantageRule:
 
     choices: RiskChoices  # the names, ``advantage_baseline`` resolved
     profile: RiskProfile
+    profile_parameters: dict[str, float]  # the profile's own hyperparameters, every one with its value
     advantage: ScaledAdvantage
     quantile_source: QuantileSource
     bundling: BundlingFn
@@ -47,6 +50,9 @@ class RiskChoices:
     credit_assignment: str = "uniform"
     advantage_baseline: str | None = None
     natural_baseline: bool = True
+    risk_profile_parameters: Mapping[str, float] | None = (
+        None  # the profile's own hyperparameters set; unset: defaults
+    )
 
     @classmethod
     def from_config(cls, args: Any) -> RiskChoices:
@@ -57,6 +63,7 @@ class RiskChoices:
         """Check every name and the pairs they form, and return their behaviour. With ``levels`` (``risk_alpha``,
         ``risk_beta``), also check that the chosen advantage allows them."""
         profile = RISK_PROFILES.get(self.risk_profile)
+        profile_parameters = profile.parameter_values(self.risk_profile_parameters)
         quantile_source = QUANTILE_SOURCES.get(self.quantile_source)
         advantage = profile.advantage(self.advantage_scaling)
         credit = CREDIT_ASSIGNMENTS.get(self.credit_assignment)
@@ -85,6 +92,7 @@ class RiskChoices:
         return AdvantageRule(
             choices=RiskChoices(**{**asdict(self), "advantage_baseline": baseline_name}),
             profile=profile,
+            profile_parameters=profile_parameters,
             advantage=advantage,
             quantile_source=quantile_source,
             bundling=bundling,

@@ -12,12 +12,22 @@ from collections.abc import Callable
 
 import torch
 
-from ..registry import Registry
+from ..registry import Registry, Says
 from .quantiles import nanstd_rows
 
 CreditFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
 
-CREDIT_ASSIGNMENTS: Registry[CreditFn] = Registry("credit_assignment")
+CREDIT_ASSIGNMENTS: Registry[CreditFn] = Registry(
+    "credit_assignment",
+    spec={
+        "scaling": Says(str, "the advantage scaling the rule comes from", False, ("other_scaling", "reason")),
+        "other_scaling": Says(
+            str, "what the config does with another scaling", False, ("scaling", "reason"), ("refuse", "warn")
+        ),
+        "reason": Says(str, "why, the end of the config's refusal or warning", False, ("scaling", "other_scaling")),
+    },
+    needs_help=True,
+)
 
 
 def _prompt_rows(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:

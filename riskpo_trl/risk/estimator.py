@@ -11,6 +11,7 @@ Pure math below it (the other modules of ``riskpo_trl.risk``), no trainer or TRL
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -54,6 +55,7 @@ class RiskEstimator:
         quantile_lr: float = 0.1,
         quantile_lr_decay: float = 0.0,
         advantage_baseline: str | None = DEFAULT_CHOICES.advantage_baseline,
+        risk_profile_parameters: Mapping[str, float] | None = None,
     ) -> None:
         self.num_generations = num_generations
         self.bundle_size = bundle_size
@@ -68,6 +70,7 @@ class RiskEstimator:
             credit_assignment=credit_assignment,
             advantage_baseline=advantage_baseline,
             natural_baseline=natural_baseline,
+            risk_profile_parameters=risk_profile_parameters,
         ).resolve(self.levels)
         self.tracker = QuantileTracker(self.levels, lr=quantile_lr, lr_decay=quantile_lr_decay)
 

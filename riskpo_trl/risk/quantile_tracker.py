@@ -15,6 +15,7 @@ MAX_FINITE_INT = int(sys.float_info.max)  # a larger JSON integer has no float
 # Estimates of a checkpoint written before trackers saved the scores they saw: no reward of this package (0 to 1)
 # or of TRL's examples comes near this, and a quantile of rewards cannot be farther out than the rewards.
 LEGACY_ESTIMATE_BOUND = 1e6
+MAX_UPDATES = 10**12  # batches: whatever the checkpoint's step allows, never more (and a product that stays a float)
 
 
 class QuantileTracker:
@@ -120,8 +121,10 @@ class QuantileTracker:
                 "risk_alpha / risk_beta, or start a fresh run."
             )
         values, count = state.get("values"), state.get("num_updates")
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValueError(f"field 'num_updates' must be a whole number >= 0, got {_shown(count)}")
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_UPDATES:
+            raise ValueError(
+                f"field 'num_updates' must be a whole number from 0 to {MAX_UPDATES:.0e}, got {_shown(count)}"
+            )
         if max_updates is not None and count > max_updates:
             raise ValueError(
                 f"field 'num_updates' is {_shown(count)}, more than the {max_updates} training batches the "
@@ -163,6 +166,11 @@ class QuantileTracker:
         if not isinstance(score_range, list) or len(score_range) != 2:
             raise ValueError(f"field 'score_range' must be [lowest, highest], got {_shown(score_range)}")
         low, high = (_finite(value, "score_range") for value in score_range)
+        if max(abs(low), abs(high)) > LEGACY_ESTIMATE_BOUND:  # the file's own range must not widen its own bound
+            raise ValueError(
+                f"field 'score_range' {_shown(score_range)} lies beyond +-{LEGACY_ESTIMATE_BOUND:g}, the most any "
+                "checkpoint's scores may reach"
+            )
         if low > high:
             raise ValueError(f"field 'score_range' must be [lowest, highest], got {score_range!r}")
         return low, high

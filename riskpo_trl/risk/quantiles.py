@@ -23,7 +23,7 @@ from ..registry import Registry
 Quantile = float | torch.Tensor
 QuantileSource = Callable[[torch.Tensor, int, tuple[float, float], Any], tuple[Quantile, Quantile]]
 
-QUANTILE_SOURCES: Registry[QuantileSource] = Registry("quantile_source")
+QUANTILE_SOURCES: Registry[QuantileSource] = Registry("quantile_source", needs_help=True)
 
 
 def as_tensor_like(value: Quantile, like: torch.Tensor) -> torch.Tensor:

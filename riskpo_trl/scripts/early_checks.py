@@ -13,7 +13,6 @@ finished run (only the main process may look at them).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 
@@ -24,7 +23,7 @@ from ..trainer.batch_layout import bundle_layout_error
 from ..trainer.checks import check_generation_batch_fits, check_model_path, missing_prompt_message
 from ..trainer.last_checkpoint import last_complete_checkpoint
 from ..trainer.run_lock import LOCK_FILE, acquire
-from .run_data import check_same_data
+from .run_data import MAX_TRAINER_STATE_BYTES, check_same_data
 
 # What a checkpoint holds besides the model files that save_model writes into output_dir.
 TRAINING_STATE_FILES = (
@@ -148,18 +147,23 @@ def finished_run(checkpoint: str | None, training_args) -> str | None:
     """Why ``checkpoint`` already ends the run this command asks for (it reached ``max_steps``, or trained all the
     epochs), or None. Resuming such a checkpoint would take one more step (transformers checks the end only after a
     step)."""
+    from ..trainer.state_files import json_field, read_json_file
+
     state_file = os.path.join(checkpoint or "", "trainer_state.json")
-    if checkpoint is None or not os.path.isfile(state_file):
+    if checkpoint is None or not os.path.lexists(state_file):
         return None
-    with open(state_file) as f:
-        state = json.load(f)
-    step = state.get("global_step", 0)
+    hint = "Resume from another checkpoint, or start a fresh run in another output_dir."
+    state = read_json_file(state_file, MAX_TRAINER_STATE_BYTES, hint)  # no FIFO, device or link; bounded
+    if not isinstance(state, dict):
+        raise ValueError(f"{state_file} holds a JSON {type(state).__name__}, not an object. {hint}")
+    step = json_field(state, "global_step", (int, type(None)), state_file, hint) or 0
     if training_args.max_steps > 0:
         if step >= training_args.max_steps:
             return f"{checkpoint} is at step {step} of max_steps={training_args.max_steps}"
         return None
-    epoch = state.get("epoch") or 0.0
-    if step >= state.get("max_steps", float("inf")) and epoch >= training_args.num_train_epochs - 1e-6:
+    epoch = json_field(state, "epoch", (int, float, type(None)), state_file, hint) or 0.0
+    run_steps = json_field(state, "max_steps", (int, type(None)), state_file, hint)
+    if step >= (float("inf") if run_steps is None else run_steps) and epoch >= training_args.num_train_epochs - 1e-6:
         return f"{checkpoint} has trained {epoch:g} of num_train_epochs={training_args.num_train_epochs:g}"
     return None
 

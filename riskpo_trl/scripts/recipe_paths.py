@@ -35,8 +35,9 @@ def recipe_repository(recipe_path: str) -> Path:
 
 
 def check_recipe_exists(recipe_path: str) -> None:
-    """Raise FileNotFoundError for a missing recipe, naming the closest existing one."""
-    if os.path.isfile(recipe_path):
+    """Raise FileNotFoundError for a missing recipe, naming the closest existing one. Something that is there but not
+    a file (a FIFO, a directory) is left to the reader, which refuses it by what it is."""
+    if os.path.exists(recipe_path):
         return
     match = _closest(recipe_path, {path: path for path in _recipes_near(recipe_path)})
     if match is None and CHECKOUT.joinpath("recipes").is_dir():  # run from elsewhere: the checkout's own recipes

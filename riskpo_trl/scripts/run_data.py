@@ -8,7 +8,6 @@ write (transformers' ``stateful_callbacks``); nothing restores it, it is only re
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -19,6 +18,7 @@ from .recipe_values import command_line_fields
 RECIPE_DATA_FIELDS = ("dataset_name", "dataset_files", "dataset_config", "dataset_train_split", "max_train_samples")
 # What names the rows a run trains on (max_train_samples only trims them).
 RECORDED_FIELDS = ("dataset_name", "dataset_config", "dataset_train_split", "dataset_files")
+MAX_TRAINER_STATE_BYTES = 256 << 20  # trainer_state.json grows with the logged history
 RECORD_NAME = "TrainingDataRecord"  # the callback's class name: its key in trainer_state.json's stateful_callbacks
 
 
@@ -47,15 +47,30 @@ def data_record(script_args: Any) -> dict[str, Any]:
 
 
 def recorded_data(checkpoint: str) -> dict[str, Any] | None:
-    """The data record of ``checkpoint``'s ``trainer_state.json``, or None (a run from before it was recorded, or one
-    not started by riskpo-train)."""
-    try:
-        with open(os.path.join(checkpoint, "trainer_state.json")) as file:
-            callbacks = json.load(file).get("stateful_callbacks") or {}
-    except (OSError, json.JSONDecodeError):
+    """The data record of ``checkpoint``'s ``trainer_state.json``, or None (no such file, a run from before it was
+    recorded, or one not started by riskpo-train). The file is read by the start-up reader
+    (`riskpo_trl.trainer.state_files.read_json_file`: no link, FIFO or device, size cap, bounded nesting) and each
+    field is type-checked: a damaged file is refused in one line naming it and the field."""
+    from ..trainer.state_files import json_field, read_json_file
+
+    path = os.path.join(checkpoint, "trainer_state.json")
+    if not os.path.lexists(path):
         return None
-    record = callbacks.get(RECORD_NAME)
-    return record.get("args") if isinstance(record, dict) else None
+    hint = "Resume from another checkpoint, or start a fresh run in another output_dir."
+    state = read_json_file(path, MAX_TRAINER_STATE_BYTES, hint)
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} holds a JSON {type(state).__name__}, not an object. {hint}")
+    callbacks = json_field(state, "stateful_callbacks", (dict, type(None)), path, hint) or {}
+    record = json_field(callbacks, RECORD_NAME, (dict, type(None)), path, hint)
+    if record is None:
+        return None
+    args = json_field(record, "args", dict, path, hint)
+    for name in RECORDED_FIELDS:
+        kinds = (list, type(None)) if name == "dataset_files" else (str, type(None))
+        json_field(args, name, kinds, path, hint)
+    if any(not isinstance(item, str) for item in args.get("dataset_files") or []):
+        raise ValueError(f"{path}: field 'dataset_files' must be a list of paths. {hint}")
+    return args
 
 
 def describe(record: dict[str, Any]) -> str:

@@ -105,7 +105,9 @@ class RiskPOScriptArguments:
             "help": "Prompt of the math datasets: 'qwen_boxed' (problem + 'Please reason step by step, and put "
             "your final answer within \\boxed{}.') or 'authors' (the RiskPO authors' scripts: DAPO-Math-17k's "
             "own prompt kept as it is; MATH and GSM8K: problem + \" Let's think step by step and output the "
-            'final answer within \\boxed{}."). Also used for eval_benchmark.',
+            'final answer within \\boxed{}."). A text prompt column of a dataset used as it is gets the same '
+            "user turn and instruction; 'raw' keeps it as text (a model without a chat template). Also used for "
+            "eval_benchmark.",
             "choices": PROMPT_BUILDERS,
         },
     )
@@ -174,11 +176,11 @@ class RiskPOScriptArguments:
             check_data_files(
                 self.dataset_files, reader=self.dataset_name if self.dataset_name in FILE_FORMATS else None
             )
-        if self.dataset_kind != "registered":
-            from ..data.user_datasets import check_prompt_template_unset
+        if self.dataset_kind == "registered":
+            from ..data.prompts import check_not_raw
 
-            check_prompt_template_unset(self.dataset_name, self.prompt_template)
-        elif self.prompt_column is not None or self.answer_column is not None:
+            check_not_raw(self.prompt_template, self.dataset_name)
+        if self.dataset_kind == "registered" and (self.prompt_column is not None or self.answer_column is not None):
             raise ValueError(
                 f"prompt_column and answer_column name the columns of a dataset used as it is; "
                 f"{self.dataset_name!r} is registered and its adapter maps its columns. Remove them."
@@ -260,20 +262,29 @@ def _option_value(argv: Sequence[str], name: str) -> str | None:
     return value
 
 
+MAX_RECIPE_BYTES = 4 << 20  # a recipe is a few kilobytes of YAML
+
+
 def _read_recipe(argv: Sequence[str]) -> dict[str, Any]:
     path = _option_value(argv, "config")
     if path is None:
         return {}
     import yaml
 
+    from ..trainer.state_files import StateFileError, UntrustedFileError, decode_text, read_regular_file
     from .recipe_paths import check_recipe_exists
 
     check_recipe_exists(path)
-    with open(path) as file:
-        try:
-            recipe = yaml.safe_load(file)
-        except yaml.YAMLError as error:
-            raise ValueError(f"{path} is not valid YAML: {error}") from None
+    try:  # the path the user gave, resolved; what it names must be a regular file of a recipe's size
+        text = decode_text(read_regular_file(os.path.realpath(path), MAX_RECIPE_BYTES), path)
+    except (UntrustedFileError, StateFileError) as exc:
+        raise ValueError(f"The recipe {exc}") from None
+    try:
+        recipe = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path} is not valid YAML: {str(error)[:300]}") from None
+    except RecursionError:
+        raise ValueError(f"{path} nests YAML too deeply to be a recipe.") from None
     if not isinstance(recipe, dict):
         raise ValueError(f"The recipe {path} must be a YAML mapping of field names to values.")
     return recipe
@@ -616,6 +627,8 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         peft_config=get_peft_config(model_args),
         quantization_config=get_quantization_config(model_args),
     )
+    check_chat_template(trainer.processing_class, train_dataset)
+    leave_out_the_templates_instruction(trainer, model_path)
     use_compact_log(trainer)  # the console: one line per logging step
     record_training_data(trainer, script_args)  # in every trainer_state.json: a later command on other data is told
     if script_args.pass_at_k is not None:
@@ -623,6 +636,41 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
 
         add_pass_at_k_callback(trainer, script_args.pass_at_k, script_args.prompt_template)
     return trainer
+
+
+def check_chat_template(processing_class, train_dataset) -> None:
+    """Chat prompts need the model's chat template (TRL would fail at the first step without one): refuse them, naming
+    the setting that trains on text instead."""
+    if getattr(processing_class, "chat_template", None) is not None or not len(train_dataset):
+        return
+    if isinstance(train_dataset[0].get("prompt"), str):
+        return
+    raise ValueError(
+        "The training prompts are chat messages, and the model's tokenizer has no chat template to render them. "
+        "Train a model with one (an instruct model), set the tokenizer's chat_template, or give text prompts with "
+        "prompt_template raw (a dataset used as it is, with a text prompt column)."
+    )
+
+
+def leave_out_the_templates_instruction(trainer, model_path: str) -> None:
+    """Prompts without their own copy of the instruction when the model's chat template writes it by itself
+    (Qwen2.5-Math-Instruct's default system turn): the model sees it once, as it was tuned to."""
+    from accelerate import PartialState
+
+    from ..data.prompts import instruction_in_chat_template, without_instruction
+
+    instruction = instruction_in_chat_template(trainer.processing_class)
+    if instruction is None:
+        return
+    for split in ("train_dataset", "eval_dataset"):
+        dataset = getattr(trainer, split)
+        if dataset is not None and "prompt" in dataset.column_names:
+            dropped = dataset.map(lambda row: {"prompt": without_instruction(row["prompt"], instruction)})
+            setattr(trainer, split, dropped)
+    PartialState().print(
+        f"The chat template of {model_path} writes {instruction!r} by itself (a default system turn); the prompts "
+        "leave out their own copy, so the model reads it once."
+    )
 
 
 def build_tiny(script_args: RiskPOScriptArguments, model_path: str) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 from torch import nn
 
 from ..risk.defaults import PAPER_ADVANTAGE_BASELINE, resolve_advantage_baseline
-from .state_files import UntrustedFileError, read_regular_file
+from .state_files import StateFileError, json_field, read_json_file, shown
 
 RISK_STATE_FILE = "riskpo_state.json"
 TRAINER_STATE_FILE = "trainer_state.json"  # transformers' record of the checkpoint's step
@@ -76,15 +76,22 @@ def check_resume_settings(checkpoint: str, args: Any) -> None:
     if not os.path.lexists(path):
         return
     state = _load_json(path, MAX_STATE_BYTES)
-    saved = state.get("settings")
-    if saved is None:
-        levels = state.get("quantile_tracker", {}).get("levels")
+    saved = json_field(state, "settings", (dict, type(None)), path, _HINT)
+    if saved is None:  # written before the settings were recorded: the trackers' levels tell risk_alpha, risk_beta
+        tracker = json_field(state, "quantile_tracker", (dict, type(None)), path, _HINT)
+        levels = json_field(tracker or {}, "levels", (list, type(None)), path, _HINT)
+        if levels is not None and (
+            len(levels) != 2 or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in levels)
+        ):
+            raise StateFileError(
+                f"{path}: field 'levels' must be [risk_alpha, risk_beta], got {shown(levels)}. {_HINT}"
+            )
         saved = {} if levels is None else {"risk_alpha": levels[0], "risk_beta": levels[1]}
     current = risk_settings(args)
     changed = [name for name in saved if name in current and saved[name] != current[name]]
     if changed:
-        was = ", ".join(f"{name}={saved[name]!r}" for name in changed)
-        now = ", ".join(f"{name}={current[name]!r}" for name in changed)
+        was = ", ".join(f"{name}={shown(saved[name])}" for name in changed)
+        now = ", ".join(f"{name}={shown(current[name])}" for name in changed)
         raise ValueError(
             f"{checkpoint} was trained with {was}; this run sets {now}. Risk settings define the advantage and its "
             "tracked quantiles, so a resumed run keeps them: set them back, or start a fresh run in another "
@@ -94,11 +101,19 @@ def check_resume_settings(checkpoint: str, args: Any) -> None:
 
 
 def write_state(output_dir: str, state: dict[str, Any]) -> None:
-    """Write ``state`` as ``output_dir/riskpo_state.json``; atomic, so a kill mid-write leaves no half-written file."""
+    """Write ``state`` as ``output_dir/riskpo_state.json``; atomic, so a kill mid-write leaves no half-written file.
+    A failed write (a full disk) removes its temporary file and raises an OSError naming the path and the cause."""
     path = os.path.join(output_dir, RISK_STATE_FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump(state, f, indent=2)
-    os.replace(path + ".tmp", path)
+    try:
+        with open(path + ".tmp", "w") as f:
+            json.dump(state, f, indent=2)
+        os.replace(path + ".tmp", path)
+    except OSError as exc:
+        try:
+            os.unlink(path + ".tmp")
+        except OSError:
+            pass
+        raise OSError(exc.errno, f"Could not write {path}: {exc.strerror or exc}", path) from exc
 
 
 def read_state(checkpoint: str) -> dict[str, Any]:
@@ -112,39 +127,44 @@ def read_state(checkpoint: str) -> dict[str, Any]:
     return _load_json(path, MAX_STATE_BYTES)
 
 
+_HINT = "Resume from another checkpoint, or start a fresh run."
+
+
 def _load_json(path: str, max_bytes: int) -> dict[str, Any]:
-    """The JSON object in ``path``, read by `read_regular_file`; anything else is refused, naming the file."""
-    hint = "resume from another checkpoint, or start a fresh run."
-    try:
-        state = json.loads(read_regular_file(path, max_bytes))
-    except UntrustedFileError as exc:
-        raise ValueError(f"{exc} A checkpoint's state file is a small regular file: {hint}") from None
-    except ValueError as exc:  # not JSON, not UTF-8, or a number of more digits than Python converts
-        raise ValueError(f"{path} is not valid JSON ({exc}): {hint}") from None
+    """The JSON object in ``path``, read by the start-up reader (`read_json_file`); anything else is refused in one
+    line naming the file."""
+    state = read_json_file(path, max_bytes, f"A checkpoint's state file is a small regular file: {_HINT}")
     if not isinstance(state, dict):
-        raise ValueError(f"{path} holds a JSON {type(state).__name__}, not an object: {hint}")
+        raise StateFileError(f"{path} holds a JSON {type(state).__name__}, not an object: {_HINT}")
     return state
 
 
 def max_training_batches(checkpoint: str, gradient_accumulation_steps: int) -> int | None:
     """The most training batches a run can have scored by ``checkpoint``: one per micro-batch of each step, the one
-    in progress included; None where the step is unknown. The step is the folder's (``checkpoint-<step>``, as
-    transformers names it), else ``global_step`` in its trainer_state.json."""
-    step = _checkpoint_step(checkpoint)
+    in progress included; None where the step is unknown (`checkpoint_step`)."""
+    step = checkpoint_step(checkpoint)
     return None if step is None else (step + 1) * max(1, gradient_accumulation_steps)
 
 
-def _checkpoint_step(checkpoint: str) -> int | None:
+def checkpoint_step(checkpoint: str) -> int | None:
+    """The step ``checkpoint`` was saved at: its folder's (``checkpoint-<step>``, as transformers names it) and the
+    ``global_step`` of its trainer_state.json, which must agree when both are there (a renamed folder, or a forged
+    step, would lift the bound on the restored state); None where neither says."""
     named = re.fullmatch(r"checkpoint-(\d{1,12})", os.path.basename(os.path.normpath(checkpoint)))
+    path = os.path.join(checkpoint, TRAINER_STATE_FILE)
+    recorded = None
+    if os.path.lexists(path):
+        recorded = json_field(_load_json(path, MAX_TRAINER_STATE_BYTES), "global_step", (int, type(None)), path)
+        if recorded is not None and not 0 <= recorded < 10**12:
+            raise StateFileError(f"{path}: field 'global_step' is {shown(recorded)}, not a step count. {_HINT}")
+    if named and recorded is not None and int(named.group(1)) != recorded:
+        raise StateFileError(
+            f"{path}: field 'global_step' is {recorded}, but the folder is named for step {named.group(1)}: the "
+            f"checkpoint was renamed or edited. {_HINT}"
+        )
     if named:
         return int(named.group(1))
-    path = os.path.join(checkpoint, TRAINER_STATE_FILE)
-    if not os.path.lexists(path):
-        return None
-    step = _load_json(path, MAX_TRAINER_STATE_BYTES).get("global_step")
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 10**12:
-        raise ValueError(f"{path} cannot be resumed from: field 'global_step' is {str(step)[:40]!r}.")
-    return step
+    return recorded
 
 
 def restore_state(

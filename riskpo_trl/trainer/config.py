@@ -28,11 +28,13 @@ from ..risk import (  # noqa: E402
 )
 from ..risk.choices import DEFAULT_CHOICES  # noqa: E402
 from .caller_warnings import config_default_warnings_silenced  # noqa: E402
-from .config_checks import check_config  # noqa: E402
+from .config_checks import check_config, json_object  # noqa: E402
 from .config_conversion import from_grpo_config, name_misspelled_fields  # noqa: E402
 
 # The paper updates 4 times per generation batch (batch 512 prompts, mini-batches of 128).
 UPDATES_PER_GENERATION = 4
+# Completions printed on the console per logging step (log_completions): a sample, not TRL's whole batch.
+COMPLETIONS_PRINTED = 4
 
 
 @name_misspelled_fields
@@ -45,8 +47,8 @@ class RiskPOConfig(GRPOConfig):
     (https://huggingface.co/papers/2510.00911) replaces GRPO's group-normalised advantage by the advantage of a Mixed
     Value-at-Risk objective computed on *bundles*: `bundle_size` prompts' completions are randomly matched into
     `num_generations` bundles whose summed reward is the unit of reward, and the `risk_alpha` / `risk_beta` quantiles
-    of the bundle scores are tracked online. Every default is the paper's except `advantage_baseline` (`"loo"`;
-    `"none"` is the paper exactly); each field's `help` says more.
+    of the bundle scores are tracked online. Every default is the paper's except `advantage_baseline`, which left unset
+    trains with `"loo"` (`"none"` is the paper exactly); each field's `help` says more.
 
     Parameters:
         > Parameters of the risk measure
@@ -60,6 +62,9 @@ class RiskPOConfig(GRPOConfig):
             Extra weight of the lower tail; `0` reduces MVaR to CVaR at level `risk_beta`.
         risk_profile (`str`, *optional*, defaults to `"mvar"`):
             The risk measure optimised, one of [`~riskpo_trl.risk.RISK_PROFILES`].
+        risk_profile_parameters (`dict`, *optional*):
+            The risk profile's own hyperparameters by name (a registered profile declares them,
+            [`~riskpo_trl.risk.ProfileParameter`]); those left out take their defaults. The built-in profiles have none.
 
         > Parameters that control bundling
 
@@ -89,12 +94,15 @@ class RiskPOConfig(GRPOConfig):
         natural_baseline (`bool`, *optional*, defaults to `True`):
             Keep the constant `q_alpha - q_beta` of the window (the paper); `False` drops it, as the authors' DAPO
             script.
-        advantage_baseline (`str`, *optional*, defaults to `"loo"`):
+        advantage_baseline (`str`, *optional*):
             What is subtracted from each completion's advantage after credit assignment, one of
-            [`~riskpo_trl.risk.ADVANTAGE_BASELINES`]. `"loo"` subtracts the mean advantage of its prompt's other
+            [`~riskpo_trl.risk.ADVANTAGE_BASELINES`]. The field stays `None` when unset; the run then trains with
+            `"loo"`, or with `"none"` under `advantage_scaling="authors_code"` (their code), as
+            `riskpo_trl.risk.defaults.resolve_advantage_baseline` decides wherever the baseline is used (the advantage
+            step, checkpoints, the model card). `"loo"` subtracts the mean advantage of its prompt's other
             completions: the advantages become two-signed, and the expected gradient at fixed quantiles is kept
-            because that mean does not depend on the completion itself. `"none"` is the paper exactly. Refused with
-            `advantage_scaling="authors_code"`; left unset with that scaling, it is `"none"` (their code).
+            because that mean does not depend on the completion itself. `"none"` is the paper exactly. A baseline is
+            refused with `advantage_scaling="authors_code"`.
         loss_token_mean_sequences (`int`, *optional*):
             With `loss_type="bnpo"`, the token mean over groups of this many sequences instead of over each
             micro-batch, as verl's (the authors' runs; see `riskpo_trl.trainer.token_mean`).
@@ -136,6 +144,8 @@ class RiskPOConfig(GRPOConfig):
             optimizer updates per generation batch.
         per_device_eval_batch_size (`int`, *optional*, defaults to `50`):
             Completions per device per evaluation batch.
+        num_completions_to_print (`int`, *optional*, defaults to `4`):
+            Completions printed per logging step with `log_completions` (TRL's default prints the whole batch).
         bf16 (`bool`, *optional*):
             If not set, `True` where a bf16-capable accelerator is present or `use_cpu` is set (and fp16 is off), so
             the default config also runs on a CPU-only machine.
@@ -174,6 +184,14 @@ class RiskPOConfig(GRPOConfig):
     risk_profile: str = field(
         default=DEFAULT_CHOICES.risk_profile,
         metadata={"help": "Risk measure to optimise: %(choices)s.", "choices": RISK_PROFILES},
+    )
+    risk_profile_parameters: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "The risk profile's own hyperparameters by name, for a profile that declares some (a JSON object "
+            "on the command line, e.g. '{\"eta\": 2.0}'); those left out take the profile's defaults. The built-in "
+            "profiles have none."
+        },
     )
     quantile_source: str = field(
         default=DEFAULT_CHOICES.quantile_source,
@@ -346,6 +364,14 @@ class RiskPOConfig(GRPOConfig):
             "optimizer updates per generation batch (batch 512, mini-batch 128), so the clipped ratio acts."
         },
     )
+    num_completions_to_print: int | None = field(
+        default=COMPLETIONS_PRINTED,
+        metadata={
+            "help": "Completions printed on the console per logging step when log_completions is set (TRL's "
+            "default, None, prints the whole generation batch: thousands of long completions in the paper's "
+            "layout); None prints them all."
+        },
+    )
     per_device_eval_batch_size: int = field(
         default=50,
         metadata={
@@ -381,6 +407,8 @@ class RiskPOConfig(GRPOConfig):
             self.ddp_backend = "gloo"
         if self.steps_per_generation is None and self.generation_batch_size is None:
             self.steps_per_generation = UPDATES_PER_GENERATION * self.gradient_accumulation_steps
+        # text from the command line parsed; none set (an empty object too) is None, so a resume compares them alike
+        self.risk_profile_parameters = json_object("risk_profile_parameters", self.risk_profile_parameters) or None
         with config_default_warnings_silenced(self):  # GRPOConfig's own gradient_checkpointing default
             check_config(self, super().__post_init__)
 

@@ -4,6 +4,7 @@ checks derive."""
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from collections.abc import Callable
@@ -29,6 +30,22 @@ def check_config(config: Any, grpo_checks: Callable[[], None]) -> None:
     grpo_checks()
     _check_batch_layout(config)
     _check_token_mean_groups(config)
+
+
+def json_object(field_name: str, value: Any) -> dict | None:
+    """``value`` as a dict: a JSON object given as text (the command line) is parsed; a ``ValueError`` names the
+    field when the text is no JSON object."""
+    if not isinstance(value, str):
+        return value
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{field_name}={value!r} is not JSON ({error}); write a JSON object: '{{\"eta\": 2.0}}'."
+        ) from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{field_name}={value!r} must be a JSON object of names and values: '{{\"eta\": 2.0}}'.")
+    return parsed
 
 
 def _check_risk_fields(config: Any) -> None:

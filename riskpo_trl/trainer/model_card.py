@@ -150,7 +150,7 @@ def baseline_clause(args: Any) -> str:
     baseline = resolve_advantage_baseline(args.advantage_baseline, args.advantage_scaling)
     if baseline == "none":
         return ""
-    words = ADVANTAGE_BASELINES.about(baseline).get("card", f"the {baseline!r} advantage baseline")
+    words = ADVANTAGE_BASELINES.about(baseline)["card"]  # every entry says it (the registry's spec)
     return f', with {words} (`advantage_baseline="{baseline}"`), which is not the paper\'s estimator'
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from ..registry import Registry
 
-TRAINERS: Registry[Callable[[], tuple[type, type]]] = Registry("trainer")
+TRAINERS: Registry[Callable[[], tuple[type, type]]] = Registry("trainer", needs_help=True)  # listed by --help
 
 
 @TRAINERS.register("riskpo", help="RiskPOTrainer / RiskPOConfig")

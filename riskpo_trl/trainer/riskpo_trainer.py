@@ -133,11 +133,11 @@ class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
             train=train,
             num_generations=self.num_generations if train else self.num_generations_eval,
         )
-        local = batch.outputs["advantages"]
+        local = batch.outputs["advantages"]  # GRPO's, this process's slice
         start = self.accelerator.process_index * local.shape[0]
         batch.outputs["advantages"] = risk.advantages[start : start + local.shape[0]].to(local.device)
 
-        self._replace_logged_advantages(risk)
+        self._replace_logged_advantages(risk, local.tolist(), start)
         batch.risk, batch.metrics = risk, self.risk_estimator.metrics(risk)
         for name, value in batch.metrics.items():
             self._metrics[batch.mode][name].append(value)
@@ -151,6 +151,17 @@ class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
         limit = self.args.max_unscorable_batches
         if limit and self._unscorable_batches >= limit:
             counts = self.unscored_counts.describe() if self.unscored_counts else ""
+            machinery = [  # a reward whose own machinery failed (the code sandbox) says so: then that is the reason
+                f"{name}: {cause}"
+                for name, func in zip(self.reward_func_names, self.reward_funcs)
+                if callable(getattr(func, "unscorable_causes", None)) and (cause := func.unscorable_causes())
+            ]
+            if machinery:
+                raise RuntimeError(
+                    f"No completion could be scored in the last {self._unscorable_batches} training batches, because "
+                    f"the reward's own machinery failed, not the data: {'; '.join(machinery)}. Fix that cause (see "
+                    "the warnings above and docs/code_sandbox.md); set max_unscorable_batches=0 to keep training."
+                )
             raise RuntimeError(
                 f"No completion could be scored in the last {self._unscorable_batches} training batches: no reward "
                 f"function ({', '.join(self.reward_func_names)}) scored any completion (last batch on this process: "
@@ -169,10 +180,12 @@ class RiskPOTrainer(SharedTrainerMixin, TokenMeanLossMixin, GRPOTrainer):
         key = f"riskpo-bundles/{self.args.seed}/{mode}/{self.state.global_step}/{counter}".encode()
         return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") & ((1 << 63) - 1)
 
-    def _replace_logged_advantages(self, batch) -> None:
-        """GRPOTrainer logged its own advantages for the completions table; show RiskPO's and the bundles instead."""
+    def _replace_logged_advantages(self, batch, grpo_local: list[float], start: int) -> None:
+        """GRPOTrainer logged its own advantages for the completions table; show RiskPO's and the bundles instead.
+        ``grpo_local``: GRPO's advantages of this process, from ``start`` on, which the table's last entries hold."""
         count = batch.advantages.numel()
         logged = self._logs["advantages"]
+        compat.check_logged_advantages(logged, count, grpo_local, start)
         for _ in range(min(count, len(logged))):
             logged.pop()
         logged.extend(batch.advantages.tolist())

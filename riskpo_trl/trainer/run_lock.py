@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from .state_files import UntrustedFileError, read_regular_file
+from .state_files import MAX_NESTING, UntrustedFileError, nesting_depth, read_regular_file, shown
 
 LOCK_FILE = "_riskpo_run.lock"
 # Holding this one (also an exclusive create) is what allows removing a stale lock, so that two runs that both find
@@ -89,10 +89,15 @@ def acquire(output_dir: str) -> RunLock:
                 _refuse_unless_stale(output_dir, path, holder)
             _remove_stale(path, holder_text)
             continue
-        with os.fdopen(fd, "w") as file:
-            file.write(content)
-            file.flush()
-            os.fsync(file.fileno())
+        try:
+            with os.fdopen(fd, "w") as file:
+                file.write(content)
+                file.flush()
+                os.fsync(file.fileno())
+        except OSError as exc:  # a full disk: leave no empty lock to delay the next start
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise OSError(exc.errno, f"Could not write the run lock {path}: {exc.strerror or exc}", path) from exc
         return RunLock(path, content)
 
 
@@ -123,8 +128,8 @@ def lock_output_dir(output_dir: str) -> Iterator[None]:
 
 def _in_use_message(output_dir: str, path: str, holder: dict) -> str:
     return (
-        f"output_dir {output_dir} is in use by another run: PID {holder.get('pid')} on host {holder.get('host')}, "
-        f"started {holder.get('started')}. Wait for it to finish, or choose another output_dir."
+        f"output_dir {output_dir} is in use by another run: PID {shown(holder.get('pid'), False)} on host "
+        f"{shown(holder.get('host'), False)}, started {shown(holder.get('started'), False)}. Wait for it to finish, or choose another output_dir."
     )
 
 
@@ -135,13 +140,13 @@ def _refuse_unless_stale(output_dir: str, path: str, holder: dict) -> None:
     if (
         current
         and holder.get("slurm_job_id") == current["slurm_job_id"]
-        and holder.get("slurm_restart_count", 0) < current["slurm_restart_count"]
+        and _whole(holder.get("slurm_restart_count", 0)) < current["slurm_restart_count"]
     ):
         return  # an earlier start of this requeued job, on any node
     pid, pid_max = holder.get("pid"), _pid_max()
     if isinstance(pid, bool) or not isinstance(pid, int) or not 1 <= pid <= pid_max:
         raise OutputDirLocked(
-            f"{path} names PID {pid!r}, which no process can have (PIDs run from 1 to {pid_max}): the file is "
+            f"{path} names PID {shown(pid, False)}, which no process can have (PIDs run from 1 to {pid_max}): the file is "
             f"damaged or was edited. Once no run uses output_dir {output_dir}, delete {path}."
         )
     elsewhere = _taken_elsewhere(holder)
@@ -158,6 +163,11 @@ def _refuse_unless_stale(output_dir: str, path: str, holder: dict) -> None:
 OLD_FORMAT = "by an earlier version that did not record its boot id and PID namespace"
 
 
+def _whole(value) -> int:
+    """A count from the lock file, or a count no restart is below when it is not a whole number."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1 << 62
+
+
 def _taken_elsewhere(holder: dict) -> str | None:
     """Where the lock was taken, when its PID cannot be looked up here; None when it can."""
     if holder.get("host") != socket.gethostname():
@@ -166,10 +176,10 @@ def _taken_elsewhere(holder: dict) -> str | None:
         return OLD_FORMAT
     context = _machine_context()
     if holder["boot_id"] != context["boot_id"]:
-        return f"under another boot id ({holder['boot_id']}: another machine with this hostname, or before a reboot)"
+        return f"under another boot id ({shown(holder['boot_id'], False)}: another machine with this hostname, or before a reboot)"
     if holder["pid_namespace"] != context["pid_namespace"]:
         return (
-            f"in another PID namespace ({holder['pid_namespace']}, this one {context['pid_namespace']}: another "
+            f"in another PID namespace ({shown(holder['pid_namespace'], False)}, this one {context['pid_namespace']}: another "
             "container sharing this hostname)"
         )
     return None
@@ -271,9 +281,13 @@ def _read_lock(path: str) -> str | None:
 
 
 def _parse(text: str | None) -> dict | None:
+    """The lock's holder record, or None for anything else: damaged, deeply nested (never parsed), not an object."""
+    data = (text or "").encode(errors="replace")
+    if nesting_depth(data, MAX_NESTING) > MAX_NESTING:
+        return None
     try:
         holder = json.loads(text or "")
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return holder if isinstance(holder, dict) else None
 
@@ -290,6 +304,8 @@ def _age(path: str) -> float:
     try:
         os.write(fd, b"now")
         now = os.fstat(fd).st_mtime
+    except OSError:  # a full disk: nothing counts as old, and the probe is removed below
+        return 0.0
     finally:
         os.close(fd)
         with contextlib.suppress(FileNotFoundError):

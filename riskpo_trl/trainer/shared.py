@@ -66,6 +66,7 @@ class SharedTrainerMixin(BatchObserversMixin, TiedWeightsResumeMixin):
         #    NaN ones and the completions no function scored are then named in a warning.
         with counting_unscored_rewards(self) as unscored:
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        compat.check_gathered_rewards(len(rewards_per_func), len(prompts), self.accelerator.num_processes)
         start = self.accelerator.process_index * len(prompts)  # the rewards come back gathered over all processes
         warn_unscored(unscored, rewards_per_func[start : start + len(prompts)], completions)
         # 2. The per-batch hook: the gathered rewards are kept for the batch's advantage step and its observers.

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from .. import compat
+
 # Key of a training micro-batch's factor on its bnpo loss when loss_token_mean_sequences is set.
 TOKEN_MEAN_SCALE = "token_mean_scale"
 
@@ -62,6 +64,7 @@ class TokenMeanLossMixin:
             self._scaled_buffer = self._buffered_inputs
             self._token_mean_scales = self._gathered_token_mean_scales(self._buffered_inputs)
         index = self._step % self.args.steps_per_generation
+        compat.check_buffered_micro_batch(inputs, self._buffered_inputs, index)
         return {**inputs, TOKEN_MEAN_SCALE: self._token_mean_scales[index]}
 
     def _gathered_token_mean_scales(self, micro_batches: list[dict[str, Any]]) -> torch.Tensor:
