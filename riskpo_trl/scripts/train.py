@@ -845,10 +845,9 @@ def cli(argv: Sequence[str] | None = None) -> None:
                 # Run as a script (not called by a test): a stopped run's process exits soon after its stop line.
                 train_and_save(trainer, script_args, training_args, checkpoint, exit_after_stop=argv_given is None)
     except SystemExit as stopped:
-        from ..trainer.preemption import STOPPED_EXIT_CODE, end_process_after_stop
-
-        if argv_given is None and stopped.code == STOPPED_EXIT_CODE:
-            end_process_after_stop()  # the run lock is released: nothing is left to do
+        end_process = getattr(stopped, "end_process", None)  # a stopped run of this script's own process
+        if end_process is not None:
+            end_process()  # the run lock is released: nothing is left to do
         raise
 
 

@@ -64,9 +64,11 @@ class RunStopped(SystemExit):
     """Raised by the training script after a clean stop: uncaught, the process exits with :data:`STOPPED_EXIT_CODE`
     and no traceback."""
 
-    def __init__(self, step: int, checkpoint: str, signal_name: str):
+    def __init__(self, step: int, checkpoint: str, signal_name: str, end_process=None):
         super().__init__(STOPPED_EXIT_CODE)
         self.step, self.checkpoint, self.signal_name = step, checkpoint, signal_name
+        # For the training script's own process: call once the run lock is released (`end_process_after_stop`).
+        self.end_process = end_process
 
 
 def generation_period(args) -> int:
@@ -260,7 +262,8 @@ class StopOnSignal(TrainerCallback):
         if self.exit_after_stop:
             exit_within(EXIT_GRACE_S, STOPPED_EXIT_CODE)
         trainer.accelerator.end_training()  # what transformers' Trainer.end does (it exists only from 5.18)
-        raise RunStopped(self.stopped_at, checkpoint, self.signal_name)
+        end_process = end_process_after_stop if self.exit_after_stop else None
+        raise RunStopped(self.stopped_at, checkpoint, self.signal_name, end_process)
 
 
 def remove_card_without_model(output_dir: str) -> bool:
