@@ -118,3 +118,49 @@ def test_a_sync_its_trainer_left_is_aborted_by_the_gate_after_the_trainer_s_tran
     now[0] += 2
     assert request(gate, server, "/v1/completions")[0] == 200  # the gate aborted the sync first
     assert "riskpo_abort_update" in server.workers.calls and server.workers.weights == "partial"
+
+
+def test_a_sync_starts_only_once_the_generations_already_passed_on_are_answered():
+    """A generation the gate passed on just before the sync must not run on the reloading model: the start waits
+    for its answer (the engine would otherwise crash on parameters on the meta device)."""
+
+    async def scenario():
+        server, order = Server(), []
+        gate = SyncGate(server)
+        answering = asyncio.Event()
+
+        async def slow_generation(scope, receive, send):
+            order.append("generation starts")
+            await answering.wait()
+            order.append("generation answered")
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}"})
+
+        async def app(scope, receive, send):
+            if scope["path"] == "/v1/completions":
+                await slow_generation(scope, receive, send)
+            else:
+                order.append(scope["path"])
+                await server(scope, receive, send)
+
+        gate.app = app
+
+        async def call(path):
+            async def receive():
+                return {"type": "http.request", "body": b"{}", "more_body": False}
+
+            async def send(message):
+                pass
+
+            await gate({"type": "http", "path": path, "method": "POST", "app": server}, receive, send)
+
+        generation = asyncio.create_task(call("/v1/completions"))
+        await asyncio.sleep(0.05)
+        start = asyncio.create_task(call("/start_weight_update"))
+        await asyncio.sleep(0.1)
+        assert order == ["generation starts"]  # the start waits
+        answering.set()
+        await asyncio.gather(generation, start)
+        return order
+
+    assert asyncio.run(scenario()) == ["generation starts", "generation answered", "/start_weight_update"]

@@ -9,17 +9,26 @@ distributed run agree on the flag with one tiny all-reduce per generation batch,
 even when the signal reached only some of them.
 
 A vLLM server that does not answer within its timeout (``ServerTimeoutError`` of ``riskpo_trl.weight_sync``: a hang
-while generating or syncing) stops the run the same way, at once: the error ends ``trainer.train()`` at the
-generation-batch boundary where the trainer generates, the trainer saves a checkpoint of the last completed step (none
-at step 0), prints the error and the stop line, and exits with :data:`STOPPED_EXIT_CODE`. Only a single-process run
-stops so: in a multi-process run the other processes wait for the main one's generation in a collective.
+while generating or syncing), or that refused or dropped the connection (``ServerUnreachableError``: it died), stops
+the run the same way, at once: the error ends ``trainer.train()`` at the generation-batch boundary where the trainer
+generates, the trainer saves a checkpoint of the last completed step (none at step 0), prints the error and the stop
+line, and exits with :data:`STOPPED_EXIT_CODE`. In a multi-process run every process raises the main process's error
+at the same point (``riskpo_trl.weight_sync.agreement``), so all of them save the checkpoint together and each prints
+one line.
+
+A signal that arrives while the main thread waits on the server (``interruptible_wait``: a generation, a sync's
+request or transfer) does not wait for the end of the batch: the wait is abandoned (``StopRequested``) and the run
+stops at once, as after a server timeout, with a checkpoint of its last completed step.
 
 A second Ctrl-C more than :data:`REPEAT_WINDOW_S` after the first aborts at once: the process kills itself with
-SIGINT (exit status 130) without saving, and ``output_dir`` keeps its earlier checkpoints. A repeat within the window
-counts as the same request (SLURM signals every process of a job step, and the launcher of ``accelerate launch``
-passes the signal on once more); a repeated SIGTERM or SIGUSR1 is ignored, as the stop is under way. Once the stop's
-checkpoint is saved, every further signal is ignored until the process exits: a run that wrote its checkpoint always
-exits with :data:`STOPPED_EXIT_CODE`, however many signals arrive.
+SIGINT (exit status 130) without saving, and ``output_dir`` keeps its earlier checkpoints. A watchdog thread reads
+every signal as it arrives (``signal.set_wakeup_fd``), so this holds while the main thread is blocked inside a
+library (a collective waiting for another process). A repeat within the window counts as the same request (SLURM
+signals every process of a job step, and the launcher of ``accelerate launch`` passes the signal on once more); a
+repeated SIGTERM or SIGUSR1 is ignored, as the stop is under way. Once the stop's checkpoint is saved, a signal no
+longer aborts: the process exits with :data:`STOPPED_EXIT_CODE` within :data:`EXIT_GRACE_S` of it, whatever still
+runs, and so does the training script's own process after its stop line (`exit_within`; the script ends it at once
+when its run lock is released, `end_process_after_stop`).
 """
 
 from __future__ import annotations
@@ -55,9 +64,11 @@ class RunStopped(SystemExit):
     """Raised by the training script after a clean stop: uncaught, the process exits with :data:`STOPPED_EXIT_CODE`
     and no traceback."""
 
-    def __init__(self, step: int, checkpoint: str, signal_name: str):
+    def __init__(self, step: int, checkpoint: str, signal_name: str, end_process=None):
         super().__init__(STOPPED_EXIT_CODE)
         self.step, self.checkpoint, self.signal_name = step, checkpoint, signal_name
+        # For the training script's own process: call once the run lock is released (`end_process_after_stop`).
+        self.end_process = end_process
 
 
 def generation_period(args) -> int:
@@ -255,7 +266,8 @@ class StopOnSignal(TrainerCallback):
         else:  # the process is the caller's (a notebook, a test): it gets its own handlers back
             self.restore()
         trainer.accelerator.end_training()  # what transformers' Trainer.end does (it exists only from 5.18)
-        raise RunStopped(self.stopped_at, checkpoint, self.signal_name)
+        end_process = end_process_after_stop if self.exit_after_stop else None
+        raise RunStopped(self.stopped_at, checkpoint, self.signal_name, end_process)
 
 
 def remove_card_without_model(output_dir: str) -> bool:
@@ -319,3 +331,16 @@ def exit_within(seconds: float, code: int) -> None:
         os._exit(code)
 
     threading.Thread(target=end, name="riskpo-exit", daemon=True).start()
+
+
+def end_process_after_stop() -> None:
+    """After a stopped run let go of all it holds (checkpoint, stop line, process group, run lock): end the process
+    with :data:`STOPPED_EXIT_CODE` now. The interpreter's own shutdown would run library finalizers first, which took
+    about 8 s more in this project's two-process server-mode tests, and can wait on a hung server's connection."""
+    import logging
+
+    logging.shutdown()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(STOPPED_EXIT_CODE)

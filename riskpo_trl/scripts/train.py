@@ -829,23 +829,29 @@ def cli(argv: Sequence[str] | None = None) -> None:
 
     drop_deepspeed_cpu_notice()  # before parsing: building the config already warns
     ignore_library_default_warnings()  # for the whole run: what the trainers silence while they build and train
-    with contextlib.ExitStack() as held:
-        with usage_errors("riskpo-train", debug, (*USAGE_ERRORS, ImportError)):  # ImportError: use_vllm, report_to
-            finished = check_before_imports(argv)  # each mistake that needs no model, before torch and TRL load
-            if finished is not None:
-                print(finished)
-                return
-            script_args, training_args, model_args = parse_args(argv)
-            from ..job.run_lock import lock_output_dir
-            from .cpu_threads import use_default_cpu_threads
+    try:
+        with contextlib.ExitStack() as held:
+            with usage_errors("riskpo-train", debug, (*USAGE_ERRORS, ImportError)):  # ImportError: use_vllm, report_to
+                finished = check_before_imports(argv)  # each mistake that needs no model, before torch and TRL load
+                if finished is not None:
+                    print(finished)
+                    return
+                script_args, training_args, model_args = parse_args(argv)
+                from ..job.run_lock import lock_output_dir
+                from .cpu_threads import use_default_cpu_threads
 
-            use_default_cpu_threads(training_args.use_cpu)
-            check_tiny_model_path(script_args, model_args.model_name_or_path)
-            held.enter_context(lock_output_dir(training_args.output_dir))
-            trainer, checkpoint = prepare(script_args, training_args, model_args)
-        if trainer is not None:
-            # Run as a script (not called by a test): a stopped run's process exits soon after its stop line.
-            train_and_save(trainer, script_args, training_args, checkpoint, exit_after_stop=argv_given is None)
+                use_default_cpu_threads(training_args.use_cpu)
+                check_tiny_model_path(script_args, model_args.model_name_or_path)
+                held.enter_context(lock_output_dir(training_args.output_dir))
+                trainer, checkpoint = prepare(script_args, training_args, model_args)
+            if trainer is not None:
+                # Run as a script (not called by a test): a stopped run's process exits soon after its stop line.
+                train_and_save(trainer, script_args, training_args, checkpoint, exit_after_stop=argv_given is None)
+    except SystemExit as stopped:
+        end_process = getattr(stopped, "end_process", None)  # a stopped run of this script's own process
+        if end_process is not None:
+            end_process()  # the run lock is released: nothing is left to do
+        raise
 
 
 if __name__ == "__main__":

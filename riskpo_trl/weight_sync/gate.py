@@ -4,7 +4,9 @@ Between ``/start_weight_update`` and ``/finish_weight_update`` a server's layers
 layer-wise reload): a generation request then crashes the engine (``EngineDeadError``). `SyncGate`, an ASGI middleware
 loaded with ``vllm serve --middleware riskpo_trl.weight_sync.gate.SyncGate`` (part of ``SERVER_ARGS``), answers any
 generation request during a sync with ``503`` and a one-line reason, without passing it on; the trainer's own sync
-requests, ``/collective_rpc``, ``/health`` and every ``GET`` pass.
+requests, ``/collective_rpc``, ``/health`` and every ``GET`` pass. ``/start_weight_update`` waits until the generation
+requests already passed on have been answered (at most the transfer timeout below), so none runs on the reloading
+model.
 
 A sync nobody finishes (its trainer died after ``/start_weight_update``) is aborted by the gate itself: when no sync
 request has been in flight for the trainer's transfer timeout (``transfer_timeout_s`` of its
@@ -15,6 +17,7 @@ a readiness query) first asks the workers to abort it (``riskpo_abort_update``: 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -47,6 +50,7 @@ class SyncGate:
         self.in_flight = 0
         self.last_activity = time.monotonic()
         self.abandoned_s = DEFAULT_ABANDONED_S
+        self.generating = 0  # generation requests passed on and not answered yet
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope.get("type") != "http":
@@ -59,14 +63,22 @@ class SyncGate:
             await self.sync_request(path, scope, receive, send)
         elif method == "POST" and path == "/init_weight_transfer_engine":
             await self.app(scope, await self.reading_timeout(receive), send)
-        elif self.updating and method == "POST" and path.startswith(GENERATING_PREFIXES):
-            await refuse(send, path)
+        elif method == "POST" and path.startswith(GENERATING_PREFIXES):
+            if self.updating:
+                await refuse(send, path)
+                return
+            self.generating += 1
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                self.generating -= 1
         else:
             await self.app(scope, receive, send)
 
     async def sync_request(self, path: str, scope: dict, receive: Any, send: Any) -> None:
         if path == "/start_weight_update":
             self.updating = True  # before the workers start: a generation arriving meanwhile is refused
+            await self.generations_answered()
         status = []
 
         async def recorded_send(message: dict) -> None:
@@ -85,6 +97,13 @@ class SyncGate:
         if self.updating and (path == "/collective_rpc" or status != [200]):
             # An abort (riskpo_abort_update, or the engine's own after a broken transfer) ends the sync.
             self.updating = await self.workers_updating(scope)
+
+    async def generations_answered(self) -> None:
+        """Until the generation requests passed on before the sync have been answered (they would run on the
+        reloading model), at most the trainer's transfer timeout; then the sync starts anyway."""
+        deadline = time.monotonic() + self.abandoned_s
+        while self.generating and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
     async def reading_timeout(self, receive: Any) -> Any:
         """``receive``, recording the trainer's transfer timeout from the request's body on its way."""
