@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import tiny_config
 
 from riskpo_trl import RiskEstimator, RiskPOConfig
 from riskpo_trl.registry import Registry
@@ -70,7 +71,6 @@ def test_advantage_baseline_walks_from_the_config_to_the_advantage_with_no_looku
     the function: after construction no registry is asked for a name."""
     rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0])
     settings = dict(
-        output_dir=str(tmp_path),
         num_generations=4,
         bundle_size=3,
         per_device_train_batch_size=12,
@@ -78,11 +78,14 @@ def test_advantage_baseline_walks_from_the_config_to_the_advantage_with_no_looku
         use_cpu=True,
     )
     estimators = {
-        name: RiskEstimator.from_config(RiskPOConfig(**settings, advantage_baseline=name)) for name in ("none", "loo")
+        name: RiskEstimator.from_config(tiny_config(tmp_path, run=False, **settings, advantage_baseline=name))
+        for name in ("none", "loo")
     }
     assert estimators["none"].rule.baseline is no_baseline
     assert estimators["loo"].rule.baseline is leave_one_out_baseline
-    assert RiskEstimator.from_config(RiskPOConfig(**settings)).rule.baseline is leave_one_out_baseline  # unset
+    assert (
+        RiskEstimator.from_config(tiny_config(tmp_path, run=False, **settings)).rule.baseline is leave_one_out_baseline
+    )  # unset
 
     asked = []
     for method in ("get", "check", "__getitem__"):

@@ -9,6 +9,7 @@ import sys
 import warnings
 
 import pytest
+from helpers import tiny_config
 
 from riskpo_trl.risk import RISK_PROFILES
 from riskpo_trl.scripts.console import compact_log_line, use_compact_log
@@ -178,13 +179,14 @@ def library_default_warnings(caught) -> list[str]:
 def test_a_user_script_hears_no_library_default_warning_and_keeps_its_filters(tiny_model_dir, tmp_path):
     from helpers import contains_digit_reward, make_prompt_dataset
 
-    from riskpo_trl import RiskPOConfig, RiskPOTrainer
+    from riskpo_trl import RiskPOTrainer
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         filters = list(warnings.filters)
-        args = RiskPOConfig(
-            output_dir=str(tmp_path),
+        args = tiny_config(
+            tmp_path,
+            run=False,
             max_steps=1,
             num_generations=4,
             per_device_train_batch_size=8,
@@ -205,8 +207,6 @@ def test_a_user_script_hears_no_library_default_warning_and_keeps_its_filters(ti
 def test_a_field_the_user_set_keeps_its_deprecation_warning(tmp_path):
     from trl import GRPOConfig
 
-    from riskpo_trl import RiskPOConfig
-
     with warnings.catch_warnings(record=True) as library:
         warnings.simplefilter("always")
         GRPOConfig(output_dir=str(tmp_path), use_cpu=True, gradient_checkpointing=True)
@@ -214,7 +214,7 @@ def test_a_field_the_user_set_keeps_its_deprecation_warning(tmp_path):
         pytest.skip("the installed transformers/TRL does not deprecate gradient_checkpointing")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        RiskPOConfig(output_dir=str(tmp_path), use_cpu=True, gradient_checkpointing=True)
+        tiny_config(tmp_path, run=False, use_cpu=True, gradient_checkpointing=True)
     assert any("`gradient_checkpointing` is deprecated" in message for message in library_default_warnings(caught))
 
 

@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import tiny_config
 
-from riskpo_trl import QuantileTracker, RiskEstimator, RiskPOConfig, empirical_quantiles, group_quantiles
+from riskpo_trl import QuantileTracker, RiskEstimator, empirical_quantiles, group_quantiles
 from riskpo_trl.risk import permutation_bundles, positional_bundles, riskpo_advantages
 
 G, B = 4, 2
@@ -133,10 +134,11 @@ def test_state_round_trip_keeps_the_checkpoint_format():
 
 
 def test_from_config_reads_riskpo_fields_and_defaults_the_opt_ins(tmp_path):
-    estimator = RiskEstimator.from_config(RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="loo"))
+    estimator = RiskEstimator.from_config(tiny_config(tmp_path, run=False, advantage_baseline="loo"))
     assert estimator.choices.advantage_baseline == "loo"
-    config = RiskPOConfig(
-        output_dir=str(tmp_path),
+    config = tiny_config(
+        tmp_path,
+        run=False,
         credit_assignment="std",
         bundling="positional",
         risk_omega=1.0,
