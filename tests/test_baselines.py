@@ -9,8 +9,9 @@ import sys
 
 import pytest
 import torch
+from helpers import tiny_config
 
-from riskpo_trl import ADVANTAGE_BASELINES, RiskEstimator, RiskPOConfig, leave_one_out_baseline, riskpo_advantages
+from riskpo_trl import ADVANTAGE_BASELINES, RiskEstimator, leave_one_out_baseline, riskpo_advantages
 from riskpo_trl.risk import (
     BUNDLINGS,
     DEFAULT_ADVANTAGE_BASELINE,
@@ -68,11 +69,11 @@ def test_the_default_is_loo_and_none_is_the_papers_advantage_bit_for_bit(tmp_pat
     assert torch.allclose(loo.advantages.double(), leave_one_out_baseline(paper.advantages.double(), scorable, 4))
     settings = dict(num_generations=4, bundle_size=2, alpha=0.2, beta=0.8, omega=0.5)
     assert RiskEstimator(**settings).choices.advantage_baseline == DEFAULT_ADVANTAGE_BASELINE == "loo"
-    unset = RiskPOConfig(output_dir=str(tmp_path))
+    unset = tiny_config(tmp_path, run=False)
     assert unset.advantage_baseline is None  # the config keeps what was set; the risk layer resolves it
     assert resolve_advantage_baseline(unset.advantage_baseline, unset.advantage_scaling) == "loo"
     assert RiskEstimator.from_config(unset).choices.advantage_baseline == "loo"
-    assert RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="none").advantage_baseline == "none"
+    assert tiny_config(tmp_path, run=False, advantage_baseline="none").advantage_baseline == "none"
 
 
 def test_unscorable_completions_and_prompts_with_one_scorable_completion():
@@ -193,8 +194,9 @@ def test_loo_with_score_credit_and_evaluation_batches():
 def test_the_authors_scaling_refuses_a_baseline_at_config_time(tmp_path):
     message = "advantage_baseline='loo' with advantage_scaling='authors_code'"
     with pytest.raises(ValueError, match=message):
-        RiskPOConfig(
-            output_dir=str(tmp_path),
+        tiny_config(
+            tmp_path,
+            run=False,
             advantage_baseline="loo",
             advantage_scaling="authors_code",
             quantile_source="group",
@@ -212,7 +214,7 @@ def test_the_authors_scaling_refuses_a_baseline_at_config_time(tmp_path):
             quantile_source="group",
         )
     with pytest.raises(ValueError, match="advantage_baseline='mean' is unknown"):
-        RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="mean")
+        tiny_config(tmp_path, run=False, advantage_baseline="mean")
     assert list(ADVANTAGE_BASELINES) == ["none", "loo"]
 
 
@@ -221,7 +223,7 @@ def test_the_authors_scaling_alone_resolves_the_default_to_none(tmp_path, caplog
     gets their code's "none" (a warning, once); naming "loo" with it stays an error (above)."""
     authors = dict(advantage_scaling="authors_code", quantile_source="group", credit_assignment="std")
     with caplog.at_level("WARNING", logger="riskpo_trl.risk.defaults"):
-        config = RiskPOConfig(output_dir=str(tmp_path), **authors)
+        config = tiny_config(tmp_path, run=False, **authors)
     assert config.advantage_baseline is None
     assert resolve_advantage_baseline(config.advantage_baseline, config.advantage_scaling) == "none"
     [record] = [r for r in caplog.records if "advantage_baseline not set" in r.getMessage()]
@@ -231,7 +233,7 @@ def test_the_authors_scaling_alone_resolves_the_default_to_none(tmp_path, caplog
     assert estimator.choices.advantage_baseline == "none"
     direct = RiskEstimator(num_generations=4, bundle_size=2, alpha=0.2, beta=0.8, omega=1.5, **authors)
     assert direct.choices.advantage_baseline == "none"
-    assert RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="none", **authors).advantage_baseline == "none"
+    assert tiny_config(tmp_path, run=False, advantage_baseline="none", **authors).advantage_baseline == "none"
 
 
 def test_logged_push_shares_show_the_two_signs(tmp_path):

@@ -7,13 +7,14 @@ import warnings
 
 import pytest
 import torch
+from helpers import tiny_config
 from transformers import HfArgumentParser
 
 from riskpo_trl import RiskEstimator, RiskPOConfig
 
 
 def test_defaults_are_the_papers_and_form_whole_bundle_groups(tmp_path):
-    config = RiskPOConfig(output_dir=str(tmp_path))
+    config = tiny_config(tmp_path, run=False)
     assert (config.risk_alpha, config.risk_beta, config.risk_omega, config.bundle_size) == (0.2, 0.8, 0.5, 5)
     assert (config.risk_profile, config.quantile_source, config.quantile_lr) == ("mvar", "tracked", 0.1)
     assert config.importance_sampling_level == "sequence" and config.loss_type == "grpo"
@@ -72,13 +73,13 @@ def test_every_risk_field_is_documented_for_the_cli():
 )
 def test_bad_risk_fields_raise_naming_the_field(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        RiskPOConfig(output_dir=str(tmp_path), **overrides)
+        tiny_config(tmp_path, run=False, **overrides)
 
 
 def test_prompts_not_divisible_by_bundle_size_says_which_sizes_work(tmp_path):
     with pytest.raises(ValueError) as error:
         # 8 x 1 process x 5 steps = 40 completions = 4 prompts of 10: not bundles of 5
-        RiskPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, steps_per_generation=5)
+        tiny_config(tmp_path, run=False, per_device_train_batch_size=8, steps_per_generation=5)
     text = str(error.value)
     assert "4 prompts" in text and "bundle_size=5" in text
     assert "multiple of num_generations * bundle_size = 50 (50, 100, 150" in text
@@ -86,8 +87,9 @@ def test_prompts_not_divisible_by_bundle_size_says_which_sizes_work(tmp_path):
 
 
 def test_valid_non_default_layouts(tmp_path):
-    config = RiskPOConfig(
-        output_dir=str(tmp_path),
+    config = tiny_config(
+        tmp_path,
+        run=False,
         num_generations=8,
         bundle_size=4,
         generation_batch_size=64,
@@ -101,7 +103,7 @@ def test_valid_non_default_layouts(tmp_path):
 
 
 def test_evaluation_batches_may_end_in_a_partial_group(tmp_path):
-    config = RiskPOConfig(output_dir=str(tmp_path), eval_strategy="steps", per_device_eval_batch_size=20)
+    config = tiny_config(tmp_path, run=False, eval_strategy="steps", per_device_eval_batch_size=20)
     prompts = config.per_device_eval_batch_size // config.num_generations
     assert prompts % config.bundle_size != 0  # 2 prompts, B=5: one partial bundle group
     estimator = RiskEstimator.from_config(config)
@@ -115,10 +117,10 @@ def test_evaluation_batches_may_end_in_a_partial_group(tmp_path):
 
 def test_checkpoints_off_generation_boundaries_warn(tmp_path):
     with pytest.warns(UserWarning, match="do not fall on generation batch boundaries"):
-        RiskPOConfig(output_dir=str(tmp_path), save_steps=3, steps_per_generation=10)  # every 15 vs 10 micro-steps
+        tiny_config(tmp_path, run=False, save_steps=3, steps_per_generation=10)  # every 15 vs 10 micro-steps
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
-        RiskPOConfig(output_dir=str(tmp_path), save_steps=4, steps_per_generation=10)
+        tiny_config(tmp_path, run=False, save_steps=4, steps_per_generation=10)
 
 
 def test_the_checkpoint_warning_comes_only_when_a_checkpoint_will_land_mid_batch_and_points_at_the_caller(tmp_path):
@@ -129,25 +131,25 @@ def test_the_checkpoint_warning_comes_only_when_a_checkpoint_will_land_mid_batch
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         # No checkpoint is written: nothing to warn about.
-        RiskPOConfig(output_dir=str(tmp_path), save_steps=3, steps_per_generation=10, save_strategy="no")
+        tiny_config(tmp_path, run=False, save_steps=3, steps_per_generation=10, save_strategy="no")
         # The only checkpoint is the final one, at the end of the run.
-        RiskPOConfig(output_dir=str(tmp_path), save_steps=30, steps_per_generation=10, max_steps=12)
+        tiny_config(tmp_path, run=False, save_steps=30, steps_per_generation=10, max_steps=12)
 
 
 def test_default_schedule_takes_four_optimizer_steps_per_generation_batch(tmp_path):
-    config = RiskPOConfig(output_dir=str(tmp_path))
+    config = tiny_config(tmp_path, run=False)
     assert config.steps_per_generation == 4 * config.gradient_accumulation_steps == 20
     assert config.generation_batch_size // config.num_generations == 20  # 4 groups of B=5 prompts on one process
-    config = RiskPOConfig(output_dir=str(tmp_path), gradient_accumulation_steps=2, per_device_train_batch_size=25)
+    config = tiny_config(tmp_path, run=False, gradient_accumulation_steps=2, per_device_train_batch_size=25)
     assert config.steps_per_generation == 8
     # What the user sets wins, either way of saying it.
-    assert RiskPOConfig(output_dir=str(tmp_path), steps_per_generation=5).steps_per_generation == 5
-    assert RiskPOConfig(output_dir=str(tmp_path), generation_batch_size=100).steps_per_generation == 10
+    assert tiny_config(tmp_path, run=False, steps_per_generation=5).steps_per_generation == 5
+    assert tiny_config(tmp_path, run=False, generation_batch_size=100).steps_per_generation == 10
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # default save_steps falls on generation boundaries
-        RiskPOConfig(output_dir=str(tmp_path), save_steps=4)
+        tiny_config(tmp_path, run=False, save_steps=4)
     with pytest.warns(UserWarning, match="do not fall on generation batch boundaries"):
-        RiskPOConfig(output_dir=str(tmp_path), save_steps=2)  # 10 micro-steps against a batch every 20
+        tiny_config(tmp_path, run=False, save_steps=2)  # 10 micro-steps against a batch every 20
 
 
 @pytest.mark.parametrize(
@@ -161,7 +163,7 @@ def test_default_schedule_takes_four_optimizer_steps_per_generation_batch(tmp_pa
 )
 def test_combinations_neither_source_uses_are_refused_with_the_fix(tmp_path, overrides, fix):
     with pytest.raises(ValueError, match=re.escape(fix)):
-        RiskPOConfig(output_dir=str(tmp_path), **overrides)
+        tiny_config(tmp_path, run=False, **overrides)
 
 
 def test_a_scaling_s_needed_quantile_source_comes_from_its_registry_entry(tmp_path, monkeypatch):
@@ -172,9 +174,9 @@ def test_a_scaling_s_needed_quantile_source_comes_from_its_registry_entry(tmp_pa
     monkeypatch.setitem(entry, "quantile_source", "batch")
     monkeypatch.setitem(entry, "quantile_source_reason", "needs the batch's quantiles here.")
     with pytest.raises(ValueError, match=re.escape("quantile_source='group': that scaling needs the batch's")):
-        RiskPOConfig(output_dir=str(tmp_path), advantage_scaling="authors_code", quantile_source="group")
+        tiny_config(tmp_path, run=False, advantage_scaling="authors_code", quantile_source="group")
     monkeypatch.delitem(entry, "quantile_source")  # an entry that needs no source: any is taken
-    RiskPOConfig(output_dir=str(tmp_path), advantage_scaling="authors_code", quantile_source="tracked")
+    tiny_config(tmp_path, run=False, advantage_scaling="authors_code", quantile_source="tracked")
 
 
 def test_the_authors_combinations_are_accepted(tmp_path):
@@ -186,8 +188,9 @@ def test_the_authors_combinations_are_accepted(tmp_path):
     ]:
         with warnings.catch_warnings():
             warnings.simplefilter("error", UserWarning)
-            RiskPOConfig(
-                output_dir=str(tmp_path),
+            tiny_config(
+                tmp_path,
+                run=False,
                 advantage_scaling="authors_code",
                 quantile_source="group",
                 risk_profile=profile,
@@ -198,7 +201,7 @@ def test_the_authors_combinations_are_accepted(tmp_path):
                 bundling="positional",
             )
     with pytest.warns(UserWarning, match="credit_assignment='score'"):
-        RiskPOConfig(output_dir=str(tmp_path), credit_assignment="score")
+        tiny_config(tmp_path, run=False, credit_assignment="score")
 
 
 def documented_fields(markdown: str) -> set[str]:
@@ -227,11 +230,11 @@ def test_a_credit_rule_outside_its_scaling_is_refused_or_warned_with_its_entrys_
     expected = re.escape(f"credit_assignment={name!r} {about['reason']}")
     if about["other_scaling"] == "refuse":
         with pytest.raises(ValueError, match=expected):
-            RiskPOConfig(output_dir=str(tmp_path), credit_assignment=name, quantile_source="group")
+            tiny_config(tmp_path, run=False, credit_assignment=name, quantile_source="group")
     else:
         with pytest.warns(UserWarning, match=expected):
-            RiskPOConfig(output_dir=str(tmp_path), credit_assignment=name, quantile_source="group")
+            tiny_config(tmp_path, run=False, credit_assignment=name, quantile_source="group")
     authors = dict(advantage_scaling="authors_code", quantile_source="group", advantage_baseline="none")
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
-        RiskPOConfig(output_dir=str(tmp_path), credit_assignment=name, **authors)  # its own scaling: accepted
+        tiny_config(tmp_path, run=False, credit_assignment=name, **authors)  # its own scaling: accepted

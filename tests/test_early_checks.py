@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import tiny_config
 
 from riskpo_trl.scripts import early_checks, known_options, known_options_data
 
@@ -246,7 +247,6 @@ def test_the_light_reader_leaves_what_it_cannot_read(tmp_path):
 def test_too_few_rows_are_refused_before_torch_loads_as_the_trainer_refuses_them(tmp_path):
     from helpers import make_prompt_dataset
 
-    from riskpo_trl import RiskPOConfig
     from riskpo_trl.job.checks import check_generation_batch_fits
 
     rows = make_prompt_dataset(3)
@@ -256,7 +256,7 @@ def test_too_few_rows_are_refused_before_torch_loads_as_the_trainer_refuses_them
     argv = [f"--{name}={value}" for name, value in layout.items()]
     data = ["--dataset_name", "json", "--dataset_files", str(tmp_path / "rows.jsonl")]
     code, heavy, printed = run_cli(["--config", TINY_RECIPE, *data, *argv, "--output_dir", str(tmp_path / "r")], ROOT)
-    config = RiskPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **layout)
+    config = tiny_config(tmp_path, run=False, use_cpu=True, bf16=False, **layout)
     with pytest.raises(ValueError) as later:
         check_generation_batch_fits(rows, config)
     assert code == 2 and heavy == []

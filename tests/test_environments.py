@@ -9,7 +9,7 @@ import random
 
 import pytest
 from datasets import Dataset
-from helpers import contains_digit_reward, make_prompt_dataset
+from helpers import contains_digit_reward, make_prompt_dataset, tiny_config
 from trl.chat_template_utils import qwen3_chat_template
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer, compat, job
@@ -151,7 +151,7 @@ def config(tmp_path, **overrides) -> RiskPOConfig:
         gradient_checkpointing=False,
         chat_template_kwargs={"enable_thinking": False},
     )
-    return RiskPOConfig(**{**settings, **overrides})
+    return tiny_config(settings.pop("output_dir"), run=False, **{**settings, **overrides})
 
 
 def test_columns_follow_what_trl_reads(tmp_path):

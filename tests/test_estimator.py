@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import tiny_config
 
-from riskpo_trl import QuantileTracker, RiskEstimator, RiskPOConfig, empirical_quantiles, group_quantiles
+from riskpo_trl import QuantileTracker, RiskEstimator, empirical_quantiles, group_quantiles
 from riskpo_trl.risk import permutation_bundles, positional_bundles, riskpo_advantages
 
 G, B = 4, 2
@@ -133,10 +134,11 @@ def test_state_round_trip_keeps_the_checkpoint_format():
 
 
 def test_from_config_reads_riskpo_fields_and_defaults_the_opt_ins(tmp_path):
-    estimator = RiskEstimator.from_config(RiskPOConfig(output_dir=str(tmp_path), advantage_baseline="loo"))
+    estimator = RiskEstimator.from_config(tiny_config(tmp_path, run=False, advantage_baseline="loo"))
     assert estimator.choices.advantage_baseline == "loo"
-    config = RiskPOConfig(
-        output_dir=str(tmp_path),
+    config = tiny_config(
+        tmp_path,
+        run=False,
         credit_assignment="std",
         bundling="positional",
         risk_omega=1.0,
@@ -191,46 +193,3 @@ def test_from_config_reads_riskpo_fields_and_defaults_the_opt_ins(tmp_path):
 def test_bad_choices_raise(overrides, message):
     with pytest.raises(ValueError, match=message):
         make(**overrides)
-
-
-def test_a_new_quantile_source_is_one_decorated_function(tmp_path, capsys):
-    """The drill of docs/architecture.md: one function registered in QUANTILE_SOURCES, and the config, the command
-    line (its choices and its help, read when shown) and the estimator take it by name."""
-    from riskpo_trl.risk import QUANTILE_SOURCES
-
-    def extreme_quantiles(bundle_scores, num_generations, levels, tracker):
-        finite = bundle_scores[torch.isfinite(bundle_scores)]
-        return finite.min().item(), finite.max().item()
-
-    with QUANTILE_SOURCES.temporarily(
-        "extremes", extreme_quantiles, help="the batch's lowest and highest bundle score"
-    ):
-        check_the_extremes_source(tmp_path, capsys)
-    assert "extremes" not in QUANTILE_SOURCES  # nothing left behind
-
-
-def check_the_extremes_source(tmp_path, capsys):
-    from riskpo_trl.scripts import train
-
-    config = RiskPOConfig(output_dir=str(tmp_path), quantile_source="extremes", use_cpu=True)
-    estimator = RiskEstimator.from_config(config)
-    rewards = torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0] * 20)  # 10 prompts of 10 completions
-    batch = estimator.step(rewards, generator=seeded(0), train=True)
-    bundles = permutation_bundles(rewards, 10, 5, seeded(0))
-    low, high = bundles[0].min().item(), bundles[0].max().item()
-    assert low < high
-    expected = riskpo_advantages(
-        rewards, num_generations=10, bundle_size=5, q_alpha=low, q_beta=high, omega=0.5, bundles=bundles
-    )
-    assert torch.equal(batch.advantages, expected.advantages)
-    assert "risk/tracked_q_alpha" in estimator.metrics(batch)  # the trackers still run and are logged
-
-    _, training_args, _ = train.parse_args(
-        ["--quantile_source", "extremes", "--output_dir", str(tmp_path), "--use_cpu", "true"]
-    )
-    assert training_args.quantile_source == "extremes"
-    with pytest.raises(SystemExit):
-        train.parse_args(["--help-all"])
-    assert "'extremes' (the batch's lowest and highest bundle score)" in " ".join(capsys.readouterr().out.split())
-    with pytest.raises(ValueError, match=r"quantile_source='extreme' is unknown \(did you mean extremes\?\)"):
-        RiskPOConfig(output_dir=str(tmp_path), quantile_source="extreme", use_cpu=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import helpers
 import pytest
 from helpers import contains_digit_reward, make_prompt_dataset
 
@@ -17,8 +18,9 @@ def digit_scorer(completion: str, gold: str) -> float:
 
 
 def tiny_config(output_dir, max_steps: int) -> RiskPOConfig:
-    return RiskPOConfig(
-        output_dir=str(output_dir),
+    return helpers.tiny_config(
+        output_dir,
+        run=False,
         max_steps=max_steps,
         max_completion_length=16,
         num_generations=4,

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import contains_digit_reward, make_prompt_dataset
+from helpers import contains_digit_reward, make_prompt_dataset, tiny_config
 from peft import LoraConfig
 from safetensors.torch import load_file
 
-from riskpo_trl import RiskPOConfig, RiskPOTrainer, job
+from riskpo_trl import RiskPOTrainer, job
 from riskpo_trl.scripts import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,8 +23,9 @@ LORA_RECIPE = ROOT / "recipes/tiny/riskpo/config_tiny_arithmetic_lora.yaml"
 
 
 def lora_trainer(model_dir: str, output_dir: Path, max_steps: int) -> RiskPOTrainer:
-    args = RiskPOConfig(
-        output_dir=str(output_dir),
+    args = tiny_config(
+        output_dir,
+        run=False,
         max_steps=max_steps,
         save_strategy="steps",
         save_steps=1,

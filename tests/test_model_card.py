@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import contains_digit_reward, make_prompt_dataset
+from helpers import contains_digit_reward, make_prompt_dataset, tiny_config
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer, job
 from riskpo_trl.job.model_card import build_model_card, hub_id_or_none
@@ -230,8 +230,9 @@ def test_vision_language_card_quick_start_runs_an_image_text_pipeline(tmp_path, 
 def test_every_settings_row_label_closes_its_parentheses(tmp_path):
     from riskpo_trl.job.model_card import settings_table
 
-    args = RiskPOConfig(
-        output_dir=str(tmp_path),
+    args = tiny_config(
+        tmp_path,
+        run=False,
         use_cpu=True,
         bf16=False,
         loss_type="bnpo",

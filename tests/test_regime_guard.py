@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 
+import helpers
 import pytest
 import torch
 from helpers import make_prompt_dataset
@@ -103,12 +104,12 @@ def test_guard_warns_once_after_patience_batches_in_a_row():
 def test_guard_is_opt_in_and_its_help_says_post_hoc(tmp_path):
     from dataclasses import fields
 
-    assert RiskPOConfig(str(tmp_path)).regime_guard_patience == 0
+    assert helpers.tiny_config(tmp_path, run=False).regime_guard_patience == 0
     # (transformers 4.x has a TrainingArguments field without a help text)
     help_text = next(f.metadata["help"] for f in fields(RiskPOConfig) if f.name == "regime_guard_patience")
     assert "opt-in" in help_text and "post hoc" in help_text.lower() and "0.5M-parameter" in help_text
     with pytest.raises(ValueError, match="share of prompts"):
-        RiskPOConfig(str(tmp_path), regime_guard_threshold=2.0)
+        helpers.tiny_config(tmp_path, run=False, regime_guard_threshold=2.0)
 
 
 def test_a_trainer_with_default_settings_has_the_guard_off(tiny_model_dir, tmp_path):
@@ -127,7 +128,7 @@ def test_a_trainer_with_default_settings_has_the_guard_off(tiny_model_dir, tmp_p
 )
 def test_guard_settings_are_checked(field, value, tmp_path):
     with pytest.raises(ValueError, match=field):
-        RiskPOConfig(str(tmp_path), **{field: value})
+        helpers.tiny_config(tmp_path, run=False, **{field: value})
 
 
 def always_wrong(completions, **kwargs):

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import contains_digit_reward, make_prompt_dataset
+from helpers import contains_digit_reward, make_prompt_dataset, tiny_config
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging as hf_logging
 
-from riskpo_trl import RiskPOConfig, RiskPOTrainer
+from riskpo_trl import RiskPOTrainer
 from riskpo_trl.scripts import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,8 +124,9 @@ def test_an_epoch_based_run_is_finished_after_its_epochs(tmp_path):
 @pytest.mark.slow
 def test_resuming_a_tied_embeddings_model_restores_the_saved_weights_quietly(finished_run, tmp_path):
     checkpoint = finished_run / "run" / "checkpoint-1"
-    args = RiskPOConfig(
-        output_dir=str(tmp_path),
+    args = tiny_config(
+        tmp_path,
+        run=False,
         num_generations=4,
         per_device_train_batch_size=8,
         gradient_accumulation_steps=1,
@@ -159,7 +160,7 @@ def test_resuming_a_tied_embeddings_model_restores_the_saved_weights_quietly(fin
 def test_checkpoints_inside_a_generation_batch_warn_with_the_multiple_to_use(tmp_path):
     # The default: 4 optimizer updates per generation batch.
     with pytest.warns(UserWarning, match="Make save_steps a multiple of 4"):
-        RiskPOConfig(output_dir=str(tmp_path), save_steps=6)
+        tiny_config(tmp_path, run=False, save_steps=6)
     # A fraction of max_steps is a step count too: 0.1 x 30 = 3 updates.
     with pytest.warns(UserWarning, match="save_steps=0.1 .*every 3 optimizer steps.*a multiple of 4"):
-        RiskPOConfig(output_dir=str(tmp_path), save_steps=0.1, max_steps=30)
+        tiny_config(tmp_path, run=False, save_steps=0.1, max_steps=30)

@@ -9,7 +9,7 @@ import os
 import shutil
 
 import pytest
-from helpers import contains_digit_reward, make_prompt_dataset
+from helpers import contains_digit_reward, make_prompt_dataset, tiny_config
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.risk import ADVANTAGE_BASELINES
@@ -30,7 +30,7 @@ def config(output_dir, **overrides) -> RiskPOConfig:
         steps_per_generation=5,
     )
     settings.update(overrides)
-    return RiskPOConfig(**settings)
+    return tiny_config(settings.pop("output_dir"), run=False, **settings)
 
 
 def trainer(tiny_model_dir, args) -> RiskPOTrainer:

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from riskpo_trl import (
-    ADVANTAGE_SCALINGS,
     BUNDLINGS,
     RISK_PROFILES,
     authors_code_mvar_advantage,
@@ -27,7 +26,6 @@ from riskpo_trl import (
     rvar_advantage,
     rvar_window,
 )
-from riskpo_trl.registry import temporary_entries
 from riskpo_trl.risk.contracts import expected_gradient_gap, normal_expectation
 
 CHI2_CRITICAL_P001 = {5: 20.515, 35: 66.619}  # chi-square quantiles at 1 - 0.001
@@ -406,48 +404,6 @@ def test_metrics_leave_out_empty_tails_and_count_unscorable_completions():
     assert metrics["risk/lower_rvar"] == pytest.approx(0.0)
     assert metrics["risk/frac_unscorable"] == pytest.approx(1 / 8)
     assert all(math.isfinite(v) for k, v in metrics.items() if k != "risk/bundle_score_std")
-
-
-def test_a_new_risk_profile_is_one_decorated_function(tmp_path):
-    """The drill of docs/architecture.md: one decorated function, and the config, the advantage step and the
-    metrics take the new profile by name (registered for this test only: nothing is left behind)."""
-    from riskpo_trl import RiskPOConfig
-    from riskpo_trl.risk import register_risk_profile
-
-    with temporary_entries():
-
-        def mean_objective(scores, q_alpha, q_beta, omega):
-            return scores[torch.isfinite(scores)].mean()
-
-        @register_risk_profile("mean", objective=mean_objective, help="the bundle score's mean")
-        def mean_advantage(scores, q_alpha, q_beta, omega):
-            return scores - scores.mean()
-
-        config = RiskPOConfig(output_dir=str(tmp_path), risk_profile="mean", use_cpu=True)
-        assert config.risk_profile == "mean"
-        rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
-        batch = paper_advantages(
-            rewards,
-            num_generations=4,
-            bundle_size=2,
-            q_alpha=0.5,
-            q_beta=1.5,
-            omega=0.5,
-            risk_profile="mean",
-            bundling="positional",
-        )
-        expected = batch.bundle_scores - batch.bundle_scores.mean()
-        assert torch.allclose(batch.advantages, expected[batch.bundle_ids])
-        metrics = batch.metrics(0.5)
-        assert metrics["risk/mean"] == pytest.approx(batch.bundle_scores.mean().item()) and "risk/mvar" not in metrics
-        assert expected_gradient_gap(RISK_PROFILES["mean"]) < 1e-4  # the contract every profile passes
-        with pytest.raises(ValueError, match="risk_profile='meen' is unknown \\(did you mean mean\\?\\)"):
-            RiskPOConfig(output_dir=str(tmp_path), risk_profile="meen", use_cpu=True)
-        from riskpo_trl.scripts import train  # the command line reads the registry when it parses: taken
-
-        _, parsed, _ = train.parse_args(["--risk_profile", "mean", "--output_dir", str(tmp_path), "--use_cpu", "true"])
-        assert parsed.risk_profile == "mean"
-    assert "mean" not in RISK_PROFILES and "mean" not in ADVANTAGE_SCALINGS["none"].formulas
 
 
 def test_each_profile_logs_its_own_objective():

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import datasets
 import pytest
+from helpers import tiny_config
 from huggingface_hub import constants
 from test_start_up_errors import run_cli  # the single 'error:' line, exit code 2, no traceback
 
@@ -232,15 +233,14 @@ def test_resuming_with_changed_risk_settings_is_one_line_before_the_model_loads(
 
 
 def test_a_legacy_checkpoint_is_checked_on_its_trackers_levels(tmp_path):
-    from riskpo_trl import RiskPOConfig
 
     (tmp_path / RISK_STATE_FILE).write_text(json.dumps({"quantile_tracker": {"levels": [0.2, 0.8]}}))
-    args = RiskPOConfig(output_dir=str(tmp_path), use_cpu=True, risk_beta=0.9, report_to="none")
+    args = tiny_config(tmp_path, run=False, use_cpu=True, risk_beta=0.9, report_to="none")
     with pytest.raises(ValueError, match=r"was trained with risk_beta=0.8; this run sets risk_beta=0.9"):
         check_resume_settings(str(tmp_path), args)
     check_resume_settings(
         str(tmp_path),
-        RiskPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", quantile_lr=0.05, bundle_size=1),
+        tiny_config(tmp_path, run=False, use_cpu=True, report_to="none", quantile_lr=0.05, bundle_size=1),
     )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from datasets import IterableDataset
-from helpers import contains_digit_reward, make_prompt_dataset
+from helpers import contains_digit_reward, make_prompt_dataset, tiny_config
 from trl import GRPOConfig
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer, job
@@ -36,12 +36,12 @@ def small_config(tmp_path, **overrides) -> RiskPOConfig:
         save_strategy="no",
         gradient_checkpointing=False,
     )
-    return RiskPOConfig(**{**settings, **overrides})
+    return tiny_config(settings.pop("output_dir"), run=False, **{**settings, **overrides})
 
 
 def test_a_grpo_script_swapped_to_riskpo_with_20_examples_is_refused_naming_the_sizes(tmp_path):
     """The newcomer's swap: GRPO-style batch settings, RiskPOConfig's four updates per generation batch."""
-    args = RiskPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4)
+    args = tiny_config(tmp_path, run=False, per_device_train_batch_size=8, num_generations=4)
     with pytest.raises(ValueError) as error:
         # The model path does not exist: the size check comes before anything loads.
         job.build(
@@ -80,7 +80,7 @@ def refusal(args, rows: int, model: str) -> str:
 def test_the_refusal_names_from_grpo_config_and_its_one_line_example_trains_on_30_prompts(tiny_model_dir, tmp_path):
     """The 30-prompt GRPO script with only the names changed: the drop-in path is named, with a call that works."""
     message = refusal(
-        RiskPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4), 30, tiny_model_dir
+        tiny_config(tmp_path, run=False, per_device_train_batch_size=8, num_generations=4), 30, tiny_model_dir
     )
     assert "fewer than the 40 prompts" in message
     [example] = re.findall(r"args = (RiskPOConfig\.from_grpo_config\(.*?, bundle_size=\d+\))", message)
@@ -103,7 +103,7 @@ def test_the_refusal_names_from_grpo_config_and_its_one_line_example_trains_on_3
 def test_with_5_prompts_no_steps_per_generation_fits_bundle_size_5_so_a_fitting_bundle_size_is_named(
     tiny_model_dir, tmp_path
 ):
-    args = RiskPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4)
+    args = tiny_config(tmp_path, run=False, per_device_train_batch_size=8, num_generations=4)
     message = refusal(args, 5, tiny_model_dir)
     assert "No steps_per_generation fits bundle_size=5 with gradient_accumulation_steps=5 and 5 examples." in message
     [(steps, accumulation, bundle)] = re.findall(
@@ -112,8 +112,9 @@ def test_with_5_prompts_no_steps_per_generation_fits_bundle_size_5_so_a_fitting_
     )
     assert int(bundle) != 5
     # What it names is accepted by the config and fits the 5 examples.
-    fitted = RiskPOConfig(
-        output_dir=str(tmp_path),
+    fitted = tiny_config(
+        tmp_path,
+        run=False,
         per_device_train_batch_size=8,
         num_generations=4,
         steps_per_generation=int(steps),

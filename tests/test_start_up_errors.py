@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import contains_digit_reward, make_prompt_dataset
+from helpers import contains_digit_reward, make_prompt_dataset, tiny_config
 
-from riskpo_trl import RiskPOConfig, RiskPOTrainer, job
+from riskpo_trl import RiskPOTrainer, job
 from riskpo_trl.scripts import eval as eval_script
 from riskpo_trl.scripts import plot, train
 
@@ -136,9 +136,10 @@ def test_eval_and_plot_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
 
 def test_python_api_suggests_the_closest_field_for_a_misspelled_keyword(tmp_path):
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'bundel_size' \(did you mean bundle_size\?\)"):
-        RiskPOConfig(output_dir=str(tmp_path), bundel_size=2)
-    args = RiskPOConfig(
-        output_dir=str(tmp_path),
+        tiny_config(tmp_path, run=False, bundel_size=2)
+    args = tiny_config(
+        tmp_path,
+        run=False,
         num_generations=2,
         per_device_train_batch_size=4,
         gradient_accumulation_steps=1,
@@ -202,7 +203,7 @@ def test_trls_reward_names_get_ours(tmp_path, capsys):
 
 def test_an_unknown_loss_type_fails_when_the_config_is_built_not_at_the_first_step(tmp_path, capsys):
     with pytest.raises(ValueError, match=r"loss_type='grop' is unknown \(did you mean grpo\?\); choose one of"):
-        RiskPOConfig(output_dir=str(tmp_path), loss_type="grop")
+        tiny_config(tmp_path, run=False, loss_type="grop")
     recipe = write_recipe(tmp_path, "loss_type: foo\n")
     line = run_cli(train.cli, ["--config", str(recipe), "--bf16", "false"], capsys)
     assert line.startswith(f"riskpo-train: error: {recipe}: loss_type: loss_type='foo' is unknown; choose one of")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import contains_digit_reward, make_prompt_dataset
+from helpers import contains_digit_reward, make_prompt_dataset, tiny_config
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
@@ -107,8 +107,9 @@ def train_on_a_made_up_batch(
     """Two optimizer steps (learning rate 0) of TRL's real training loop on one generation batch of made-up
     completions of mixed lengths (different on each process), put in place of the generated one by a batch observer;
     returns the model, the gradients before each optimizer step, the micro-batches the loss saw, and the trainer."""
-    args = RiskPOConfig(
-        output_dir=str(output_dir),
+    args = tiny_config(
+        output_dir,
+        run=False,
         report_to="none",
         use_cpu=True,
         bf16=False,

@@ -6,6 +6,7 @@ import glob
 import math
 import os
 
+import helpers
 import pandas as pd
 import pytest
 import torch
@@ -49,7 +50,7 @@ def tiny_config(output_dir, **overrides) -> RiskPOConfig:
     )
     settings.update(overrides)
     settings.setdefault("steps_per_generation", settings.get("gradient_accumulation_steps", 5))
-    return RiskPOConfig(**settings)
+    return helpers.tiny_config(settings.pop("output_dir"), run=False, **settings)
 
 
 class RecordBatches(TrainerCallback):
@@ -153,7 +154,7 @@ def test_leave_one_out_baseline_reaches_the_loss_and_the_logs(tiny_model_dir, tm
 
 @pytest.mark.slow
 def test_default_config_trains_on_one_process_with_four_updates_per_generation_batch(tiny_model_dir, tmp_path):
-    args = RiskPOConfig(output_dir=str(tmp_path), num_train_epochs=1, max_completion_length=32)
+    args = helpers.tiny_config(tmp_path, run=False, num_train_epochs=1, max_completion_length=32)
     trainer = RiskPOTrainer(
         tiny_model_dir,
         reward_funcs=contains_digit_reward,

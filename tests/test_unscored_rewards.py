@@ -7,7 +7,7 @@ import logging
 import math
 
 import pytest
-from helpers import contains_digit_reward, make_prompt_dataset
+from helpers import contains_digit_reward, make_prompt_dataset, tiny_config
 
 from riskpo_trl import RiskPOConfig, RiskPOTrainer
 from riskpo_trl.trainer.unscored_rewards import UnscoredCounts, count_unscored
@@ -30,7 +30,6 @@ async def async_none(completions, **kwargs):
 
 def config(tmp_path, **overrides) -> RiskPOConfig:
     settings = dict(
-        output_dir=str(tmp_path),
         max_steps=1,
         num_generations=2,
         per_device_train_batch_size=8,
@@ -46,7 +45,7 @@ def config(tmp_path, **overrides) -> RiskPOConfig:
         logging_steps=1,
         seed=3,
     )
-    return RiskPOConfig(**{**settings, **overrides})
+    return tiny_config(tmp_path, run=False, **{**settings, **overrides})
 
 
 def test_counts_tell_none_from_nan():

@@ -5,9 +5,9 @@ math_dapo.py, not from a run)."""
 from __future__ import annotations
 
 import pytest
-from helpers import make_prompt_dataset
+from helpers import make_prompt_dataset, tiny_config
 
-from riskpo_trl import RiskPOConfig, RiskPOTrainer, job
+from riskpo_trl import RiskPOTrainer, job
 from riskpo_trl.rewards import (
     REWARD_FUNCS,
     verify_answer,
@@ -127,7 +127,7 @@ def test_verl_by_source_grades_each_row_by_its_source_as_verl():
 
 def test_trainer_refuses_a_dataset_whose_source_verl_by_source_cannot_grade(tiny_model_dir, tmp_path):
     dataset = make_prompt_dataset(5)
-    args = RiskPOConfig(output_dir=str(tmp_path), report_to="none", num_generations=2, bundle_size=1)
+    args = tiny_config(tmp_path, run=False, report_to="none", num_generations=2, bundle_size=1)
     with pytest.raises(ValueError, match="reads the column.*data_source"):
         job.build(RiskPOTrainer, tiny_model_dir, reward_funcs=verl_by_source_reward, args=args, train_dataset=dataset)
     unknown = dataset.add_column("data_source", ["openai/gsm8k"] * 4 + ["my/dataset"])

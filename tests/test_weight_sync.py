@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import tiny_config
 
 from riskpo_trl import compat
 from riskpo_trl.weight_sync import BACKEND, SERVER_ARGS, WORKER_EXTENSION
@@ -390,10 +391,9 @@ def test_a_server_context_shorter_than_the_longest_prompt_plus_completion_is_ref
     ],
 )
 def test_bad_server_settings_are_refused_when_the_config_is_built(tmp_path, setting, message):
-    from riskpo_trl.trainer.config import RiskPOConfig
 
     with pytest.raises(ValueError, match=message):
-        RiskPOConfig(output_dir=str(tmp_path), use_cpu=True, num_generations=4, bundle_size=2, **setting)
+        tiny_config(tmp_path, run=False, use_cpu=True, num_generations=4, bundle_size=2, **setting)
 
 
 def test_the_config_s_settings_reach_the_client_and_other_configs_get_the_defaults():

@@ -1,4 +1,7 @@
-"""The test suite imports only what the README's install (`pip install -e ".[dev]"`) provides.
+"""The tests about the test suite itself, in one file: what its modules may import, its timeouts and its slow-test
+selection (the package's own guarantees are tested elsewhere).
+
+**Imports.** The test suite imports only what the README's install (`pip install -e ".[dev]"`) provides.
 
 A test module that imports a package outside that install breaks the README's test command at collection on a fresh
 machine, while passing on any machine that happens to have the package. This walks every import under tests/ and
@@ -6,6 +9,11 @@ resolves it to its distribution; the distribution must be in the dependency clos
 pyproject.toml, then from the installed packages' metadata), in the standard library, or in this repository. The one
 exception: inside a `vllm_real` test (skipped unless vLLM is installed), or a helper listed as called only by those, an
 import may also name a requirement of the `vllm` extra, which `.ci/vllm_real.sh` installs.
+
+**Timeouts.** The suite's per-test timeout (pyproject.toml, pytest-timeout): a hung test fails the run instead of
+stalling it.
+
+**Slow tests** run only when asked: `--runslow`, `RUN_SLOW=1`, or a `-m` expression (which then selects on its own).
 """
 
 from __future__ import annotations
@@ -13,15 +21,19 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 
-tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11's tomllib")
+pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# --- what the suite imports ----------------------------------------------------------------------------------------
+
 TESTS = ROOT / "tests"
 # Helpers that only vllm_real tests call, so they may import the vllm extra like those tests: (file, function).
 VLLM_ONLY_HELPERS = {("tests/helpers.py", "release_in_process_vllm")}
@@ -53,6 +65,7 @@ def dependency_closure(requirements: list[str], extras: frozenset[str] = frozens
 
 
 def project() -> dict:
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11's tomllib")
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
@@ -140,3 +153,95 @@ def test_the_closure_follows_extras_and_markers():
     assert {"pytest", "pluggy", "iniconfig"} <= closure
     assert "requests" not in dependency_closure(['requests; extra == "never"'])
     assert "requests" in dependency_closure(['requests; extra == "vllm"'], frozenset({"vllm"}))
+
+
+# --- its timeouts ---------------------------------------------------------------------------------------------------
+
+
+def test_every_test_has_a_timeout_and_long_ones_a_longer_one(request):
+    assert request.config.pluginmanager.hasplugin("timeout"), "install the dev extra: pip install -e .[dev]"
+    assert request.config.getini("timeout") == "600"
+    from conftest import LONG_TEST_TIMEOUT_S, give_long_tests_a_longer_timeout
+
+    long_test = pytest.Function.from_parent(request.node.parent, name=request.node.name)
+    long_test.add_marker(pytest.mark.slow)
+
+    give_long_tests_a_longer_timeout([long_test])
+    assert long_test.get_closest_marker("timeout").args == (LONG_TEST_TIMEOUT_S,)
+
+
+def test_a_hung_test_fails_the_run_under_the_projects_settings(tmp_path):
+    hung = tmp_path / "test_hung.py"
+    hung.write_text("import time\n\n\ndef test_hangs():\n    time.sleep(600)\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ROOT / "pyproject.toml")]
+        + ["--rootdir", str(tmp_path), "-o", "timeout=2", str(hung)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode != 0
+    assert "Timeout" in done.stdout + done.stderr
+
+
+# --- its slow-test selection ----------------------------------------------------------------------------------------
+
+CONFTEST = Path(__file__).with_name("conftest.py")
+SAMPLE = """
+import pytest
+
+def test_quick():
+    pass
+
+@pytest.mark.slow
+def test_trains():
+    pass
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_two_ranks():
+    pass
+"""
+
+
+@pytest.fixture
+def suite(pytester, monkeypatch):
+    monkeypatch.delenv("RUN_SLOW", raising=False)
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n    distributed: distributed\n    vllm_real: vllm\n")
+    pytester.makepyfile(test_sample=SAMPLE)
+    return pytester
+
+
+def run(suite, *args):
+    return suite.runpytest_inprocess("-p", "no:cacheprovider", "--import-mode=importlib", *args)
+
+
+def test_default_run_leaves_slow_tests_out_and_says_how_to_run_them(suite):
+    result = run(suite)
+    result.assert_outcomes(passed=1, deselected=2)
+    result.stdout.fnmatch_lines(["*2 tests marked slow were left out: run them with --runslow or RUN_SLOW=1*"])
+
+
+@pytest.mark.parametrize("how", ["--runslow", "RUN_SLOW=1"])
+def test_asking_runs_every_test(suite, monkeypatch, how):
+    if how.startswith("RUN_SLOW"):
+        monkeypatch.setenv("RUN_SLOW", "1")
+        result = run(suite)
+    else:
+        result = run(suite, how)
+    result.assert_outcomes(passed=3)
+    assert "left out" not in result.stdout.str()
+
+
+def test_a_marker_expression_selects_on_its_own(suite):
+    run(suite, "-m", "slow").assert_outcomes(passed=2, deselected=1)
+    run(suite, "-m", "distributed").assert_outcomes(passed=1, deselected=2)
+    run(suite, "-m", "not slow").assert_outcomes(passed=1, deselected=2)
+
+
+def test_a_slow_test_named_by_id_is_skipped_with_the_reason(suite):
+    result = run(suite, "test_sample.py::test_trains", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*marked slow: run them with --runslow or RUN_SLOW=1*"])
