@@ -221,7 +221,9 @@ def test_git_keeps_wheels_and_model_files_out_even_the_starts():
     assert git("check-ignore", "--no-index", *newcomers) == newcomers
 
 
-def test_the_tracked_tree_stays_under_10_mb():
+def test_the_tracked_tree_stays_under_12_mb():
+    """The studies' packs take 6.7 MB and the code, tests and docs about 3; a weight file or an uncompacted result
+    set (each several MB) passes the bound."""
     import shutil
     import subprocess
 
@@ -232,7 +234,7 @@ def test_the_tracked_tree_stays_under_10_mb():
     sizes = {name: (root / name).stat().st_size for name in listed.decode().split("\0") if (root / name).is_file()}
     total = sum(sizes.values())
     largest = sorted(sizes, key=sizes.get, reverse=True)[:5]
-    assert total < 10 * 10**6, f"the tracked tree holds {total / 1e6:.2f} MB; the largest files: {largest}"
+    assert total < 12 * 10**6, f"the tracked tree holds {total / 1e6:.2f} MB; the largest files: {largest}"
 
 
 def test_a_long_start_counts_as_ready_with_its_evaluation_gzipped(tmp_path):
