@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,16 @@ train.cli(["--config", {str(tmp_path / "recipe.yaml")!r}, "--dataset_name", "dee
     assert finished.returncode == 2, finished.stderr[-3000:]
     error_lines = [line for line in finished.stderr.splitlines() if line.startswith("riskpo-train: error:")]
     assert len(error_lines) == 1 and "killed by SIGSEGV" in error_lines[0] and str(folder) in error_lines[0]
+
+
+@pytest.mark.parametrize(
+    ("killed_by", "cause"),
+    [(signal.SIGSEGV, "--dataset_files FILES"), (signal.SIGKILL, "Out of memory"), (signal.SIGTERM, "from outside")],
+)
+def test_a_killed_child_names_the_signal_and_its_likely_cause(monkeypatch, killed_by, cause):
+    """Only a crash of the child's own points at the dataset's files; the OOM killer and a stop from outside do not."""
+    import riskpo_trl.data.isolated_build as isolated_build
+
+    monkeypatch.setattr(isolated_build.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, -killed_by))
+    with pytest.raises(DatasetBuildCrashedError, match=rf"'someone/rows'.*killed by {killed_by.name}.*{cause}"):
+        load_dataset_isolated("someone/rows", split="train")

@@ -33,6 +33,10 @@ except Exception:
 """
 
 
+# Signals a process gets from its own fault (a crash in pyarrow's C++), as opposed to one sent from outside.
+CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGFPE, signal.SIGILL})
+
+
 class DatasetBuildCrashedError(ValueError):
     """Building a dataset's cache killed the process that built it; a ValueError, which the console scripts report
     as one line."""
@@ -65,12 +69,28 @@ def _build_in_child(args: tuple, kwargs: dict) -> None:
     )
     if child.returncode >= 0:
         return  # built, or an ordinary error the caller's own call raises
+    number = -child.returncode
+    if number == signal.SIGINT:
+        raise KeyboardInterrupt  # Ctrl-C reached the child too: the user stopped the load
     raise DatasetBuildCrashedError(
-        f"dataset {_described(args, kwargs)}: building its cache killed the process that built it "
-        f"({_signal_name(-child.returncode)}), so it was not loaded. A JSON row nested deeper than Arrow holds does "
-        "this; download the dataset's data files and give them as local files (--dataset_name json "
-        "--dataset_files FILES), whose scan names the file and line at fault."
+        f"dataset {_described(args, kwargs)}: the process building its cache was killed by {_signal_name(number)}, "
+        f"so it was not loaded. {_cause_and_fix(number)}"
     )
+
+
+def _cause_and_fix(number: int) -> str:
+    if number in CRASH_SIGNALS:
+        return (
+            "A crash while `datasets` reads its files (a JSON row nested deeper than Arrow holds does this): download "
+            "the dataset's data files and give them as local files (--dataset_name json --dataset_files FILES), "
+            "whose scan names the file and line at fault."
+        )
+    if number == signal.SIGKILL:
+        return (
+            "Out of memory (the kernel's OOM killer), or killed from outside: check `dmesg` or the container's memory "
+            "limit, and load it where more memory is free."
+        )
+    return "It was stopped from outside while it built; nothing points at the dataset: run again."
 
 
 def _same_caches() -> dict[str, str]:
@@ -88,13 +108,15 @@ def _same_caches() -> dict[str, str]:
 
 
 def _described(args: tuple, kwargs: dict) -> str:
-    shown = [repr(arg) for arg in args] + [f"{key}={value!r}" for key, value in kwargs.items() if value is not None]
+    """The call as the user would recognise it: the dataset, then what was set (an unset config is left out)."""
+    shown = [repr(arg) for arg in args if arg is not None]
+    shown += [f"{key}={value!r}" for key, value in kwargs.items() if value is not None]
     described = ", ".join(shown)
     return described if len(described) <= 200 else described[:197] + "..."
 
 
 def _signal_name(number: int) -> str:
     try:
-        return f"killed by {signal.Signals(number).name}"
+        return signal.Signals(number).name
     except ValueError:
-        return f"killed by signal {number}"
+        return f"signal {number}"
