@@ -213,6 +213,7 @@ def test_leaf_modules_import_nothing_from_the_package():
         "riskpo_trl.rewards.completions",
         "riskpo_trl.data.local_files",
         "riskpo_trl.data.json_nesting",
+        "riskpo_trl.data.isolated_build",
         "riskpo_trl.scripts.console",
     }
     for leaf in leaves:

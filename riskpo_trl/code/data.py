@@ -39,6 +39,7 @@ import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..data.isolated_build import load_dataset_isolated
 from ..data.local_files import load_local_files
 from ..registry import closest_name
 from .assertions import UndecidableTestError
@@ -121,15 +122,13 @@ def load_livecodebench(
 
     The paper evaluates on LiveCodeBench v5; a common choice is the 2024-08-01 .. 2025-02-01 window of release_v5.
     """
-    from datasets import load_dataset
-
     if release not in LIVECODEBENCH_RELEASE_FILES:
         raise ValueError(
             f"release={release!r} is unknown{closest_name(release, LIVECODEBENCH_RELEASE_FILES)}; choose "
             f"one of {sorted(LIVECODEBENCH_RELEASE_FILES)}."
         )
     files = [f"hf://datasets/{LIVECODEBENCH_ID}/{name}" for name in LIVECODEBENCH_RELEASE_FILES[release]]
-    dataset = load_dataset("json", data_files=files, split="train")
+    dataset = load_dataset_isolated("json", data_files=files, split="train")
     if start_date or end_date:
         dataset = dataset.filter(lambda row: (start_date or "") <= row["contest_date"][:10] < (end_date or "9999"))
     keep = ["question_id", "platform", "difficulty", "contest_date"]
@@ -181,15 +180,13 @@ def load_archer_code(split: str = "train", data_files: str | list[str] | None = 
 
     ``data_files``: local JSON/JSONL/Parquet files in Archer's schema, read instead of the Hub (``split`` is unused).
     """
-    from datasets import load_dataset
-
     if data_files is not None:
         dataset = load_local_files(data_files)
     else:
         files = {"train": "train/archercoder-1.5b-train.json", "test": "test/livecodebench_v5.json"}
         if split not in files:
             raise ValueError(f"split={split!r} is unknown; choose 'train' or 'test'.")
-        dataset = load_dataset(ARCHER_CODE_ID, data_files={split: files[split]}, split=split)
+        dataset = load_dataset_isolated(ARCHER_CODE_ID, data_files={split: files[split]}, split=split)
     dataset = drop_undecidable(dataset, archer_to_riskpo, "load_archer_code")
     return dataset.map(archer_to_riskpo, remove_columns=dataset.column_names)
 

@@ -1,6 +1,7 @@
 """Training sets and benchmarks: a registry of datasets (``datasets``), the prompts they are rendered with
-(``prompts``) and local files read instead of the Hub (``local_files``). ``from riskpo_trl.data import ...`` gives the
-public names of all three; they load on first use, so the prompts alone (``--help``) do not load ``datasets``."""
+(``prompts``) and local files read instead of the Hub (``local_files``); datasets loaded by id have their cache built
+in a child process first (``isolated_build``). ``from riskpo_trl.data import ...`` gives the public names of the first
+three; they load on first use, so the prompts alone (``--help``) do not load ``datasets``."""
 
 from typing import TYPE_CHECKING
 

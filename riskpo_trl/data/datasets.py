@@ -36,6 +36,7 @@ from datasets import Dataset, Features, Value, concatenate_datasets
 from ..registry import Registry
 from ..rewards.grading import last_boxed
 from .columns import answer_text, gsm8k_answer, map_training_columns
+from .isolated_build import load_dataset_isolated
 from .local_files import load_local_files
 from .prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS, check_not_raw
 from .user_datasets import HUB, apply_prompt_template, load_user_dataset, tracks_hint, user_dataset_kind
@@ -268,7 +269,7 @@ def adapt_dataset(
 def _load_raw(spec: DatasetSpec, split: str | None, data_files: str | Sequence[str] | None) -> Dataset:
     if data_files is not None:
         return load_local_files(data_files)
-    return datasets.load_dataset(spec.hub_id, spec.config_name, split=split or spec.split)
+    return load_dataset_isolated(spec.hub_id, spec.config_name, split=split or spec.split)
 
 
 class DatasetUnavailableError(ConnectionError):

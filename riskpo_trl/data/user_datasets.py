@@ -19,6 +19,7 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from ..registry import closest_name, unimported_hint
+from .isolated_build import load_dataset_isolated
 from .local_files import check_data_files, folder_data_files, folder_format
 from .prompts import DEFAULT_PROMPT_TEMPLATE, RAW_PROMPT_TEMPLATE, prompt_from_text
 
@@ -141,7 +142,7 @@ def load_user_dataset(
                 "dataset_train_split."
             )
         return saved[split]
-    return datasets.load_dataset(name, config, split=split, data_files=data_files)
+    return load_dataset_isolated(name, config, split=split, data_files=data_files)
 
 
 def _load_folder(directory: str, config: str | None, split: str):

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..data.isolated_build import load_dataset_isolated
 from ..data.local_files import load_local_files
 from ..data.prompts import PROMPT_TEMPLATE
 
@@ -37,10 +38,8 @@ def load_geometry3k(split: str = "train", data_files: str | list[str] | None = N
     ``data_files``: local files in Geometry3K's schema, read instead of the Hub (``split`` is unused); use Parquet
     (e.g. ``Dataset.to_parquet``), which keeps the ``images`` feature.
     """
-    from datasets import load_dataset
-
     if data_files is not None:
         dataset = load_local_files(data_files)
     else:
-        dataset = load_dataset(GEOMETRY3K_ID, split=split)
+        dataset = load_dataset_isolated(GEOMETRY3K_ID, split=split)
     return dataset.map(geometry3k_to_riskpo, remove_columns=[c for c in dataset.column_names if c != "images"])
