@@ -520,3 +520,33 @@ def test_a_stop_in_the_callers_process_gives_its_signal_handlers_back(tmp_path):
     with pytest.raises(RunStopped):
         stop.finish(trainer)
     assert {name: signal.getsignal(getattr(signal, name)) for name in before} == before
+
+
+EXIT_PROCESS = """
+import re, sys, time
+from riskpo_trl.job.preemption import exit_within, start_exit_timer
+start_exit_timer()
+exit_within(1.0, 75)
+if sys.argv[1] == "lock":  # C code that holds the interpreter lock: no Python thread can run
+    re.match(r"(a+)+$", "a" * 64 + "b")
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("main_thread, code", [("sleep", 75), ("lock", 1)])
+def test_a_stopped_process_ends_even_when_no_python_thread_can_run(main_thread, code):
+    """The exit bound after a stop line: the timer thread ends the process with 75; where a C call holds the
+    interpreter lock, faulthandler's own thread ends it (exit 1, every thread's stack printed) at the backstop."""
+    from riskpo_trl.job.preemption import EXIT_BACKSTOP_S
+
+    started = time.monotonic()
+    process = subprocess.run(
+        [sys.executable, "-c", EXIT_PROCESS, main_thread],
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert process.returncode == code, process.stderr[-2000:]
+    assert time.monotonic() - started < 1.0 + EXIT_BACKSTOP_S + 10
+    assert ("Timeout (0:00:06)!" in process.stderr) == (main_thread == "lock"), process.stderr[-2000:]

@@ -111,6 +111,8 @@ class StopOnSignal(TrainerCallback):
         from ..weight_sync.bounded import forget_stop_signal
 
         forget_stop_signal()
+        if self.exit_after_stop:
+            start_exit_timer()
         for name in STOP_SIGNALS:
             number = getattr(signal, name, None)  # Windows has no SIGUSR1
             if number is not None:
@@ -319,9 +321,52 @@ def abort_with_sigint() -> None:
         os._exit(128 + signal.SIGINT)
 
 
+EXIT_BACKSTOP_S = 5.0  # past the grace: faulthandler's C thread ends a process in which no Python thread can run
+
+
+class _ExitTimer:
+    """A daemon thread started before any stop (`StopOnSignal.install`), blocked on a pipe: ending the process then
+    starts no thread, since a new thread could not start while a library's C thread holds the interpreter lock (seen
+    in two-process server-mode runs after a SIGTERM: the stop's own ``Thread.start`` waited 24 s)."""
+
+    def __init__(self) -> None:
+        self.reading, self.writing = os.pipe()
+        threading.Thread(target=self._wait, name="riskpo-exit", daemon=True).start()
+
+    def _wait(self) -> None:
+        order = os.read(self.reading, 64).decode().split()
+        seconds, code = float(order[0]), int(order[1])
+        time.sleep(seconds)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+    def arm(self, seconds: float, code: int) -> None:
+        os.write(self.writing, f"{seconds} {code} ".encode())
+
+
+_exit_timer: _ExitTimer | None = None
+
+
+def start_exit_timer() -> None:
+    """Start the thread `exit_within` wakes (once a process, in the main thread, before training)."""
+    global _exit_timer
+    if _exit_timer is None:
+        _exit_timer = _ExitTimer()
+
+
 def exit_within(seconds: float, code: int) -> None:
     """Once the stop's checkpoint is written: end the process with ``code`` within ``seconds``, whatever thread or
-    request still runs (a daemon timer; a process that exits sooner ends it)."""
+    request still runs (the timer thread; a process that exits sooner ends it). If no Python thread can run by
+    ``seconds + EXIT_BACKSTOP_S`` (a library's thread holding the interpreter lock), faulthandler prints every
+    thread's stack and ends the process with exit code 1; a launcher script still reads the stop from its file."""
+    import faulthandler
+
+    faulthandler.dump_traceback_later(seconds + EXIT_BACKSTOP_S, exit=True)
+    if _exit_timer is not None:
+        _exit_timer.arm(seconds, code)
+        return
 
     def end() -> None:
         time.sleep(seconds)
