@@ -34,6 +34,7 @@ when its run lock is released, `end_process_after_stop`).
 from __future__ import annotations
 
 import contextlib
+import faulthandler  # imported here: the stop path takes no import lock
 import math
 import os
 import signal
@@ -361,8 +362,6 @@ def exit_within(seconds: float, code: int) -> None:
     request still runs (the timer thread; a process that exits sooner ends it). If no Python thread can run by
     ``seconds + EXIT_BACKSTOP_S`` (a library's thread holding the interpreter lock), faulthandler prints every
     thread's stack and ends the process with exit code 1; a launcher script still reads the stop from its file."""
-    import faulthandler
-
     faulthandler.dump_traceback_later(seconds + EXIT_BACKSTOP_S, exit=True)
     if _exit_timer is not None:
         _exit_timer.arm(seconds, code)
