@@ -37,8 +37,17 @@ def run_python(program: str, tmp_path: Path) -> subprocess.CompletedProcess:
     )
 
 
+def skip_unless_the_plain_build_crashes(folder: Path, tmp_path: Path) -> None:
+    """The crash is pyarrow's: some releases (those of the lowest supported end) refuse the depth with an error of
+    their own, and there is then no crash to survive."""
+    plain = run_python(f"import datasets; datasets.load_dataset({str(folder)!r})", tmp_path / "plain")
+    if plain.returncode >= 0:
+        pytest.skip(f"this datasets/pyarrow builds the deep row without a crash (exit {plain.returncode})")
+
+
 def test_a_crashing_build_of_a_dataset_loaded_by_id_is_refused_by_name_and_the_caller_lives(tmp_path):
     folder = deep_repository(tmp_path)
+    skip_unless_the_plain_build_crashes(folder, tmp_path)
     program = f"""
 from riskpo_trl.data.user_datasets import HUB, load_user_dataset
 try:
@@ -79,6 +88,7 @@ def test_riskpo_train_refuses_a_registered_hub_dataset_whose_build_crashes(tmp_p
     """The layout users run: ``riskpo-train`` on a registered dataset's Hub id (here the deep folder); the run stops
     with one ``error:`` line naming the dataset and the signal, exit code 2, and no segfault."""
     folder = deep_repository(tmp_path)
+    skip_unless_the_plain_build_crashes(folder, tmp_path)
     recipe = yaml.safe_load(TINY_RECIPE.read_text())
     for key in ("dataset_name", "dataset_files"):
         recipe.pop(key)
