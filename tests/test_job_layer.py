@@ -9,7 +9,7 @@ import math
 import os
 
 import pytest
-from helpers import contains_digit_reward, make_prompt_dataset
+from helpers import TINY_RUN, contains_digit_reward, make_prompt_dataset
 from peft import LoraConfig
 
 from riskpo_trl import job
@@ -18,21 +18,9 @@ from riskpo_trl.job.resumed_schedule import ResumedScheduleCallback
 from riskpo_trl.trainer.batch_hook import BatchObserversMixin
 from riskpo_trl.trainer.registry import TRAINERS, get_trainer_classes
 
-SETTINGS = dict(
-    max_steps=1,
-    num_generations=2,
-    per_device_train_batch_size=8,
-    gradient_accumulation_steps=1,
-    steps_per_generation=1,
-    max_completion_length=8,
-    report_to="none",
-    use_cpu=True,
-    bf16=False,
-    save_strategy="no",
-    gradient_checkpointing=False,
-    logging_steps=1,
-    seed=3,
-)
+# The tests' tiny run for any trainer of the registry (bundle_size is RiskPO's own).
+SETTINGS = {name: value for name, value in TINY_RUN.items() if name != "bundle_size"}
+SETTINGS.update(num_generations=2, gradient_checkpointing=False, seed=3)
 
 
 def nan_for_first_completions(completions, **kwargs):
