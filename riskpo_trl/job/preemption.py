@@ -363,18 +363,8 @@ def exit_within(seconds: float, code: int) -> None:
     ``seconds + EXIT_BACKSTOP_S`` (a library's thread holding the interpreter lock), faulthandler prints every
     thread's stack and ends the process with exit code 1; a launcher script still reads the stop from its file."""
     faulthandler.dump_traceback_later(seconds + EXIT_BACKSTOP_S, exit=True)
-    if _exit_timer is not None:
-        _exit_timer.arm(seconds, code)
-        return
-
-    def end() -> None:
-        time.sleep(seconds)
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
-
-    threading.Thread(target=end, name="riskpo-exit", daemon=True).start()
+    start_exit_timer()  # already running in a training script's process (`StopOnSignal.install`)
+    _exit_timer.arm(seconds, code)
 
 
 def end_process_after_stop() -> None:
