@@ -80,6 +80,53 @@ def test_a_group_whose_peer_never_joins_or_never_receives_fails_instead_of_hangi
         broadcast_from_trainer(trainer, torch.ones(3), timeout_s=1)
 
 
+def joined_pair(timeout_s: float = 60):
+    """The trainer's end of a two-rank group whose other rank (a thread here) joins and never receives."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    peers = []
+    joining = threading.Thread(target=lambda: peers.append(open_group("127.0.0.1", port, 1, 2, timeout_s)))
+    joining.start()
+    trainer = open_group("127.0.0.1", port, 0, 2, timeout_s=timeout_s)
+    joining.join(timeout_s)
+    return trainer, peers
+
+
+def test_a_broadcast_a_stop_cuts_short_leaves_no_group_whose_release_waits_for_its_timeout():
+    """A stop signal ends the main thread's wait while the broadcast goes on in gloo's thread. The group's destructor
+    joins that thread, so freeing the stop's traceback (the garbage collector does, at any later point) would wait
+    until the broadcast's timeout: the stop, and the exit after its line, held for the whole sync timeout."""
+    import gc
+    import os
+    import signal
+    import time
+
+    from riskpo_trl.weight_sync.bounded import StopRequested, interrupt_wait, interruptible_wait
+
+    trainer, peers = joined_pair()
+    previous = signal.signal(signal.SIGUSR2, lambda *_: interrupt_wait("SIGTERM"))
+    signalling = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR2))
+    signalling.start()
+    stopped = None
+    try:
+        with interruptible_wait():
+            broadcast_from_trainer(trainer, torch.ones(3), timeout_s=20)
+    except StopRequested as error:
+        stopped = error
+    finally:
+        signalling.join()
+        signal.signal(signal.SIGUSR2, previous)
+    assert stopped is not None and stopped.signal_name == "SIGTERM"
+    started = time.monotonic()
+    del stopped, trainer  # the traceback's frames held the group and its pending broadcast
+    gc.collect()
+    assert time.monotonic() - started < 5
+    peers.clear()
+
+
 class FakeTRLClient:
     """Stands in for TRL's VLLMClient: answers /server_info with a given weight-transfer config."""
 

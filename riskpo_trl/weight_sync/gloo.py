@@ -4,6 +4,7 @@ own distributed set-up (accelerate's, vLLM's) is touched."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import socket
 import threading
@@ -56,8 +57,25 @@ def broadcast_from_trainer(
     options.timeout = datetime.timedelta(seconds=timeout_s)
     work = group.broadcast([tensor], options)
     if threading.current_thread() is threading.main_thread():
-        wait_interruptibly(work)
+        try:
+            wait_interruptibly(work)
+        except BaseException:  # a stop signal: the broadcast goes on in gloo's thread until it ends or times out
+            keep_until_done(group, work)
+            raise
     work.wait()  # raises the transfer's error, if any
+
+
+def keep_until_done(group: ProcessGroupGloo, work) -> None:
+    """Hold ``group`` on a daemon thread until ``work``, abandoned, ends (done, failed, or gloo's own timeout). The
+    group's destructor joins gloo's worker threads, so the last reference to it dropped while a broadcast is pending
+    blocks until that broadcast's timeout (the sync timeout): a stop's traceback freed by the garbage collector, at
+    any point of the main thread, held two-process runs 25 s past their stop line that way."""
+
+    def hold(group: ProcessGroupGloo, work) -> None:  # the thread's arguments: released when it ends
+        with contextlib.suppress(Exception):  # its error was the transfer's, which the stop abandoned
+            work.wait()
+
+    threading.Thread(target=hold, args=(group, work), name="riskpo-abandoned-transfer", daemon=True).start()
 
 
 def wait_interruptibly(work) -> None:
