@@ -34,6 +34,7 @@ when its run lock is released, `end_process_after_stop`).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import faulthandler  # imported here: the stop path takes no import lock
 import math
 import os
@@ -251,6 +252,10 @@ class StopOnSignal(TrainerCallback):
             f"same command to resume (exit code {STOPPED_EXIT_CODE})."
         )
         accelerator = trainer.accelerator
+        if self.exit_after_stop:
+            # Armed before the line: whatever holds the process after it (a lock, a collective, a destructor), it ends
+            # EXIT_GRACE_S after the line (EXIT_BACKSTOP_S later where no Python thread can run).
+            exit_within(EXIT_GRACE_S, STOPPED_EXIT_CODE)
         if self.cause:
             accelerator.print(self.cause)
         accelerator.print(line)
@@ -264,9 +269,9 @@ class StopOnSignal(TrainerCallback):
         if stop_file and trainer.accelerator.is_local_main_process:
             with open(stop_file, "w") as file:
                 file.write(line + "\n")
-        if self.exit_after_stop:
-            exit_within(EXIT_GRACE_S, STOPPED_EXIT_CODE)
-        else:  # the process is the caller's (a notebook, a test): it gets its own handlers back
+        with contextlib.suppress(Exception):  # the lines are out even if the native timer ends the process
+            sys.stdout.flush()
+        if not self.exit_after_stop:  # the process is the caller's (a notebook, a test): it gets its own handlers back
             self.restore()
         trainer.accelerator.end_training()  # what transformers' Trainer.end does (it exists only from 5.18)
         end_process = end_process_after_stop if self.exit_after_stop else None
@@ -322,49 +327,114 @@ def abort_with_sigint() -> None:
         os._exit(128 + signal.SIGINT)
 
 
-EXIT_BACKSTOP_S = 5.0  # past the grace: faulthandler's C thread ends a process in which no Python thread can run
+# Past the grace: the C library's own timer ends a process in which no Python thread can run (Linux; elsewhere
+# faulthandler's thread, with exit code 1). Every thread's stack is printed halfway there.
+EXIT_BACKSTOP_S = 2.0
+
+
+class _SigEvent(ctypes.Structure):
+    """Linux's ``struct sigevent`` (glibc and musl: 64 bytes) for a ``SIGEV_THREAD`` timer."""
+
+    _fields_ = (
+        ("value", ctypes.c_void_p),  # union sigval: the argument of the function
+        ("signo", ctypes.c_int),
+        ("notify", ctypes.c_int),
+        ("function", ctypes.c_void_p),
+        ("attributes", ctypes.c_void_p),
+        ("padding", ctypes.c_byte * (64 - 3 * ctypes.sizeof(ctypes.c_void_p) - 8)),
+    )
+
+
+class _TimeSpec(ctypes.Structure):
+    _fields_ = (("seconds", ctypes.c_long), ("nanoseconds", ctypes.c_long))
+
+
+class _ITimerSpec(ctypes.Structure):
+    _fields_ = (("interval", _TimeSpec), ("value", _TimeSpec))
+
+
+class _NativeExit:
+    """A POSIX timer whose expiry calls the C library's ``_exit(code)`` on a thread the C library starts: it needs
+    neither the interpreter lock nor any Python thread, so it ends a process whatever holds those (a library's C call
+    that keeps the interpreter lock, a destructor). Created before it is needed; arming it is one system call."""
+
+    SIGEV_THREAD, CLOCK_MONOTONIC = 2, 1
+
+    def __init__(self, code: int) -> None:
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.timer = ctypes.c_void_p()
+        exit_now = ctypes.cast(self.libc._exit, ctypes.c_void_p).value
+        self.event = _SigEvent(value=code, notify=self.SIGEV_THREAD, function=exit_now)  # _exit(code)
+        if self.libc.timer_create(self.CLOCK_MONOTONIC, ctypes.byref(self.event), ctypes.byref(self.timer)):
+            raise OSError(ctypes.get_errno(), "timer_create failed")
+
+    def arm(self, seconds: float) -> None:
+        whole = int(seconds)
+        when = _ITimerSpec(value=_TimeSpec(whole, int((seconds - whole) * 1e9)))
+        if self.libc.timer_settime(self.timer, 0, ctypes.byref(when), None):
+            raise OSError(ctypes.get_errno(), "timer_settime failed")
+
+    @classmethod
+    def create(cls, code: int) -> _NativeExit | None:
+        if not sys.platform.startswith("linux"):  # the sigevent layout above is Linux's
+            return None
+        try:
+            return cls(code)
+        except (OSError, AttributeError):  # no timer_create in the C library (glibc before 2.34 has it in librt)
+            return None
 
 
 class _ExitTimer:
-    """A daemon thread started before any stop (`StopOnSignal.install`), blocked on a pipe: ending the process then
-    starts no thread, since a new thread could not start while a library's C thread holds the interpreter lock (seen
-    in two-process server-mode runs after a SIGTERM: the stop's own ``Thread.start`` waited 24 s)."""
+    """Ends the process with ``code`` some seconds after `arm`, whatever runs then. Made before any stop
+    (`StopOnSignal.install`), so that the stop itself creates nothing: a daemon thread blocked on a pipe, which
+    flushes the output and exits, and the native timer, for a process in which that thread cannot run."""
 
-    def __init__(self) -> None:
+    def __init__(self, code: int) -> None:
+        self.code = code
+        self.native = _NativeExit.create(code)
         self.reading, self.writing = os.pipe()
+        self.armed = False
         threading.Thread(target=self._wait, name="riskpo-exit", daemon=True).start()
 
     def _wait(self) -> None:
-        order = os.read(self.reading, 64).decode().split()
-        seconds, code = float(order[0]), int(order[1])
+        seconds = float(os.read(self.reading, 64).decode().split()[0])
         time.sleep(seconds)
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
-        os._exit(code)
+        os._exit(self.code)
 
-    def arm(self, seconds: float, code: int) -> None:
-        os.write(self.writing, f"{seconds} {code} ".encode())
+    def arm(self, seconds: float) -> None:
+        """Once: a later call (a further signal) neither postpones nor advances the exit."""
+        if self.armed:
+            return
+        self.armed = True
+        if self.native is not None:
+            # Every stack, if the thread could not run: what held the process.
+            faulthandler.dump_traceback_later(seconds + EXIT_BACKSTOP_S / 2)
+            self.native.arm(seconds + EXIT_BACKSTOP_S)
+        else:
+            faulthandler.dump_traceback_later(seconds + EXIT_BACKSTOP_S, exit=True)
+        os.write(self.writing, f"{seconds} ".encode())
 
 
-_exit_timer: _ExitTimer | None = None
+_exit_timers: dict[int, _ExitTimer] = {}
 
 
-def start_exit_timer() -> None:
-    """Start the thread `exit_within` wakes (once a process, in the main thread, before training)."""
-    global _exit_timer
-    if _exit_timer is None:
-        _exit_timer = _ExitTimer()
+def start_exit_timer(code: int = STOPPED_EXIT_CODE) -> None:
+    """Make what `exit_within` arms (once a process and code, in the main thread, before training)."""
+    if code not in _exit_timers:
+        _exit_timers[code] = _ExitTimer(code)
 
 
 def exit_within(seconds: float, code: int) -> None:
-    """Once the stop's checkpoint is written: end the process with ``code`` within ``seconds``, whatever thread or
-    request still runs (the timer thread; a process that exits sooner ends it). If no Python thread can run by
-    ``seconds + EXIT_BACKSTOP_S`` (a library's thread holding the interpreter lock), faulthandler prints every
-    thread's stack and ends the process with exit code 1; a launcher script still reads the stop from its file."""
-    faulthandler.dump_traceback_later(seconds + EXIT_BACKSTOP_S, exit=True)
-    start_exit_timer()  # already running in a training script's process (`StopOnSignal.install`)
-    _exit_timer.arm(seconds, code)
+    """End the process with ``code`` ``seconds`` from now, whatever thread or request still runs (a process that
+    exits sooner ends it): the timer thread flushes the output and exits. Where no Python thread can run by then
+    (a C call holding the interpreter lock), every thread's stack is printed and the C library's timer ends the process
+    with ``code`` at ``seconds + EXIT_BACKSTOP_S`` (Linux; elsewhere faulthandler's thread does, with exit code 1,
+    and a launcher script still reads the stop from its file). Armed once; later calls change nothing."""
+    start_exit_timer(code)  # made already in a training script's process (`StopOnSignal.install`)
+    _exit_timers[code].arm(seconds)
 
 
 def end_process_after_stop() -> None:

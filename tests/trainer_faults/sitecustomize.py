@@ -4,11 +4,15 @@ process `accelerate launch` starts loads this module at start-up, as Python load
 With ``RISKPO_TEST_STOP_SERVER=<process group>:<where>:<sync>``, the main training process (RANK 0) stops the server's
 processes with SIGSTOP during the ``<sync>``-th sync of the process (counted from 1) or the generation after it:
 ``generation``, right after the identity check before that generation; ``sync``, as that sync's first tensor leaves.
-It writes the time (``time.time()``) to ``$RISKPO_TEST_STOP_RECORD``. Nothing happens without the variable.
+It writes the time (``time.time()``) to ``$RISKPO_TEST_STOP_RECORD``. Every process then runs a full garbage
+collection as its stop's last part begins (`StopOnSignal.finish`): what the collector frees at some allocation
+there, it frees for certain (a sync's gloo group left by a stop, whose release once waited for the sync's timeout).
+Nothing happens without the variable.
 """
 
 from __future__ import annotations
 
+import gc
 import importlib.abc
 import importlib.util
 import os
@@ -49,6 +53,16 @@ def patch_gloo_client(module) -> None:
     module.GlooVLLMClient.prepare_for_sending = stop_as_the_first_tensor_leaves
 
 
+def patch_preemption(module) -> None:
+    finish = module.StopOnSignal.finish
+
+    def collect_then_finish(stop, trainer):
+        gc.collect()
+        return finish(stop, trainer)
+
+    module.StopOnSignal.finish = collect_then_finish
+
+
 class PatchAfterImport(importlib.abc.MetaPathFinder):
     """Runs ``patch(module)`` once the module ``name`` has been imported."""
 
@@ -70,6 +84,8 @@ class PatchAfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+if SPEC:
+    sys.meta_path.insert(0, PatchAfterImport("riskpo_trl.job.preemption", patch_preemption))
 if SPEC and os.environ.get("RANK") == "0":
     sys.meta_path.insert(0, PatchAfterImport("riskpo_trl.weight_sync.checked", patch_checked))
     sys.meta_path.insert(0, PatchAfterImport("riskpo_trl.weight_sync.gloo_client", patch_gloo_client))
