@@ -21,6 +21,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from riskpo_trl import compat
+from riskpo_trl.compat import generation
 from riskpo_trl.trainer import RiskPOConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -296,7 +297,7 @@ def test_generation_turns_checkpointing_back_on_with_the_runs_kwargs_under_trl_b
 
     monkeypatch.setattr(trl.models.utils, "unwrap_model_for_generation", unwrap_without_the_keyword)
     model = CheckpointedModel()
-    with compat.unwrap_for_generation(model, None, {"use_reentrant": False}) as unwrapped:
+    with generation.unwrap_for_generation(model, None, {"use_reentrant": False}) as unwrapped:
         assert unwrapped is model
     assert model.enabled_with == [None, {"use_reentrant": False}]
 
@@ -308,11 +309,11 @@ def test_the_image_token_is_suppressed_once_and_a_configured_suppression_wins():
 
     model, processor = build_tiny_vlm()
     trainer = SimpleNamespace(processing_class=processor, model=model, generation_kwargs={"max_new_tokens": 4})
-    compat.suppress_image_token(trainer)
+    generation.suppress_image_token(trainer)
     assert trainer.generation_kwargs["suppress_tokens"] == [model.config.image_token_id]
     assert trainer.generation_config.suppress_tokens == [model.config.image_token_id]
     chosen = SimpleNamespace(processing_class=processor, model=model, generation_kwargs={"suppress_tokens": [5]})
-    compat.suppress_image_token(chosen)
+    generation.suppress_image_token(chosen)
     assert chosen.generation_kwargs == {"suppress_tokens": [5]} and not hasattr(chosen, "generation_config")
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import tiny_config
 
-from riskpo_trl import compat
+from riskpo_trl.compat import serving
 from riskpo_trl.weight_sync import BACKEND, SERVER_ARGS, WORKER_EXTENSION
 from riskpo_trl.weight_sync import client as sync_client
 from riskpo_trl.weight_sync.bounded import SyncSettings
@@ -19,7 +19,7 @@ from riskpo_trl.weight_sync.checked import compare_held
 from riskpo_trl.weight_sync.checksums import checksum, same_checksum
 from riskpo_trl.weight_sync.gloo import address_towards, broadcast_from_trainer, open_group
 
-TRL_1_16 = compat.trl_serves_weight_transfer_engines()
+TRL_1_16 = serving.trl_serves_weight_transfer_engines()
 
 
 def test_checksums_tell_the_sent_tensor_from_a_stale_zeroed_or_permuted_one():
@@ -140,13 +140,13 @@ def server_mode(**settings):
 
 @pytest.mark.parametrize("args", [server_mode(use_vllm=False), server_mode(vllm_mode="colocate"), SimpleNamespace()])
 def test_the_hook_does_nothing_outside_server_mode(monkeypatch, args):
-    monkeypatch.setattr(compat, "trl_vllm_generation_module", lambda: pytest.fail("looked at TRL's client"))
+    monkeypatch.setattr(serving, "trl_vllm_generation_module", lambda: pytest.fail("looked at TRL's client"))
     with sync_client.serve_weights_to_cpu_servers(args):
         pass
 
 
 def test_server_mode_without_cuda_is_refused_before_trl_1_16(monkeypatch):
-    monkeypatch.setattr(compat, "trl_serves_weight_transfer_engines", lambda: False)
+    monkeypatch.setattr(serving, "trl_serves_weight_transfer_engines", lambda: False)
     with pytest.raises(ValueError, match="vLLM server mode without CUDA needs TRL 1.16"):
         with sync_client.serve_weights_to_cpu_servers(server_mode()):
             pass
@@ -157,7 +157,7 @@ def test_server_mode_without_cuda_is_refused_before_trl_1_16(monkeypatch):
 
 @pytest.mark.skipif(not TRL_1_16, reason="TRL 1.16's server client")
 def test_while_a_trainer_is_built_trl_opens_its_server_client_through_open_client():
-    module = compat.trl_vllm_generation_module()
+    module = serving.trl_vllm_generation_module()
     original = module.VLLMClient
     with sync_client.serve_weights_to_cpu_servers(server_mode()):
         hooked = module.VLLMClient
@@ -256,17 +256,17 @@ def test_a_server_that_does_not_answer_gets_a_waiting_line_at_once(capsys):
 
 
 def test_a_vllm_without_the_weight_transfer_api_gets_one_error_naming_what_is_missing(monkeypatch):
-    monkeypatch.setattr(compat, "VLLM_WEIGHT_TRANSFER", {"json": ("loads", "no_such_name"), "no_such_module": ("x",)})
+    monkeypatch.setattr(serving, "VLLM_WEIGHT_TRANSFER", {"json": ("loads", "no_such_name"), "no_such_module": ("x",)})
     with pytest.raises(ImportError, match="lacks json.no_such_name, no_such_module. Install vllm==0.31.0"):
-        compat.check_vllm_weight_transfer()
+        serving.check_vllm_weight_transfer()
 
 
 @pytest.mark.skipif(not TRL_1_16, reason="TRL 1.16's server client")
 def test_trl_s_client_has_what_the_gloo_client_builds_on():
     import inspect
 
-    client_class = compat.trl_vllm_client_class()
-    assert compat.trl_vllm_generation_module().VLLMClient is client_class
+    client_class = serving.trl_vllm_client_class()
+    assert serving.trl_vllm_generation_module().VLLMClient is client_class
     for name in (
         "_post",
         "_start_weight_update",
@@ -283,7 +283,7 @@ def test_trl_s_client_has_what_the_gloo_client_builds_on():
     init = inspect.getsource(client_class.__init__)
     assert "self._updating_weights = False" in init and "self.session = " in init and "self.group_port" in init
     # VLLMGeneration syncs through update_named_params and builds its client as VLLMClient(base_url=..., ...).
-    generation = inspect.getsource(compat.trl_vllm_generation_module().VLLMGeneration)
+    generation = inspect.getsource(serving.trl_vllm_generation_module().VLLMGeneration)
     assert "self.vllm_client.update_named_params(" in generation and "VLLMClient(" in generation
 
 

