@@ -319,13 +319,13 @@ def test_every_private_name_the_package_uses_is_listed_in_compat(package_uses):
 
 
 def test_the_scan_finds_the_known_seams(package_uses):
-    """What the docs' seam table names, found without a list: overrides (the trainer's own ``_save_checkpoint`` wraps
-    transformers', which preemption also calls), attributes set by TRL's constructor, a class attribute and a vLLM
-    client's private method."""
+    """What the docs' seam table names, found without a list: overrides, a method of a trainer object wrapped and
+    called (the job layer's ``_save_checkpoint``, which preemption also calls), attributes set by TRL's constructor, a
+    class attribute and a vLLM client's private method."""
     found = {(use.name, use.how) for use in package_uses}
     assert {
         ("_calculate_rewards", "overrides"),
-        ("_save_checkpoint", "overrides"),
+        ("_save_checkpoint", "uses"),
         ("_metrics", "uses"),
         ("_buffered_inputs", "uses"),
         ("_tag_names", "overrides"),

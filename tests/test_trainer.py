@@ -387,7 +387,8 @@ def test_a_checkpoint_on_a_full_disk_names_its_path_and_cause(tiny_model_dir, tm
     disk.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)], check=True)
     try:
-        trainer = RiskPOTrainer(
+        trainer = job.build(
+            RiskPOTrainer,
             tiny_model_dir,
             reward_funcs=contains_digit_reward,
             train_dataset=make_prompt_dataset(),
