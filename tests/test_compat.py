@@ -325,9 +325,9 @@ def test_reward_functions_count_as_async_exactly_when_the_installed_trl_awaits_t
         async def __call__(self, **kwargs):
             return []
 
-    assert compat.trl_awaits(coroutine_function) and not compat.trl_awaits(lambda **kwargs: [])
+    assert generation.trl_awaits(coroutine_function) and not generation.trl_awaits(lambda **kwargs: [])
     awaits_objects = Version(compat.installed_version("trl")) >= Version("1.14.0")
-    assert compat.trl_awaits(AsyncCallable()) is awaits_objects
+    assert generation.trl_awaits(AsyncCallable()) is awaits_objects
 
 
 def test_the_liger_rule_matches_the_installed_trls_loss():

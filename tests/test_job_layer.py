@@ -62,6 +62,17 @@ def test_the_baselines_are_trls_own_classes_and_only_riskpo_overrides_the_reward
         assert overriding == ([BatchObserversMixin] if name == "riskpo" else []), name
 
 
+def test_a_study_observes_a_baseline_s_batches_through_one_class_per_baseline():
+    import trl
+
+    from riskpo_trl.trainer.observed import observed_trainer
+
+    observed = observed_trainer(trl.GRPOTrainer)
+    assert observed is observed_trainer(trl.GRPOTrainer) and issubclass(observed, trl.GRPOTrainer)
+    assert observed.__name__ == "GRPOTrainer" and callable(observed.add_batch_observer)
+    assert BatchObserversMixin in observed.__mro__ and not hasattr(trl.GRPOTrainer, "add_batch_observer")
+
+
 @pytest.mark.parametrize("name", list(TRAINERS))
 def test_the_start_up_checks_apply_to_every_trainer(name, tiny_model_dir, tmp_path):
     trainer_class = get_trainer_classes(name)[1].__name__

@@ -276,11 +276,3 @@ def test_the_quick_start_asks_in_the_training_prompts_format(tiny_model_dir, tmp
     assert messages == [{"role": "user", "content": "What is 7 * 8?" + instruction}]
     trainer.train_dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "What is 1 + 1?"}]}])
     assert '"What is 7 * 8?"' in quick_start_code(str(build_model_card(trainer)))  # no instruction trained: none asked
-
-
-def test_the_settings_table_lists_vllm_settings_only_for_a_run_with_a_vllm_server(tiny_model_dir, tmp_path):
-    without = str(build_model_card(make_trainer(tiny_model_dir, tmp_path / "plain")))
-    assert "vllm_sync_timeout" not in without and "`num_generations=4`" in without
-    served = make_trainer(tiny_model_dir, tmp_path / "served")
-    served.args.use_vllm, served.args.vllm_mode = True, "server"
-    assert "vllm_sync_timeout" in str(build_model_card(served))

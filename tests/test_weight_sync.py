@@ -5,11 +5,11 @@ The real-vLLM suite (tests/test_vllm_real_server.py) runs it against `vllm serve
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import tiny_config
 
 from riskpo_trl.compat import serving
 from riskpo_trl.weight_sync import BACKEND, SERVER_ARGS, WORKER_EXTENSION
@@ -390,18 +390,51 @@ def test_a_server_context_shorter_than_the_longest_prompt_plus_completion_is_ref
         ({"vllm_check_every": 0}, "vllm_check_every=0 must be >= 1"),
     ],
 )
-def test_bad_server_settings_are_refused_when_the_config_is_built(tmp_path, setting, message):
+def test_bad_server_settings_are_refused_with_the_script_s_arguments(setting, message):
+    from riskpo_trl.scripts.train import RiskPOScriptArguments
 
     with pytest.raises(ValueError, match=message):
-        tiny_config(tmp_path, run=False, use_cpu=True, num_generations=4, bundle_size=2, **setting)
+        RiskPOScriptArguments(**setting)
 
 
-def test_the_config_s_settings_reach_the_client_and_other_configs_get_the_defaults():
-    settings = SyncSettings.from_args(
-        SimpleNamespace(vllm_generation_timeout=30.0, vllm_sync_timeout=20.0, vllm_check_every=3)
+def test_a_config_given_a_job_setting_names_where_it_goes_now(tmp_path):
+    from riskpo_trl import RiskPOConfig
+
+    with pytest.raises(
+        TypeError,
+        match=r"^vllm_sync_timeout is a setting of the training job, not of RiskPOConfig: "
+        r"pass --vllm_sync_timeout to riskpo-train, or .*weight_sync=SyncSettings\(sync_timeout_s=",
+    ):
+        RiskPOConfig(str(tmp_path), vllm_sync_timeout=30.0)
+
+
+class Built(Exception):
+    """Raised by a stand-in for the job layer's build, with what it was given."""
+
+
+@pytest.mark.parametrize("trainer", ["riskpo", "grpo"])
+def test_every_trainer_s_job_gets_the_server_settings_of_its_command_line(
+    trainer, tiny_model_dir, tmp_path, monkeypatch
+):
+    """The vllm_* settings are the job's, not a config's: riskpo-train takes them for a baseline as for RiskPO, and
+    they reach the job layer's build (which hands them to the server client)."""
+    from riskpo_trl.job import guard_rails
+    from riskpo_trl.scripts import train
+
+    def recording_build(trainer_class, **kwargs):
+        raise Built(kwargs)
+
+    monkeypatch.setattr(guard_rails, "build", recording_build)
+    root = Path(__file__).resolve().parents[1]
+    argv = ["--config", str(root / f"recipes/tiny/{trainer}/config_tiny_arithmetic.yaml")]
+    argv += ["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "run")]
+    argv += ["--dataset_files", str(root / "examples/data/tiny_arithmetic.jsonl")]
+    argv += ["--vllm_generation_timeout", "30", "--vllm_sync_timeout", "20", "--vllm_check_every", "3"]
+    with pytest.raises(Built) as built:
+        train.build_trainer(*train.parse_args(argv))
+    assert built.value.args[0]["weight_sync"] == SyncSettings(
+        generation_timeout_s=30.0, sync_timeout_s=20.0, check_every=3
     )
-    assert settings == SyncSettings(generation_timeout_s=30.0, sync_timeout_s=20.0, check_every=3)
-    assert SyncSettings.from_args(SimpleNamespace()) == SyncSettings()
 
 
 def test_an_error_s_text_is_one_line_without_gloo_s_greeting_and_never_empty():

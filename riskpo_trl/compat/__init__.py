@@ -10,20 +10,17 @@ otherwise fail silently are checked as the trainer runs, here (`check_gathered_r
 
 Differences between the supported releases, each handled here or in this package's two other modules:
 
-- TRL 1.13 has no `is_async_callable` and awaits coroutine functions only; `trl_awaits` answers as the installed
-  release decides.
 - TRL < 1.16: with ``use_liger_kernel=True`` the loss is Liger's and `_compute_loss` never runs
   (`liger_skips_compute_loss`), so RiskPOConfig refuses the settings that act through it.
-- transformers 4.x: TRL refuses tools and ``environment_factory`` (`TOOLS_NEED_TRANSFORMERS`,
-  `ENVIRONMENTS_NEED_TRANSFORMERS`), with its own error when the trainer is built.
 - Generation and multimodal code (`compat.generation`): TRL's `unwrap_model_for_generation` before 1.16, a VLM's image
-  token before 1.16, transformers 4.x's CLIP image processor.
+  token before 1.16, transformers 4.x's CLIP image processor, tools and ``environment_factory``, which TRL refuses
+  before transformers 5, and which reward functions TRL 1.13 awaits.
 - vLLM server mode on CPU (`compat.serving`): TRL 1.16's client and vLLM's weight-transfer API, checked with TRL 1.16.0
   and vLLM 0.31.0 only.
 
 Not used, as they are missing from some supported releases: `Trainer.end` (transformers >= 5.18; the train script
 calls `accelerator.end_training()`, all it does) and `PreTrainedModel.all_tied_weights_keys` (transformers 5;
-`trainer.checkpoints` finds tied weights by tensor identity).
+`job.checkpoint_guards` finds tied weights by tensor identity).
 """
 
 from __future__ import annotations
@@ -55,10 +52,6 @@ PINS = {
     "trl": ">=1.13.0,<1.17,!=1.15.0",
     "transformers": ">=4.56.2,<5.25,!=5.1.0,!=5.2.*,!=5.3.*,!=5.4.*,!=5.5.0,!=5.5.1,!=5.5.2,!=5.5.3",
 }
-# TRL (1.13 to 1.16) refuses, when the trainer is built, tools before transformers 5.0.0 and environment_factory
-# before 5.2.0 (within the pins: 5.5.4).
-TOOLS_NEED_TRANSFORMERS = "5.0.0"
-ENVIRONMENTS_NEED_TRANSFORMERS = "5.2.0"
 # GRPOTrainer's loss_type values, the same from TRL 1.13 to 1.16. TRL reads the field only in the loss, so an unknown
 # one would fail at the first step; tests/test_compat.py reads them off the installed TRL's source.
 TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
@@ -113,27 +106,12 @@ def check_versions() -> None:
     raise UnsupportedVersionError(message)
 
 
-def transformers_at_least(release: str) -> bool:
-    installed = installed_version("transformers")
-    return installed is not None and Version(installed) >= Version(release)
-
-
 def trl_before(release: str) -> bool:
     installed = installed_version("trl")
     return installed is not None and Version(installed) < Version(release)
 
 
 # --- TRL ------------------------------------------------------------------------------------------------------------
-
-
-def trl_awaits(func: Any) -> bool:
-    """Whether GRPOTrainer awaits ``func`` as an async reward function: by TRL's own test, `is_async_callable`, which
-    from 1.14 also takes an object whose ``__call__`` is a coroutine function; 1.13 awaits coroutine functions only."""
-    try:
-        from trl.trainer.utils import is_async_callable
-    except ImportError:
-        return inspect.iscoroutinefunction(func)
-    return is_async_callable(func)
 
 
 def liger_skips_compute_loss() -> bool:

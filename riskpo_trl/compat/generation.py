@@ -1,10 +1,14 @@
-"""Generation and multimodal code that differs between the supported TRL and transformers releases.
+"""Code around generation that differs between the supported TRL and transformers releases.
 
 - TRL < 1.16: `unwrap_model_for_generation` takes no ``gradient_checkpointing_kwargs`` and re-enables gradient
   checkpointing with the defaults; `unwrap_for_generation` re-enables it with the run's kwargs.
 - TRL < 1.16: generation without vLLM may sample a vision-language model's image token, which then mismatches the
   image features; `suppress_image_token` keeps it out, as TRL 1.16 does.
 - transformers 4.x has no `CLIPImageProcessorPil`; its `CLIPImageProcessor` is the PIL one (`clip_image_processor`).
+- transformers 4.x: TRL refuses tools and ``environment_factory`` (`TOOLS_NEED_TRANSFORMERS`,
+  `ENVIRONMENTS_NEED_TRANSFORMERS`, `transformers_at_least`), with its own error when the trainer is built.
+- TRL 1.13 has no `is_async_callable` and awaits coroutine functions only; `trl_awaits` answers as the installed
+  release decides (the job layer's reward accounting wraps an async reward function so that TRL still awaits it).
 """
 
 from __future__ import annotations
@@ -13,6 +17,15 @@ import contextlib
 import inspect
 from collections.abc import Iterator
 from typing import Any
+
+from packaging.version import Version
+
+from . import installed_version
+
+# TRL (1.13 to 1.16) refuses, when the trainer is built, tools before transformers 5.0.0 and environment_factory
+# before 5.2.0 (within the pins: 5.5.4).
+TOOLS_NEED_TRANSFORMERS = "5.0.0"
+ENVIRONMENTS_NEED_TRANSFORMERS = "5.2.0"
 
 
 @contextlib.contextmanager
@@ -61,3 +74,18 @@ def clip_image_processor(**kwargs: Any) -> Any:
     except ImportError:
         from transformers import CLIPImageProcessor as processor_class
     return processor_class(**kwargs)
+
+
+def transformers_at_least(release: str) -> bool:
+    installed = installed_version("transformers")
+    return installed is not None and Version(installed) >= Version(release)
+
+
+def trl_awaits(func: Any) -> bool:
+    """Whether GRPOTrainer awaits ``func`` as an async reward function: by TRL's own test, `is_async_callable`, which
+    from 1.14 also takes an object whose ``__call__`` is a coroutine function; 1.13 awaits coroutine functions only."""
+    try:
+        from trl.trainer.utils import is_async_callable
+    except ImportError:
+        return inspect.iscoroutinefunction(func)
+    return is_async_callable(func)

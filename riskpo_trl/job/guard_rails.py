@@ -30,6 +30,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ..compat.generation import suppress_image_token
+from ..weight_sync.bounded import SyncSettings
 from ..weight_sync.client import serve_weights_to_cpu_servers
 from ..weight_sync.probe import check_weight_syncs
 from .checkpoint_guards import guard_checkpoints
@@ -42,13 +43,22 @@ from .reward_accounting import account_rewards
 PREPARED_ATTRIBUTE = "_riskpo_job_prepared"  # on a trainer: prepare() has run
 
 
-def build(trainer_class: type, model: Any, reward_funcs: Any = None, args: Any = None, **kwargs: Any) -> Any:
+def build(
+    trainer_class: type,
+    model: Any,
+    reward_funcs: Any = None,
+    args: Any = None,
+    *,
+    weight_sync: SyncSettings | None = None,
+    **kwargs: Any,
+) -> Any:
     """``trainer_class(model, reward_funcs, args=args, **kwargs)`` with the job's guard rails (module docstring);
-    ``args=None`` builds the trainer's default config, as TRL does."""
+    ``args=None`` builds the trainer's default config, as TRL does. ``weight_sync``: the vLLM server's timeouts and
+    check period in server mode (default: `SyncSettings`'s)."""
     if args is None:
         args = default_config(trainer_class, model)
     check_start_up(trainer_class, trl_trainer_of(trainer_class), model, reward_funcs, args, kwargs)
-    with serve_weights_to_cpu_servers(args), library_default_warnings_silenced():
+    with serve_weights_to_cpu_servers(args, weight_sync), library_default_warnings_silenced():
         trainer = trainer_class(model, reward_funcs, args=args, **kwargs)
     return prepare(trainer)
 

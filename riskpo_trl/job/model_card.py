@@ -134,18 +134,12 @@ def settings_table(args: Any) -> str:
     rows = [f"| setting | value | {type(args).__name__} default |", "| --- | --- | --- |"]
     missing = object()
     for label, name in (*method_settings(args), *TRAINING_SETTINGS):
-        if name.startswith("vllm_") and not _serves_with_vllm(args):  # did not shape a run without a vLLM server
-            continue
         value = getattr(args, name, missing)
         if value is not missing and value is not None:  # None: an optional setting left unset
             default = defaults.get(name)
             default = f"`{default}`" if default is not None else "derived" if name in defaults else ""
             rows.append(f"| {label} | `{name}={value}` | {default} |")
     return "\n".join(rows)
-
-
-def _serves_with_vllm(args: Any) -> bool:
-    return bool(getattr(args, "use_vllm", False)) and getattr(args, "vllm_mode", None) == "server"
 
 
 def baseline_clause(args: Any) -> str:

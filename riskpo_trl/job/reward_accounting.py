@@ -23,7 +23,7 @@ from torch import nn
 from transformers.utils import logging as transformers_logging
 
 from .. import compat
-from ..compat import trl_awaits
+from ..compat.generation import trl_awaits
 
 # GRPOTrainer's warning for a completion no reward function scored; it says None for NaN too.
 TRL_ALL_NONE_WARNING = "All reward functions returned None"
@@ -60,6 +60,27 @@ class UnscoredCounts:
     def __post_init__(self):
         self.none = self.none or [0] * len(self.names)
         self.nan = self.nan or [0] * len(self.names)
+
+    def why_nothing_scored(self, reward_funcs: Sequence[Any]) -> str:
+        """Why a run's batches had nothing scorable, for its stop: a reward whose own machinery failed (the code
+        sandbox's ``unscorable_causes``) says so, as that is then the reason; else the data's likely mistakes."""
+        machinery = [
+            f"{name}: {cause}"
+            for name, func in zip(self.names, reward_funcs)
+            if callable(getattr(func, "unscorable_causes", None)) and (cause := func.unscorable_causes())
+        ]
+        if machinery:
+            return (
+                f"the reward's own machinery failed, not the data: {'; '.join(machinery)}. Fix that cause (see the "
+                "warnings above and docs/code_sandbox.md)"
+            )
+        return (
+            f"no reward function ({', '.join(self.names)}) scored any completion (last batch on this process: "
+            f"{self.describe()}), so every advantage was 0. None means a function does not apply; NaN is usually a "
+            "bug in the function. Check that the reward functions fit the dataset (e.g. the format of the "
+            "reference-answer column they read) and the completions (e.g. max_completion_length long enough to reach "
+            "an answer)"
+        )
 
     def describe(self) -> str:
         """``'has_digit: 6 NaN; math_verify_reward: 3 None'`` for the functions that left anything unscored."""

@@ -8,12 +8,11 @@ private methods; ``BatchObserversMixin`` is the one place that overrides ``_gene
 ``_calculate_rewards`` (which keeps the batch's gathered rewards for it; the job layer's reward accounting names the
 reward functions that returned None or NaN, for any trainer). It is RiskPOTrainer's; the recipes' GRPO and GMPO
 baselines are TRL's own classes, without it. A study that observes a TRL trainer's batches builds it with
-:func:`observed_trainer`.
+``riskpo_trl.trainer.observed.observed_trainer``.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,11 +80,3 @@ class BatchObserversMixin:
         compat.check_gathered_rewards(len(rewards_per_func), len(prompts), self.accelerator.num_processes)
         self._scored_rewards = rewards_per_func
         return rewards_per_func
-
-
-@functools.cache
-def observed_trainer(trl_trainer: type) -> type:
-    """``trl_trainer`` (a TRL GRPO-family trainer) with :meth:`BatchObserversMixin.add_batch_observer`, under its own
-    name, the same class on every call: for the studies that probe a baseline's batches. The recipes' baselines are
-    TRL's classes unchanged."""
-    return type(trl_trainer.__name__, (BatchObserversMixin, trl_trainer), {"__module__": __name__})

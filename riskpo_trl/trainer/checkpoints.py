@@ -34,9 +34,6 @@ RESUMABLE_RISK_FIELDS = frozenset(
         "regime_guard_threshold",
         "regime_guard_patience",
         "loss_token_mean_sequences",
-        "vllm_generation_timeout",
-        "vllm_sync_timeout",
-        "vllm_check_every",
     }
 )
 
