@@ -98,7 +98,7 @@ def test_the_method_sentence_names_a_baseline_that_is_not_the_papers(tiny_model_
 def test_hub_run_card_names_the_hub_repo_base_model_and_datasets(tiny_model_dir, tmp_path):
     trainer = make_trainer(tiny_model_dir, tmp_path / "out", hub_model_id="someone/tiny-riskpo-gsm8k")
     # A model loaded from the Hub records its id; the tiny model here is local, so set what loading would.
-    trainer.model.config._name_or_path = "Qwen/Qwen2.5-Math-1.5B-Instruct"
+    trainer.model.config.name_or_path = "Qwen/Qwen2.5-Math-1.5B-Instruct"
     card = str(build_model_card(trainer, datasets=["openai/gsm8k", "DigitalLearningGmbH/MATH-lighteval"]))
     header, body = header_and_body(card)
     assert "# Model Card for tiny-riskpo-gsm8k" in body
@@ -256,7 +256,7 @@ def test_a_card_says_when_the_base_model_is_the_tiny_random_one(tiny_model_dir, 
     body = header_and_body(str(build_model_card(trainer, dataset_files=["rows.jsonl"])))[1]
     assert TINY_RANDOM_NOTE in body and body.index(TINY_RANDOM_NOTE) < body.index("## Quick start")
     setattr(trainer.model.config, TINY_MODEL_MARK, False)  # as a real model's config: no mark
-    trainer.model.config._name_or_path = "Qwen/Qwen2.5-0.5B-Instruct"
+    trainer.model.config.name_or_path = "Qwen/Qwen2.5-0.5B-Instruct"
     assert "tiny random model" not in str(build_model_card(trainer))
 
 

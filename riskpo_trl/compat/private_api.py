@@ -15,7 +15,7 @@ and vLLM it overrides, calls or reads, and fails on one missing from these lists
 - `GRPOTrainer` attributes read or written (`PRIVATE_ATTRIBUTES`): `_metrics[mode]`, `_logs["advantages"]` and
   `_logs["extra"]` (the completions table), `_buffered_inputs` (the generation batch's micro-batches), `_step`,
   `_is_vlm` (the model card); the class attributes `_tag_names`, `_name` and `_paper` (`PRIVATE_CLASS_ATTRIBUTES`)
-  feed the model card too, as does transformers' `PretrainedConfig._name_or_path`.
+  feed the model card too.
 - No advantage hook: TRL up to 1.16 computes GRPO's advantage inline. `trl_advantage_hook` names one when the
   installed TRL defines it (docs/architecture.md: the plan for using it).
 - TRL helpers: `trl.trainer.utils.get_config_model_id`, `trl.models.utils.unwrap_model_for_generation` (through
@@ -59,7 +59,6 @@ PRIVATE_CLASS_ATTRIBUTES = {"trl.GRPOTrainer": ("_tag_names", "_name", "_paper")
 PRIVATE_ATTRIBUTES = {
     "trl.GRPOTrainer": ("_metrics", "_logs", "_buffered_inputs", "_step", "_is_vlm"),
     "trl.generation.vllm_client.VLLMClient": ("_updating_weights",),
-    "transformers.PretrainedConfig": ("_name_or_path",),
     "vllm.v1.worker.gpu_worker.Worker": ("_weight_update_active",),
 }
 

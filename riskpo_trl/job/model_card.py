@@ -220,7 +220,7 @@ def base_model_name(model: Any) -> str | None:
     config = adapter_config(model)
     if config is not None and getattr(config, "base_model_name_or_path", None):
         return config.base_model_name_or_path
-    return getattr(getattr(model, "config", None), "_name_or_path", None)
+    return getattr(getattr(model, "config", None), "name_or_path", None)
 
 
 def build_model_card(
