@@ -15,7 +15,7 @@
 # or transformers has a release newer than the newest supported.
 #
 # Each end runs the fast suite and the tests that train the tiny model (SLOW_TESTS below). The ends are read from
-# riskpo_trl/compat.py (TESTED), the same numbers as pyproject.toml's pins (tests/test_compat.py checks that).
+# riskpo_trl/compat/__init__.py (TESTED), the same numbers as pyproject.toml's pins (tests/test_compat.py checks that).
 # The venvs live outside the checkout, in a cache directory (RISKPO_COMPAT_CACHE overrides it), one per set of
 # versions, so clean clones reuse them. The package is not installed there: the tests import this checkout through
 # PYTHONPATH, so a venv never holds a stale copy of the code.
@@ -35,11 +35,11 @@ SLOW_TESTS=(tests/test_trainer.py tests/test_train_script.py tests/test_rerun.py
             tests/test_multimodal.py tests/test_eval_callback.py tests/test_unscored_rewards.py)
 FAST_SELECTION="not slow and not distributed and not vllm_real"
 
-# The ends, without importing the package (that needs torch): TESTED in riskpo_trl/compat.py.
+# The ends, without importing the package (that needs torch): TESTED in riskpo_trl/compat/__init__.py.
 read_tested() {
     "$PYTHON" - "$1" "$2" <<'EOF'
 import ast, sys
-tree = ast.parse(open("riskpo_trl/compat.py").read())
+tree = ast.parse(open("riskpo_trl/compat/__init__.py").read())
 tested = next(ast.literal_eval(node.value) for node in tree.body
               if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "TESTED"
               or isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "TESTED")
@@ -142,7 +142,7 @@ check_latest() {
     fi
     # The package refuses versions outside the tested range at import; this run is what tells whether it may widen.
     if RISKPO_ALLOW_UNTESTED_VERSIONS=1 run_suites "$venv" "latest trl $trl, transformers $tf"; then
-        echo "LATEST: trl $trl, transformers $tf (with $(versions_in "$venv")) pass the tests; widen the range: pins, TESTED in riskpo_trl/compat.py, the table in docs/installation.md (not a failure)"
+        echo "LATEST: trl $trl, transformers $tf (with $(versions_in "$venv")) pass the tests; widen the range: pins, TESTED in riskpo_trl/compat/__init__.py, the table in docs/installation.md (not a failure)"
     else
         echo "LATEST: trl $trl, transformers $tf (with $(versions_in "$venv")) FAIL tests above; the supported range stays at trl<=$newest_trl, transformers<=$newest_tf (not a failure)"
     fi

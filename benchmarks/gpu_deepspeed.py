@@ -66,7 +66,7 @@ def run_worker(settings: dict[str, Any]) -> dict[str, Any]:
     from benchmarks.overhead import digit_reward, prompts
     from benchmarks.step_records import StepRecorder, first_step_metrics
     from riskpo_trl import job
-    from riskpo_trl.trainer.batch_hook import observed_trainer
+    from riskpo_trl.trainer.observed import observed_trainer
     from riskpo_trl.trainer.registry import get_trainer_classes
 
     on_gpu = settings["device"] == "cuda"

@@ -1,6 +1,6 @@
 """What RiskPO costs on top of GRPO: step time and peak memory of ``RiskPOTrainer`` vs ``trl.GRPOTrainer`` (both as
 ``riskpo-train`` builds them: the registry's class, built by the job layer; TRL's GRPOTrainer observed through
-``riskpo_trl.trainer.batch_hook.observed_trainer``, the same per-batch seam RiskPO's trainer has).
+``riskpo_trl.trainer.observed.observed_trainer``, the same per-batch seam RiskPO's trainer has).
 
     python -m benchmarks.overhead                                   # tiny CPU model (build_tiny_model)
     python -m benchmarks.overhead --model Qwen/Qwen2.5-0.5B-Instruct --device cuda --max-completion-length 256
@@ -77,7 +77,7 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     from transformers import TrainerCallback
 
     from riskpo_trl import job
-    from riskpo_trl.trainer.batch_hook import observed_trainer
+    from riskpo_trl.trainer.observed import observed_trainer
     from riskpo_trl.trainer.registry import get_trainer_classes
 
     torch.set_num_threads(args.threads)

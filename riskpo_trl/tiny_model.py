@@ -172,7 +172,7 @@ def warn_if_tiny_random_model(model_or_path: Any, what: str = "model", message: 
     if isinstance(model_or_path, (str, os.PathLike)):
         key, name = os.path.abspath(os.path.expanduser(model_or_path)), f"{what} {os.fspath(model_or_path)!r}"
     else:
-        key = name = f"{what} {getattr(getattr(model_or_path, 'config', None), '_name_or_path', '') or '(loaded)'}"
+        key = name = f"{what} {getattr(getattr(model_or_path, 'config', None), 'name_or_path', '') or '(loaded)'}"
     if key not in _announced and os.environ.get("RANK", "0") == "0":
         _announced.add(key)
         logger.warning(

@@ -299,11 +299,11 @@ def test_the_lazy_package_roots_list_and_serve_every_public_name():
 
 def test_the_docs_name_every_private_api_the_package_touches():
     """docs/architecture.md's "How RiskPO plugs into GRPOTrainer" names each private method and attribute that
-    compat.py lists, so a new use of TRL's private API is explained there too."""
-    from riskpo_trl import compat
+    compat.private_api lists, so a new use of TRL's private API is explained there too."""
+    from riskpo_trl.compat import private_api
 
     architecture = (PACKAGE_DIR.parent / "docs" / "architecture.md").read_text()
     section = architecture.split("## How RiskPO plugs into GRPOTrainer")[1].split("\n## ")[0]
-    tables = (compat.PRIVATE_METHODS, compat.PRIVATE_CLASS_ATTRIBUTES, compat.PRIVATE_ATTRIBUTES)
+    tables = (private_api.PRIVATE_METHODS, private_api.PRIVATE_CLASS_ATTRIBUTES, private_api.PRIVATE_ATTRIBUTES)
     names = [name for table in tables for names in table.values() for name in names]
     assert [name for name in names if f"`{name}" not in section] == []

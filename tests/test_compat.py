@@ -21,6 +21,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from riskpo_trl import compat
+from riskpo_trl.compat import generation, private_api
 from riskpo_trl.trainer import RiskPOConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,28 +154,28 @@ def test_importing_the_trainer_with_an_unsupported_trl_stops_with_the_range(modu
 # --- the private API ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("owner", list(compat.PRIVATE_METHODS))
+@pytest.mark.parametrize("owner", list(private_api.PRIVATE_METHODS))
 def test_overridden_private_methods_take_the_parameters_relied_on(owner):
     module, _, name = owner.rpartition(".")
     cls = getattr(importlib.import_module(module), name)
-    for method, parameters in compat.PRIVATE_METHODS[owner].items():
+    for method, parameters in private_api.PRIVATE_METHODS[owner].items():
         assert tuple(inspect.signature(getattr(cls, method)).parameters)[1:] == parameters, f"{owner}.{method}"
 
 
 def test_a_built_trainer_has_the_private_attributes_relied_on(tiny_model_dir, tmp_path):
     trainer = tiny_trainer(tiny_model_dir, tmp_path)
-    missing = [name for name in compat.PRIVATE_ATTRIBUTES["trl.GRPOTrainer"] if not hasattr(trainer, name)]
+    missing = [name for name in private_api.PRIVATE_ATTRIBUTES["trl.GRPOTrainer"] if not hasattr(trainer, name)]
     assert missing == []
     assert set(trainer._logs) >= {"advantages", "extra"} and set(trainer._metrics) >= {"train", "eval"}
 
 
-@pytest.mark.parametrize("owner", list(compat.PRIVATE_CLASS_ATTRIBUTES))
+@pytest.mark.parametrize("owner", list(private_api.PRIVATE_CLASS_ATTRIBUTES))
 def test_the_class_attributes_relied_on_exist(owner):
     cls = listed_class(owner)
-    assert [name for name in compat.PRIVATE_CLASS_ATTRIBUTES[owner] if not hasattr(cls, name)] == []
+    assert [name for name in private_api.PRIVATE_CLASS_ATTRIBUTES[owner] if not hasattr(cls, name)] == []
 
 
-@pytest.mark.parametrize("owner", [owner for owner in compat.PRIVATE_ATTRIBUTES if owner != "trl.GRPOTrainer"])
+@pytest.mark.parametrize("owner", [owner for owner in private_api.PRIVATE_ATTRIBUTES if owner != "trl.GRPOTrainer"])
 def test_the_attributes_of_other_built_objects_are_set_by_their_class(owner):
     """What cannot be built here (a vLLM client without a server, vLLM's worker) is read: the class sets it."""
     try:
@@ -186,7 +187,7 @@ def test_the_attributes_of_other_built_objects_are_set_by_their_class(owner):
         for klass in cls.__mro__
         if klass.__module__.split(".")[0] in ("trl", "transformers", "vllm")
     )
-    assert [name for name in compat.PRIVATE_ATTRIBUTES[owner] if f"self.{name} =" not in source] == []
+    assert [name for name in private_api.PRIVATE_ATTRIBUTES[owner] if f"self.{name} =" not in source] == []
 
 
 def listed_class(owner: str) -> type:
@@ -266,11 +267,11 @@ def test_a_trl_that_breaks_an_assumption_stops_the_run_naming_its_release(
 def test_the_advantage_hook_is_found_when_trl_defines_it(monkeypatch):
     from trl import GRPOTrainer
 
-    assert compat.trl_advantage_hook() is None  # no supported release has one
+    assert private_api.trl_advantage_hook() is None  # no supported release has one
     monkeypatch.setattr(GRPOTrainer, "_transform_advantages", lambda self, advantages: advantages, raising=False)
-    assert compat.trl_advantage_hook() == "_transform_advantages"
+    assert private_api.trl_advantage_hook() == "_transform_advantages"
     monkeypatch.setattr(GRPOTrainer, "_transform_advantages", lambda self, rewards, mode: rewards)
-    assert compat.trl_advantage_hook() is None  # another signature is not the hook the trainer would use
+    assert private_api.trl_advantage_hook() is None  # another signature is not the hook the trainer would use
 
 
 # --- the shims -------------------------------------------------------------------------------------------------------
@@ -296,7 +297,7 @@ def test_generation_turns_checkpointing_back_on_with_the_runs_kwargs_under_trl_b
 
     monkeypatch.setattr(trl.models.utils, "unwrap_model_for_generation", unwrap_without_the_keyword)
     model = CheckpointedModel()
-    with compat.unwrap_for_generation(model, None, {"use_reentrant": False}) as unwrapped:
+    with generation.unwrap_for_generation(model, None, {"use_reentrant": False}) as unwrapped:
         assert unwrapped is model
     assert model.enabled_with == [None, {"use_reentrant": False}]
 
@@ -308,11 +309,11 @@ def test_the_image_token_is_suppressed_once_and_a_configured_suppression_wins():
 
     model, processor = build_tiny_vlm()
     trainer = SimpleNamespace(processing_class=processor, model=model, generation_kwargs={"max_new_tokens": 4})
-    compat.suppress_image_token(trainer)
+    generation.suppress_image_token(trainer)
     assert trainer.generation_kwargs["suppress_tokens"] == [model.config.image_token_id]
     assert trainer.generation_config.suppress_tokens == [model.config.image_token_id]
     chosen = SimpleNamespace(processing_class=processor, model=model, generation_kwargs={"suppress_tokens": [5]})
-    compat.suppress_image_token(chosen)
+    generation.suppress_image_token(chosen)
     assert chosen.generation_kwargs == {"suppress_tokens": [5]} and not hasattr(chosen, "generation_config")
 
 
@@ -324,9 +325,9 @@ def test_reward_functions_count_as_async_exactly_when_the_installed_trl_awaits_t
         async def __call__(self, **kwargs):
             return []
 
-    assert compat.trl_awaits(coroutine_function) and not compat.trl_awaits(lambda **kwargs: [])
+    assert generation.trl_awaits(coroutine_function) and not generation.trl_awaits(lambda **kwargs: [])
     awaits_objects = Version(compat.installed_version("trl")) >= Version("1.14.0")
-    assert compat.trl_awaits(AsyncCallable()) is awaits_objects
+    assert generation.trl_awaits(AsyncCallable()) is awaits_objects
 
 
 def test_the_liger_rule_matches_the_installed_trls_loss():

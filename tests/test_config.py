@@ -238,3 +238,33 @@ def test_a_credit_rule_outside_its_scaling_is_refused_or_warned_with_its_entrys_
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         tiny_config(tmp_path, run=False, credit_assignment=name, **authors)  # its own scaling: accepted
+
+
+def test_the_docstring_documents_each_field_the_config_adds_or_redefines_by_its_help():
+    """RiskPOConfig's Parameters are written from the fields' own help (one text for the API docs and the command
+    line): every field it adds or redefines is in `DOCUMENTED_FIELDS` once, with its help, and each registry of
+    choices is named as `riskpo_trl.risk` names it."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    import riskpo_trl.risk as risk
+    from riskpo_trl.trainer.config import DOCUMENTED_FIELDS
+
+    documented = [name for names in DOCUMENTED_FIELDS.values() for name in names.split()]
+    grpo = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    redefined = [
+        f
+        for f in dataclasses.fields(RiskPOConfig)
+        if f.name not in grpo
+        or (f.default, f.metadata.get("help")) != (grpo[f.name].default, grpo[f.name].metadata.get("help"))
+    ]
+    assert sorted(documented) == sorted(f.name for f in redefined)
+    for field in redefined:
+        assert f"        {field.name} (`" in RiskPOConfig.__doc__, field.name
+        opening = " ".join(field.metadata["help"].split("%(choices)s")[0].split()[:6])
+        assert opening in " ".join(RiskPOConfig.__doc__.split()), field.name
+        registry = field.metadata.get("choices")
+        if registry is not None:
+            assert getattr(risk, f"{registry.field.upper()}S") is registry, field.name
+            assert f"one of [`~riskpo_trl.risk.{registry.field.upper()}S`]" in " ".join(RiskPOConfig.__doc__.split())

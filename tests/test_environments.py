@@ -12,17 +12,18 @@ from datasets import Dataset
 from helpers import contains_digit_reward, make_prompt_dataset, tiny_config
 from trl.chat_template_utils import qwen3_chat_template
 
-from riskpo_trl import RiskPOConfig, RiskPOTrainer, compat, job
+from riskpo_trl import RiskPOConfig, RiskPOTrainer, job
+from riskpo_trl.compat import generation
 from riskpo_trl.tiny_model import build_tiny_model
 
-# TRL refuses tools before transformers 5.0.0 and environment_factory before 5.2.0 (compat.py).
+# TRL refuses tools before transformers 5.0.0 and environment_factory before 5.2.0 (compat.generation).
 needs_tools = pytest.mark.skipif(
-    not compat.transformers_at_least(compat.TOOLS_NEED_TRANSFORMERS),
-    reason=f"TRL's tools need transformers >= {compat.TOOLS_NEED_TRANSFORMERS}",
+    not generation.transformers_at_least(generation.TOOLS_NEED_TRANSFORMERS),
+    reason=f"TRL's tools need transformers >= {generation.TOOLS_NEED_TRANSFORMERS}",
 )
 needs_environments = pytest.mark.skipif(
-    not compat.transformers_at_least(compat.ENVIRONMENTS_NEED_TRANSFORMERS),
-    reason=f"TRL's environment_factory needs transformers >= {compat.ENVIRONMENTS_NEED_TRANSFORMERS}",
+    not generation.transformers_at_least(generation.ENVIRONMENTS_NEED_TRANSFORMERS),
+    reason=f"TRL's environment_factory needs transformers >= {generation.ENVIRONMENTS_NEED_TRANSFORMERS}",
 )
 
 

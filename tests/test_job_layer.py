@@ -62,6 +62,17 @@ def test_the_baselines_are_trls_own_classes_and_only_riskpo_overrides_the_reward
         assert overriding == ([BatchObserversMixin] if name == "riskpo" else []), name
 
 
+def test_a_study_observes_a_baseline_s_batches_through_one_class_per_baseline():
+    import trl
+
+    from riskpo_trl.trainer.observed import observed_trainer
+
+    observed = observed_trainer(trl.GRPOTrainer)
+    assert observed is observed_trainer(trl.GRPOTrainer) and issubclass(observed, trl.GRPOTrainer)
+    assert observed.__name__ == "GRPOTrainer" and callable(observed.add_batch_observer)
+    assert BatchObserversMixin in observed.__mro__ and not hasattr(trl.GRPOTrainer, "add_batch_observer")
+
+
 @pytest.mark.parametrize("name", list(TRAINERS))
 def test_the_start_up_checks_apply_to_every_trainer(name, tiny_model_dir, tmp_path):
     trainer_class = get_trainer_classes(name)[1].__name__
@@ -78,9 +89,9 @@ def test_the_start_up_checks_apply_to_every_trainer(name, tiny_model_dir, tmp_pa
 @pytest.mark.parametrize("name", list(TRAINERS))
 def test_the_guard_rails_apply_to_every_trainer(name, tiny_model_dir, tmp_path, monkeypatch, caplog):
     """An adapter on a relative model path records it absolute; the resumed-schedule and one-step callbacks are
-    installed once; the card is the run's; one training step trains. RiskPO's batches reach a batch observer with the
-    gathered rewards and name the reward function returning NaN (its reward accounting; TRL's baselines have
-    neither)."""
+    installed once; the card is the run's; one training step trains, naming the reward function returning NaN (the
+    reward accounting, on the trainer object of every class). RiskPO's batches reach a batch observer with the
+    gathered rewards (TRL's baselines have none)."""
     monkeypatch.chdir(os.path.dirname(tiny_model_dir))
     lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
     trainer = build(
@@ -106,11 +117,11 @@ def test_the_guard_rails_apply_to_every_trainer(name, tiny_model_dir, tmp_path, 
     assert trainer.state.global_step == 1
     trainer.create_model_card()
     assert "| reward function | weight |" in (tmp_path / "README.md").read_text()  # the run's card, a baseline's too
-    if name == "riskpo":
-        assert seen == [("train", (8, 2))]
-        assert trainer.unscored_counts.nan == [0, 4]  # one of each prompt's 2 completions
-        assert "Reward function nan_for_first_completions returned NaN for 4 of 8 completions" in caplog.text
-        assert trainer.reward_funcs[1] is nan_for_first_completions  # the user's own function again after the batch
+    assert seen == ([("train", (8, 2))] if name == "riskpo" else [])
+    assert trainer.unscored_counts.nan == [0, 4]  # one of each prompt's 2 completions
+    assert "Reward function nan_for_first_completions returned NaN for 4 of 8 completions" in caplog.text
+    assert "returned None" not in caplog.text  # TRL's own warning, which says None for NaN, held back
+    assert trainer.reward_funcs[1] is nan_for_first_completions  # the user's own function again after the batch
 
 
 def test_a_trainer_built_directly_gets_no_guard_rail(tiny_model_dir, tmp_path):
@@ -122,7 +133,8 @@ def test_a_trainer_built_directly_gets_no_guard_rail(tiny_model_dir, tmp_path):
         tiny_model_dir, reward_funcs=contains_digit_reward, args=args, train_dataset=make_prompt_dataset(8)
     )
     assert not any(isinstance(c, (ResumedScheduleCallback, RequireAStep)) for c in trainer.callback_handler.callbacks)
-    assert "create_model_card" not in vars(trainer)
+    wrapped = ("create_model_card", "_calculate_rewards", "_save_checkpoint", "_load_optimizer_and_scheduler")
+    assert not set(wrapped) & set(vars(trainer))
 
 
 def test_without_args_riskpo_takes_its_configs_defaults(tiny_model_dir, tmp_path, monkeypatch):

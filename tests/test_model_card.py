@@ -98,7 +98,7 @@ def test_the_method_sentence_names_a_baseline_that_is_not_the_papers(tiny_model_
 def test_hub_run_card_names_the_hub_repo_base_model_and_datasets(tiny_model_dir, tmp_path):
     trainer = make_trainer(tiny_model_dir, tmp_path / "out", hub_model_id="someone/tiny-riskpo-gsm8k")
     # A model loaded from the Hub records its id; the tiny model here is local, so set what loading would.
-    trainer.model.config._name_or_path = "Qwen/Qwen2.5-Math-1.5B-Instruct"
+    trainer.model.config.name_or_path = "Qwen/Qwen2.5-Math-1.5B-Instruct"
     card = str(build_model_card(trainer, datasets=["openai/gsm8k", "DigitalLearningGmbH/MATH-lighteval"]))
     header, body = header_and_body(card)
     assert "# Model Card for tiny-riskpo-gsm8k" in body
@@ -256,7 +256,7 @@ def test_a_card_says_when_the_base_model_is_the_tiny_random_one(tiny_model_dir, 
     body = header_and_body(str(build_model_card(trainer, dataset_files=["rows.jsonl"])))[1]
     assert TINY_RANDOM_NOTE in body and body.index(TINY_RANDOM_NOTE) < body.index("## Quick start")
     setattr(trainer.model.config, TINY_MODEL_MARK, False)  # as a real model's config: no mark
-    trainer.model.config._name_or_path = "Qwen/Qwen2.5-0.5B-Instruct"
+    trainer.model.config.name_or_path = "Qwen/Qwen2.5-0.5B-Instruct"
     assert "tiny random model" not in str(build_model_card(trainer))
 
 
@@ -276,11 +276,3 @@ def test_the_quick_start_asks_in_the_training_prompts_format(tiny_model_dir, tmp
     assert messages == [{"role": "user", "content": "What is 7 * 8?" + instruction}]
     trainer.train_dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "What is 1 + 1?"}]}])
     assert '"What is 7 * 8?"' in quick_start_code(str(build_model_card(trainer)))  # no instruction trained: none asked
-
-
-def test_the_settings_table_lists_vllm_settings_only_for_a_run_with_a_vllm_server(tiny_model_dir, tmp_path):
-    without = str(build_model_card(make_trainer(tiny_model_dir, tmp_path / "plain")))
-    assert "vllm_sync_timeout" not in without and "`num_generations=4`" in without
-    served = make_trainer(tiny_model_dir, tmp_path / "served")
-    served.args.use_vllm, served.args.vllm_mode = True, "server"
-    assert "vllm_sync_timeout" in str(build_model_card(served))

@@ -2,9 +2,9 @@
 
 `scan` walks every module's syntax tree for each private (single-underscore) name the package overrides, calls,
 reads or writes that belongs to one of those libraries, and the test fails when one is missing from
-`riskpo_trl.compat`'s lists, whose own tests (tests/test_compat.py) then check it in every supported release: a
-method's parameters (`PRIVATE_METHODS`), a class attribute's presence (`PRIVATE_CLASS_ATTRIBUTES`), a built object's
-attribute (`PRIVATE_ATTRIBUTES`). A name counts as the library's when
+`riskpo_trl.compat.private_api`'s lists, whose own tests (tests/test_compat.py) then check it in every supported
+release: a method's parameters (`PRIVATE_METHODS`), a class attribute's presence (`PRIVATE_CLASS_ATTRIBUTES`), a
+built object's attribute (`PRIVATE_ATTRIBUTES`). A name counts as the library's when
 
 - a class of the package defines it and a library class it is combined with defines it too (an override; mixins are
   combined with the classes that list them as bases, and the package's trainers of `TRAINERS`);
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from riskpo_trl import compat
+from riskpo_trl.compat import private_api
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "riskpo_trl"
 LIBRARIES = ("trl", "transformers", "accelerate", "vllm")
@@ -260,7 +260,7 @@ def unknown_receiver_use(where: str, name: str, library_classes: set[type]) -> P
     return PrivateUse(where, name, "uses", tuple(sorted(defining, key=lambda cls: cls.__qualname__))[:1])
 
 
-# --- the lists of compat.py ----------------------------------------------------------------------------------------
+# --- the lists of compat.private_api ---------------------------------------------------------------------------
 
 
 def listed_owner(owner: str) -> type | None:
@@ -276,13 +276,13 @@ def related(a: type, b: type) -> bool:
 
 
 def unlisted(uses: list[PrivateUse]) -> list[str]:
-    """The uses whose name is missing from the list compat.py keeps for its kind (a method: PRIVATE_METHODS, whose
+    """The uses whose name is missing from the list compat.private_api keeps for its kind (a method: PRIVATE_METHODS, whose
     signature test then covers it; a class attribute: PRIVATE_CLASS_ATTRIBUTES; a built object's attribute:
     PRIVATE_ATTRIBUTES), under an owner related to the one found."""
     lists = {
-        "method": compat.PRIVATE_METHODS,
-        "class attribute": compat.PRIVATE_CLASS_ATTRIBUTES,
-        "attribute": compat.PRIVATE_ATTRIBUTES,
+        "method": private_api.PRIVATE_METHODS,
+        "class attribute": private_api.PRIVATE_CLASS_ATTRIBUTES,
+        "attribute": private_api.PRIVATE_ATTRIBUTES,
     }
     missing = []
     for use in uses:
@@ -294,7 +294,7 @@ def unlisted(uses: list[PrivateUse]) -> list[str]:
             (listed_owner(name), names) for name, names in lists[kind].items() if use.name in names
         ]  # an owner not importable here (vLLM) matches by name
         if not any(owner is None or listed is None or related(owner, listed) for listed, _ in entries):
-            missing.append(f"{use} (list it in compat.{kind_list(kind)})")
+            missing.append(f"{use} (list it in compat.private_api.{kind_list(kind)})")
     return missing
 
 
@@ -319,13 +319,13 @@ def test_every_private_name_the_package_uses_is_listed_in_compat(package_uses):
 
 
 def test_the_scan_finds_the_known_seams(package_uses):
-    """What the docs' seam table names, found without a list: overrides (the trainer's own ``_save_checkpoint`` wraps
-    transformers', which preemption also calls), attributes set by TRL's constructor, a class attribute and a vLLM
-    client's private method."""
+    """What the docs' seam table names, found without a list: overrides, a method of a trainer object wrapped and
+    called (the job layer's ``_save_checkpoint``, which preemption also calls), attributes set by TRL's constructor, a
+    class attribute and a vLLM client's private method."""
     found = {(use.name, use.how) for use in package_uses}
     assert {
         ("_calculate_rewards", "overrides"),
-        ("_save_checkpoint", "overrides"),
+        ("_save_checkpoint", "uses"),
         ("_metrics", "uses"),
         ("_buffered_inputs", "uses"),
         ("_tag_names", "overrides"),
@@ -338,7 +338,11 @@ def test_every_listed_name_is_used(package_uses):
     used = {use.name for use in package_uses}
     listed = {
         name
-        for table in (compat.PRIVATE_METHODS, compat.PRIVATE_CLASS_ATTRIBUTES, compat.PRIVATE_ATTRIBUTES)
+        for table in (
+            private_api.PRIVATE_METHODS,
+            private_api.PRIVATE_CLASS_ATTRIBUTES,
+            private_api.PRIVATE_ATTRIBUTES,
+        )
         for names in table.values()
         for name in names
     }
@@ -347,7 +351,7 @@ def test_every_listed_name_is_used(package_uses):
 
 PLANTED = {
     # an unlisted call on an object of unknown type, in the module of the lists themselves
-    "riskpo_trl.compat": (
+    "riskpo_trl.compat.private_api": (
         "\n\ndef planted(trainer):\n    trainer._maybe_log_save_evaluate(None, None, None, None, None, None, None)\n",
         "_maybe_log_save_evaluate",
     ),

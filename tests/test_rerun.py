@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM
 from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging as hf_logging
 
-from riskpo_trl import RiskPOTrainer
+from riskpo_trl import RiskPOTrainer, job
 from riskpo_trl.scripts import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,22 +122,23 @@ def test_an_epoch_based_run_is_finished_after_its_epochs(tmp_path):
 
 
 @pytest.mark.slow
-def test_resuming_a_tied_embeddings_model_restores_the_saved_weights_quietly(finished_run, tmp_path):
+@pytest.mark.parametrize("baseline", [False, True], ids=["riskpo", "trl-grpo"])
+def test_resuming_a_tied_embeddings_model_restores_the_saved_weights_quietly(finished_run, tmp_path, baseline):
+    """transformers lists a tied LM head as missing when it loads a checkpoint (the weight is stored once); the job
+    layer's checkpoint guards keep its warning for real gaps, for RiskPO and for TRL's own GRPOTrainer alike."""
+    from trl import GRPOConfig, GRPOTrainer
+
     checkpoint = finished_run / "run" / "checkpoint-1"
-    args = tiny_config(
-        tmp_path,
-        run=False,
-        num_generations=4,
-        per_device_train_batch_size=8,
-        gradient_accumulation_steps=1,
-        steps_per_generation=1,
-        bundle_size=2,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        max_steps=1,
+    layout = dict(
+        num_generations=4, per_device_train_batch_size=8, gradient_accumulation_steps=1, max_steps=1, report_to="none"
     )
-    trainer = RiskPOTrainer(
+    layout.update(use_cpu=True, bf16=False)
+    if baseline:
+        trainer_class, args = GRPOTrainer, GRPOConfig(str(tmp_path), **layout)
+    else:
+        trainer_class = RiskPOTrainer
+        args = tiny_config(tmp_path, run=False, bundle_size=2, steps_per_generation=1, **layout)
+    trainer = trainer_class(
         str(finished_run / "tiny-model"),
         reward_funcs=contains_digit_reward,
         args=args,
@@ -145,16 +146,19 @@ def test_resuming_a_tied_embeddings_model_restores_the_saved_weights_quietly(fin
     )
     saved = load_file(checkpoint / "model.safetensors")
     assert "lm_head.weight" not in saved  # stored once, as the embedding
-    with torch.no_grad():  # so that only the load can bring the saved values back
-        for parameter in trainer.model.parameters():
-            parameter.fill_(0.5)
-    with CaptureLogger(hf_logging.get_logger("transformers.trainer")) as captured:
-        trainer._load_from_checkpoint(str(checkpoint))
-    assert "missing keys" not in captured.out
-    state = trainer.model.state_dict()
-    for name, tensor in saved.items():
-        assert torch.equal(state[name], tensor), name
-    assert torch.equal(state["lm_head.weight"], saved["model.embed_tokens.weight"])
+    for guarded in (False, True):
+        if guarded:
+            job.prepare(trainer)
+        with torch.no_grad():  # so that only the load can bring the saved values back
+            for parameter in trainer.model.parameters():
+                parameter.fill_(0.5)
+        with CaptureLogger(hf_logging.get_logger("transformers.trainer")) as captured:
+            trainer._load_from_checkpoint(str(checkpoint))
+        assert ("missing keys" in captured.out) is not guarded, captured.out
+        state = trainer.model.state_dict()
+        for name, tensor in saved.items():
+            assert torch.equal(state[name], tensor), name
+        assert torch.equal(state["lm_head.weight"], saved["model.embed_tokens.weight"])
 
 
 def test_checkpoints_inside_a_generation_batch_warn_with_the_multiple_to_use(tmp_path):

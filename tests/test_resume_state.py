@@ -160,7 +160,7 @@ def test_an_optimizer_state_loads_onto_an_indexed_cpu_device(tmp_path):
 
     probe = (
         "import sys, torch\n"
-        "from riskpo_trl.trainer.checkpoints import accept_indexed_cpu_locations\n"
+        "from riskpo_trl.job.checkpoint_guards import accept_indexed_cpu_locations\n"
         "state = {'exp_avg': torch.arange(4.0)}\n"
         "torch.save(state, sys.argv[1])\n"
         "try:\n"

@@ -360,20 +360,28 @@ class FailingSandboxReward:
 
 
 def test_the_nothing_scorable_stop_names_the_sandbox_cause_when_that_is_the_reason():
+    """With the job layer's reward accounting (its counts on the trainer), the stop says why; without it, only that
+    nothing was scored."""
     from types import SimpleNamespace
+
+    from riskpo_trl.job.reward_accounting import UnscoredCounts
 
     batch = SimpleNamespace(unscorable=torch.ones(8, dtype=torch.bool))
     trainer = SimpleNamespace(
         _unscorable_batches=0,
         args=SimpleNamespace(max_unscorable_batches=1),
-        unscored_counts=None,
-        reward_func_names=["contains_digit_reward", "code_reward"],
+        unscored_counts=UnscoredCounts(["contains_digit_reward", "code_reward"], none=[8, 8]),
         reward_funcs=[contains_digit_reward, FailingSandboxReward()],
     )
     with pytest.raises(RuntimeError, match=r"machinery failed, not the data: code_reward: writing a run's spec file"):
         RiskPOTrainer._stop_if_nothing_is_scorable(trainer, batch)
     trainer.reward_funcs = [contains_digit_reward, never_scorable_reward]  # no machinery cause: the data's message
-    with pytest.raises(RuntimeError, match="Check that the reward functions fit the dataset"):
+    with pytest.raises(
+        RuntimeError, match=r"contains_digit_reward: 8 None; code_reward: 8 None.*Check that the reward"
+    ):
+        RiskPOTrainer._stop_if_nothing_is_scorable(trainer, batch)
+    trainer.unscored_counts = None  # a trainer built without the job layer
+    with pytest.raises(RuntimeError, match=r"batches: no reward function scored any completion\. Set max_unscorable"):
         RiskPOTrainer._stop_if_nothing_is_scorable(trainer, batch)
 
 
@@ -387,7 +395,8 @@ def test_a_checkpoint_on_a_full_disk_names_its_path_and_cause(tiny_model_dir, tm
     disk.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)], check=True)
     try:
-        trainer = RiskPOTrainer(
+        trainer = job.build(
+            RiskPOTrainer,
             tiny_model_dir,
             reward_funcs=contains_digit_reward,
             train_dataset=make_prompt_dataset(),

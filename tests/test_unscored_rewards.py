@@ -1,4 +1,5 @@
-"""NaN rewards are named as NaN, with the function and the count; TRL alone reports them as None."""
+"""NaN rewards are named as NaN, with the function and the count, by the job layer's reward accounting; TRL alone
+reports them as None."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import math
 import pytest
 from helpers import contains_digit_reward, make_prompt_dataset, tiny_config
 
-from riskpo_trl import RiskPOConfig, RiskPOTrainer
-from riskpo_trl.trainer.unscored_rewards import UnscoredCounts, count_unscored
+from riskpo_trl import RiskPOConfig, RiskPOTrainer, job
+from riskpo_trl.job.reward_accounting import UnscoredCounts, count_unscored
 
 
 def nan_for_small_answers(completions, solution, **kwargs):
@@ -56,8 +57,12 @@ def test_counts_tell_none_from_nan():
 
 @pytest.mark.slow
 def test_partial_nan_is_named_with_its_function_and_count(tiny_model_dir, tmp_path, caplog):
-    trainer = RiskPOTrainer(
-        tiny_model_dir, reward_funcs=nan_for_small_answers, args=config(tmp_path), train_dataset=make_prompt_dataset(4)
+    trainer = job.build(
+        RiskPOTrainer,
+        tiny_model_dir,
+        reward_funcs=nan_for_small_answers,
+        args=config(tmp_path),
+        train_dataset=make_prompt_dataset(4),
     )
     batches = []
     trainer.add_batch_observer(batches.append)
@@ -73,7 +78,8 @@ def test_partial_nan_is_named_with_its_function_and_count(tiny_model_dir, tmp_pa
 
 @pytest.mark.slow
 def test_all_nan_stops_naming_nan_and_none_per_function(tiny_model_dir, tmp_path, caplog):
-    trainer = RiskPOTrainer(
+    trainer = job.build(
+        RiskPOTrainer,
         tiny_model_dir,
         reward_funcs=[always_nan, async_none],
         train_dataset=make_prompt_dataset(4),
@@ -93,7 +99,8 @@ def mean_digit_reward(completions, **kwargs):
 
 
 def test_a_reward_returning_a_float_is_named_with_what_it_must_return(tiny_model_dir, tmp_path):
-    trainer = RiskPOTrainer(
+    trainer = job.build(
+        RiskPOTrainer,
         tiny_model_dir,
         reward_funcs=[contains_digit_reward, mean_digit_reward],
         args=config(tmp_path),
@@ -108,7 +115,7 @@ def test_a_reward_returning_a_float_is_named_with_what_it_must_return(tiny_model
 
 
 def test_a_reward_returning_too_few_values_is_named():
-    from riskpo_trl.trainer.unscored_rewards import check_reward_output
+    from riskpo_trl.job.reward_accounting import check_reward_output
 
     check_reward_output("ok", [1.0, None], 2)
     with pytest.raises(ValueError, match=r"^Reward function short returned 1 values for 2 completions"):

@@ -5,13 +5,13 @@ The real-vLLM suite (tests/test_vllm_real_server.py) runs it against `vllm serve
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import tiny_config
 
-from riskpo_trl import compat
+from riskpo_trl.compat import serving
 from riskpo_trl.weight_sync import BACKEND, SERVER_ARGS, WORKER_EXTENSION
 from riskpo_trl.weight_sync import client as sync_client
 from riskpo_trl.weight_sync.bounded import SyncSettings
@@ -19,7 +19,7 @@ from riskpo_trl.weight_sync.checked import compare_held
 from riskpo_trl.weight_sync.checksums import checksum, same_checksum
 from riskpo_trl.weight_sync.gloo import address_towards, broadcast_from_trainer, open_group
 
-TRL_1_16 = compat.trl_serves_weight_transfer_engines()
+TRL_1_16 = serving.trl_serves_weight_transfer_engines()
 
 
 def test_checksums_tell_the_sent_tensor_from_a_stale_zeroed_or_permuted_one():
@@ -187,13 +187,13 @@ def server_mode(**settings):
 
 @pytest.mark.parametrize("args", [server_mode(use_vllm=False), server_mode(vllm_mode="colocate"), SimpleNamespace()])
 def test_the_hook_does_nothing_outside_server_mode(monkeypatch, args):
-    monkeypatch.setattr(compat, "trl_vllm_generation_module", lambda: pytest.fail("looked at TRL's client"))
+    monkeypatch.setattr(serving, "trl_vllm_generation_module", lambda: pytest.fail("looked at TRL's client"))
     with sync_client.serve_weights_to_cpu_servers(args):
         pass
 
 
 def test_server_mode_without_cuda_is_refused_before_trl_1_16(monkeypatch):
-    monkeypatch.setattr(compat, "trl_serves_weight_transfer_engines", lambda: False)
+    monkeypatch.setattr(serving, "trl_serves_weight_transfer_engines", lambda: False)
     with pytest.raises(ValueError, match="vLLM server mode without CUDA needs TRL 1.16"):
         with sync_client.serve_weights_to_cpu_servers(server_mode()):
             pass
@@ -204,7 +204,7 @@ def test_server_mode_without_cuda_is_refused_before_trl_1_16(monkeypatch):
 
 @pytest.mark.skipif(not TRL_1_16, reason="TRL 1.16's server client")
 def test_while_a_trainer_is_built_trl_opens_its_server_client_through_open_client():
-    module = compat.trl_vllm_generation_module()
+    module = serving.trl_vllm_generation_module()
     original = module.VLLMClient
     with sync_client.serve_weights_to_cpu_servers(server_mode()):
         hooked = module.VLLMClient
@@ -303,17 +303,17 @@ def test_a_server_that_does_not_answer_gets_a_waiting_line_at_once(capsys):
 
 
 def test_a_vllm_without_the_weight_transfer_api_gets_one_error_naming_what_is_missing(monkeypatch):
-    monkeypatch.setattr(compat, "VLLM_WEIGHT_TRANSFER", {"json": ("loads", "no_such_name"), "no_such_module": ("x",)})
+    monkeypatch.setattr(serving, "VLLM_WEIGHT_TRANSFER", {"json": ("loads", "no_such_name"), "no_such_module": ("x",)})
     with pytest.raises(ImportError, match="lacks json.no_such_name, no_such_module. Install vllm==0.31.0"):
-        compat.check_vllm_weight_transfer()
+        serving.check_vllm_weight_transfer()
 
 
 @pytest.mark.skipif(not TRL_1_16, reason="TRL 1.16's server client")
 def test_trl_s_client_has_what_the_gloo_client_builds_on():
     import inspect
 
-    client_class = compat.trl_vllm_client_class()
-    assert compat.trl_vllm_generation_module().VLLMClient is client_class
+    client_class = serving.trl_vllm_client_class()
+    assert serving.trl_vllm_generation_module().VLLMClient is client_class
     for name in (
         "_post",
         "_start_weight_update",
@@ -330,7 +330,7 @@ def test_trl_s_client_has_what_the_gloo_client_builds_on():
     init = inspect.getsource(client_class.__init__)
     assert "self._updating_weights = False" in init and "self.session = " in init and "self.group_port" in init
     # VLLMGeneration syncs through update_named_params and builds its client as VLLMClient(base_url=..., ...).
-    generation = inspect.getsource(compat.trl_vllm_generation_module().VLLMGeneration)
+    generation = inspect.getsource(serving.trl_vllm_generation_module().VLLMGeneration)
     assert "self.vllm_client.update_named_params(" in generation and "VLLMClient(" in generation
 
 
@@ -437,18 +437,51 @@ def test_a_server_context_shorter_than_the_longest_prompt_plus_completion_is_ref
         ({"vllm_check_every": 0}, "vllm_check_every=0 must be >= 1"),
     ],
 )
-def test_bad_server_settings_are_refused_when_the_config_is_built(tmp_path, setting, message):
+def test_bad_server_settings_are_refused_with_the_script_s_arguments(setting, message):
+    from riskpo_trl.scripts.train import RiskPOScriptArguments
 
     with pytest.raises(ValueError, match=message):
-        tiny_config(tmp_path, run=False, use_cpu=True, num_generations=4, bundle_size=2, **setting)
+        RiskPOScriptArguments(**setting)
 
 
-def test_the_config_s_settings_reach_the_client_and_other_configs_get_the_defaults():
-    settings = SyncSettings.from_args(
-        SimpleNamespace(vllm_generation_timeout=30.0, vllm_sync_timeout=20.0, vllm_check_every=3)
+def test_a_config_given_a_job_setting_names_where_it_goes_now(tmp_path):
+    from riskpo_trl import RiskPOConfig
+
+    with pytest.raises(
+        TypeError,
+        match=r"^vllm_sync_timeout is a setting of the training job, not of RiskPOConfig: "
+        r"pass --vllm_sync_timeout to riskpo-train, or .*weight_sync=SyncSettings\(sync_timeout_s=",
+    ):
+        RiskPOConfig(str(tmp_path), vllm_sync_timeout=30.0)
+
+
+class Built(Exception):
+    """Raised by a stand-in for the job layer's build, with what it was given."""
+
+
+@pytest.mark.parametrize("trainer", ["riskpo", "grpo"])
+def test_every_trainer_s_job_gets_the_server_settings_of_its_command_line(
+    trainer, tiny_model_dir, tmp_path, monkeypatch
+):
+    """The vllm_* settings are the job's, not a config's: riskpo-train takes them for a baseline as for RiskPO, and
+    they reach the job layer's build (which hands them to the server client)."""
+    from riskpo_trl.job import guard_rails
+    from riskpo_trl.scripts import train
+
+    def recording_build(trainer_class, **kwargs):
+        raise Built(kwargs)
+
+    monkeypatch.setattr(guard_rails, "build", recording_build)
+    root = Path(__file__).resolve().parents[1]
+    argv = ["--config", str(root / f"recipes/tiny/{trainer}/config_tiny_arithmetic.yaml")]
+    argv += ["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path / "run")]
+    argv += ["--dataset_files", str(root / "examples/data/tiny_arithmetic.jsonl")]
+    argv += ["--vllm_generation_timeout", "30", "--vllm_sync_timeout", "20", "--vllm_check_every", "3"]
+    with pytest.raises(Built) as built:
+        train.build_trainer(*train.parse_args(argv))
+    assert built.value.args[0]["weight_sync"] == SyncSettings(
+        generation_timeout_s=30.0, sync_timeout_s=20.0, check_every=3
     )
-    assert settings == SyncSettings(generation_timeout_s=30.0, sync_timeout_s=20.0, check_every=3)
-    assert SyncSettings.from_args(SimpleNamespace()) == SyncSettings()
 
 
 def test_an_error_s_text_is_one_line_without_gloo_s_greeting_and_never_empty():

@@ -72,7 +72,7 @@ def known(value: float) -> float | None:
 
 def with_covariance_probe(trainer_cls):
     """``trainer_cls`` (RiskPO's trainer, or TRL's GRPOTrainer with the per-batch seam of
-    ``riskpo_trl.trainer.batch_hook.observed_trainer``) with
+    ``riskpo_trl.trainer.observed.observed_trainer``) with
     a batch observer (the public per-batch hook, ``add_batch_observer``) that records, for each training generation batch, (a) the covariance and the correlation
     between a completion's length-normalised log-probability (under the policy that sampled it) and its advantage,
     within each prompt's group, averaged over prompts (Proposition 1's quantity), logged as ``probe/*``; (b) the
@@ -181,7 +181,7 @@ def build_trainer(
     from transformers import AutoTokenizer
 
     from riskpo_trl import RiskPOTrainer
-    from riskpo_trl.trainer.batch_hook import observed_trainer
+    from riskpo_trl.trainer.observed import observed_trainer
     from riskpo_trl.trainer.registry import get_trainer_classes
 
     splits = make_splits(cfg)

@@ -7,7 +7,7 @@ from typing import Any
 from datasets import Dataset
 from transformers import TrainerCallback
 
-from ..compat import unwrap_for_generation
+from ..compat.generation import unwrap_for_generation
 from ..rewards.grading import verify_answer
 from .benchmarks import render_prompt
 from .config import TrainingPassAtK

@@ -1,7 +1,8 @@
 """The job layer: the guard rails a training run applies to whichever trainer it builds (RiskPOTrainer, or TRL's own
 GRPOTrainer and GMPOTrainer), above the trainers and below the scripts: the start-up checks, the CPU vLLM server's
-weight sync and its checks, the resumed schedule, the model card, the libraries' notices (``guard_rails``,
-``checks``, ``model_card``, ``resumed_schedule``, ``library_warnings``), stopping on a signal (``preemption``), one
+weight sync and its checks, the reward accounting, the checkpoint guards, the resumed schedule, the model card, the
+libraries' notices (``guard_rails``, ``checks``, ``reward_accounting``, ``checkpoint_guards``, ``model_card``,
+``resumed_schedule``, ``library_warnings``), stopping on a signal (``preemption``), one
 run per output directory (``run_lock``) and the checkpoint to resume from (``last_checkpoint``). Public names load on
 first use."""
 

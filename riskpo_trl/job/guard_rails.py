@@ -1,5 +1,5 @@
 """The guard rails of a training job, applied to whichever GRPO-family trainer it builds: ``RiskPOTrainer``, or TRL's
-own ``GRPOTrainer`` and ``GMPOTrainer`` unchanged. ``riskpo-train`` builds every trainer with :func:`build`; a
+own ``GRPOTrainer`` and ``GMPOTrainer``, whose classes stay unchanged. ``riskpo-train`` builds every trainer with :func:`build`; a
 notebook does the same in one call, or applies :func:`prepare` to a trainer it built itself.
 
 - :func:`build`, around the construction: the start-up checks (a misspelled keyword, a model path that does not
@@ -8,9 +8,13 @@ notebook does the same in one call, or applies :func:`prepare` to a trainer it b
   server mode (``riskpo_trl.weight_sync``: the CPU server's gloo transport, bounded requests), and the libraries'
   notices about their own defaults silenced within the construction only. Then :func:`prepare`.
 - :func:`prepare`, on a built trainer: the weight sync's checks (the server's dtype and context, the log-prob probe
-  after each checked sync), an adapter's absolute base-model path, the VLM image token (TRL before 1.16), the
-  resumed schedule (a callback), a run that ends without a step raising (a callback), and the run's model card
-  (this trainer object's ``create_model_card``). Applied once; a second call changes nothing.
+  after each checked sync), the checkpoint guards (``checkpoint_guards``: a full disk named, tied weights not called
+  missing on resume, the optimizer state of a multi-process CPU run loading), the reward accounting
+  (``reward_accounting``: a function returning NaN or a wrong-shaped output named), an adapter's absolute base-model
+  path, the VLM image token (TRL before 1.16), the resumed schedule (a callback), a run that ends without a step
+  raising (a callback), and the run's model card (this trainer object's ``create_model_card``). The methods these
+  wrap are wrapped on the trainer object, never its class, and change messages and loading only. Applied once; a
+  second call changes nothing.
 - :func:`train`: ``trainer.train`` with those notices silenced within the call.
 
 Nothing here changes process-wide state beyond its block: TRL's ``VLLMClient`` attribute and the warning filters are
@@ -25,24 +29,36 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from .. import compat
+from ..compat.generation import suppress_image_token
+from ..weight_sync.bounded import SyncSettings
 from ..weight_sync.client import serve_weights_to_cpu_servers
 from ..weight_sync.probe import check_weight_syncs
+from .checkpoint_guards import guard_checkpoints
 from .checks import check_start_up
 from .library_warnings import library_default_warnings_silenced
 from .model_card import record_absolute_base_model, save_model_card
 from .resumed_schedule import continue_schedule_on_resume
+from .reward_accounting import account_rewards
 
 PREPARED_ATTRIBUTE = "_riskpo_job_prepared"  # on a trainer: prepare() has run
 
 
-def build(trainer_class: type, model: Any, reward_funcs: Any = None, args: Any = None, **kwargs: Any) -> Any:
+def build(
+    trainer_class: type,
+    model: Any,
+    reward_funcs: Any = None,
+    args: Any = None,
+    *,
+    weight_sync: SyncSettings | None = None,
+    **kwargs: Any,
+) -> Any:
     """``trainer_class(model, reward_funcs, args=args, **kwargs)`` with the job's guard rails (module docstring);
-    ``args=None`` builds the trainer's default config, as TRL does."""
+    ``args=None`` builds the trainer's default config, as TRL does. ``weight_sync``: the vLLM server's timeouts and
+    check period in server mode (default: `SyncSettings`'s)."""
     if args is None:
         args = default_config(trainer_class, model)
     check_start_up(trainer_class, trl_trainer_of(trainer_class), model, reward_funcs, args, kwargs)
-    with serve_weights_to_cpu_servers(args), library_default_warnings_silenced():
+    with serve_weights_to_cpu_servers(args, weight_sync), library_default_warnings_silenced():
         trainer = trainer_class(model, reward_funcs, args=args, **kwargs)
     return prepare(trainer)
 
@@ -53,8 +69,10 @@ def prepare(trainer: Any) -> Any:
         return trainer
     setattr(trainer, PREPARED_ATTRIBUTE, True)
     check_weight_syncs(trainer)  # a CPU server's dtype, and the log-prob probe after each of its syncs
+    guard_checkpoints(trainer)  # a full disk named, tied weights not called missing, a multi-process CPU resume
+    account_rewards(trainer)  # a reward function's NaN named as NaN, a wrong-shaped output named
     record_absolute_base_model(trainer.model)  # a saved adapter then loads from any working directory
-    compat.suppress_image_token(trainer)  # before TRL 1.16, a VLM could sample its image token
+    suppress_image_token(trainer)  # before TRL 1.16, a VLM could sample its image token
     continue_schedule_on_resume(trainer)  # a raised max_steps continues at the new schedule's learning rate
     if not any(isinstance(callback, RequireAStep) for callback in trainer.callback_handler.callbacks):
         trainer.add_callback(RequireAStep())

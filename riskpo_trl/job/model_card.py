@@ -134,18 +134,12 @@ def settings_table(args: Any) -> str:
     rows = [f"| setting | value | {type(args).__name__} default |", "| --- | --- | --- |"]
     missing = object()
     for label, name in (*method_settings(args), *TRAINING_SETTINGS):
-        if name.startswith("vllm_") and not _serves_with_vllm(args):  # did not shape a run without a vLLM server
-            continue
         value = getattr(args, name, missing)
         if value is not missing and value is not None:  # None: an optional setting left unset
             default = defaults.get(name)
             default = f"`{default}`" if default is not None else "derived" if name in defaults else ""
             rows.append(f"| {label} | `{name}={value}` | {default} |")
     return "\n".join(rows)
-
-
-def _serves_with_vllm(args: Any) -> bool:
-    return bool(getattr(args, "use_vllm", False)) and getattr(args, "vllm_mode", None) == "server"
 
 
 def baseline_clause(args: Any) -> str:
@@ -226,7 +220,7 @@ def base_model_name(model: Any) -> str | None:
     config = adapter_config(model)
     if config is not None and getattr(config, "base_model_name_or_path", None):
         return config.base_model_name_or_path
-    return getattr(getattr(model, "config", None), "_name_or_path", None)
+    return getattr(getattr(model, "config", None), "name_or_path", None)
 
 
 def build_model_card(

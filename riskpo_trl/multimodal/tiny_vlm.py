@@ -11,7 +11,7 @@ import os
 import torch
 from transformers import LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
 
-from ..compat import clip_image_processor
+from ..compat.generation import clip_image_processor
 from ..tiny_model import TINY_MODEL_MARK, build_char_tokenizer
 
 IMAGE_TOKEN = "<image>"

@@ -163,6 +163,30 @@ class RiskPOScriptArguments:
         },
     )
 
+    vllm_generation_timeout: float | None = field(
+        default=None,
+        metadata={
+            "help": "vLLM generation timeout (server mode, any trainer): seconds one generation request may wait for the "
+            "server's answer before the run stops at a checkpoint with exit code 75. None: 300 s plus 1 ms per "
+            "token the batch may generate (prompts x num_generations x max_completion_length)."
+        },
+    )
+    vllm_sync_timeout: float = field(
+        default=120.0,
+        metadata={
+            "help": "vLLM sync timeout (server mode, any trainer): seconds each request of a weight sync, and each tensor's "
+            "transfer to a CPU server, may take before the run stops at a checkpoint with exit code 75."
+        },
+    )
+    vllm_check_every: int = field(
+        default=10,
+        metadata={
+            "help": "vLLM sync check period (server mode, any trainer, a server with this package's worker extension): verify "
+            "the server's weights and the log-prob probe after every this many syncs, the first included. The "
+            "server's identity is checked on every request whatever this is."
+        },
+    )
+
     def __post_init__(self):
         from ..tracks import BENCHMARKS
 
@@ -195,7 +219,15 @@ class RiskPOScriptArguments:
             self.pass_at_k = TrainingPassAtK.from_block(self.pass_at_k)
         if self.build_tiny_model and self.build_tiny_vlm:
             raise ValueError("Set at most one of build_tiny_model and build_tiny_vlm.")
+        self.weight_sync  # noqa: B018 - built here, once: raises naming an out-of-range vllm_* setting
         self.reward_functions  # noqa: B018 - built here, once: raises naming an unknown reward or setting
+
+    @functools.cached_property
+    def weight_sync(self):
+        """The vLLM server's settings of this job (`riskpo_trl.weight_sync.bounded.SyncSettings`)."""
+        from ..weight_sync.bounded import SyncSettings
+
+        return SyncSettings(self.vllm_generation_timeout, self.vllm_sync_timeout, self.vllm_check_every)
 
     @functools.cached_property
     def dataset_kind(self) -> str:
@@ -628,6 +660,7 @@ def build_trainer(script_args: RiskPOScriptArguments, training_args, model_args)
         eval_dataset=eval_dataset,
         peft_config=get_peft_config(model_args),
         quantization_config=get_quantization_config(model_args),
+        weight_sync=script_args.weight_sync,
     )
     check_chat_template(trainer.processing_class, train_dataset)
     leave_out_the_templates_instruction(trainer, model_path)

@@ -1,5 +1,5 @@
 """The trainer layer: RiskPO on TRL (``riskpo_trainer``, ``config`` with ``config_checks`` and ``config_conversion``),
-its parts in one module per concern (``batch_hook``, ``token_mean``, ``unscored_rewards``, ``checkpoints``,
+its parts in one module per concern (``batch_hook``, ``token_mean``, ``checkpoints``,
 ``regime_guard``) and the registry of trainers a recipe can name (``registry``: RiskPO and TRL's own baselines). The
 guard rails of a training job are the layer above (``riskpo_trl.job``). Public names load on first use."""
 

@@ -5,14 +5,14 @@ It sees the whole (gathered) batch's rewards, this process's tensors that reach 
 :class:`~riskpo_trl.risk.RiskPOBatch` (bundles, advantages, quantiles) with the ``risk/*`` metrics logged for it.
 The regime guard, the tests, the benchmarks and the studies observe batches this way rather than by overriding TRL's
 private methods; ``BatchObserversMixin`` is the one place that overrides ``_generate_and_score_completions`` and
-``_calculate_rewards`` (which keeps the batch's gathered rewards for it and names the reward functions that returned
-None or NaN). It is RiskPOTrainer's; the recipes' GRPO and GMPO baselines are TRL's own classes, without it. A study
-that observes a TRL trainer's batches builds it with :func:`observed_trainer`.
+``_calculate_rewards`` (which keeps the batch's gathered rewards for it; the job layer's reward accounting names the
+reward functions that returned None or NaN, for any trainer). It is RiskPOTrainer's; the recipes' GRPO and GMPO
+baselines are TRL's own classes, without it. A study that observes a TRL trainer's batches builds it with
+``riskpo_trl.trainer.observed.observed_trainer``.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +21,6 @@ import torch
 
 from .. import compat
 from ..risk import RiskPOBatch
-from .unscored_rewards import counting_unscored_rewards, warn_unscored
 
 
 @dataclass
@@ -76,21 +75,8 @@ class BatchObserversMixin:
         and ``batch.metrics``."""
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        # 1. The reward accounting: TRL scores the batch while each reward function's None and NaN are counted; the
-        #    NaN ones and the completions no function scored are then named in a warning.
-        with counting_unscored_rewards(self) as unscored:
-            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        # The gathered rewards are kept for the batch's advantage step and its observers.
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         compat.check_gathered_rewards(len(rewards_per_func), len(prompts), self.accelerator.num_processes)
-        start = self.accelerator.process_index * len(prompts)  # the rewards come back gathered over all processes
-        warn_unscored(unscored, rewards_per_func[start : start + len(prompts)], completions)
-        # 2. The per-batch hook: the gathered rewards are kept for the batch's advantage step and its observers.
         self._scored_rewards = rewards_per_func
         return rewards_per_func
-
-
-@functools.cache
-def observed_trainer(trl_trainer: type) -> type:
-    """``trl_trainer`` (a TRL GRPO-family trainer) with :meth:`BatchObserversMixin.add_batch_observer`, under its own
-    name, the same class on every call: for the studies that probe a baseline's batches. The recipes' baselines are
-    TRL's classes unchanged."""
-    return type(trl_trainer.__name__, (BatchObserversMixin, trl_trainer), {"__module__": __name__})

@@ -25,7 +25,7 @@ from ..risk import (  # noqa: E402
 from ..risk.choices import DEFAULT_CHOICES  # noqa: E402
 from .caller_warnings import config_default_warnings_silenced  # noqa: E402
 from .config_checks import check_config, json_object  # noqa: E402
-from .config_conversion import from_grpo_config, name_misspelled_fields  # noqa: E402
+from .config_conversion import documented_fields, from_grpo_config, name_misspelled_fields  # noqa: E402
 
 # The paper updates 4 times per generation batch (batch 512 prompts, mini-batches of 128).
 UPDATES_PER_GENERATION = 4
@@ -44,107 +44,10 @@ class RiskPOConfig(GRPOConfig):
     Value-at-Risk objective computed on *bundles*: `bundle_size` prompts' completions are randomly matched into
     `num_generations` bundles whose summed reward is the unit of reward, and the `risk_alpha` / `risk_beta` quantiles
     of the bundle scores are tracked online. Every default is the paper's except `advantage_baseline`, which left unset
-    trains with `"loo"` (`"none"` is the paper exactly); each field's `help` says more.
+    trains with `"loo"` (`"none"` is the paper exactly). The parameters below are documented by each field's `help`,
+    the text `riskpo-train --help` shows (`DOCUMENTED_FIELDS`).
 
     Parameters:
-        > Parameters of the risk measure
-
-        risk_alpha (`float`, *optional*, defaults to `0.2`):
-            Lower quantile level: bundles at or below the alpha-quantile form the lower tail (weight
-            `1 + risk_omega`).
-        risk_beta (`float`, *optional*, defaults to `0.8`):
-            Upper quantile level: bundles above the beta-quantile get zero advantage (MVaR).
-        risk_omega (`float`, *optional*, defaults to `0.5`):
-            Extra weight of the lower tail; `0` reduces MVaR to CVaR at level `risk_beta`.
-        risk_profile (`str`, *optional*, defaults to `"mvar"`):
-            The risk measure optimised, one of [`~riskpo_trl.risk.RISK_PROFILES`].
-        risk_profile_parameters (`dict`, *optional*):
-            The risk profile's own hyperparameters by name (a registered profile declares them,
-            [`~riskpo_trl.risk.ProfileParameter`]); those left out take their defaults. The built-in profiles have none.
-
-        > Parameters that control bundling
-
-        bundle_size (`int`, *optional*, defaults to `5`):
-            Prompts per bundle; a bundle's score is the sum of its members' rewards. `1` disables bundling.
-        bundling (`str`, *optional*, defaults to `"permutation"`):
-            How completions are matched into bundles, one of [`~riskpo_trl.risk.BUNDLINGS`].
-        credit_assignment (`str`, *optional*, defaults to `"uniform"`):
-            How a bundle's advantage reaches its members, one of [`~riskpo_trl.risk.CREDIT_ASSIGNMENTS`]; the others
-            come from the authors' code and need `advantage_scaling="authors_code"` (`"score"` warns).
-
-        > Parameters that control the quantiles
-
-        quantile_source (`str`, *optional*, defaults to `"tracked"`):
-            Where the advantage's quantiles come from, one of [`~riskpo_trl.risk.QUANTILE_SOURCES`]; the trackers run
-            and are logged in every case.
-        quantile_lr (`float`, *optional*, defaults to `0.1`):
-            Step size of the quantile trackers, in units of the bundle score.
-        quantile_lr_decay (`float`, *optional*, defaults to `0.0`):
-            Exponent `p` of the tracker step `quantile_lr / k**p`; `0` keeps it constant (the authors' code).
-
-        > Opt-ins: the authors' public code, and a baseline (see `docs/algorithm.md`)
-
-        advantage_scaling (`str`, *optional*, defaults to `"none"`):
-            How the profile's advantage is computed, one of [`~riskpo_trl.risk.ADVANTAGE_SCALINGS`]; `"authors_code"`
-            reproduces their scaling and needs `quantile_source="group"`.
-        natural_baseline (`bool`, *optional*, defaults to `True`):
-            Keep the constant `q_alpha - q_beta` of the window (the paper); `False` drops it, as the authors' DAPO
-            script.
-        advantage_baseline (`str`, *optional*):
-            What is subtracted from each completion's advantage after credit assignment, one of
-            [`~riskpo_trl.risk.ADVANTAGE_BASELINES`]. The field stays `None` when unset; the run then trains with
-            `"loo"`, or with `"none"` under `advantage_scaling="authors_code"` (their code), as
-            `riskpo_trl.risk.defaults.resolve_advantage_baseline` decides wherever the baseline is used (the advantage
-            step, checkpoints, the model card). `"loo"` subtracts the mean advantage of its prompt's other
-            completions: the advantages become two-signed, and the expected gradient at fixed quantiles is kept
-            because that mean does not depend on the completion itself. `"none"` is the paper exactly. A baseline is
-            refused with `advantage_scaling="authors_code"`.
-        loss_token_mean_sequences (`int`, *optional*):
-            With `loss_type="bnpo"`, the token mean over groups of this many sequences instead of over each
-            micro-batch, as verl's (the authors' runs; see `riskpo_trl.trainer.token_mean`).
-
-        > Safety switches
-
-        max_unscorable_batches (`int`, *optional*, defaults to `3`):
-            Stop with an error after this many consecutive training batches with no scorable completion; `0` never
-            stops.
-        regime_guard_threshold (`float`, *optional*, defaults to `0.5`):
-            Share of a batch's prompts with no completion rewarded above 0 at or above which the batch counts toward
-            the regime guard.
-        regime_guard_patience (`int`, *optional*, defaults to `0`):
-            Warn once after this many consecutive batches past the threshold; `0` turns the guard off. Post hoc and
-            narrow: see its `help`.
-
-        > Parameters of [`~trl.GRPOConfig`] whose defaults are the paper's
-
-        num_generations (`int`, *optional*, defaults to `10`):
-            Completions per prompt, one in each of its group's bundles.
-        temperature (`float`, *optional*, defaults to `0.8`):
-            Sampling temperature.
-        epsilon (`float`, *optional*, defaults to `0.2`):
-            Clipping range of the importance ratio.
-        beta (`float`, *optional*, defaults to `0.0`):
-            KL coefficient; `0.0` loads no reference model.
-        importance_sampling_level (`str`, *optional*, defaults to `"sequence"`):
-            One length-normalised ratio per completion; with `loss_type="grpo"`, the paper's clipped objective
-            averaged over sequences (eq. `mvar_obj`).
-        loss_type (`str`, *optional*, defaults to `"grpo"`):
-            Each sequence's loss averaged, then over sequences.
-        per_device_train_batch_size (`int`, *optional*, defaults to `10`):
-            Completions per device per micro-batch.
-        gradient_accumulation_steps (`int`, *optional*, defaults to `5`):
-            Micro-batches per optimizer step: a generation batch holds `5 x num_processes` prompts, a whole number of
-            bundle groups on any number of processes.
-        steps_per_generation (`int`, *optional*):
-            If neither it nor `generation_batch_size` is set, `4 x gradient_accumulation_steps`: the paper's 4
-            optimizer updates per generation batch.
-        per_device_eval_batch_size (`int`, *optional*, defaults to `50`):
-            Completions per device per evaluation batch.
-        num_completions_to_print (`int`, *optional*, defaults to `4`):
-            Completions printed per logging step with `log_completions` (TRL's default prints the whole batch).
-        bf16 (`bool`, *optional*):
-            If not set, `True` where a bf16-capable accelerator is present or `use_cpu` is set (and fp16 is off), so
-            the default config also runs on a CPU-only machine.
     """
 
     # Risk measure
@@ -318,29 +221,6 @@ class RiskPOConfig(GRPOConfig):
             "None: TRL's bnpo, one token mean per micro-batch."
         },
     )
-    vllm_generation_timeout: float | None = field(
-        default=None,
-        metadata={
-            "help": "vLLM generation timeout (server mode): seconds one generation request may wait for the "
-            "server's answer before the run stops at a checkpoint with exit code 75. None: 300 s plus 1 ms per "
-            "token the batch may generate (prompts x num_generations x max_completion_length)."
-        },
-    )
-    vllm_sync_timeout: float = field(
-        default=120.0,
-        metadata={
-            "help": "vLLM sync timeout (server mode): seconds each request of a weight sync, and each tensor's "
-            "transfer to a CPU server, may take before the run stops at a checkpoint with exit code 75."
-        },
-    )
-    vllm_check_every: int = field(
-        default=10,
-        metadata={
-            "help": "vLLM sync check period (server mode, a server with this package's worker extension): verify "
-            "the server's weights and the log-prob probe after every this many syncs, the first included. The "
-            "server's identity is checked on every request whatever this is."
-        },
-    )
     per_device_train_batch_size: int = field(
         default=10,
         metadata={
@@ -407,6 +287,24 @@ class RiskPOConfig(GRPOConfig):
         self.risk_profile_parameters = json_object("risk_profile_parameters", self.risk_profile_parameters) or None
         with config_default_warnings_silenced(self):  # GRPOConfig's own gradient_checkpointing default
             check_config(self, super().__post_init__)
+
+
+# The docstring's Parameters: the fields RiskPOConfig adds or whose defaults it changes, by section, each documented
+# by its own `help` (one text for the API docs and the command line).
+DOCUMENTED_FIELDS = {
+    "Parameters of the risk measure": "risk_alpha risk_beta risk_omega risk_profile risk_profile_parameters",
+    "Parameters that control bundling": "bundle_size bundling credit_assignment",
+    "Parameters that control the quantiles": "quantile_source quantile_lr quantile_lr_decay",
+    "Opt-ins: the authors' public code, and a baseline (see `docs/algorithm.md`)": "advantage_scaling "
+    "natural_baseline advantage_baseline loss_token_mean_sequences",
+    "Safety switches": "max_unscorable_batches regime_guard_threshold regime_guard_patience",
+    "Parameters of [`~trl.GRPOConfig`] whose defaults are the paper's": "num_generations temperature epsilon beta "
+    "importance_sampling_level loss_type per_device_train_batch_size gradient_accumulation_steps steps_per_generation "
+    "per_device_eval_batch_size num_completions_to_print bf16",
+}
+RiskPOConfig.__doc__ = RiskPOConfig.__doc__.rstrip(" ") + documented_fields(
+    RiskPOConfig, DOCUMENTED_FIELDS, "riskpo_trl.risk"
+)
 
 
 def _deepspeed_launch_without_accelerator() -> bool:

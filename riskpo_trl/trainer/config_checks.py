@@ -34,7 +34,6 @@ def check_config(config: Any, grpo_checks: Callable[[], None]) -> None:
     """Check ``config``'s own fields first (a bad one would otherwise surface as a less clear GRPOConfig error), then
     run ``grpo_checks`` (GRPOConfig's ``__post_init__``, which derives the generation batch), then the batch layout."""
     _check_risk_fields(config)
-    _check_vllm_server_settings(config)
     _refuse_unsourced_combinations(config)
     check_loss_type(config)
     grpo_checks()
@@ -96,21 +95,6 @@ def _check_risk_fields(config: Any) -> None:
             "RiskPO scores a bundle by the weighted sum of its members' raw rewards, so "
             f"multi_objective_aggregation={config.multi_objective_aggregation!r} does not apply; leave it at "
             "'sum_then_normalize'."
-        )
-
-
-def _check_vllm_server_settings(config: Any) -> None:
-    timeouts = {
-        "vllm_generation_timeout": config.vllm_generation_timeout,
-        "vllm_sync_timeout": config.vllm_sync_timeout,
-    }
-    for name, value in timeouts.items():
-        if value is not None and not value > 0:
-            raise ValueError(f"{name}={value} must be > 0 seconds (docs/scale_out.md).")
-    if config.vllm_check_every < 1:
-        raise ValueError(
-            f"vllm_check_every={config.vllm_check_every} must be >= 1 (1 checks every weight sync; the server's "
-            "identity is checked on every request anyway)."
         )
 
 

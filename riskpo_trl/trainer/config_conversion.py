@@ -1,11 +1,13 @@
-"""Config classes by field name: the typo hint of their constructor (:func:`name_misspelled_fields`), and a built
-GRPOConfig carried over to another config class (``RiskPOConfig.from_grpo_config``: :func:`from_grpo_config`)."""
+"""Config classes by field name: the typo hint of their constructor (:func:`name_misspelled_fields`), their docstring's
+parameters written from the fields' help (:func:`documented_fields`), and a built GRPOConfig carried over to another
+config class (``RiskPOConfig.from_grpo_config``: :func:`from_grpo_config`)."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import functools
+import textwrap
 from dataclasses import fields
 from typing import Any
 
@@ -16,6 +18,12 @@ from ..risk.defaults import PAPER_ADVANTAGE_BASELINE, resolve_advantage_baseline
 from .caller_warnings import remember_set_fields
 
 logger = transformers_logging.get_logger(__name__)
+# Settings a config no longer holds because they are the training job's, for every trainer, by their SyncSettings name.
+JOB_SETTINGS = {
+    "vllm_generation_timeout": "generation_timeout_s",
+    "vllm_sync_timeout": "sync_timeout_s",
+    "vllm_check_every": "check_every",
+}
 
 
 def name_misspelled_fields(config_class: type) -> type:
@@ -27,6 +35,12 @@ def name_misspelled_fields(config_class: type) -> type:
     def __init__(self, *args, **kwargs):
         accepted = init_field_names(config_class)
         for name in kwargs:
+            if name in JOB_SETTINGS and name not in accepted:
+                raise TypeError(
+                    f"{name} is a setting of the training job, not of {config_class.__name__}: pass --{name} to "
+                    f"riskpo-train, or riskpo_trl.job.build(..., weight_sync=SyncSettings({JOB_SETTINGS[name]}=...)) "
+                    "with SyncSettings from riskpo_trl.weight_sync.bounded."
+                )
             if name not in accepted:
                 raise TypeError(
                     f"{config_class.__name__} got an unexpected keyword argument {name!r}"
@@ -37,6 +51,28 @@ def name_misspelled_fields(config_class: type) -> type:
 
     config_class.__init__ = __init__
     return config_class
+
+
+def documented_fields(config_class: type, sections: dict[str, str], registries_module: str) -> str:
+    """The Parameters of ``config_class``'s docstring in the Hugging Face doc format, ``sections`` (title -> field
+    names, space-separated) each field's ``help``; a field's registry of choices is named as ``registries_module``'s attribute (the
+    field's name in capitals, plural: ``RISK_PROFILES``)."""
+    by_name = {f.name: f for f in fields(config_class)}
+    lines = []
+    for title, names in sections.items():
+        lines += [f"        > {title}", ""]
+        for name in names.split():
+            field, registry = by_name[name], by_name[name].metadata.get("choices")
+            shown = f'"{field.default}"' if isinstance(field.default, str) else repr(field.default)
+            default = "" if field.default is None else f", defaults to `{shown}`"
+            kind = str(field.type).replace(" | None", "")
+            lines.append(f"        {name} (`{kind}`, *optional*{default}):")
+            text = field.metadata["help"]
+            if registry is not None:
+                text = text.replace("%(choices)s", f"one of [`~{registries_module}.{registry.field.upper()}S`]")
+            lines += textwrap.wrap(text, 120, initial_indent=" " * 12, subsequent_indent=" " * 12)
+        lines.append("")
+    return "\n".join(lines) + "    "
 
 
 def from_grpo_config(

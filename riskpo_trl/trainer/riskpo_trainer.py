@@ -19,9 +19,7 @@ from .batch_hook import BatchObserversMixin, ScoredBatch  # noqa: E402
 from .caller_warnings import warn_replaced_grpo_defaults  # noqa: E402
 from .checkpoints import (  # noqa: E402
     RISK_STATE_FILE,
-    TiedWeightsResumeMixin,
     check_resume_settings,
-    checkpoint_write_error,
     max_training_batches,
     read_state,
     restore_state,
@@ -39,7 +37,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["RISK_STATE_FILE", "RiskPOTrainer"]
 
 
-class RiskPOTrainer(BatchObserversMixin, TiedWeightsResumeMixin, TokenMeanLossMixin, GRPOTrainer):
+class RiskPOTrainer(BatchObserversMixin, TokenMeanLossMixin, GRPOTrainer):
     """
     Trainer for RiskPO (Risk-based Policy Optimization): GRPO whose advantage is bundled MVaR, not group-normalised.
 
@@ -73,11 +71,9 @@ class RiskPOTrainer(BatchObserversMixin, TiedWeightsResumeMixin, TokenMeanLossMi
     Unscorable completions (every reward function returned ``None`` or NaN) get advantage 0 and do not count in their
     bundle's score, which is rescaled to the size of a full bundle; see [`~riskpo_trl.risk.permutation_bundles`].
 
-    Besides the advantage, what differs from [`~trl.GRPOTrainer`] is listed in `docs/architecture.md` ("What RiskPO
-    changes"): its config's defaults, the reward accounting that names a reward function returning NaN, and a resume
-    warning that leaves tied weights out. The guard rails of a training job (start-up checks, the CPU vLLM server's
-    weight sync, stopping on a signal, the run lock, the resumed schedule, the model card) are not the trainer's: they
-    come from [`riskpo_trl.job`], which `riskpo-train` applies to this trainer and to TRL's own baselines alike.
+    Every other difference from [`~trl.GRPOTrainer`] is in `docs/architecture.md` ("What RiskPO changes"). The guard
+    rails of a training job (start-up checks, reward accounting, checkpoint guards, the vLLM server's weight sync,
+    stopping on a signal, the run lock, the model card) come from [`riskpo_trl.job`], applied to any trainer.
     """
 
     _tag_names = ["trl", "riskpo"]
@@ -151,25 +147,13 @@ class RiskPOTrainer(BatchObserversMixin, TiedWeightsResumeMixin, TokenMeanLossMi
         self._unscorable_batches = self._unscorable_batches + 1 if bool(batch.unscorable.all()) else 0
         limit = self.args.max_unscorable_batches
         if limit and self._unscorable_batches >= limit:
-            counts = self.unscored_counts.describe() if self.unscored_counts else ""
-            machinery = [  # a reward whose own machinery failed (the code sandbox) says so: then that is the reason
-                f"{name}: {cause}"
-                for name, func in zip(self.reward_func_names, self.reward_funcs)
-                if callable(getattr(func, "unscorable_causes", None)) and (cause := func.unscorable_causes())
-            ]
-            if machinery:
-                raise RuntimeError(
-                    f"No completion could be scored in the last {self._unscorable_batches} training batches, because "
-                    f"the reward's own machinery failed, not the data: {'; '.join(machinery)}. Fix that cause (see "
-                    "the warnings above and docs/code_sandbox.md); set max_unscorable_batches=0 to keep training."
-                )
+            counts = getattr(self, "unscored_counts", None)  # the job layer's reward accounting, when applied
+            why = (
+                counts.why_nothing_scored(self.reward_funcs) if counts else "no reward function scored any completion"
+            )
             raise RuntimeError(
-                f"No completion could be scored in the last {self._unscorable_batches} training batches: no reward "
-                f"function ({', '.join(self.reward_func_names)}) scored any completion (last batch on this process: "
-                f"{counts}), so every advantage was 0. None means a function does not apply; NaN is usually a bug in "
-                "the function. Check that the reward functions fit the dataset (e.g. the format of the "
-                "reference-answer column they read) and the completions (e.g. max_completion_length long enough to "
-                "reach an answer). Set max_unscorable_batches=0 to keep training anyway."
+                f"No completion could be scored in the last {self._unscorable_batches} training batches: {why}. Set "
+                "max_unscorable_batches=0 to keep training anyway."
             )
 
     def _bundling_seed(self, mode: str) -> int:
@@ -194,15 +178,6 @@ class RiskPOTrainer(BatchObserversMixin, TiedWeightsResumeMixin, TokenMeanLossMi
         self._logs["extra"]["bundle_score"].extend(batch.bundle_scores[batch.bundle_ids].tolist())
 
     # --- its saved state -----------------------------------------------------------------------------------------
-
-    def _save_checkpoint(self, model, trial):
-        try:
-            return super()._save_checkpoint(model, trial)
-        except (OSError, RuntimeError) as exc:  # a full disk: name the place and the cause (torch.save names neither)
-            error = checkpoint_write_error(exc, self.args.output_dir)
-            if error is exc:
-                raise
-            raise error from exc
 
     def _save_optimizer_and_scheduler(self, output_dir):
         # This runs inside every checkpoint save, before the trainer state is written and the folder is pushed to the

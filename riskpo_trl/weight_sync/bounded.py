@@ -21,7 +21,7 @@ from typing import Any
 CONNECT_TIMEOUT_S = 10.0
 # A short request (the server's identity, its readiness, the probe's log-probs) gets this long to answer.
 QUICK_TIMEOUT_S = 60.0
-# The defaults of the settings below (RiskPOConfig's vllm_* fields).
+# The defaults of the settings below (riskpo-train's --vllm_sync_timeout and --vllm_check_every).
 DEFAULT_SYNC_TIMEOUT_S = 120.0
 DEFAULT_CHECK_EVERY = 10
 # A generation's derived timeout: this floor, plus this much per token the batch may generate. Generous on purpose:
@@ -65,20 +65,24 @@ class ServerRefusedError(ValueError):
 
 @dataclass(frozen=True)
 class SyncSettings:
-    """The trainer's settings for its server (RiskPOConfig's ``vllm_generation_timeout``, ``vllm_sync_timeout`` and
-    ``vllm_check_every``; other configs get the defaults)."""
+    """A job's settings for its vLLM server, whichever trainer it builds: riskpo-train's ``--vllm_generation_timeout``,
+    ``--vllm_sync_timeout`` and ``--vllm_check_every``, or ``riskpo_trl.job.build(..., weight_sync=SyncSettings(...))``.
+    A value out of range is refused here, naming the option."""
 
     generation_timeout_s: float | None = None  # None: derived from each batch (`generation_timeout`)
     sync_timeout_s: float = DEFAULT_SYNC_TIMEOUT_S
     check_every: int = DEFAULT_CHECK_EVERY
 
-    @classmethod
-    def from_args(cls, args: Any) -> SyncSettings:
-        return cls(
-            generation_timeout_s=getattr(args, "vllm_generation_timeout", None),
-            sync_timeout_s=getattr(args, "vllm_sync_timeout", None) or DEFAULT_SYNC_TIMEOUT_S,
-            check_every=getattr(args, "vllm_check_every", None) or DEFAULT_CHECK_EVERY,
-        )
+    def __post_init__(self):
+        timeouts = {"vllm_generation_timeout": self.generation_timeout_s, "vllm_sync_timeout": self.sync_timeout_s}
+        for name, value in timeouts.items():
+            if value is not None and not value > 0:
+                raise ValueError(f"{name}={value} must be > 0 seconds (docs/scale_out.md).")
+        if self.check_every < 1:
+            raise ValueError(
+                f"vllm_check_every={self.check_every} must be >= 1 (1 checks every weight sync; the server's "
+                "identity is checked on every request anyway)."
+            )
 
 
 _waiting = threading.local()

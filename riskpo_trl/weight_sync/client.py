@@ -4,8 +4,9 @@
 baselines). In server mode TRL then opens its client through `open_client`, which reads the server's weight-transfer
 backend: for ``BACKEND`` it returns a `GlooVLLMClient` (weight_sync.gloo_client), for any other backend (vLLM's NCCL
 engine, on CUDA) a `CheckedVLLMClient` (weight_sync.trl_client): TRL's client and transport, with the same timeouts and
-checks. Either gets the config's `SyncSettings` (its timeouts and how often it checks). Only the TRL 1.16 protocol is supported: with an older TRL, server mode on a trainer without CUDA is
-refused at start-up (TRL's own NCCL path on CUDA is unaffected). `check_weight_syncs` (weight_sync.probe) then adds the
+checks. Either gets the job's `SyncSettings` (its timeouts and how often it checks: riskpo-train's ``--vllm_*``
+options, or ``riskpo_trl.job.build(..., weight_sync=...)``). Only the TRL 1.16 protocol is supported: with an older
+TRL, server mode on a trainer without CUDA is refused at start-up (TRL's own NCCL path on CUDA is unaffected). `check_weight_syncs` (weight_sync.probe) then adds the
 log-prob probe after each checked sync.
 """
 
@@ -21,6 +22,7 @@ from typing import Any
 import torch
 
 from .. import compat
+from ..compat import serving
 from . import BACKEND, SERVER_ARGS
 from .bounded import ServerRefusedError, ServerTimeoutError, SyncSettings, WeightSyncError
 
@@ -34,14 +36,14 @@ __all__ = [
 
 
 @contextlib.contextmanager
-def serve_weights_to_cpu_servers(args: Any) -> Iterator[None]:
+def serve_weights_to_cpu_servers(args: Any, settings: SyncSettings | None = None) -> Iterator[None]:
     """While a trainer is built with ``args``: in vLLM server mode, TRL opens its server client through
-    `open_client`. Outside server mode this does nothing."""
+    `open_client`, with ``settings`` (default: `SyncSettings`'s). Outside server mode this does nothing."""
     if not (getattr(args, "use_vllm", False) and getattr(args, "vllm_mode", None) == "server"):
         yield
         return
     on_cuda = torch.cuda.is_available() and not getattr(args, "use_cpu", False)
-    if not compat.trl_serves_weight_transfer_engines():
+    if not serving.trl_serves_weight_transfer_engines():
         if not on_cuda:
             raise ValueError(
                 f"vLLM server mode without CUDA needs TRL 1.16 (installed: trl {compat.installed_version('trl')}): "
@@ -50,12 +52,12 @@ def serve_weights_to_cpu_servers(args: Any) -> Iterator[None]:
             )
         yield  # TRL's own server protocol and client
         return
-    module = compat.trl_vllm_generation_module()
+    module = serving.trl_vllm_generation_module()
     trl_client_class = module.VLLMClient
     if isinstance(trl_client_class, functools.partial) and trl_client_class.func is open_client:
         yield  # a trainer built inside the training script's hook
         return
-    module.VLLMClient = functools.partial(open_client, trl_client_class, on_cuda, SyncSettings.from_args(args))
+    module.VLLMClient = functools.partial(open_client, trl_client_class, on_cuda, settings or SyncSettings())
     try:
         yield
     finally:

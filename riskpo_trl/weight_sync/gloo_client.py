@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .. import compat
+from ..compat import serving
 from .bounded import (
     QUICK_TIMEOUT_S,
     BoundedRequestsMixin,
@@ -32,7 +32,7 @@ SETUP_TIMEOUT_S = 120.0
 OWNER_PROBE_TIMEOUT_S = 2.0
 
 
-class GlooVLLMClient(CheckedClientMixin, BoundedRequestsMixin, compat.trl_vllm_client_class()):
+class GlooVLLMClient(CheckedClientMixin, BoundedRequestsMixin, serving.trl_vllm_client_class()):
     """TRL's client, with the weight sync over a gloo group, and checked.
 
     Generation and the prompt log-probs are TRL's, bounded in time. Set-up (`init_communicator`) refuses a server

@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from .. import compat
+from ..compat import serving
 
-compat.check_vllm_weight_transfer()  # one clear error in the server's log on a vLLM without the API used here
+serving.check_vllm_weight_transfer()  # one clear error in the server's log on a vLLM without the API used here
 
 from vllm.distributed.weight_transfer.base import (  # noqa: E402
     WeightTransferEngine,

@@ -11,13 +11,13 @@ from typing import Any
 
 import torch
 
-from .. import compat
+from ..compat import serving
 from . import WORKER_EXTENSION
 from .bounded import BoundedRequestsMixin, WeightSyncError
 from .checked import CheckedClientMixin, drain
 
 
-class CheckedVLLMClient(CheckedClientMixin, BoundedRequestsMixin, compat.trl_vllm_client_class()):
+class CheckedVLLMClient(CheckedClientMixin, BoundedRequestsMixin, serving.trl_vllm_client_class()):
     """See the module docstring. The transport (``init_communicator``'s group, ``update_named_params``'s broadcast)
     is TRL's, unchanged; the tensors pass through `CheckedClientMixin.recorded` on their way, on their own device."""
 

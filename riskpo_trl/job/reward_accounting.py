@@ -1,9 +1,11 @@
 """Which reward function left completions unscored, and how: ``None`` (the function does not apply) or NaN (a value
-that is not a number, usually a bug in the function).
+that is not a number, usually a bug in the function); and a reward output of the wrong shape, named.
 
-TRL turns both into NaN before RiskPO sees the rewards, and warns that every function "returned None" even when one
-returned NaN. :func:`counting_unscored_rewards` counts each kind per function while a batch is scored, so the
-trainer's messages (:func:`warn_unscored`) name the function, the kind and how many.
+TRL turns both into NaN before the advantage sees the rewards, and warns that every function "returned None" even
+when one returned NaN. :func:`account_rewards` wraps a trainer's ``_calculate_rewards`` (on the object, any
+GRPO-family class): while a batch is scored, each function's output is checked and each kind counted per function
+(:func:`counting_unscored_rewards`, into ``trainer.unscored_counts``), so the warnings (:func:`warn_unscored`) name
+the function, the kind and how many. Messages only: the rewards TRL computes are unchanged.
 """
 
 from __future__ import annotations
@@ -20,13 +22,30 @@ import torch
 from torch import nn
 from transformers.utils import logging as transformers_logging
 
-from ..compat import trl_awaits
+from .. import compat
+from ..compat.generation import trl_awaits
 
 # GRPOTrainer's warning for a completion no reward function scored; it says None for NaN too.
 TRL_ALL_NONE_WARNING = "All reward functions returned None"
 TRL_GRPO_LOGGER = "trl.trainer.grpo_trainer"
 
 logger = transformers_logging.get_logger(__name__)
+
+
+def account_rewards(trainer: Any) -> None:
+    """Wrap ``trainer._calculate_rewards``: the batch is scored while each reward function's output is checked and its
+    None and NaN counted; the NaN ones and the completions no function scored are then named in a warning."""
+    calculate = trainer._calculate_rewards
+
+    def calculate_rewards(inputs, prompts, completions, completion_ids_list):
+        with counting_unscored_rewards(trainer) as unscored:
+            rewards_per_func = calculate(inputs, prompts, completions, completion_ids_list)
+        compat.check_gathered_rewards(len(rewards_per_func), len(prompts), trainer.accelerator.num_processes)
+        start = trainer.accelerator.process_index * len(prompts)  # the rewards come back gathered over all processes
+        warn_unscored(unscored, rewards_per_func[start : start + len(prompts)], completions)
+        return rewards_per_func
+
+    trainer._calculate_rewards = calculate_rewards
 
 
 @dataclass
@@ -41,6 +60,27 @@ class UnscoredCounts:
     def __post_init__(self):
         self.none = self.none or [0] * len(self.names)
         self.nan = self.nan or [0] * len(self.names)
+
+    def why_nothing_scored(self, reward_funcs: Sequence[Any]) -> str:
+        """Why a run's batches had nothing scorable, for its stop: a reward whose own machinery failed (the code
+        sandbox's ``unscorable_causes``) says so, as that is then the reason; else the data's likely mistakes."""
+        machinery = [
+            f"{name}: {cause}"
+            for name, func in zip(self.names, reward_funcs)
+            if callable(getattr(func, "unscorable_causes", None)) and (cause := func.unscorable_causes())
+        ]
+        if machinery:
+            return (
+                f"the reward's own machinery failed, not the data: {'; '.join(machinery)}. Fix that cause (see the "
+                "warnings above and docs/code_sandbox.md)"
+            )
+        return (
+            f"no reward function ({', '.join(self.names)}) scored any completion (last batch on this process: "
+            f"{self.describe()}), so every advantage was 0. None means a function does not apply; NaN is usually a "
+            "bug in the function. Check that the reward functions fit the dataset (e.g. the format of the "
+            "reference-answer column they read) and the completions (e.g. max_completion_length long enough to reach "
+            "an answer)"
+        )
 
     def describe(self) -> str:
         """``'has_digit: 6 NaN; math_verify_reward: 3 None'`` for the functions that left anything unscored."""
