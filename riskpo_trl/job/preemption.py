@@ -363,7 +363,7 @@ class _NativeExit:
     def __init__(self, code: int) -> None:
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.timer = ctypes.c_void_p()
-        exit_now = ctypes.cast(self.libc._exit, ctypes.c_void_p).value
+        exit_now = ctypes.cast(self.libc["_exit"], ctypes.c_void_p).value  # the C function _exit(2), by name
         self.event = _SigEvent(value=code, notify=self.SIGEV_THREAD, function=exit_now)  # _exit(code)
         if self.libc.timer_create(self.CLOCK_MONOTONIC, ctypes.byref(self.event), ctypes.byref(self.timer)):
             raise OSError(ctypes.get_errno(), "timer_create failed")
