@@ -10,6 +10,9 @@ Three servers, started together once for the module (each takes minutes on 2 sha
 - the same less ``--dtype float32`` (vLLM's CPU default, bfloat16), eager: a server the trainers must refuse, and the
   stand-in for a restarted server (another server process answering at the trainer's address);
 - a plain TRL server (the launcher's command without --vllm-args: NCCL weight transfer), eager.
+
+The module's last test kills the CPU server (SIGKILL, under a two-process run); the ``server`` fixture fails any test
+that would get it after that.
 """
 
 from __future__ import annotations
@@ -197,9 +200,16 @@ def wait_healthy(entry: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def server(launched):
-    """The launcher's CPU server (float32, this package's engine), healthy."""
+def healthy_server(launched):
     return wait_healthy(launched["cpu"])
+
+
+@pytest.fixture
+def server(healthy_server):
+    """The launcher's CPU server (float32, this package's engine), healthy, unless a test killed it."""
+    if "killed by" in healthy_server:
+        pytest.fail(f"The module's server was killed by {healthy_server['killed by']}, which must stay the last test.")
+    return healthy_server
 
 
 @pytest.fixture(scope="module")
@@ -833,82 +843,6 @@ def two_process_command(server, output_dir: Path, model_dir: str, timeout: int) 
     return [*command[: launch + 1], "--main_process_port", "0", *command[launch + 1 :]]
 
 
-def test_two_processes_stop_together_on_a_hang_exit_soon_after_their_stop_line_and_resume(server, model_dir, tmp_path):
-    """Two training processes under accelerate (the launcher's command, cpu_2proc.yaml), the server stopped (SIGSTOP)
-    by a test hook of the main process, three times, each run resuming the last:
-
-    1. right after the identity check before the generation at step 1: both processes end within the generation
-       timeout plus a bound, the main one with the error naming the server, the request and the step and the stop
-       line, the other with its own line, one checkpoint and exit code 75 (torchrun turns it into 1; the stop file
-       carries it);
-    2. as the first tensor of the sync before step 2 leaves, on two processes resumed from a checkpoint (the
-       optimizer state loads on CPU), then SIGTERM to the launcher: the run stops at once, long before the timeout
-       (`Stopped by SIGTERM`), the same way.
-
-    Each process exits within seconds of its stop line: an abandoned request's thread does not hold it, nor the
-    group of a sync the SIGTERM cut short, freed by a full garbage collection as each stop ends (the test hook). After
-    SIGCONT a last run finishes, and the server holds the last sync's weights. (A sync's timeout on two processes:
-    test_weight_sync_agreement.py, with a stand-in server; on one: the test above.)"""
-    timeout = 25
-    output_dir = tmp_path / "run"
-    command = two_process_command(server, output_dir, model_dir, timeout)
-    record, stop_file = tmp_path / "stopped-at", tmp_path / "stop-line"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "trainer_faults"), str(ROOT)]),
-        "RISKPO_STOP_FILE": str(stop_file),
-        "RISKPO_TEST_STOP_RECORD": str(record),
-        "OMP_NUM_THREADS": "1",
-        "PYTHONUNBUFFERED": "1",  # each line's time is when it was written
-    }
-    group = os.getpgid(server["process"].pid)
-    for where, sync_number, step, then in (("generation", 2, 1, None), ("sync", 2, 2, signal.SIGTERM)):
-        record.unlink(missing_ok=True)
-        stop_file.unlink(missing_ok=True)
-        run = TimedRun(command, {**env, "RISKPO_TEST_STOP_SERVER": f"{group}:{where}:{sync_number}"})
-        try:
-            if then is not None:
-                while not record.is_file() and run.process.poll() is None:
-                    time.sleep(0.1)
-                time.sleep(1)  # the main process is in its wait on the stopped server
-                run.process.send_signal(then)
-                signalled = time.time()
-            code, ended, output = run.finish()
-        finally:
-            stop_server(server, signal.SIGCONT)
-        assert record.is_file(), f"the server was never stopped (exit code {code}):\n{output[-4000:]}"
-        stopped = float(record.read_text().split()[0])
-        assert code == 1 and stop_file.is_file(), output[-4000:]
-        cause = "a vLLM server timeout" if then is None else signal.Signals(then).name
-        line = f"Stopped by {cause} at step {step} of {STEPS}: saved"
-        assert line in stop_file.read_text() and output.count(line) == 1, output[-4000:]
-        assert output.count(f"Process 1 of 2: stopped with the main process at step {step}") == 1, output[-4000:]
-        named = (
-            f"Generation by {server['url']} at step {step}: "
-            if where == "generation"
-            else f"Weight sync to {server['url']} before the generation at step {step}: "
-        )
-        assert output.count(named) == (then is None), output[-4000:]
-        assert "Traceback" not in output.split(line)[0], output[-4000:]  # torchrun reports the exit 75 after it
-        assert (output_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
-        assert ended - stopped < 2 * timeout + 60, ended - stopped
-        after_line = ended - run.time_of(line)
-        # The stop line, then the exit: each process within 5 s of its line (7 s where no Python thread can run),
-        # the rest is torchrun's.
-        assert after_line < 15, run.timeline(run.time_of(line))
-        if then is not None:
-            assert ended - signalled < timeout - 5, ended - signalled  # the signal ended it, not the timeout
-        print(
-            f"{where} ({cause}): ended {ended - stopped:.1f} s after the fault, {after_line:.1f} s after the stop line"
-        )
-    code, _, output = TimedRun(command, env).finish()
-    assert code == 0 and "Resuming from" in output, output[-4000:]
-    assert (output_dir / f"checkpoint-{STEPS}").is_dir()
-    seqs = sequences(model_dir)
-    served = server_logprobs(plain_client(server), seqs)
-    assert largest_gap(served, model_logprobs(output_dir / f"checkpoint-{STEPS - 1}", seqs)) < LOGPROB_TOLERANCE
-
-
 def readiness(client) -> set[str]:
     return {state["weights"] for state in client.server_state()}
 
@@ -1171,3 +1105,105 @@ def test_only_a_read_only_query_is_sent_again_after_a_reset_and_never_after_a_ti
     with pytest.raises(WeightSyncError, match="within 5 s"):
         client(session).control("POST", "/collective_rpc", 5, read_only=True)
     assert session.requests == 1
+
+
+def test_two_processes_stop_together_on_a_hang_or_a_killed_server_exit_soon_after_their_stop_line_and_resume(
+    server, model_dir, tmp_path
+):
+    """Two training processes under accelerate (the launcher's command, cpu_2proc.yaml), the server stopped (SIGSTOP)
+    by a test hook of the main process, each run resuming the last:
+
+    1. right after the identity check before the generation at step 1: both processes end within the generation
+       timeout plus a bound, the main one with the error naming the server, the request and the step and the stop
+       line, the other with its own line, one checkpoint and exit code 75 (torchrun turns it into 1; the stop file
+       carries it);
+    2. as the first tensor of the sync before step 2 leaves, on two processes resumed from a checkpoint (the
+       optimizer state loads on CPU), then SIGTERM to the launcher: the run stops at once, long before the timeout
+       (`Stopped by SIGTERM`), the same way.
+
+    After SIGCONT a last run finishes, and the server holds the last sync's weights. Then a new run's generation at
+    step 1 meets the server stopped and, a second later, killed (SIGKILL): both processes stop at once, the same way
+    (`Stopped by a vLLM server that stopped answering`, the error naming the dropped connection).
+
+    Each process exits within seconds of its stop line: an abandoned request's thread does not hold it, nor the group
+    of a sync the SIGTERM cut short, freed by a full garbage collection as each stop ends (the test hook). Last in
+    the module: it kills the module's server. (A sync's timeout on two processes: test_weight_sync_agreement.py,
+    with a stand-in server; on one: test_a_server_that_hangs_stops_training_at_a_checkpoint_with_exit_75...)"""
+    timeout = 25
+    output_dir = tmp_path / "run"
+    command = two_process_command(server, output_dir, model_dir, timeout)
+    record, stop_file = tmp_path / "stopped-at", tmp_path / "stop-line"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "trainer_faults"), str(ROOT)]),
+        "RISKPO_STOP_FILE": str(stop_file),
+        "RISKPO_TEST_STOP_RECORD": str(record),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",  # each line's time is when it was written
+    }
+    group = os.getpgid(server["process"].pid)
+    causes = {
+        None: "a vLLM server timeout",
+        signal.SIGTERM: "SIGTERM",
+        signal.SIGKILL: "a vLLM server that stopped answering",  # to the server
+    }
+
+    def stop_once(output_dir: Path, where: str, step: int, then: int | None = None, to_server: bool = False):
+        """A run in ``output_dir`` whose main process stops the server at ``where`` before step ``step`` (at the
+        run's second sync), then ``then`` (if any) to the launcher, or to the server, 1 s later."""
+        record.unlink(missing_ok=True)
+        stop_file.unlink(missing_ok=True)
+        command = two_process_command(server, output_dir, model_dir, timeout)
+        run = TimedRun(command, {**env, "RISKPO_TEST_STOP_SERVER": f"{group}:{where}:2"})
+        try:
+            if then is not None:
+                while not record.is_file() and run.process.poll() is None:
+                    time.sleep(0.1)
+                time.sleep(1)  # the main process is in its wait on the stopped server
+                if to_server:
+                    os.killpg(group, then)
+                else:
+                    run.process.send_signal(then)
+                signalled = time.time()
+            code, ended, output = run.finish()
+        finally:
+            if not to_server:
+                stop_server(server, signal.SIGCONT)
+        assert record.is_file(), f"the server was never stopped (exit code {code}):\n{output[-4000:]}"
+        stopped = float(record.read_text().split()[0])
+        assert code == 1 and stop_file.is_file(), output[-4000:]
+        cause = causes[then]
+        line = f"Stopped by {cause} at step {step} of {STEPS}: saved"
+        assert line in stop_file.read_text() and output.count(line) == 1, output[-4000:]
+        assert output.count(f"Process 1 of 2: stopped with the main process at step {step}") == 1, output[-4000:]
+        named = (
+            f"Generation by {server['url']} at step {step}: "
+            if where == "generation"
+            else f"Weight sync to {server['url']} before the generation at step {step}: "
+        )
+        assert output.count(named) == (then != signal.SIGTERM), output[-4000:]
+        assert (then == signal.SIGKILL) == ("the connection was refused or dropped" in output), output[-4000:]
+        assert "Traceback" not in output.split(line)[0], output[-4000:]  # torchrun reports the exit 75 after it
+        assert (output_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
+        assert ended - stopped < 2 * timeout + 60, ended - stopped
+        after_line = ended - run.time_of(line)
+        # The stop line, then the exit: each process within 5 s of its line (7 s where no Python thread can run),
+        # the rest is torchrun's.
+        assert after_line < 15, run.timeline(run.time_of(line))
+        if then is not None:
+            assert ended - signalled < timeout - 5, ended - signalled  # the signal ended it, not the timeout
+        print(
+            f"{where} ({cause}): ended {ended - stopped:.1f} s after the fault, {after_line:.1f} s after the stop line"
+        )
+
+    stop_once(output_dir, "generation", 1)
+    stop_once(output_dir, "sync", 2, signal.SIGTERM)
+    code, _, output = TimedRun(command, env).finish()
+    assert code == 0 and "Resuming from" in output, output[-4000:]
+    assert (output_dir / f"checkpoint-{STEPS}").is_dir()
+    seqs = sequences(model_dir)
+    served = server_logprobs(plain_client(server), seqs)
+    assert largest_gap(served, model_logprobs(output_dir / f"checkpoint-{STEPS - 1}", seqs)) < LOGPROB_TOLERANCE
+
+    server["killed by"] = "test_two_processes_stop_together_on_a_hang_or_a_killed_server"
+    stop_once(tmp_path / "killed", "generation", 1, signal.SIGKILL, to_server=True)
