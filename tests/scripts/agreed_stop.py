@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import torch.distributed
 from accelerate import PartialState
 from trl.generation.vllm_generation import VLLMGeneration
 
@@ -102,6 +103,9 @@ def main(out_dir: Path, fault: str) -> None:
     outcome.update(seconds=time.monotonic() - started, synced=synced, requested=stop.requested)
     stop.restore()
     (out_dir / f"rank{state.process_index}.json").write_text(json.dumps(outcome))
+    # As the training script ends (accelerator.end_training): the group is torn down before the interpreter exits,
+    # not by its own destructor at exit, where gloo once aborted a process whose peer was exiting too.
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
