@@ -276,9 +276,9 @@ def related(a: type, b: type) -> bool:
 
 
 def unlisted(uses: list[PrivateUse]) -> list[str]:
-    """The uses whose name is missing from the list compat.private_api keeps for its kind (a method: PRIVATE_METHODS, whose
-    signature test then covers it; a class attribute: PRIVATE_CLASS_ATTRIBUTES; a built object's attribute:
-    PRIVATE_ATTRIBUTES), under an owner related to the one found."""
+    """The uses whose name is missing from the list compat.private_api keeps for its kind (a method:
+    PRIVATE_METHODS, whose signature test then covers it; a class attribute: PRIVATE_CLASS_ATTRIBUTES; a built
+    object's attribute: PRIVATE_ATTRIBUTES), under an owner related to the one found."""
     lists = {
         "method": private_api.PRIVATE_METHODS,
         "class attribute": private_api.PRIVATE_CLASS_ATTRIBUTES,

@@ -72,8 +72,8 @@ def known(value: float) -> float | None:
 
 def with_covariance_probe(trainer_cls):
     """``trainer_cls`` (RiskPO's trainer, or TRL's GRPOTrainer with the per-batch seam of
-    ``riskpo_trl.trainer.observed.observed_trainer``) with
-    a batch observer (the public per-batch hook, ``add_batch_observer``) that records, for each training generation batch, (a) the covariance and the correlation
+    ``riskpo_trl.trainer.observed.observed_trainer``) with a batch observer (the public per-batch hook,
+    ``add_batch_observer``) that records, for each training generation batch, (a) the covariance and the correlation
     between a completion's length-normalised log-probability (under the policy that sampled it) and its advantage,
     within each prompt's group, averaged over prompts (Proposition 1's quantity), logged as ``probe/*``; (b) the
     :func:`batch_signals` and, for RiskPO, the quantiles used. Both are kept on the trainer (``probe_history``,

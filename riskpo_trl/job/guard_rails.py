@@ -1,6 +1,6 @@
 """The guard rails of a training job, applied to whichever GRPO-family trainer it builds: ``RiskPOTrainer``, or TRL's
-own ``GRPOTrainer`` and ``GMPOTrainer``, whose classes stay unchanged. ``riskpo-train`` builds every trainer with :func:`build`; a
-notebook does the same in one call, or applies :func:`prepare` to a trainer it built itself.
+own ``GRPOTrainer`` and ``GMPOTrainer``, whose classes stay unchanged. ``riskpo-train`` builds every trainer with
+:func:`build`; a notebook does the same in one call, or applies :func:`prepare` to a trainer it built itself.
 
 - :func:`build`, around the construction: the start-up checks (a misspelled keyword, a model path that does not
   exist, missing dataset columns, a training set smaller than one generation batch, vLLM, ``report_to`` and the Hub

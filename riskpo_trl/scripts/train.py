@@ -48,6 +48,7 @@ from ..data.prompts import DEFAULT_PROMPT_TEMPLATE, PROMPT_BUILDERS
 from ..registry import closest_name
 from ..risk.defaults import DEFAULT_ADVANTAGE_BASELINE, resolve_advantage_baseline
 from ..trainer.registry import TRAINERS, check_trainer_name, get_trainer_classes
+from ..weight_sync.bounded import DEFAULT_CHECK_EVERY, DEFAULT_SYNC_TIMEOUT_S
 from .console import USAGE_ERRORS, pop_debug_flag, usage_errors
 from .recipe_values import check_recipe_values, error_source
 
@@ -166,24 +167,24 @@ class RiskPOScriptArguments:
     vllm_generation_timeout: float | None = field(
         default=None,
         metadata={
-            "help": "vLLM generation timeout (server mode, any trainer): seconds one generation request may wait for the "
-            "server's answer before the run stops at a checkpoint with exit code 75. None: 300 s plus 1 ms per "
-            "token the batch may generate (prompts x num_generations x max_completion_length)."
+            "help": "vLLM generation timeout (server mode, any trainer): seconds one generation request may wait "
+            "for the server's answer before the run stops at a checkpoint with exit code 75. None: 300 s plus 1 ms "
+            "per token the batch may generate (prompts x num_generations x max_completion_length)."
         },
     )
     vllm_sync_timeout: float = field(
-        default=120.0,
+        default=DEFAULT_SYNC_TIMEOUT_S,
         metadata={
-            "help": "vLLM sync timeout (server mode, any trainer): seconds each request of a weight sync, and each tensor's "
-            "transfer to a CPU server, may take before the run stops at a checkpoint with exit code 75."
+            "help": "vLLM sync timeout (server mode, any trainer): seconds each request of a weight sync, and each "
+            "tensor's transfer to a CPU server, may take before the run stops at a checkpoint with exit code 75."
         },
     )
     vllm_check_every: int = field(
-        default=10,
+        default=DEFAULT_CHECK_EVERY,
         metadata={
-            "help": "vLLM sync check period (server mode, any trainer, a server with this package's worker extension): verify "
-            "the server's weights and the log-prob probe after every this many syncs, the first included. The "
-            "server's identity is checked on every request whatever this is."
+            "help": "vLLM sync check period (server mode, any trainer, a server with this package's worker "
+            "extension): verify the server's weights and the log-prob probe after every this many syncs, the first "
+            "included. The server's identity is checked on every request whatever this is."
         },
     )
 

@@ -55,8 +55,8 @@ def name_misspelled_fields(config_class: type) -> type:
 
 def documented_fields(config_class: type, sections: dict[str, str], registries_module: str) -> str:
     """The Parameters of ``config_class``'s docstring in the Hugging Face doc format, ``sections`` (title -> field
-    names, space-separated) each field's ``help``; a field's registry of choices is named as ``registries_module``'s attribute (the
-    field's name in capitals, plural: ``RISK_PROFILES``)."""
+    names, space-separated) each field's ``help``; a field's registry of choices is named as ``registries_module``'s
+    attribute (the field's name in capitals, plural: ``RISK_PROFILES``)."""
     by_name = {f.name: f for f in fields(config_class)}
     lines = []
     for title, names in sections.items():

@@ -6,8 +6,8 @@ backend: for ``BACKEND`` it returns a `GlooVLLMClient` (weight_sync.gloo_client)
 engine, on CUDA) a `CheckedVLLMClient` (weight_sync.trl_client): TRL's client and transport, with the same timeouts and
 checks. Either gets the job's `SyncSettings` (its timeouts and how often it checks: riskpo-train's ``--vllm_*``
 options, or ``riskpo_trl.job.build(..., weight_sync=...)``). Only the TRL 1.16 protocol is supported: with an older
-TRL, server mode on a trainer without CUDA is refused at start-up (TRL's own NCCL path on CUDA is unaffected). `check_weight_syncs` (weight_sync.probe) then adds the
-log-prob probe after each checked sync.
+TRL, server mode on a trainer without CUDA is refused at start-up (TRL's own NCCL path on CUDA is unaffected).
+`check_weight_syncs` (weight_sync.probe) then adds the log-prob probe after each checked sync.
 """
 
 from __future__ import annotations
